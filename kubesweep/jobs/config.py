@@ -1,0 +1,109 @@
+"""Settings of one BERT job run: the `job` section of a sweep spec and the body of a trial file.
+
+This module depends on pydantic only, so the spec, the planner and the CLI can use it without the
+`job` extra (torch, transformers) installed. Every field here can be a sweep matrix axis.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
+COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
+Padding = Literal["max_length", "dynamic", "bucketed"]
+Task = Literal["finetune", "inference"]
+Engine = Literal["kubesweep", "hf-trainer"]
+ExportFormat = Literal["onnx", "torchscript"]
+
+TRIAL_SCHEMA = "kubesweep.io/trial/v1"
+
+
+class StrictModel(BaseModel):
+    """Base for every spec model: unknown keys are errors, values are validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+
+def normalize_compile(value: Any) -> bool | str:
+    """`compile` is false, true (= torch.compile's default mode) or a mode name.
+
+    Returns False for off, or the mode name (true becomes "default").
+    """
+    if value is None or value is False:
+        return False
+    if value is True:
+        return "default"
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("false", "off", "no", "none", "eager"):
+            return False
+        if lowered in ("true", "on", "yes"):
+            return "default"
+        if lowered in COMPILE_MODES:
+            return lowered
+    raise ValueError(f"expected false, true or one of {', '.join(COMPILE_MODES)}")
+
+
+class JobConfig(StrictModel):
+    """What one trial runs. Defaults reproduce the seed recipe (bert-base-uncased, SST-2, 3 epochs)."""
+
+    task: Task = "finetune"
+    engine: Engine = Field("kubesweep", description="kubesweep's own loop, or HF Trainer as the peer baseline")
+    model: str = Field("bert-base-uncased", description="Hugging Face model id or a local directory")
+    random_init: bool = Field(False, description="build the model from its config (speed-only runs)")
+    dataset: str = Field("glue/sst2", description="`datasets` name (glue/sst2) or a directory of GLUE TSVs")
+    train_samples: int | None = Field(None, ge=1, description="use only the first N training rows")
+    eval_samples: int | None = Field(None, ge=1, description="use only the first N dev rows")
+    epochs: float = Field(3.0, gt=0)
+    max_steps: int | None = Field(None, ge=1, description="stop after N optimizer steps (overrides epochs)")
+    batch_size: int = Field(32, ge=1, description="per-device batch size")
+    eval_batch_size: int | None = Field(None, ge=1)
+    max_seq_len: int = Field(128, ge=8, le=4096)
+    learning_rate: float = Field(2e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_ratio: float = Field(0.0, ge=0, le=1)
+    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
+    precision: Precision = "fp32"
+    compile: bool | str = Field(False, description="false, true, or default | reduce-overhead | max-autotune")
+    padding: Padding = Field("max_length", description="max_length (run_glue's recipe), dynamic or bucketed")
+    num_workers: int = Field(2, ge=0, description="DataLoader workers")
+    pin_memory: bool = True
+    seed: int = 42
+    eval_every_epoch: bool = True
+    checkpoint_every: int | None = Field(None, ge=1, description="checkpoint every N optimizer steps")
+    export: list[ExportFormat] = Field(default_factory=list)
+    # inference task
+    inference_batches: int = Field(100, ge=1, description="measured batches for the inference task")
+    warmup_batches: int = Field(10, ge=0, description="warm-up batches, reported apart")
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile(cls, value: Any) -> bool | str:
+        return normalize_compile(value)
+
+    @model_validator(mode="after")
+    def _check(self) -> JobConfig:
+        if self.engine == "hf-trainer" and self.task != "finetune":
+            raise ValueError("engine hf-trainer supports task finetune only")
+        return self
+
+
+JOB_FIELDS: frozenset[str] = frozenset(JobConfig.model_fields)
+
+
+class TrialConfig(StrictModel):
+    """A resolved trial as handed to the job (`python -m kubesweep.jobs --config trial.json`)."""
+
+    schema_: str = Field(TRIAL_SCHEMA, alias="schema")
+    sweep: str
+    trial_id: str
+    name: str
+    repeat: int = 0
+    gpu: str | None = Field(None, description="catalog name of the GPU type asked for; None = any/CPU")
+    gpu_product: str | None = Field(None, description="the catalog's exact nvidia.com/gpu.product value")
+    gpus_per_trial: int = 1
+    job: JobConfig = Field(default_factory=JobConfig)
