@@ -1,0 +1,178 @@
+"""The local backend's state: one sqlite database under the kubesweep home, safe for several processes.
+
+`sweep status` in another shell reads it while `sweep submit` writes it; every transition is committed at
+once, so a killed supervisor loses no finished trial.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubesweep.backends.base import Phase, TrialStatus
+from kubesweep.outcomes import Outcome
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sweeps (
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    source TEXT NOT NULL,
+    job_argv TEXT NOT NULL,
+    any_gpu INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS trials (
+    sweep TEXT NOT NULL REFERENCES sweeps(name) ON DELETE CASCADE,
+    trial_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    label TEXT NOT NULL,
+    gpu TEXT,
+    gpus INTEGER NOT NULL,
+    config TEXT NOT NULL,
+    axes TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    outcome TEXT,
+    reason TEXT NOT NULL DEFAULT '',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    pid INTEGER,
+    exit_code INTEGER,
+    started REAL,
+    finished REAL,
+    PRIMARY KEY (sweep, trial_id)
+);
+"""
+
+
+@dataclass
+class SweepRow:
+    name: str
+    spec: dict[str, Any]
+    source: str
+    job_argv: list[str]
+    any_gpu: bool
+    cancel_requested: bool
+
+
+@dataclass
+class TrialRow:
+    trial_id: str
+    name: str
+    label: str
+    gpu: str | None
+    gpus: int
+    config: dict[str, Any]
+    axes: dict[str, Any]
+    phase: Phase
+    outcome: Outcome | None
+    reason: str
+    attempts: int
+    pid: int | None
+    started: float | None
+    finished: float | None
+
+
+class Store:
+    def __init__(self, home: Path):
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
+        self.path = home / "state.db"
+        with self._connect() as db:
+            db.executescript(SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.execute("PRAGMA busy_timeout=30000")
+            db.row_factory = sqlite3.Row
+            yield db
+        finally:
+            db.close()
+
+    def sweep_dir(self, sweep: str) -> Path:
+        return self.home / "sweeps" / sweep
+
+    def trial_dir(self, sweep: str, trial_name: str) -> Path:
+        return self.sweep_dir(sweep) / "trials" / trial_name
+
+    # -- sweeps ------------------------------------------------------------------------------------
+
+    def get_sweep(self, name: str) -> SweepRow | None:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM sweeps WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            return None
+        return SweepRow(row["name"], json.loads(row["spec"]), row["source"], json.loads(row["job_argv"]),
+                        bool(row["any_gpu"]), bool(row["cancel_requested"]))
+
+    def add_sweep(self, name: str, spec: dict[str, Any], source: str, job_argv: list[str], any_gpu: bool,
+                  trials: list[dict[str, Any]]) -> int:
+        """Record a sweep and its trials; trials already recorded are left as they are. Returns new count."""
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "INSERT OR IGNORE INTO sweeps (name, spec, source, job_argv, any_gpu, created) VALUES (?,?,?,?,?,?)",
+                (name, json.dumps(spec), source, json.dumps(job_argv), int(any_gpu), time.time()),
+            )
+            before = db.total_changes
+            db.executemany(
+                "INSERT OR IGNORE INTO trials (sweep, trial_id, position, name, label, gpu, gpus, config, axes,"
+                " phase, reason) VALUES (:sweep, :trial_id, :position, :name, :label, :gpu, :gpus, :config,"
+                " :axes, :phase, :reason)",
+                [{**t, "sweep": name} for t in trials],
+            )
+            added = db.total_changes - before
+            db.execute("COMMIT")
+        return added
+
+    def list_sweeps(self) -> list[str]:
+        with self._connect() as db:
+            return [r[0] for r in db.execute("SELECT name FROM sweeps ORDER BY created")]
+
+    def set_cancel(self, name: str, flag: bool) -> None:
+        with self._connect() as db:
+            db.execute("UPDATE sweeps SET cancel_requested = ? WHERE name = ?", (int(flag), name))
+
+    def delete_sweep(self, name: str) -> None:
+        with self._connect() as db:
+            db.execute("DELETE FROM trials WHERE sweep = ?", (name,))
+            db.execute("DELETE FROM sweeps WHERE name = ?", (name,))
+
+    # -- trials ------------------------------------------------------------------------------------
+
+    def trials(self, sweep: str) -> list[TrialRow]:
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM trials WHERE sweep = ? ORDER BY position", (sweep,)).fetchall()
+        return [
+            TrialRow(r["trial_id"], r["name"], r["label"], r["gpu"], r["gpus"], json.loads(r["config"]),
+                     json.loads(r["axes"]), Phase(r["phase"]), Outcome(r["outcome"]) if r["outcome"] else None,
+                     r["reason"], r["attempts"], r["pid"], r["started"], r["finished"])
+            for r in rows
+        ]
+
+    def update(self, sweep: str, trial_id: str, *, only_if: Phase | None = None, **fields: Any) -> bool:
+        """Set fields of a trial; with `only_if`, only while it is in that phase. True when it changed."""
+        values = {k: (v.value if isinstance(v, (Phase, Outcome)) else v) for k, v in fields.items()}
+        sets = ", ".join(f"{k} = :{k}" for k in values)
+        where = "sweep = :_sweep AND trial_id = :_id" + (" AND phase = :_only" if only_if else "")
+        params = {**values, "_sweep": sweep, "_id": trial_id, "_only": only_if.value if only_if else None}
+        with self._connect() as db:
+            return db.execute(f"UPDATE trials SET {sets} WHERE {where}", params).rowcount > 0
+
+    def to_status(self, sweep: str, row: TrialRow) -> TrialStatus:
+        results = self.trial_dir(sweep, row.name) / "results.json"
+        return TrialStatus(
+            trial_id=row.trial_id, name=row.name, label=row.label, gpu=row.gpu, phase=row.phase,
+            outcome=row.outcome, reason=row.reason, attempts=row.attempts, started_at=row.started,
+            finished_at=row.finished, results_path=str(results) if results.exists() else None, axes=row.axes,
+        )

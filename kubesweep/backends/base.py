@@ -1,0 +1,189 @@
+"""The backend interface: where trials run.
+
+Public methods (`submit`, `status`, `wait`, `cancel`, `resume`, `logs`, `delete`) hold the behaviour every
+backend shares — argument checks, idempotency rules, the meaning of "resume" — and call the `_impl` methods a
+backend provides. `tests/backends/contract.py` is the suite every backend must pass.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from kubesweep.outcomes import Outcome
+from kubesweep.plan import Plan
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    UNSCHEDULABLE = "Unschedulable"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SKIPPED = "Skipped"
+    CANCELLED = "Cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPPED, Phase.CANCELLED})
+
+# Outcomes that are results, not failures: rerunning them would give the same answer.
+SETTLED_OUTCOMES = frozenset({Outcome.SUCCEEDED, Outcome.OOM, Outcome.GPU_MISMATCH})
+
+
+class BackendError(RuntimeError):
+    """A backend could not do what was asked; the message says why and what to do."""
+
+
+class SweepNotFound(BackendError):
+    pass
+
+
+class SweepConflict(BackendError):
+    """A sweep of that name exists with a different spec."""
+
+
+@dataclass
+class TrialStatus:
+    trial_id: str
+    name: str
+    label: str
+    gpu: str | None
+    phase: Phase
+    outcome: Outcome | None = None
+    reason: str = ""
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    results_path: str | None = None
+    axes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def settled(self) -> bool:
+        """Finished with an answer (succeeded, or an OOM / GPU-mismatch cell): resume leaves it alone."""
+        return self.phase.terminal and self.outcome in SETTLED_OUTCOMES
+
+
+@dataclass
+class SweepStatus:
+    name: str
+    backend: str
+    trials: list[TrialStatus]
+    message: str = ""
+
+    def counts(self) -> Counter[str]:
+        return Counter(t.phase.value for t in self.trials)
+
+    @property
+    def done(self) -> bool:
+        return all(t.phase.terminal for t in self.trials)
+
+    @property
+    def phase(self) -> str:
+        counts = self.counts()
+        if not self.trials:
+            return "Empty"
+        if not self.done:
+            return "Running" if counts[Phase.RUNNING] else "Pending"
+        if counts[Phase.CANCELLED]:
+            return "Cancelled"
+        failed = sum(1 for t in self.trials if t.outcome == Outcome.FAILED)
+        return "Failed" if failed else "Succeeded"
+
+    def trial(self, ref: str) -> TrialStatus:
+        """A trial by name, id or unique name/id prefix."""
+        exact = [t for t in self.trials if ref in (t.name, t.trial_id)]
+        found = exact or [t for t in self.trials if t.name.startswith(ref) or t.trial_id.startswith(ref)]
+        if len(found) != 1:
+            what = "no trial" if not found else f"{len(found)} trials"
+            raise SweepNotFound(f"{what} of sweep {self.name!r} matches {ref!r}")
+        return found[0]
+
+
+ProgressCallback = Callable[[SweepStatus], None]
+
+
+class Backend(ABC):
+    name: str = "abstract"
+
+    def submit(self, plan: Plan, *, wait: bool = False, progress: ProgressCallback | None = None) -> SweepStatus:
+        """Start a sweep's trials. Submitting the same plan again starts nothing twice."""
+        if not plan.trials and not plan.notes:
+            raise BackendError(f"sweep {plan.sweep.name!r} has no trials to run (every cell was excluded or dropped)")
+        self._submit_impl(plan)
+        return self.wait(plan.sweep.name, progress=progress) if wait else self.status(plan.sweep.name)
+
+    def status(self, sweep: str) -> SweepStatus:
+        return self._status_impl(sweep)
+
+    def wait(self, sweep: str, *, timeout: float | None = None, progress: ProgressCallback | None = None,
+             interval: float = 0.5) -> SweepStatus:
+        """Block until every trial is terminal (or `timeout` seconds pass), reporting progress."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self._wait_step(sweep, interval)
+            if progress:
+                progress(status)
+            if status.done:
+                return status
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"sweep {sweep!r} not finished after {timeout:.0f}s: {dict(status.counts())}")
+
+    def cancel(self, sweep: str) -> SweepStatus:
+        """Stop running trials and start no new ones. Finished trials keep their results."""
+        self._cancel_impl(sweep)
+        return self.status(sweep)
+
+    def resume(self, sweep: str, *, wait: bool = False, progress: ProgressCallback | None = None) -> SweepStatus:
+        """Run again only the trials that failed, were cancelled, or are missing; settled ones stay."""
+        self._resume_impl(sweep)
+        return self.wait(sweep, progress=progress) if wait else self.status(sweep)
+
+    def logs(self, sweep: str, trial: str, *, follow: bool = False) -> Iterator[str]:
+        status = self.status(sweep)
+        return self._logs_impl(sweep, status.trial(trial), follow)
+
+    def delete(self, sweep: str) -> None:
+        """Cancel a sweep and forget it (its results files stay where they were written)."""
+        self._delete_impl(sweep)
+
+    def list_sweeps(self) -> list[str]:
+        return self._list_impl()
+
+    # -- what a backend implements ------------------------------------------------------------------
+
+    @abstractmethod
+    def _submit_impl(self, plan: Plan) -> None: ...
+
+    @abstractmethod
+    def _status_impl(self, sweep: str) -> SweepStatus: ...
+
+    def _wait_step(self, sweep: str, interval: float) -> SweepStatus:
+        """Advance or observe the sweep for up to `interval` seconds and return its status."""
+        status = self._status_impl(sweep)
+        if not status.done:
+            time.sleep(interval)
+        return status
+
+    @abstractmethod
+    def _cancel_impl(self, sweep: str) -> None: ...
+
+    @abstractmethod
+    def _resume_impl(self, sweep: str) -> None: ...
+
+    @abstractmethod
+    def _logs_impl(self, sweep: str, trial: TrialStatus, follow: bool) -> Iterator[str]: ...
+
+    @abstractmethod
+    def _delete_impl(self, sweep: str) -> None: ...
+
+    @abstractmethod
+    def _list_impl(self) -> list[str]: ...

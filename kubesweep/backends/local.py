@@ -1,0 +1,416 @@
+"""The local backend: trials as processes on this machine, state in sqlite under the kubesweep home.
+
+- One trial per GPU (`CUDA_VISIBLE_DEVICES`), or per CPU slot when the machine has no GPU.
+- Trials asking for a GPU type this machine lacks are `Skipped: gpu not present` unless `any_gpu`.
+- Whoever waits on a sweep drives it: the process holding the sweep's lock file is its supervisor, others
+  only observe. A supervisor killed mid-sweep loses nothing: finished trials are committed, trials it left
+  running are adopted by the next supervisor (their results files are read when they end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from kubesweep.backends._local_store import Store, TrialRow
+from kubesweep.backends.base import (
+    Backend,
+    BackendError,
+    Phase,
+    SweepConflict,
+    SweepNotFound,
+    SweepStatus,
+    TrialStatus,
+)
+from kubesweep.gpus import load_catalog, product_from_device_name
+from kubesweep.jobs.command import JOB_MODULE, job_argv
+from kubesweep.outcomes import Outcome, outcome_for_exit
+from kubesweep.plan import Plan
+
+HOME_ENV = "KUBESWEEP_HOME"
+GPUS_ENV = "KUBESWEEP_LOCAL_GPUS"
+TERM_GRACE_S = 10.0
+
+
+def default_home() -> Path:
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".kubesweep").expanduser()
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int
+    product: str
+
+
+def detect_gpus() -> list[Device]:
+    """This machine's NVIDIA GPUs, from nvidia-smi (no CUDA library is loaded here).
+
+    `KUBESWEEP_LOCAL_GPUS` overrides detection with a JSON list of device names, e.g.
+    `["NVIDIA H100 80GB HBM3"]`, or `[]` for none.
+    """
+    override = os.environ.get(GPUS_ENV)
+    if override is not None:
+        names = json.loads(override) if override.strip() else []
+        return [Device(i, product_from_device_name(n)) for i, n in enumerate(names)]
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=index,name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    devices = []
+    for line in out.strip().splitlines():
+        index, _, name = line.partition(",")
+        devices.append(Device(int(index), product_from_device_name(name.strip())))
+    return devices
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has exited
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+@dataclass
+class _Running:
+    row: TrialRow
+    proc: subprocess.Popen[bytes] | None  # None: adopted from a supervisor that died
+    devices: list[int]
+    log: IO[bytes] | None = None
+
+
+@dataclass
+class _Supervisor:
+    """Holds a sweep's lock and the processes it started."""
+
+    lock: IO[str]
+    running: dict[str, _Running] = field(default_factory=dict)
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, home: Path | str | None = None, *, job_command: list[str] | None = None,
+                 cpu_slots: int = 1, any_gpu: bool = False, devices: list[Device] | None = None):
+        """`job_command` replaces `python -m kubesweep.jobs` (the trial's --config/--output-dir follow)."""
+        self.store = Store(Path(home).expanduser() if home else default_home())
+        self.job_command = job_command
+        self.cpu_slots = max(1, cpu_slots)
+        self.any_gpu = any_gpu
+        self.devices = detect_gpus() if devices is None else devices
+        self._supervisors: dict[str, _Supervisor] = {}
+
+    # -- submit ------------------------------------------------------------------------------------
+
+    def _submit_impl(self, plan: Plan) -> None:
+        sweep = plan.sweep
+        document = sweep.to_document()
+        existing = self.store.get_sweep(sweep.name)
+        if existing is not None and existing.spec != document:
+            raise SweepConflict(
+                f"a sweep named {sweep.name!r} already exists with a different spec; "
+                f"`sweep resume {sweep.name}` continues it, `sweep delete {sweep.name}` forgets it"
+            )
+        products = {d.product for d in self.devices}
+        catalog = load_catalog()
+        rows = []
+        for position, trial in enumerate(plan.trials):
+            phase, reason = Phase.PENDING, ""
+            if trial.gpu and not self.any_gpu and catalog[trial.gpu].product not in products:
+                have = ", ".join(sorted(products)) or "none"
+                phase, reason = Phase.SKIPPED, f"gpu not present: needs {catalog[trial.gpu].product}, have {have}"
+            config = trial.config.model_dump(mode="json", by_alias=True)
+            config["job"] = _resolve_paths(config["job"], sweep.base_dir)
+            rows.append({"trial_id": trial.id, "position": position, "name": trial.name, "label": trial.label(),
+                         "gpu": trial.gpu, "gpus": trial.gpus_per_trial, "config": json.dumps(config),
+                         "axes": json.dumps(trial.axes), "phase": phase.value, "reason": reason})
+        command = self.job_command or [sys.executable, "-m", JOB_MODULE]
+        self.store.add_sweep(sweep.name, document, sweep.source, command, self.any_gpu, rows)
+        for row in rows:
+            trial_dir = self.store.trial_dir(sweep.name, str(row["name"]))
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            (trial_dir / "trial.json").write_text(json.dumps(json.loads(str(row["config"])), indent=2) + "\n")
+            if row["phase"] == Phase.SKIPPED.value:
+                self.store.update(sweep.name, str(row["trial_id"]), outcome=Outcome.SKIPPED, only_if=Phase.SKIPPED)
+
+    # -- status ------------------------------------------------------------------------------------
+
+    def _require(self, sweep: str) -> None:
+        if self.store.get_sweep(sweep) is None:
+            known = ", ".join(self.store.list_sweeps()) or "none"
+            raise SweepNotFound(f"no local sweep named {sweep!r} (known: {known}) in {self.store.home}")
+
+    def _status_impl(self, sweep: str) -> SweepStatus:
+        self._require(sweep)
+        rows = self.store.trials(sweep)
+        return SweepStatus(sweep, self.name, [self.store.to_status(sweep, r) for r in rows],
+                           message=f"state in {self.store.home}")
+
+    def _list_impl(self) -> list[str]:
+        return self.store.list_sweeps()
+
+    # -- driving a sweep -------------------------------------------------------------------------------
+
+    def _wait_step(self, sweep: str, interval: float) -> SweepStatus:
+        self._require(sweep)
+        supervisor = self._supervisors.get(sweep) or self._acquire(sweep)
+        if supervisor is not None:
+            self._advance(sweep, supervisor)
+            status = self._status_impl(sweep)
+            if status.done and not supervisor.running:
+                self._release(sweep)
+                return status
+        status = self._status_impl(sweep)
+        if not status.done:
+            time.sleep(interval)
+            status = self._status_impl(sweep)
+        return status
+
+    def _acquire(self, sweep: str) -> _Supervisor | None:
+        path = self.store.sweep_dir(sweep) / "supervisor.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return None  # another process drives this sweep; we observe
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        supervisor = _Supervisor(lock=handle)
+        self._supervisors[sweep] = supervisor
+        return supervisor
+
+    def _release(self, sweep: str) -> None:
+        supervisor = self._supervisors.pop(sweep, None)
+        if supervisor is not None:
+            fcntl.flock(supervisor.lock, fcntl.LOCK_UN)
+            supervisor.lock.close()
+
+    def _advance(self, sweep: str, supervisor: _Supervisor) -> None:
+        self._reap(sweep, supervisor)
+        state = self.store.get_sweep(sweep)
+        if state is None or state.cancel_requested:
+            return
+        spec = state.spec["spec"]
+        max_parallel = int(spec["concurrency"]["max_parallel"])
+        per_type = spec["concurrency"].get("per_gpu_type")
+        any_gpu = state.any_gpu or self.any_gpu
+        for row in self.store.trials(sweep):
+            if row.phase != Phase.PENDING:
+                continue
+            if len(supervisor.running) >= max_parallel:
+                break
+            by_type = Counter(r.row.gpu for r in supervisor.running.values())
+            if per_type and row.gpu and by_type[row.gpu] >= per_type:
+                continue
+            devices = self._free_devices(supervisor, row, any_gpu)
+            if devices is None:
+                continue
+            self._start(sweep, supervisor, row, devices, state.job_argv)
+
+    def _free_devices(self, supervisor: _Supervisor, row: TrialRow, any_gpu: bool) -> list[int] | None:
+        """Device indices for the trial ([] = CPU), or None when it has to wait."""
+        busy = {i for r in supervisor.running.values() for i in r.devices}
+        cpu_busy = sum(1 for r in supervisor.running.values() if not r.devices)
+        if row.gpus == 0 or (not self.devices and row.gpu is None):
+            return [] if cpu_busy < self.cpu_slots else None
+        product = load_catalog()[row.gpu].product if row.gpu else None
+        fits = [d.index for d in self.devices
+                if d.index not in busy and (product is None or any_gpu or d.product == product)]
+        if row.gpu and not any_gpu and not any(d.product == product for d in self.devices):
+            return None
+        return fits[: row.gpus] if len(fits) >= row.gpus else None
+
+    def _start(self, sweep: str, supervisor: _Supervisor, row: TrialRow, devices: list[int],
+               command: list[str]) -> None:
+        trial_dir = self.store.trial_dir(sweep, row.name)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        config_path = trial_dir / "trial.json"
+        config_path.write_text(json.dumps(row.config, indent=2) + "\n")
+        (trial_dir / "results.json").unlink(missing_ok=True)
+        env = {**os.environ, "KUBESWEEP_SWEEP": sweep, "KUBESWEEP_TRIAL_ID": row.trial_id,
+               "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in devices)}
+        if command == [command[0], "-m", JOB_MODULE]:
+            argv = job_argv(str(config_path), str(trial_dir), python=command[0], gpus=len(devices) or 1)
+        else:
+            argv = [*command, "--config", str(config_path), "--output-dir", str(trial_dir)]
+        log = (trial_dir / "log.txt").open("ab")
+        log.write(f"# attempt {row.attempts + 1}: {' '.join(argv)}\n".encode())
+        log.flush()
+        try:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=trial_dir,
+                                    start_new_session=True)
+        except OSError as exc:
+            log.close()
+            self.store.update(sweep, row.trial_id, phase=Phase.FAILED, outcome=Outcome.FAILED,
+                              reason=f"cannot start the job: {exc}", finished=time.time())
+            return
+        self.store.update(sweep, row.trial_id, phase=Phase.RUNNING, pid=proc.pid, attempts=row.attempts + 1,
+                          started=time.time(), finished=None, outcome=None, reason="", exit_code=None)
+        row.attempts += 1
+        supervisor.running[row.trial_id] = _Running(row, proc, devices, log)
+
+    def _reap(self, sweep: str, supervisor: _Supervisor) -> None:
+        # adopt trials a dead supervisor left running
+        for row in self.store.trials(sweep):
+            if row.phase == Phase.RUNNING and row.trial_id not in supervisor.running:
+                supervisor.running[row.trial_id] = _Running(row, None, [])
+        for trial_id, run in list(supervisor.running.items()):
+            if run.proc is not None:
+                code = run.proc.poll()
+                if code is None:
+                    continue
+            elif _alive(run.row.pid):
+                continue
+            else:
+                code = None
+            if run.log:
+                run.log.close()
+            del supervisor.running[trial_id]
+            self._finish(sweep, run.row, code)
+
+    def _finish(self, sweep: str, row: TrialRow, code: int | None) -> None:
+        results = _read_results(self.store.trial_dir(sweep, row.name) / "results.json")
+        if results and results.get("outcome"):
+            outcome = Outcome(results["outcome"])
+            reason = str(results.get("error") or results.get("reason") or "")
+        elif code is None:
+            outcome, reason = Outcome.FAILED, "interrupted: the job ended without a results file"
+        else:
+            outcome = outcome_for_exit(code)
+            reason = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+        retries = int(self.store.get_sweep(sweep).spec["spec"]["resources"]["retries"])  # type: ignore[union-attr]
+        if outcome == Outcome.FAILED and row.attempts <= retries:
+            self.store.update(sweep, row.trial_id, only_if=Phase.RUNNING, phase=Phase.PENDING, pid=None,
+                              reason=f"retrying after: {reason[-300:]}", exit_code=code)
+            return
+        phase = Phase.SUCCEEDED if outcome == Outcome.SUCCEEDED else Phase.FAILED
+        self.store.update(sweep, row.trial_id, only_if=Phase.RUNNING, phase=phase, outcome=outcome,
+                          reason=reason[-500:], exit_code=code, finished=time.time(), pid=None)
+
+    # -- cancel / resume / delete --------------------------------------------------------------------
+
+    def _cancel_impl(self, sweep: str) -> None:
+        self._require(sweep)
+        self.store.set_cancel(sweep, True)
+        now = time.time()
+        victims = []
+        for row in self.store.trials(sweep):
+            if row.phase in (Phase.PENDING, Phase.UNSCHEDULABLE, Phase.RUNNING):
+                self.store.update(sweep, row.trial_id, phase=Phase.CANCELLED, outcome=Outcome.CANCELLED,
+                                  reason="cancelled", finished=now)
+                if row.phase == Phase.RUNNING and row.pid:
+                    victims.append(row.pid)
+        for pid in victims:
+            _kill_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE_S
+        supervisor = self._supervisors.get(sweep)
+        while any(_alive(p) for p in victims) and time.monotonic() < deadline:
+            if supervisor:  # reap our own children so they do not linger as zombies
+                for run in supervisor.running.values():
+                    if run.proc:
+                        run.proc.poll()
+            time.sleep(0.1)
+        for pid in victims:
+            if _alive(pid):
+                _kill_group(pid, signal.SIGKILL)
+        if supervisor:
+            self._reap(sweep, supervisor)
+
+    def _resume_impl(self, sweep: str) -> None:
+        self._require(sweep)
+        self.store.set_cancel(sweep, False)
+        for row in self.store.trials(sweep):
+            results = self.store.trial_dir(sweep, row.name) / "results.json"
+            missing = row.phase == Phase.SUCCEEDED and not results.exists()
+            if (row.phase in (Phase.FAILED, Phase.CANCELLED) and row.outcome not in (Outcome.OOM,
+                                                                                   Outcome.GPU_MISMATCH)) \
+                    or missing:
+                self.store.update(sweep, row.trial_id, phase=Phase.PENDING, outcome=None, attempts=0,
+                                  reason="resumed", finished=None)
+
+    def _delete_impl(self, sweep: str) -> None:
+        self._cancel_impl(sweep)
+        self._release(sweep)
+        self.store.delete_sweep(sweep)
+        shutil.rmtree(self.store.sweep_dir(sweep), ignore_errors=True)
+
+    # -- logs --------------------------------------------------------------------------------------
+
+    def _logs_impl(self, sweep: str, trial: TrialStatus, follow: bool) -> Iterator[str]:
+        path = self.store.trial_dir(sweep, trial.name) / "log.txt"
+        if not path.exists():
+            if trial.phase in (Phase.PENDING, Phase.SKIPPED):
+                raise BackendError(f"trial {trial.name} has not started ({trial.phase.value}); no log yet")
+            raise BackendError(f"no log for trial {trial.name} at {path}")
+        with path.open(errors="replace") as handle:
+            while True:
+                line = handle.readline()
+                if line:
+                    yield line
+                    continue
+                if not follow or self.status(sweep).trial(trial.trial_id).phase.terminal:
+                    rest = handle.read()
+                    if rest:
+                        yield rest
+                    return
+                time.sleep(0.25)
+
+    # -- results -----------------------------------------------------------------------------------
+
+    def results(self, sweep: str) -> list[tuple[TrialStatus, dict[str, Any] | None]]:
+        """Each trial with its parsed results file (None where it has none)."""
+        status = self.status(sweep)
+        return [(t, _read_results(Path(t.results_path)) if t.results_path else None) for t in status.trials]
+
+    def trial_dir(self, sweep: str, trial: str) -> Path:
+        return self.store.trial_dir(sweep, trial)
+
+
+def _read_results(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _resolve_paths(job: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Relative dataset/model paths in a spec are relative to the spec file's directory."""
+    out = dict(job)
+    for key in ("dataset", "model", "tokenizer"):
+        value = out.get(key)
+        if isinstance(value, str) and value.startswith(("./", "../")):
+            out[key] = str((base / value).resolve())
+    return out

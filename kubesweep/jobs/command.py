@@ -1,0 +1,21 @@
+"""The job's command line: the one place that says how a trial is launched, locally or in a pod."""
+
+from __future__ import annotations
+
+JOB_MODULE = "kubesweep.jobs"
+
+
+def job_argv(config_path: str, output_dir: str, *, python: str = "python", gpus: int = 1,
+             num_nodes: int = 1, rdzv_endpoint: str | None = None) -> list[str]:
+    """argv running one trial; more than one GPU (or node) runs it under torchrun (DDP)."""
+    args = ["--config", config_path, "--output-dir", output_dir]
+    if gpus <= 1 and num_nodes <= 1:
+        return [python, "-m", JOB_MODULE, *args]
+    launcher = [python, "-m", "torch.distributed.run", f"--nproc_per_node={max(gpus, 1)}"]
+    if num_nodes > 1:
+        if not rdzv_endpoint:
+            raise ValueError("a multi-node trial needs a rendezvous endpoint")
+        launcher += [f"--nnodes={num_nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv_endpoint}"]
+    else:
+        launcher += ["--standalone"]
+    return [*launcher, "-m", JOB_MODULE, *args]

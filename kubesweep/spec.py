@@ -1,0 +1,489 @@
+"""The `Sweep` document: one typed, validated schema for spec files, the CLI and the custom resource.
+
+    apiVersion: kubesweep.io/v1alpha1
+    kind: Sweep
+    metadata: {name: bert-gpu-matrix}
+    spec: {image, images, job, matrix, include, exclude, repeats, resources, concurrency, tracking, search}
+
+`load_sweep_file` and `parse_sweep` turn input into a `Sweep` or raise `SpecError`, whose message names the
+file, the line, the field path and what was expected, one problem per line:
+
+    sweeps/x.yaml:12: spec.matrix.precision[2]: 'bf61' is not one of fp32, tf32, fp16, bf16
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from kubesweep.gpus import Catalog, load_catalog
+from kubesweep.jobs.config import JobConfig, StrictModel, normalize_compile
+
+API_VERSION = "kubesweep.io/v1alpha1"
+KIND = "Sweep"
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DIGEST_RE = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+
+# ---------------------------------------------------------------------------------------------------------
+# Matrix axes: `gpu`, the resource axes, and every JobConfig field. Axis value types come from JobConfig, so
+# a new job setting is a sweep axis with no change here.
+
+RESOURCE_AXES: dict[str, Any] = {
+    "gpu": (str, Field(description="GPU type: a name from the GPU catalog")),
+    "gpus_per_trial": (Annotated[int, Field(ge=0)], Field(description="GPUs per trial (0 = CPU only)")),
+    "num_nodes": (Annotated[int, Field(ge=1)], Field(description="nodes per trial (multi-node DDP)")),
+}
+
+
+def _job_axis_type(name: str, info: FieldInfo) -> Any:
+    annotation: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    if name == "compile":
+        annotation = Annotated[bool | str, BeforeValidator(normalize_compile)]
+    return annotation
+
+
+def _axis_types() -> dict[str, tuple[Any, FieldInfo]]:
+    axes: dict[str, tuple[Any, FieldInfo]] = {}
+    for name, (annotation, info) in RESOURCE_AXES.items():
+        axes[name] = (annotation, info)
+    for name, info in JobConfig.model_fields.items():
+        axes[name] = (_job_axis_type(name, info), Field(description=info.description))
+    return axes
+
+
+AXIS_TYPES = _axis_types()
+AXES: tuple[str, ...] = tuple(AXIS_TYPES)
+
+Matrix = create_model(  # type: ignore[call-overload]
+    "Matrix",
+    __base__=StrictModel,
+    __doc__="Axis → the values to sweep. Every cell of the product is one trial (times `repeats`).",
+    **{
+        name: (list[annotation] | None, Field(None, min_length=1, description=info.description))  # type: ignore[valid-type]
+        for name, (annotation, info) in AXIS_TYPES.items()
+    },
+)
+
+Cell = create_model(  # type: ignore[call-overload]
+    "Cell",
+    __base__=StrictModel,
+    __doc__="A partial assignment of axis values: an `include` cell or an `exclude` rule.",
+    **{
+        name: (annotation | None, Field(None, description=info.description))
+        for name, (annotation, info) in AXIS_TYPES.items()
+    },
+)
+
+
+def set_axes(model: StrictModel) -> dict[str, Any]:
+    """The axes a Matrix or Cell sets, in declaration order."""
+    return {k: v for k, v in model.model_dump(exclude_none=True).items() if k in model.model_fields_set}
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Metadata(StrictModel):
+    name: str = Field(max_length=63, pattern=DNS1123_LABEL, description="DNS-1123 label: a-z, 0-9, '-'")
+    namespace: str | None = Field(None, pattern=DNS1123_LABEL)
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class Resources(StrictModel):
+    gpus_per_trial: int = Field(1, ge=0, description="GPUs per trial (0 = CPU only)")
+    num_nodes: int = Field(1, ge=1, description="nodes per trial (> 1: an Indexed Job, multi-node DDP)")
+    cpu: str = Field("8", pattern=QUANTITY)
+    memory: str = Field("32Gi", pattern=QUANTITY)
+    shm_size: str = Field("8Gi", pattern=QUANTITY, description="/dev/shm size for DataLoader workers")
+    deadline_seconds: int = Field(6 * 3600, ge=60, description="a trial running longer is stopped")
+    retries: int = Field(1, ge=0, description="re-runs of a failed trial (OOM and GPU mismatch never retry)")
+
+
+class Concurrency(StrictModel):
+    max_parallel: int = Field(8, ge=1, description="trials running at once in the sweep")
+    per_gpu_type: int | None = Field(None, ge=1, description="trials running at once per GPU type")
+
+
+class Tracking(StrictModel):
+    experiment: str | None = Field(None, description="MLflow experiment (default: the sweep's name)")
+    uri: str | None = Field(None, description="MLflow tracking URI (default: flag, env, or the local store)")
+
+
+class GridSearch(StrictModel):
+    strategy: Literal["grid"] = "grid"
+
+
+class RandomSearch(StrictModel):
+    strategy: Literal["random"]
+    num_samples: int = Field(ge=1, description="cells drawn from the grid, without replacement")
+    seed: int = 0
+
+
+class Distribution(StrictModel):
+    type: Literal["choice", "uniform", "loguniform", "randint", "quniform", "qloguniform"]
+    values: list[Any] | None = Field(None, min_length=1, description="for choice")
+    low: float | None = None
+    high: float | None = None
+    q: float | None = Field(None, gt=0, description="step, for the quantized types")
+
+
+class Constraint(StrictModel):
+    metric: str
+    op: Literal[">=", "<=", ">", "<"]
+    value: float
+
+
+class TuneSearch(StrictModel):
+    strategy: Literal["tune"]
+    algorithm: Literal["optuna", "hyperopt", "random", "grid"] = "optuna"
+    scheduler: Literal["asha", "median", "fifo"] = "asha"
+    metric: str | list[str] = "samples_per_second"
+    mode: Literal["max", "min"] | list[Literal["max", "min"]] = "max"
+    num_samples: int = Field(16, ge=1)
+    max_concurrent: int = Field(4, ge=1)
+    space: dict[str, Distribution] = Field(default_factory=dict)
+    constraints: list[Constraint] = Field(default_factory=list)
+    grace_period: int = Field(1, ge=1, description="reports before a scheduler may stop a trial")
+    seed: int = 0
+
+
+Search = Annotated[GridSearch | RandomSearch | TuneSearch, Field(discriminator="strategy")]
+
+
+class SweepSpec(StrictModel):
+    image: str | None = Field(None, description="a key of `images`, or a full reference pinned by @sha256")
+    images: dict[str, str] = Field(default_factory=dict, description="image key → digest-pinned reference")
+    job: JobConfig = Field(default_factory=JobConfig, description="settings shared by every trial")
+    matrix: Matrix = Field(default_factory=Matrix)  # type: ignore[valid-type]
+    include: list[Cell] = Field(default_factory=list, description="extra cells added to the product")  # type: ignore[valid-type]
+    exclude: list[Cell] = Field(default_factory=list, description="rules: cells matching all keys are dropped")  # type: ignore[valid-type]
+    repeats: int = Field(1, ge=1, le=100)
+    resources: Resources = Field(default_factory=Resources)
+    concurrency: Concurrency = Field(default_factory=Concurrency)
+    tracking: Tracking = Field(default_factory=Tracking)
+    search: Search = Field(default_factory=GridSearch)
+    suspend: bool = Field(False, description="true: start no new trials")
+
+
+class Sweep(StrictModel):
+    apiVersion: Literal["kubesweep.io/v1alpha1"] = "kubesweep.io/v1alpha1"
+    kind: Literal["Sweep"] = "Sweep"
+    metadata: Metadata
+    spec: SweepSpec = Field(default_factory=SweepSpec)
+    _source: str = PrivateAttr("<input>")
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory that relative paths in the spec (dataset, model) are resolved against."""
+        return Path(self._source).parent if self._source not in ("<input>", "-") else Path.cwd()
+
+    @property
+    def experiment(self) -> str:
+        return self.spec.tracking.experiment or self.name
+
+    def image_reference(self) -> str | None:
+        image = self.spec.image
+        return self.spec.images.get(image, image) if image else None
+
+    def to_document(self) -> dict[str, Any]:
+        """The sweep as a YAML/JSON-ready mapping (the custom resource body)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Errors
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: tuple[str | int, ...]
+    message: str
+    line: int | None = None
+
+    @property
+    def dotted(self) -> str:
+        out = ""
+        for part in self.path:
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        return out or "<document>"
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used. `str()` gives one `source:line: path: message` line per problem."""
+
+    def __init__(self, source: str, problems: Sequence[Problem]):
+        self.source = source
+        self.problems = list(problems)
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        lines = []
+        for p in self.problems:
+            where = f"{self.source}:{p.line}" if p.line else self.source
+            lines.append(f"{where}: {p.dotted}: {p.message}")
+        return "\n".join(lines)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _fields_at(model: type[StrictModel], path: Sequence[str | int]) -> list[str] | None:
+    """The field names of the model found at `path` from `model`, for 'did you mean' hints."""
+    current: Any = model
+    for part in path:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, StrictModel)):
+            continue
+        info = current.model_fields.get(part)
+        if info is None:
+            return None
+        current = _unwrap_model(info.annotation)
+    if isinstance(current, type) and issubclass(current, StrictModel):
+        return list(current.model_fields)
+    return None
+
+
+def _unwrap_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, StrictModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _unwrap_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _message(error: Mapping[str, Any], path: tuple[str | int, ...]) -> str:
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    if kind == "literal_error":
+        options = re.findall(r"'([^']*)'", str(ctx.get("expected", ""))) or [str(ctx.get("expected"))]
+        return f"{_short(value)} is not one of {', '.join(options)}"
+    if kind == "extra_forbidden":
+        known = _fields_at(Sweep, path[:-1]) or []
+        hint = difflib.get_close_matches(str(path[-1]), known, n=1)
+        suggestion = f"; did you mean {hint[0]!r}?" if hint else ""
+        listing = f" (expected one of: {', '.join(known)})" if known and not hint else ""
+        return f"unknown field{suggestion}{listing}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return f"expected an integer, got {_short(value)}"
+    if kind in ("float_parsing", "float_type"):
+        return f"expected a number, got {_short(value)}"
+    if kind in ("bool_parsing", "bool_type"):
+        return f"expected true or false, got {_short(value)}"
+    if kind == "string_type":
+        return f"expected a string, got {_short(value)}"
+    if kind in ("list_type", "tuple_type"):
+        return f"expected a list, got {_short(value)}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"expected a mapping, got {_short(value)}"
+    if kind == "too_short":
+        return "must not be empty"
+    if kind == "string_too_long":
+        return f"{_short(value)} is longer than {ctx.get('max_length')} characters"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}[kind]
+        bound = next(iter(ctx.values()), "?")
+        return f"must be {op} {bound}, got {_short(value)}"
+    if kind == "string_pattern_mismatch":
+        if ctx.get("pattern") == DNS1123_LABEL:
+            return f"{_short(value)} is not a DNS-1123 label (lowercase letters, digits and '-')"
+        if ctx.get("pattern") == QUANTITY:
+            return f"{_short(value)} is not a Kubernetes quantity (e.g. 8, 500m, 32Gi)"
+        return f"{_short(value)} does not match {ctx.get('pattern')}"
+    if kind == "union_tag_invalid":
+        return f"{ctx.get('tag')!r} is not one of {ctx.get('expected_tags')}"
+    if kind == "union_tag_not_found":
+        return f"'{ctx.get('discriminator', 'strategy')}' is required"
+    msg = str(error.get("msg", kind)).removeprefix("Value error, ")
+    return f"{msg}, got {_short(value)}" if kind == "value_error" else msg
+
+
+def _clean_path(loc: Sequence[str | int], data: Any) -> tuple[str | int, ...]:
+    """Drop pydantic's union/validator tags from `loc`, keeping only keys that exist in the input data."""
+    path: list[str | int] = []
+    current = data
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(current, Mapping):
+            if part in current:
+                path.append(part)
+                current = current[part]
+            elif last or (isinstance(part, str) and not _is_tag(part)):
+                path.append(part)
+                current = None
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+            path.append(part)
+            current = current[part]
+        elif current is None and not _is_tag(str(part)):
+            path.append(part)
+    return tuple(path)
+
+
+def _is_tag(part: str) -> bool:
+    return (
+        "[" in part
+        or part in ("int", "str", "bool", "float", "list", "dict", "none", "function-after", "function-before")
+        or part in ("grid", "random", "tune")
+    )
+
+
+class _LineMap:
+    """Path → line number of each YAML node, so errors can point at the line."""
+
+    def __init__(self, text: str | None):
+        self.lines: dict[tuple[str | int, ...], int] = {}
+        if text:
+            try:
+                node = yaml.compose(text, Loader=yaml.SafeLoader)
+            except yaml.YAMLError:
+                node = None
+            if node is not None:
+                self._walk(node, ())
+
+    def _walk(self, node: yaml.Node, path: tuple[str | int, ...]) -> None:
+        self.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                child = (*path, key.value)
+                self.lines[child] = key.start_mark.line + 1
+                self._walk(value, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, value in enumerate(node.value):
+                self._walk(value, (*path, i))
+
+    def line(self, path: tuple[str | int, ...]) -> int | None:
+        for end in range(len(path), -1, -1):
+            if path[:end] in self.lines:
+                return self.lines[path[:end]]
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_sweep_file(
+    path: str | Path, *, allow_unpinned: bool = False, catalog: Catalog | None = None
+) -> Sweep:
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpecError(source, [Problem((), "file not found")]) from None
+    except OSError as exc:
+        raise SpecError(source, [Problem((), f"cannot read: {exc.strerror}")]) from None
+    return parse_sweep_text(text, source=source, allow_unpinned=allow_unpinned, catalog=catalog)
+
+
+def parse_sweep_text(
+    text: str, *, source: str = "<input>", allow_unpinned: bool = False, catalog: Catalog | None = None
+) -> Sweep:
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(source, [Problem((), f"not valid YAML: {problem}", line)]) from None
+    if len(docs) != 1:
+        found = "no document" if not docs else f"{len(docs)} documents"
+        raise SpecError(source, [Problem((), f"expected one Sweep document, found {found}")])
+    return parse_sweep(docs[0], source=source, text=text, allow_unpinned=allow_unpinned, catalog=catalog)
+
+
+def parse_sweep(
+    data: Any,
+    *,
+    source: str = "<input>",
+    text: str | None = None,
+    allow_unpinned: bool = False,
+    catalog: Catalog | None = None,
+) -> Sweep:
+    """Validate a mapping (a parsed file, a custom resource's body) into a `Sweep`, or raise `SpecError`."""
+    lines = _LineMap(text)
+    if not isinstance(data, Mapping):
+        raise SpecError(source, [Problem((), f"expected a mapping with apiVersion, kind, metadata and spec, "
+                                              f"got {type(data).__name__}", 1)])
+    try:
+        sweep = Sweep.model_validate(data)
+    except ValidationError as exc:
+        problems: dict[tuple[str | int, ...], Problem] = {}
+        for error in exc.errors():
+            path = _clean_path(error["loc"], data)
+            problems.setdefault(path, Problem(path, _message(error, path), lines.line(path)))
+        raise SpecError(source, sorted(problems.values(), key=lambda p: p.line or 0)) from None
+    sweep._source = source
+    problems_list = list(_semantic_problems(sweep, catalog or load_catalog(), allow_unpinned))
+    if problems_list:
+        raise SpecError(source, [Problem(p.path, p.message, lines.line(p.path)) for p in problems_list])
+    return sweep
+
+
+def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> Iterable[Problem]:
+    spec = sweep.spec
+    matrix_axes = set_axes(spec.matrix)
+    for axis, values in matrix_axes.items():
+        seen: list[Any] = []
+        for i, value in enumerate(values):
+            if value in seen:
+                yield Problem(("spec", "matrix", axis, i), f"{_short(value)} is listed twice")
+            seen.append(value)
+    for i, gpu in enumerate(matrix_axes.get("gpu", [])):
+        if gpu not in catalog:
+            yield _unknown_gpu(("spec", "matrix", "gpu", i), gpu, catalog)
+    for kind in ("include", "exclude"):
+        for i, cell in enumerate(getattr(spec, kind)):
+            axes = set_axes(cell)
+            if not axes:
+                yield Problem(("spec", kind, i), "an empty rule; name at least one axis")
+            if "gpu" in axes and axes["gpu"] not in catalog:
+                yield _unknown_gpu(("spec", kind, i, "gpu"), axes["gpu"], catalog)
+            if kind == "exclude":
+                for axis in axes:
+                    if axis not in matrix_axes:
+                        known = ", ".join(matrix_axes) or "none"
+                        yield Problem(("spec", kind, i, axis), f"not a matrix axis (axes: {known})")
+    if isinstance(spec.search, RandomSearch) and not matrix_axes:
+        yield Problem(("spec", "search", "strategy"), "random search draws from the matrix, which is empty")
+    if isinstance(spec.search, TuneSearch):
+        for axis in spec.search.space:
+            if axis not in AXES:
+                yield Problem(("spec", "search", "space", axis), f"not an axis; axes: {', '.join(AXES)}")
+    if spec.image:
+        if spec.image not in spec.images and "/" not in spec.image and ":" not in spec.image and spec.images:
+            yield Problem(("spec", "image"), f"{spec.image!r} is not a key of spec.images "
+                                             f"({', '.join(spec.images)}) nor an image reference")
+        ref = sweep.image_reference() or ""
+        if not allow_unpinned and not DIGEST_RE.match(ref):
+            path: tuple[str | int, ...] = ("spec", "images", spec.image) if spec.image in spec.images else (
+                "spec", "image")
+            yield Problem(path, f"{ref!r} is not pinned by digest (expected NAME@sha256:<64 hex>; "
+                                "pass --allow-unpinned to accept a tag)")
+
+
+def _unknown_gpu(path: tuple[str | int, ...], gpu: str, catalog: Catalog) -> Problem:
+    hint = difflib.get_close_matches(gpu, catalog.names, n=1)
+    suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(catalog.names)}"
+    return Problem(path, f"{gpu!r} is not a GPU type in the catalog{suggestion}")
