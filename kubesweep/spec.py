@@ -238,7 +238,7 @@ class SpecError(ValueError):
         lines = []
         for p in self.problems:
             where = f"{self.source}:{p.line}" if p.line else self.source
-            lines.append(f"{where}: {p.dotted}: {p.message}")
+            lines.append(f"{where}: {p.dotted}: {p.message}" if p.path else f"{where}: {p.message}")
         return "\n".join(lines)
 
 
@@ -312,11 +312,12 @@ def _message(error: Mapping[str, Any], path: tuple[str | int, ...]) -> str:
             return f"{_short(value)} is not a Kubernetes quantity (e.g. 8, 500m, 32Gi)"
         return f"{_short(value)} does not match {ctx.get('pattern')}"
     if kind == "union_tag_invalid":
-        return f"{ctx.get('tag')!r} is not one of {ctx.get('expected_tags')}"
+        return f"{ctx.get('tag')!r} is not one of {str(ctx.get('expected_tags')).replace(chr(39), '')}"
     if kind == "union_tag_not_found":
         return f"'{ctx.get('discriminator', 'strategy')}' is required"
     msg = str(error.get("msg", kind)).removeprefix("Value error, ")
-    return f"{msg}, got {_short(value)}" if kind == "value_error" else msg
+    scalar = isinstance(value, (str, int, float, bool)) or value is None
+    return f"{msg}, got {_short(value)}" if kind == "value_error" and scalar else msg
 
 
 def _clean_path(loc: Sequence[str | int], data: Any) -> tuple[str | int, ...]:
@@ -432,6 +433,8 @@ def parse_sweep(
         problems: dict[tuple[str | int, ...], Problem] = {}
         for error in exc.errors():
             path = _clean_path(error["loc"], data)
+            if error["type"] == "union_tag_invalid":
+                path = (*path, str((error.get("ctx") or {}).get("discriminator", "")).strip("'"))
             problems.setdefault(path, Problem(path, _message(error, path), lines.line(path)))
         raise SpecError(source, sorted(problems.values(), key=lambda p: p.line or 0)) from None
     sweep._source = source
@@ -484,6 +487,6 @@ def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> 
 
 
 def _unknown_gpu(path: tuple[str | int, ...], gpu: str, catalog: Catalog) -> Problem:
-    hint = difflib.get_close_matches(gpu, catalog.names, n=1)
+    hint = [n for n in catalog.names if n.startswith(gpu)][:1] or difflib.get_close_matches(gpu, catalog.names, n=1)
     suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(catalog.names)}"
     return Problem(path, f"{gpu!r} is not a GPU type in the catalog{suggestion}")

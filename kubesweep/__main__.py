@@ -1,0 +1,3 @@
+from kubesweep.cli import main
+
+main()

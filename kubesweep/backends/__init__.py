@@ -1,0 +1,46 @@
+"""Backends run a plan's trials: `local` (processes) and `kubernetes` (Jobs). See `base.Backend`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kubesweep.backends.base import (
+    Backend,
+    BackendError,
+    Phase,
+    SweepConflict,
+    SweepNotFound,
+    SweepStatus,
+    TrialStatus,
+)
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "Phase",
+    "SweepConflict",
+    "SweepNotFound",
+    "SweepStatus",
+    "TrialStatus",
+    "make_backend",
+]
+
+BACKENDS = ("local", "kubernetes")
+
+
+def make_backend(name: str, *, home: Path | None = None, **options: Any) -> Backend:
+    """A backend by name; its SDK is imported only here, so a missing extra breaks nothing else."""
+    if name == "local":
+        from kubesweep.backends.local import LocalBackend
+
+        return LocalBackend(home, any_gpu=bool(options.get("any_gpu")), cpu_slots=int(options.get("cpu_slots", 1)))
+    if name == "kubernetes":
+        try:
+            from kubesweep.backends.kubernetes import KubernetesBackend
+        except ImportError as exc:
+            raise BackendError(
+                f"the kubernetes backend needs the k8s extra ({exc.name} is missing): pip install 'kubesweep[k8s]'"
+            ) from None
+        return KubernetesBackend(namespace=options.get("namespace"), kubeconfig=options.get("kubeconfig"))
+    raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")

@@ -1,0 +1,235 @@
+"""What the CLI shows: plan and status tables, the live progress display, the results table and exports."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from kubesweep.backends.base import Backend, Phase, SweepStatus, TrialStatus
+from kubesweep.plan import Plan
+from kubesweep.results import ResultRow, rows_for
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+PHASE_STYLE = {
+    Phase.PENDING: "dim",
+    Phase.UNSCHEDULABLE: "yellow",
+    Phase.RUNNING: "cyan",
+    Phase.SUCCEEDED: "green",
+    Phase.FAILED: "red",
+    Phase.SKIPPED: "dim",
+    Phase.CANCELLED: "magenta",
+}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if value is False:
+        return "off"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+# -- plan ------------------------------------------------------------------------------------------------
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    return {
+        "sweep": plan.sweep.name,
+        "trials": [
+            {"id": t.id, "name": t.name, "gpu": t.gpu, "repeat": t.repeat, "axes": t.axes,
+             "gpus_per_trial": t.gpus_per_trial, "job": t.job.model_dump(mode="json")}
+            for t in plan.trials
+        ],
+        "dropped": [{"axes": d.axes, "reason": d.reason} for d in plan.dropped],
+        "notes": plan.notes,
+    }
+
+
+def print_plan(console: Console, plan: Plan) -> None:
+    axes = list(dict.fromkeys(k for t in plan.trials for k in t.axes))
+    table = Table(title=f"sweep {plan.sweep.name}: {len(plan.trials)} trials", title_justify="left")
+    table.add_column("#", justify="right", style="dim")
+    table.add_column("trial")
+    table.add_column("id", style="dim")
+    for axis in axes:
+        table.add_column(axis)
+    if plan.sweep.spec.repeats > 1:
+        table.add_column("repeat", justify="right")
+    for i, t in enumerate(plan.trials, 1):
+        cells = [str(i), t.name, t.id, *(_fmt(t.axes.get(a)) for a in axes)]
+        if plan.sweep.spec.repeats > 1:
+            cells.append(str(t.repeat))
+        table.add_row(*cells)
+    console.print(table)
+    if plan.dropped:
+        dropped = Table(title=f"{len(plan.dropped)} cells dropped", title_justify="left")
+        dropped.add_column("cell")
+        dropped.add_column("reason")
+        for d in plan.dropped:
+            dropped.add_row(" ".join(f"{k}={_fmt(v)}" for k, v in d.axes.items()), d.reason)
+        console.print(dropped)
+    for note in plan.notes:
+        console.print(f"note: {note}")
+
+
+# -- status ----------------------------------------------------------------------------------------------
+
+
+def counts_text(status: SweepStatus) -> str:
+    counts = status.counts()
+    done = sum(counts[p.value] for p in Phase if p.terminal)
+    parts = [f"{done}/{len(status.trials)} done"]
+    parts += [f"{n} {phase.lower()}" for phase, n in counts.items() if n and phase != Phase.SUCCEEDED.value]
+    return ", ".join(parts)
+
+
+def status_json(status: SweepStatus) -> dict[str, Any]:
+    return {
+        "sweep": status.name,
+        "backend": status.backend,
+        "phase": status.phase,
+        "counts": dict(status.counts()),
+        "trials": [
+            {"id": t.trial_id, "name": t.name, "label": t.label, "phase": t.phase.value,
+             "outcome": t.outcome.value if t.outcome else None, "reason": t.reason, "attempts": t.attempts,
+             "results": t.results_path}
+            for t in status.trials
+        ],
+    }
+
+
+def _elapsed(t: TrialStatus) -> str:
+    if t.started_at is None:
+        return ""
+    end = t.finished_at or time.time()
+    return f"{end - t.started_at:.0f}s"
+
+
+def status_table(status: SweepStatus, only_active: bool = False) -> Table:
+    table = Table(title=f"sweep {status.name} [{status.phase}] {counts_text(status)}", title_justify="left")
+    for column in ("trial", "cell", "phase", "outcome", "time", "reason"):
+        table.add_column(column, overflow="fold" if column == "reason" else "ellipsis")
+    trials = [t for t in status.trials if t.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)] if only_active else (
+        status.trials)
+    for t in trials:
+        table.add_row(t.name, t.label, Text(t.phase.value, style=PHASE_STYLE[t.phase]),
+                      t.outcome.value if t.outcome else "", _elapsed(t), t.reason)
+    return table
+
+
+def print_status(console: Console, status: SweepStatus) -> None:
+    console.print(status_table(status))
+    if status.message:
+        console.print(status.message, style="dim")
+
+
+class ProgressView:
+    """Live table on a terminal; one line per trial transition otherwise (CI logs, pipes)."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.live: Live | None = None
+        self.seen: dict[str, tuple[Phase, str]] = {}
+        self.interactive = console.is_terminal and sys.stdout.isatty()
+
+    def update(self, status: SweepStatus) -> None:
+        if self.interactive:
+            bar = _bar(status)
+            view = Group(bar, status_table(status, only_active=True))
+            if self.live is None:
+                self.live = Live(view, console=self.console, refresh_per_second=4, transient=False)
+                self.live.start()
+            else:
+                self.live.update(view)
+            return
+        total = len(status.trials)
+        done = sum(1 for t in status.trials if t.phase.terminal)
+        for t in status.trials:
+            key = (t.phase, t.reason if t.phase == Phase.UNSCHEDULABLE else "")
+            if self.seen.get(t.trial_id) == key:
+                continue
+            first = t.trial_id not in self.seen
+            self.seen[t.trial_id] = key
+            if first and t.phase == Phase.PENDING:
+                continue
+            detail = f" {t.outcome.value}" if t.outcome and t.outcome.value != t.phase.value.lower() else ""
+            reason = f" ({t.reason})" if t.reason and t.phase != Phase.SUCCEEDED else ""
+            took = f" in {_elapsed(t)}" if t.phase.terminal and t.started_at else ""
+            self.console.print(f"[{done}/{total}] {t.name}: {t.phase.value}{detail}{took}{reason}")
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+def _bar(status: SweepStatus) -> Text:
+    total = max(1, len(status.trials))
+    done = sum(1 for t in status.trials if t.phase.terminal)
+    width = 30
+    filled = int(width * done / total)
+    return Text.assemble(("█" * filled, "green"), ("░" * (width - filled), "dim"),
+                         f" {done}/{len(status.trials)}  {counts_text(status)}")
+
+
+# -- results ---------------------------------------------------------------------------------------------
+
+RESULT_COLUMNS: list[tuple[str, str]] = [
+    ("trial", "trial"),
+    ("gpu", "gpu"),
+    ("batch_size", "batch"),
+    ("precision", "precision"),
+    ("compile", "compile"),
+    ("repeat", "rep"),
+    ("outcome", "outcome"),
+    ("samples_per_s", "samples/s"),
+    ("step_p50_ms", "step p50 ms"),
+    ("peak_mem_gib", "peak GiB"),
+    ("accuracy", "accuracy"),
+    ("train_s", "train s"),
+    ("warmup_s", "warm-up s"),
+]
+
+
+def result_rows(backend: Backend, sweep: str) -> list[ResultRow]:
+    return rows_for(backend, sweep)
+
+
+def print_results(console: Console, sweep: str, rows: Sequence[ResultRow]) -> None:
+    table = Table(title=f"sweep {sweep}: results", title_justify="left")
+    for _, header in RESULT_COLUMNS:
+        justify = "right" if header not in ("trial", "gpu", "precision", "compile", "outcome") else "left"
+        table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*(_fmt(getattr(row, key)) for key, _ in RESULT_COLUMNS))
+    console.print(table)
+
+
+def format_rows(rows: Sequence[ResultRow], fmt: str) -> str:
+    dicts = [row.as_dict() for row in rows]
+    if fmt == "json":
+        return json.dumps(dicts, indent=2) + "\n"
+    keys = [key for key, _ in RESULT_COLUMNS] + ["reason"]
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(dicts)
+        return buf.getvalue()
+    headers = [header for _, header in RESULT_COLUMNS] + ["reason"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(_fmt(d.get(k)) for k in keys) + " |" for d in dicts]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,137 @@
+"""The contract every backend passes. A backend's test module subclasses `BackendContract` and provides a
+`harness` fixture (see `Harness`). Trial outcomes are chosen by settings the harness's workload honours:
+
+  batch_size >= 256        -> outcome oom (the job's exit code 3)
+  learning_rate == 0.123   -> the job crashes (exit 1)
+  max_steps = N            -> the trial runs for about N/10 seconds
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from kubesweep.backends import Backend, Phase, SweepConflict, SweepNotFound, SweepStatus
+from kubesweep.outcomes import Outcome
+from kubesweep.plan import Plan, plan
+from kubesweep.spec import parse_sweep
+
+CRASH_LR = 0.123
+
+
+@dataclass
+class Harness:
+    backend: Backend
+    starts: Callable[[str, str], int]  # (sweep, trial_id) -> how many times the trial's workload started
+    timeout: float = 60.0
+
+
+def make_plan(name: str, matrix: dict[str, Any], **spec: Any) -> Plan:
+    doc = {
+        "apiVersion": "kubesweep.io/v1alpha1",
+        "kind": "Sweep",
+        "metadata": {"name": name},
+        "spec": {"job": {"max_steps": 2}, "matrix": matrix, "resources": {"gpus_per_trial": 0, "retries": 0},
+                 **spec},
+    }
+    return plan(parse_sweep(doc))
+
+
+def by_batch(status: SweepStatus, batch: int) -> list[Any]:
+    return [t for t in status.trials if t.axes.get("batch_size") == batch]
+
+
+class BackendContract:
+    def run(self, harness: Harness, p: Plan, **kw: Any) -> SweepStatus:
+        harness.backend.submit(p)
+        return harness.backend.wait(p.sweep.name, timeout=harness.timeout, **kw)
+
+    def test_runs_every_trial_to_an_outcome(self, harness: Harness) -> None:
+        p = make_plan("contract-basic", {"batch_size": [8, 16, 256]})
+        status = self.run(harness, p)
+        assert [t.trial_id for t in status.trials] == [t.id for t in p.trials]
+        assert all(t.phase.terminal for t in status.trials)
+        assert [t.outcome for t in status.trials] == [Outcome.SUCCEEDED, Outcome.SUCCEEDED, Outcome.OOM]
+        assert status.phase == "Succeeded"  # an OOM cell is a result, not a failure
+
+    def test_submitting_twice_starts_nothing_twice(self, harness: Harness) -> None:
+        p = make_plan("contract-twice", {"batch_size": [8, 16]})
+        self.run(harness, p)
+        again = harness.backend.submit(p)
+        harness.backend.wait(p.sweep.name, timeout=harness.timeout)
+        assert len(again.trials) == 2
+        assert [harness.starts(p.sweep.name, t.id) for t in p.trials] == [1, 1]
+
+    def test_a_failing_trial_leaves_the_others_alone(self, harness: Harness) -> None:
+        p = make_plan("contract-crash", {"batch_size": [8, 16], "learning_rate": [1e-4, CRASH_LR]})
+        status = self.run(harness, p)
+        crashed = [t for t in status.trials if t.axes["learning_rate"] == CRASH_LR]
+        fine = [t for t in status.trials if t.axes["learning_rate"] != CRASH_LR]
+        assert {t.outcome for t in crashed} == {Outcome.FAILED}
+        assert all(t.reason for t in crashed)
+        assert {t.outcome for t in fine} == {Outcome.SUCCEEDED}
+        assert status.phase == "Failed"
+
+    def test_resume_reruns_only_failed_trials(self, harness: Harness) -> None:
+        p = make_plan("contract-resume", {"batch_size": [8, 256], "learning_rate": [1e-4, CRASH_LR]})
+        # crash wins over OOM in the workload: both CRASH_LR cells fail, the bs256 1e-4 cell is an OOM
+        self.run(harness, p)
+        harness.backend.resume(p.sweep.name)
+        status = harness.backend.wait(p.sweep.name, timeout=harness.timeout)
+        starts = {t.trial_id: harness.starts(p.sweep.name, t.trial_id) for t in status.trials}
+        for t in status.trials:
+            crashed = t.axes["learning_rate"] == CRASH_LR
+            assert starts[t.trial_id] == (2 if crashed else 1), t.name
+
+    def test_cancel_stops_running_and_pending_trials(self, harness: Harness) -> None:
+        p = make_plan("contract-cancel", {"batch_size": [8, 16, 32]}, job={"max_steps": 600},
+                      concurrency={"max_parallel": 1})
+        harness.backend.submit(p)
+        seen_running: list[SweepStatus] = []
+
+        def until_running(status: SweepStatus) -> None:
+            if any(t.phase == Phase.RUNNING for t in status.trials):
+                seen_running.append(status)
+                raise _Stop
+
+        with pytest.raises(_Stop):
+            harness.backend.wait(p.sweep.name, timeout=harness.timeout, progress=until_running, interval=0.1)
+        status = harness.backend.cancel(p.sweep.name)
+        assert all(t.phase == Phase.CANCELLED for t in status.trials)
+        status = harness.backend.wait(p.sweep.name, timeout=harness.timeout)
+        assert all(t.outcome == Outcome.CANCELLED for t in status.trials)
+
+    def test_respects_max_parallel(self, harness: Harness) -> None:
+        p = make_plan("contract-parallel", {"batch_size": [1, 2, 3, 4, 5]}, job={"max_steps": 5},
+                      concurrency={"max_parallel": 2})
+        peak = 0
+
+        def watch(status: SweepStatus) -> None:
+            nonlocal peak
+            peak = max(peak, sum(1 for t in status.trials if t.phase == Phase.RUNNING))
+
+        harness.backend.submit(p)
+        harness.backend.wait(p.sweep.name, timeout=harness.timeout, progress=watch, interval=0.05)
+        assert 1 <= peak <= 2
+
+    def test_logs_show_the_trial_output(self, harness: Harness) -> None:
+        p = make_plan("contract-logs", {"batch_size": [8]})
+        self.run(harness, p)
+        text = "".join(harness.backend.logs(p.sweep.name, p.trials[0].name))
+        assert p.trials[0].name in text
+
+    def test_unknown_sweep_is_not_found(self, harness: Harness) -> None:
+        with pytest.raises(SweepNotFound):
+            harness.backend.status("contract-no-such-sweep")
+
+    def test_same_name_different_spec_is_refused(self, harness: Harness) -> None:
+        self.run(harness, make_plan("contract-conflict", {"batch_size": [8]}))
+        with pytest.raises(SweepConflict):
+            harness.backend.submit(make_plan("contract-conflict", {"batch_size": [8, 16]}))
+
+
+class _Stop(Exception):
+    pass

@@ -1,0 +1,51 @@
+"""A stand-in for `python -m kubesweep.jobs`, for backend tests that exercise orchestration, not training.
+
+It honours the job's contract — `--config trial.json --output-dir DIR`, a `results.json` with the outcome, the
+documented exit codes — and decides its outcome from the trial's settings, so a test can drive every path
+quickly:
+  job.batch_size >= 256       -> outcome oom, exit 3
+  job.learning_rate == 0.123  -> crashes with exit 1 and no results file
+  job.max_steps (if set)      -> sleeps max_steps / 10 seconds first (0.2 s by default)
+Each start appends a line to DIR/../../starts.log so tests can count how often a trial ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--output-dir", required=True)
+    args = parser.parse_args()
+    trial = json.loads(Path(args.config).read_text())
+    out = Path(args.output_dir)
+    job = trial["job"]
+    with (out.parent.parent / "starts.log").open("a") as log:
+        log.write(f"{trial['trial_id']} {os.getpid()} {os.environ.get('CUDA_VISIBLE_DEVICES', '')}\n")
+    print(f"stand-in job for {trial['name']}", flush=True)
+    time.sleep((job.get("max_steps") or 2) / 10)
+    if job.get("learning_rate") == 0.123:
+        print("simulated crash", file=sys.stderr, flush=True)
+        return 1
+    outcome, code = ("oom", 3) if job["batch_size"] >= 256 else ("succeeded", 0)
+    results = {
+        "schema": "kubesweep.io/results/v1",
+        "outcome": outcome,
+        "trial": {"id": trial["trial_id"], "name": trial["name"], "repeat": trial["repeat"]},
+        "config": trial,
+        "throughput": {"samples_per_second": 100.0 * job["batch_size"]},
+    }
+    (out / "results.json").write_text(json.dumps(results))
+    print(f"done: {outcome}", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

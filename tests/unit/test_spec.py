@@ -1,0 +1,73 @@
+"""Spec validation: every bad spec under tests/data/bad_specs gives the message its first line expects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kubesweep.spec import SpecError, load_sweep_file, parse_sweep
+
+ROOT = Path(__file__).parents[2]
+BAD = sorted((ROOT / "tests" / "data" / "bad_specs").glob("*.yaml"))
+
+
+def expected(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), f"{path} must start with '# expect: <message>'"
+    return first.removeprefix("# expect: ")
+
+
+def test_there_are_at_least_30_bad_specs() -> None:
+    assert len(BAD) >= 30
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_bad_spec_message(path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_sweep_file(path)
+    message = str(info.value)
+    want = expected(path)
+    line = f"{path}:{want}" if want[0].isdigit() else f"{path}: {want}"
+    assert message.splitlines()[0] == line
+    assert all(m.startswith(f"{path}") for m in message.splitlines()), "every problem names the file"
+
+
+@pytest.mark.parametrize("spec", sorted((ROOT / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_specs_are_valid(spec: Path) -> None:
+    sweep = load_sweep_file(spec)
+    assert sweep.name
+
+
+def test_line_numbers_point_at_the_value() -> None:
+    text = "apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: x}\nspec:\n  matrix:\n" \
+           "    precision:\n      - fp32\n      - bf61\n"
+    with pytest.raises(SpecError) as info:
+        from kubesweep.spec import parse_sweep_text
+
+        parse_sweep_text(text, source="sweeps/x.yaml")
+    assert str(info.value) == "sweeps/x.yaml:8: spec.matrix.precision[1]: 'bf61' is not one of fp32, tf32, fp16, bf16"
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "x"},
+           "spec": {"repeats": 0, "matrix": {"batch_size": [0], "precision": ["fp99"]}}}
+    with pytest.raises(SpecError) as info:
+        parse_sweep(doc, source="cr/x")
+    assert len(info.value.problems) == 3
+
+
+def test_allow_unpinned_accepts_a_tag() -> None:
+    doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "x"},
+           "spec": {"image": "registry.example/job:1.0"}}
+    with pytest.raises(SpecError):
+        parse_sweep(doc)
+    assert parse_sweep(doc, allow_unpinned=True).image_reference() == "registry.example/job:1.0"
+
+
+def test_compile_true_means_the_default_mode() -> None:
+    doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "x"},
+           "spec": {"job": {"compile": True}, "matrix": {"compile": [False, True, "max-autotune"]}}}
+    sweep = parse_sweep(doc)
+    assert sweep.spec.job.compile == "default"
+    assert sweep.spec.matrix.compile == [False, "default", "max-autotune"]
