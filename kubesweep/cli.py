@@ -15,7 +15,7 @@ import json
 import os
 import subprocess
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -45,17 +45,17 @@ console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
 
 
-class BackendName(str, Enum):
+class BackendName(StrEnum):
     local = "local"
     kubernetes = "kubernetes"
 
 
-class PlanFormat(str, Enum):
+class PlanFormat(StrEnum):
     table = "table"
     json = "json"
 
 
-class ResultsFormat(str, Enum):
+class ResultsFormat(StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
@@ -90,7 +90,7 @@ def version_callback(value: bool) -> None:
 def main_options(
     gpu_catalog: Annotated[
         Path | None,
-        typer.Option("--gpu-catalog", envvar="KUBESWEEP_GPU_CATALOG", help="GPU catalog file replacing the shipped one"),
+        typer.Option("--gpu-catalog", envvar="KUBESWEEP_GPU_CATALOG", help="GPU catalog replacing the shipped one"),
     ] = None,
     version: Annotated[
         bool, typer.Option("--version", callback=version_callback, is_eager=True, help="print the version")
@@ -268,10 +268,9 @@ def status(
     try:
         if name is None:
             names = b.list_sweeps()
-            for n in names:
-                s = b.status(n)
-                console.print(f"{n}\t{s.phase}\t{views.counts_text(s)}")
-            if not names:
+            if names:
+                views.print_sweeps(console, [b.status(n) for n in names])
+            else:
                 console.print("no sweeps")
             return
         if watch:

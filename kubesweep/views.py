@@ -7,6 +7,7 @@ import io
 import json
 import sys
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
@@ -89,11 +90,23 @@ def print_plan(console: Console, plan: Plan) -> None:
 
 
 def counts_text(status: SweepStatus) -> str:
-    counts = status.counts()
-    done = sum(counts[p.value] for p in Phase if p.terminal)
-    parts = [f"{done}/{len(status.trials)} done"]
-    parts += [f"{n} {phase.lower()}" for phase, n in counts.items() if n and phase != Phase.SUCCEEDED.value]
+    """`5/8 done, 1 oom, 2 running, 1 pending`: outcomes of finished trials, phases of the others."""
+    done = [t for t in status.trials if t.phase.terminal]
+    parts = [f"{len(done)}/{len(status.trials)} done"]
+    outcomes = Counter(t.outcome.value if t.outcome else t.phase.value.lower() for t in done)
+    parts += [f"{n} {o}" for o, n in outcomes.items() if o != "succeeded"]
+    active = Counter(t.phase.value.lower() for t in status.trials if not t.phase.terminal)
+    parts += [f"{n} {p}" for p, n in active.items()]
     return ", ".join(parts)
+
+
+def print_sweeps(console: Console, statuses: Sequence[SweepStatus]) -> None:
+    table = Table(title="sweeps", title_justify="left")
+    for column in ("sweep", "phase", "trials"):
+        table.add_column(column)
+    for s in statuses:
+        table.add_row(s.name, s.phase, counts_text(s))
+    console.print(table)
 
 
 def status_json(status: SweepStatus) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -40,6 +41,7 @@ from kubesweep.outcomes import Outcome, outcome_for_exit
 from kubesweep.plan import Plan
 
 HOME_ENV = "KUBESWEEP_HOME"
+JOB_COMMAND_ENV = "KUBESWEEP_JOB_COMMAND"
 GPUS_ENV = "KUBESWEEP_LOCAL_GPUS"
 TERM_GRACE_S = 10.0
 
@@ -122,6 +124,8 @@ class LocalBackend(Backend):
                  cpu_slots: int = 1, any_gpu: bool = False, devices: list[Device] | None = None):
         """`job_command` replaces `python -m kubesweep.jobs` (the trial's --config/--output-dir follow)."""
         self.store = Store(Path(home).expanduser() if home else default_home())
+        if job_command is None and os.environ.get(JOB_COMMAND_ENV):
+            job_command = _parse_command(os.environ[JOB_COMMAND_ENV])
         self.job_command = job_command
         self.cpu_slots = max(1, cpu_slots)
         self.any_gpu = any_gpu
@@ -396,6 +400,17 @@ class LocalBackend(Backend):
 
     def trial_dir(self, sweep: str, trial: str) -> Path:
         return self.store.trial_dir(sweep, trial)
+
+
+def _parse_command(text: str) -> list[str]:
+    """`KUBESWEEP_JOB_COMMAND`: a JSON list or a shell-like string replacing `python -m kubesweep.jobs`."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = shlex.split(text)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise BackendError(f"{JOB_COMMAND_ENV} must be a command line or a JSON list of strings, got {text!r}")
+    return value
 
 
 def _read_results(path: Path) -> dict[str, Any] | None:

@@ -40,8 +40,9 @@ def main() -> int:
         "outcome": outcome,
         "trial": {"id": trial["trial_id"], "name": trial["name"], "repeat": trial["repeat"]},
         "config": trial,
-        "throughput": {"samples_per_second": 100.0 * job["batch_size"]},
     }
+    if outcome == "succeeded":
+        results["throughput"] = {"samples_per_second": 100.0 * job["batch_size"]}
     (out / "results.json").write_text(json.dumps(results))
     print(f"done: {outcome}", flush=True)
     return code

@@ -1,0 +1,117 @@
+"""The `sweep` CLI end to end on the local backend, in subprocesses as a person runs it. The workload is the
+stand-in job (tests/support/stand_in_job.py) so these tests exercise the CLI, not training."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+STAND_IN = ROOT / "tests" / "support" / "stand_in_job.py"
+
+
+def spec(tmp_path: Path, name: str = "cli", batches: str = "[8, 16, 256]", steps: int = 2) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {{name: {name}}}\nspec:\n"
+        f"  job: {{max_steps: {steps}}}\n  matrix:\n    batch_size: {batches}\n"
+        f"  resources: {{gpus_per_trial: 0, retries: 0}}\n"
+    )
+    return path
+
+
+@pytest.fixture
+def sweep(tmp_path: Path):  # type: ignore[no-untyped-def]
+    env = {**os.environ, "KUBESWEEP_HOME": str(tmp_path / "home"), "KUBESWEEP_LOCAL_GPUS": "[]",
+           "KUBESWEEP_JOB_COMMAND": json.dumps([sys.executable, str(STAND_IN)]), "COLUMNS": "200"}
+
+    def run(*args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "kubesweep", *args], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120)
+        if check is not None:
+            assert proc.returncode == check, proc.stdout + proc.stderr
+        return proc
+
+    return run
+
+
+def test_help_and_version(sweep) -> None:  # type: ignore[no-untyped-def]
+    assert "submit" in sweep("--help").stdout
+    assert "kubesweep 0.1.0" in sweep("--version").stdout
+
+
+def test_cli_works_without_the_extras(tmp_path: Path) -> None:
+    """validate/plan/--help import none of torch, transformers, mlflow, kubernetes, ray."""
+    blocked = ["torch", "transformers", "datasets", "mlflow", "kubernetes", "kopf", "ray", "optuna"]
+    code = (f"import sys\nfor m in {blocked!r}: sys.modules[m] = None\n"
+            "from kubesweep.cli import main\nmain()")
+    for args in (["--help"], ["validate", str(ROOT / "sweeps/gpu_matrix.yaml")],
+                 ["plan", str(ROOT / "sweeps/gpu_matrix.yaml"), "-o", "json"]):
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_validate_exit_codes(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert "valid" in sweep("validate", str(spec(tmp_path))).stdout
+    bad = ROOT / "tests/data/bad_specs/39-unknown-precision.yaml"
+    proc = sweep("validate", str(bad), check=2)
+    assert proc.stderr.startswith(f"{bad}:7: spec.matrix.precision[2]: 'bf61' is not one of")
+    assert "Traceback" not in proc.stderr
+
+
+def test_plan_json(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = json.loads(sweep("plan", str(spec(tmp_path)), "-o", "json").stdout)
+    assert [t["axes"]["batch_size"] for t in out["trials"]] == [8, 16, 256]
+
+
+def test_submit_status_logs_results(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    proc = sweep("submit", str(spec(tmp_path)))
+    assert "3/3" in proc.stdout and "results" in proc.stdout
+    status = json.loads(sweep("status", "cli", "-o", "json").stdout)
+    assert status["phase"] == "Succeeded"
+    assert sorted(t["outcome"] for t in status["trials"]) == ["oom", "succeeded", "succeeded"]
+    trial = status["trials"][0]["name"]
+    assert trial in sweep("logs", "cli", trial).stdout
+    rows = json.loads(sweep("results", "cli", "--format", "json").stdout)
+    assert [r["samples_per_s"] for r in rows] == [800.0, 1600.0, None]
+    assert sweep("results", "cli", "--format", "csv").stdout.startswith("trial,gpu,batch_size")
+    assert "| trial |" in sweep("results", "cli", "--format", "markdown").stdout
+    listing = sweep("status").stdout
+    assert "cli" in listing and "Succeeded" in listing and "3/3 done, 1 oom" in listing
+
+
+def test_failed_trial_gives_exit_1_and_resume_reruns_it(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = spec(tmp_path)
+    path.write_text(path.read_text().replace("max_steps: 2}", "max_steps: 2, learning_rate: 0.123}"))
+    sweep("submit", str(path), check=1)
+    sweep("resume", "cli", check=1)
+    starts = (tmp_path / "home/sweeps/cli/starts.log").read_text().splitlines()
+    assert len(starts) == 6
+
+
+def test_not_found_is_exit_3(sweep) -> None:  # type: ignore[no-untyped-def]
+    assert "no local sweep named 'nope'" in sweep("status", "nope", check=3).stderr
+    sweep("logs", "nope", "x", check=3)
+
+
+def test_detach_then_cancel(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sweep("submit", str(spec(tmp_path, "slow", "[1, 2, 3]", steps=600)), "--detach")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = json.loads(sweep("status", "slow", "-o", "json").stdout)
+        if any(t["phase"] == "Running" for t in status["trials"]):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("no trial started")
+    assert "cancelled" in sweep("cancel", "slow").stdout
+    status = json.loads(sweep("status", "slow", "-o", "json").stdout)
+    assert {t["phase"] for t in status["trials"]} == {"Cancelled"}
+    sweep("delete", "slow")
+    sweep("status", "slow", check=3)

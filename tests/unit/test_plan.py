@@ -1,0 +1,118 @@
+"""Planner properties: count = product - excluded - dropped, ids stable and unique, names valid DNS labels."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubesweep.gpus import default_catalog
+from kubesweep.plan import interleave, plan
+from kubesweep.spec import parse_sweep
+
+DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+GPUS = default_catalog().names
+
+
+def sweep_doc(name: str, matrix: dict[str, Any], exclude: list[dict[str, Any]] | None = None,
+              repeats: int = 1) -> dict[str, Any]:
+    return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": name},
+            "spec": {"matrix": matrix, "exclude": exclude or [], "repeats": repeats}}
+
+
+names = st.from_regex(r"[a-z][a-z0-9-]{0,61}[a-z0-9]", fullmatch=True).filter(lambda s: "--" not in s)
+matrices = st.fixed_dictionaries(
+    {},
+    optional={
+        "gpu": st.lists(st.sampled_from(GPUS), min_size=1, max_size=4, unique=True),
+        "batch_size": st.lists(st.integers(1, 4096), min_size=1, max_size=4, unique=True),
+        "precision": st.lists(st.sampled_from(["fp32", "tf32", "fp16", "bf16"]), min_size=1, max_size=4, unique=True),
+        "compile": st.lists(st.sampled_from([False, "default", "max-autotune"]), min_size=1, max_size=3, unique=True),
+        "learning_rate": st.lists(st.floats(1e-6, 1e-2), min_size=1, max_size=3, unique=True),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(name=names, matrix=matrices, repeats=st.integers(1, 3), data=st.data())
+def test_plan_properties(name: str, matrix: dict[str, Any], repeats: int, data: st.DataObject) -> None:
+    exclude: list[dict[str, Any]] = []
+    if matrix:
+        axis = data.draw(st.sampled_from(sorted(matrix)))
+        exclude = [{axis: data.draw(st.sampled_from(matrix[axis]))}]
+    sweep = parse_sweep(sweep_doc(name, matrix, exclude, repeats))
+    p = plan(sweep)
+    product = 1
+    for values in matrix.values():
+        product *= len(values)
+    excluded = product // len(matrix[next(iter(exclude[0]))]) if exclude else 0
+    assert len(p.trials) + len(p.dropped) * repeats == (product - excluded) * repeats
+    ids = [t.id for t in p.trials]
+    assert len(set(ids)) == len(ids)
+    assert [t.id for t in plan(parse_sweep(sweep_doc(name, matrix, exclude, repeats))).trials] == ids
+    names_ = [t.name for t in p.trials]
+    assert len(set(names_)) == len(names_)
+    assert all(len(n) <= 63 and DNS.match(n) for n in names_), names_
+    for d in p.dropped:
+        assert d.axes.get("gpu") and d.reason
+
+
+def test_ids_ignore_key_order_and_settings_left_at_default() -> None:
+    a = plan(parse_sweep(sweep_doc("s", {"batch_size": [8], "precision": ["fp32"]})))
+    b = plan(parse_sweep({**sweep_doc("s", {"precision": ["fp32"], "batch_size": [8]}),
+                          "spec": {"matrix": {"precision": ["fp32"], "batch_size": [8]},
+                                   "job": {"epochs": 3.0}}}))
+    assert [t.id for t in a.trials] == [t.id for t in b.trials]
+
+
+def test_bf16_on_v100_is_dropped_with_the_reason() -> None:
+    p = plan(parse_sweep(sweep_doc("s", {"gpu": ["v100-32gb", "a100-40gb"], "precision": ["fp32", "bf16"]})))
+    assert len(p.trials) == 3
+    assert [d.axes for d in p.dropped] == [{"gpu": "v100-32gb", "precision": "bf16"}]
+    assert "bf16 is not supported on Tesla-V100-SXM2-32GB" in p.dropped[0].reason
+
+
+def test_gpu_types_interleave() -> None:
+    p = plan(parse_sweep(sweep_doc("s", {"gpu": ["l4", "l40s", "h100-80gb"], "batch_size": [8, 16, 32]})))
+    assert [t.gpu for t in p.trials[:3]] == ["l4", "l40s", "h100-80gb"]
+    assert [t.gpu for t in p.trials[3:6]] == ["l4", "l40s", "h100-80gb"]
+
+
+def test_interleave_keeps_each_types_order() -> None:
+    p = plan(parse_sweep(sweep_doc("s", {"gpu": ["l4", "t4"], "batch_size": [1, 2, 3]})))
+    again = interleave(p.trials)
+    for gpu in ("l4", "t4"):
+        assert [t.axes["batch_size"] for t in again if t.gpu == gpu] == [1, 2, 3]
+
+
+def test_names_are_readable() -> None:
+    p = plan(parse_sweep(sweep_doc("bert-gpu-matrix", {"gpu": ["h100-80gb"], "batch_size": [32],
+                                                      "precision": ["bf16"], "compile": [True]})))
+    assert re.fullmatch(r"bert-gpu-matrix-h100-80gb-bs32-bf16-c-[0-9a-f]{8}", p.trials[0].name)
+
+
+def test_include_adds_cells_once() -> None:
+    doc = sweep_doc("s", {"batch_size": [8, 16]})
+    doc["spec"]["include"] = [{"batch_size": 64, "precision": "bf16"}, {"batch_size": 64, "precision": "bf16"}]
+    p = plan(parse_sweep(doc))
+    assert [t.axes for t in p.trials] == [
+        {"batch_size": 8}, {"batch_size": 16}, {"batch_size": 64, "precision": "bf16"}
+    ]
+
+
+def test_random_search_draws_a_stable_subset() -> None:
+    doc = sweep_doc("s", {"batch_size": [1, 2, 3, 4, 5, 6], "precision": ["fp32", "bf16"]})
+    doc["spec"]["search"] = {"strategy": "random", "num_samples": 4, "seed": 7}
+    first = plan(parse_sweep(doc))
+    assert len(first.trials) == 4
+    assert [t.id for t in plan(parse_sweep(doc)).trials] == [t.id for t in first.trials]
+
+
+def test_exclude_rule_with_two_keys() -> None:
+    doc = sweep_doc("s", {"gpu": ["l4", "a100-40gb"], "precision": ["fp32", "fp16"]},
+                    exclude=[{"gpu": "l4", "precision": "fp16"}])
+    cells = {(t.gpu, t.job.precision) for t in plan(parse_sweep(doc)).trials}
+    assert cells == set(itertools.product(["l4", "a100-40gb"], ["fp32", "fp16"])) - {("l4", "fp16")}
