@@ -42,5 +42,6 @@ def make_backend(name: str, *, home: Path | None = None, **options: Any) -> Back
             raise BackendError(
                 f"the kubernetes backend needs the k8s extra ({exc.name} is missing): pip install 'kubesweep[k8s]'"
             ) from None
-        return KubernetesBackend(namespace=options.get("namespace"), kubeconfig=options.get("kubeconfig"))
+        backend: Backend = KubernetesBackend(namespace=options.get("namespace"), kubeconfig=options.get("kubeconfig"))
+        return backend
     raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
