@@ -167,6 +167,23 @@ def plan_cmd(
 
 
 @app.command()
+def render(
+    file: SpecFile,
+    allow_unpinned: AllowUnpinned = False,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Print the Kubernetes manifests (a YAML stream) the spec's trials run as."""
+    from kubesweep.manifests import RenderError, render_plan, to_yaml
+
+    sweep = load(file, allow_unpinned)
+    try:
+        objects = render_plan(make_plan(sweep), allow_unpinned=allow_unpinned, namespace=namespace)
+    except RenderError as exc:
+        fail(str(exc), EXIT_USAGE)
+    sys.stdout.write(to_yaml(objects))
+
+
+@app.command()
 def submit(
     file: SpecFile,
     backend: BackendOpt = BackendName.local,

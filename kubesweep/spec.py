@@ -107,6 +107,16 @@ class Resources(StrictModel):
     shm_size: str = Field("8Gi", pattern=QUANTITY, description="/dev/shm size for DataLoader workers")
     deadline_seconds: int = Field(6 * 3600, ge=60, description="a trial running longer is stopped")
     retries: int = Field(1, ge=0, description="re-runs of a failed trial (OOM and GPU mismatch never retry)")
+    ttl_seconds_after_finished: int = Field(7 * 86400, ge=0, description="finished Jobs are deleted after this")
+
+
+class Storage(StrictModel):
+    """Persistent volumes a trial mounts; without them, scratch volumes that end with the pod."""
+
+    cache_claim: str | None = Field(None, pattern=DNS1123_LABEL,
+                                    description="PVC for the Hugging Face cache and the compile cache (/cache)")
+    checkpoint_claim: str | None = Field(None, pattern=DNS1123_LABEL,
+                                         description="PVC for checkpoints (/checkpoints), so a retried pod resumes")
 
 
 class Concurrency(StrictModel):
@@ -171,6 +181,8 @@ class SweepSpec(StrictModel):
     resources: Resources = Field(default_factory=Resources)
     concurrency: Concurrency = Field(default_factory=Concurrency)
     tracking: Tracking = Field(default_factory=Tracking)
+    storage: Storage = Field(default_factory=Storage)
+    service_account: str | None = Field(None, pattern=DNS1123_LABEL, description="ServiceAccount of trial pods")
     search: Search = Field(default_factory=GridSearch)
     suspend: bool = Field(False, description="true: start no new trials")
 

@@ -1,0 +1,135 @@
+"""Rendering: every manifest passes strict offline validation against the Kubernetes OpenAPI schemas, and
+carries what the trial needs (the server-side dry run is in tests/cluster)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from kubesweep.manifests import ANNOTATION_CONFIG, RenderError, render_plan, to_yaml, trial_config_from_job
+from kubesweep.plan import plan
+from kubesweep.spec import parse_sweep
+
+K8S_VERSION = "1.37.0"
+DIGEST = "registry.example/kubesweep-job@sha256:" + "ab" * 32
+
+
+def sweep_doc(**spec: Any) -> dict[str, Any]:
+    base = {"image": DIGEST, "matrix": {"gpu": ["h100-80gb", "l4"], "precision": ["bf16"]}}
+    return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "render"},
+            "spec": {**base, **spec}}
+
+
+def rendered(**spec: Any) -> list[dict[str, Any]]:
+    return render_plan(plan(parse_sweep(sweep_doc(**spec))), namespace="bench")
+
+
+def pod(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+CASES = {
+    "single-gpu": {},
+    "multi-gpu": {"resources": {"gpus_per_trial": 4}},
+    "multi-node": {"resources": {"gpus_per_trial": 8, "num_nodes": 2}},
+    "cpu": {"matrix": {"batch_size": [8]}, "resources": {"gpus_per_trial": 0}},
+    "volumes": {"storage": {"cache_claim": "hf-cache", "checkpoint_claim": "ckpt"}, "service_account": "trials"},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_manifest_validates_strictly(case: str) -> None:
+    for obj in rendered(**CASES[case]):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_gpu_trial_targets_the_exact_product_label() -> None:
+    jobs = rendered()
+    selectors = [pod(j)["nodeSelector"] for j in jobs]
+    assert selectors == [{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, {"nvidia.com/gpu.product": "NVIDIA-L4"}]
+    container = pod(jobs[0])["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert pod(jobs[0])["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
+def test_restricted_pod_security() -> None:
+    spec = pod(rendered()[0])
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = spec["containers"][0]["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_command_is_a_list_and_config_travels_as_annotation() -> None:
+    job = rendered()[0]
+    container = pod(job)["containers"][0]
+    assert container["command"][:3] == ["python", "-m", "kubesweep.jobs"]
+    config = trial_config_from_job(job)
+    assert config is not None and config["gpu_product"] == "NVIDIA-H100-80GB-HBM3"
+    items = pod(job)["volumes"][0]["downwardAPI"]["items"]
+    assert items[0]["fieldRef"]["fieldPath"] == f"metadata.annotations['{ANNOTATION_CONFIG}']"
+
+
+def test_hostile_values_never_reach_a_shell() -> None:
+    job = rendered(job={"model": "x; rm -rf / #", "dataset": "$(reboot)"})[0]
+    container = pod(job)["containers"][0]
+    assert "sh" not in container["command"][0]
+    assert json.loads(job["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG])["job"]["model"] == (
+        "x; rm -rf / #")
+
+
+def test_multi_gpu_runs_torchrun() -> None:
+    container = pod(rendered(resources={"gpus_per_trial": 4})[0])["containers"][0]
+    assert container["command"][:4] == ["python", "-m", "torch.distributed.run", "--nproc_per_node=4"]
+
+
+def test_multi_node_is_an_indexed_job_with_a_headless_service() -> None:
+    objects = rendered(resources={"gpus_per_trial": 8, "num_nodes": 2})
+    service, job = objects[0], objects[1]
+    assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 2
+    assert pod(job)["subdomain"] == service["metadata"]["name"]
+    assert any(a.startswith("--rdzv_endpoint=") for a in pod(job)["containers"][0]["command"])
+
+
+def test_failure_policy_never_retries_oom_and_ignores_disruptions() -> None:
+    rules = rendered()[0]["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "FailJob", "onExitCodes": {"containerName": "job", "operator": "In",
+                                                            "values": [3, 4]}}
+    assert rules[1]["action"] == "Ignore"
+
+
+def test_tracking_env_never_sets_the_run_id() -> None:
+    from kubesweep.manifests import TrackingEnv
+
+    p = plan(parse_sweep(sweep_doc()))
+    job = render_plan(p, tracking=TrackingEnv("http://mlflow:5000", "exp", "parent123"))[0]
+    names = {e["name"] for e in pod(job)["containers"][0]["env"]}
+    assert {"MLFLOW_TRACKING_URI", "KUBESWEEP_PARENT_RUN_ID", "KUBESWEEP_TRIAL_ID"} <= names
+    assert "MLFLOW_RUN_ID" not in names
+
+
+def test_unpinned_image_is_refused_unless_allowed() -> None:
+    doc = sweep_doc(image="registry.example/job:1.0")
+    p = plan(parse_sweep(doc, allow_unpinned=True))
+    with pytest.raises(RenderError, match="not pinned by digest"):
+        render_plan(p)
+    assert render_plan(p, allow_unpinned=True)
+
+
+def test_missing_image_is_a_clear_error() -> None:
+    doc = sweep_doc()
+    del doc["spec"]["image"]
+    with pytest.raises(RenderError, match=r"spec\.image is required"):
+        render_plan(plan(parse_sweep(doc)))
+
+
+def test_yaml_stream_has_no_anchors() -> None:
+    text = to_yaml(rendered())
+    assert "&id" not in text and "*id" not in text
+    assert len(list(yaml.safe_load_all(text))) == 2
