@@ -1,0 +1,131 @@
+"""Kubernetes objects → trial phase and outcome. Pure functions over the API's JSON, testable without a cluster.
+
+The mapping:
+  Job Complete                                  -> Succeeded / succeeded
+  Job Failed, container exit 3 or OOMKilled     -> Failed / oom
+  Job Failed, container exit 4                  -> Failed / gpu_mismatch
+  Job Failed, DeadlineExceeded                  -> Failed / failed ("deadline exceeded after N s")
+  Job Failed, otherwise                         -> Failed / failed (reason, exit code, termination message)
+  pod PodScheduled=False, Unschedulable         -> Unschedulable, with the scheduler's message
+  pod running                                   -> Running
+  otherwise                                     -> Pending
+A JSON termination message written by the job (`{"outcome": ...}`) overrides the exit-code mapping.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kubesweep.backends.base import Phase
+from kubesweep.outcomes import ExitCode, Outcome
+
+
+@dataclass(frozen=True)
+class Observed:
+    phase: Phase
+    outcome: Outcome | None = None
+    reason: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+    summary: dict[str, Any] | None = None  # the job's termination message, when JSON
+
+
+def _ts(value: str | None) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for cond in obj.get("status", {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return cond  # type: ignore[no-any-return]
+    return None
+
+
+def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        state = status.get("state", {}).get("terminated") or status.get("lastState", {}).get("terminated")
+        if state:
+            return state  # type: ignore[no-any-return]
+    return None
+
+
+def _summary(term: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    message = (term or {}).get("message") or ""
+    try:
+        data = json.loads(message)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _newest(pods: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    ordered = sorted(pods, key=lambda p: p.get("metadata", {}).get("creationTimestamp") or "")
+    return ordered[-1] if ordered else None
+
+
+def pod_failure(pod: Mapping[str, Any]) -> tuple[Outcome, str]:
+    """Outcome and reason of a failed pod."""
+    status = pod.get("status", {})
+    term = _terminated(pod)
+    summary = _summary(term)
+    if summary and summary.get("outcome") in {o.value for o in Outcome}:
+        return Outcome(summary["outcome"]), str(summary.get("error") or summary.get("reason") or "")
+    if status.get("reason") == "Evicted" or _condition(pod, "DisruptionTarget"):
+        return Outcome.FAILED, f"evicted: {status.get('message') or 'disrupted'}"
+    if term:
+        code = term.get("exitCode")
+        reason = term.get("reason") or "Error"
+        if reason == "OOMKilled":
+            return Outcome.OOM, f"OOMKilled (exit code {code})"
+        if code == ExitCode.OOM:
+            return Outcome.OOM, "CUDA out of memory"
+        if code == ExitCode.GPU_MISMATCH:
+            return Outcome.GPU_MISMATCH, (term.get("message") or "the GPU is not the type asked for").strip()
+        tail = (term.get("message") or "").strip().splitlines()[-1:] or [""]
+        return Outcome.FAILED, f"{reason}: exit code {code}" + (f": {tail[0][:300]}" if tail[0] else "")
+    return Outcome.FAILED, status.get("reason") or "failed"
+
+
+def observe(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> Observed:
+    if job is None:
+        return Observed(Phase.PENDING)
+    pods = list(pods)
+    status = job.get("status", {})
+    started = _ts(status.get("startTime"))
+    newest = _newest(pods)
+    if _condition(job, "Complete"):
+        term = _terminated(newest) if newest else None
+        summary = _summary(term)
+        outcome = Outcome(summary["outcome"]) if summary and summary.get("outcome") == "succeeded" else (
+            Outcome.SUCCEEDED)
+        return Observed(Phase.SUCCEEDED, outcome, "", started, _ts(status.get("completionTime")), summary)
+    failed = _condition(job, "Failed")
+    if failed:
+        finished = _ts(failed.get("lastTransitionTime"))
+        failed_pods = [p for p in pods if p.get("status", {}).get("phase") == "Failed"]
+        last = _newest(failed_pods)
+        if failed.get("reason") == "DeadlineExceeded":
+            deadline = job.get("spec", {}).get("activeDeadlineSeconds")
+            return Observed(Phase.FAILED, Outcome.FAILED, f"deadline exceeded after {deadline} s", started, finished)
+        if last is not None:
+            outcome, reason = pod_failure(last)
+            return Observed(Phase.FAILED, outcome, reason, started, finished, _summary(_terminated(last)))
+        return Observed(Phase.FAILED, Outcome.FAILED, f"{failed.get('reason')}: {failed.get('message', '')}".strip(),
+                        started, finished)
+    if newest is not None:
+        pod_status = newest.get("status", {})
+        if pod_status.get("phase") == "Running":
+            return Observed(Phase.RUNNING, started_at=started)
+        for cond in pod_status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and (
+                    cond.get("reason") == "Unschedulable"):
+                return Observed(Phase.UNSCHEDULABLE, reason=cond.get("message", "unschedulable"))
+    if status.get("active"):
+        return Observed(Phase.PENDING, started_at=started)
+    return Observed(Phase.PENDING)

@@ -1,0 +1,517 @@
+"""The Kubernetes backend: each trial a Job (rendered by `kubesweep.manifests`), followed by watches.
+
+State lives in the cluster, so any shell (or the operator) can pick a sweep up:
+- the sweep's spec and the outcomes of finished trials in a ConfigMap `kubesweep-sweep-<name>` (outcomes survive
+  the Jobs' `ttlSecondsAfterFinished`); the operator keeps the same in the Sweep's status instead;
+- the trials themselves as Jobs labelled `kubesweep.io/sweep` and `kubesweep.io/trial`.
+
+`reconcile` is the one step everything uses: observe the sweep's Jobs and pods, record newly finished outcomes,
+and create the next trials the concurrency limits allow (server-side apply, field manager `kubesweep`;
+idempotent). Whoever waits on a sweep drives it by calling `reconcile` whenever a watch reports a change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubesweep.backends.base import (
+    Backend,
+    BackendError,
+    Phase,
+    SweepConflict,
+    SweepNotFound,
+    SweepStatus,
+    TrialStatus,
+)
+from kubesweep.backends.k8s_status import Observed, observe
+from kubesweep.manifests import (
+    FIELD_MANAGER,
+    LABEL_SWEEP,
+    LABEL_TRIAL,
+    RenderError,
+    TrackingEnv,
+    render_trial,
+    resolve_image,
+    sweep_labels,
+)
+from kubesweep.outcomes import Outcome
+from kubesweep.plan import Plan, Trial, plan
+from kubesweep.spec import SpecError, Sweep, parse_sweep
+
+STATE_PREFIX = "kubesweep-sweep-"
+STATE_COMPONENT = "sweep-state"
+APPLY = "application/apply-patch+yaml"
+WRITE_THREADS = 8
+PodAnnotations = Callable[[Trial], Mapping[str, str]]
+
+
+def _import_client() -> Any:
+    try:
+        import kubernetes
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise BackendError("the kubernetes backend needs the k8s extra: pip install 'kubesweep[k8s]'") from exc
+    return kubernetes
+
+
+@dataclass
+class Recorded:
+    """A finished trial's outcome as recorded in the sweep's state."""
+
+    outcome: Outcome
+    reason: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"outcome": self.outcome.value, "reason": self.reason, "started": self.started_at,
+                "finished": self.finished_at}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Recorded:
+        return cls(Outcome(data["outcome"]), data.get("reason", ""), data.get("started"), data.get("finished"))
+
+
+@dataclass
+class SweepState:
+    sweep: Sweep
+    outcomes: dict[str, Recorded] = field(default_factory=dict)
+    cancelled: bool = False
+    parent_run_id: str | None = None
+
+
+class _Informer:
+    """A label-selected list+watch of Jobs or Pods in one namespace: resumes from resourceVersion and
+    re-lists on 410 Gone. `changed` is set on every event."""
+
+    def __init__(self, list_fn: Callable[..., Any], namespace: str, selector: str, changed: threading.Event):
+        self.list_fn = list_fn
+        self.namespace = namespace
+        self.selector = selector
+        self.changed = changed
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.synced = threading.Event()
+        self.error: Exception | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{selector}")
+        self.thread.start()
+
+    def _list(self) -> str:
+        resp = self.list_fn(self.namespace, label_selector=self.selector, _preload_content=False)
+        body = json.loads(resp.data)
+        with self.lock:
+            self.objects = {o["metadata"]["name"]: o for o in body.get("items", [])}
+        self.synced.set()
+        self.changed.set()
+        return str(body["metadata"]["resourceVersion"])
+
+    def _run(self) -> None:
+        version = ""
+        while not self.stopped.is_set():
+            try:
+                if not version:
+                    version = self._list()
+                resp = self.list_fn(self.namespace, label_selector=self.selector, watch=True,
+                                    resource_version=version, allow_watch_bookmarks=True, timeout_seconds=30,
+                                    _preload_content=False, _request_timeout=40)
+                for line in resp:
+                    if self.stopped.is_set():
+                        break
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object", {})
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:  # our resourceVersion is too old: re-list
+                            version = ""
+                        break
+                    version = obj.get("metadata", {}).get("resourceVersion", version)
+                    if kind == "BOOKMARK":
+                        continue
+                    with self.lock:
+                        if kind == "DELETED":
+                            self.objects.pop(obj["metadata"]["name"], None)
+                        else:
+                            self.objects[obj["metadata"]["name"]] = obj
+                    self.changed.set()
+                resp.release_conn()
+            except Exception as exc:  # the API server went away or the watch broke: back off, re-list
+                self.error = exc
+                version = ""
+                self.stopped.wait(1.0)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.objects.values())
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+@dataclass
+class _Follower:
+    changed: threading.Event
+    jobs: _Informer
+    pods: _Informer
+
+
+class KubernetesBackend(Backend):
+    name = "kubernetes"
+
+    def __init__(self, namespace: str | None = None, kubeconfig: str | Path | None = None, *,
+                 api_client: Any = None, tracking: TrackingEnv | None = None, allow_unpinned: bool = False,
+                 pod_annotations: PodAnnotations | None = None):
+        k8s = _import_client()
+        if api_client is None:
+            api_client, context_namespace = _load_config(k8s, kubeconfig)
+        else:
+            context_namespace = None
+        self.client = api_client
+        self.core = k8s.client.CoreV1Api(api_client)
+        self.batch = k8s.client.BatchV1Api(api_client)
+        self.ApiException = k8s.client.exceptions.ApiException
+        self.namespace = namespace or context_namespace or "default"
+        self.tracking = tracking
+        self.allow_unpinned = allow_unpinned
+        self.pod_annotations = pod_annotations
+        self.writes = 0  # API write requests made, for benchmarks
+        self._followers: dict[str, _Follower] = {}
+        self._plans: dict[str, Plan] = {}
+
+    # -- state ----------------------------------------------------------------------------------------
+
+    def _state_name(self, sweep: str) -> str:
+        return f"{STATE_PREFIX}{sweep}"
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except self.ApiException as exc:
+            if exc.status == 404:
+                raise
+            raise BackendError(_api_error(exc)) from None
+        except Exception as exc:
+            if isinstance(exc, BackendError):
+                raise
+            raise BackendError(f"cannot reach the Kubernetes API: {exc}") from None
+
+    def _load_state(self, sweep: str) -> SweepState:
+        try:
+            cm = self._call(self.core.read_namespaced_config_map, self._state_name(sweep), self.namespace)
+        except self.ApiException:
+            raise SweepNotFound(f"no sweep named {sweep!r} in namespace {self.namespace}") from None
+        data = cm.data or {}
+        try:
+            parsed = parse_sweep(json.loads(data["sweep.json"]), source=f"configmap/{cm.metadata.name}",
+                                 allow_unpinned=True)
+        except (KeyError, ValueError, SpecError) as exc:
+            raise BackendError(f"the state of sweep {sweep!r} is unreadable: {exc}") from None
+        outcomes = {k: Recorded.from_json(v) for k, v in json.loads(data.get("outcomes.json", "{}")).items()}
+        return SweepState(parsed, outcomes, data.get("cancelled") == "true", data.get("parent_run_id") or None)
+
+    def _save_state(self, sweep: Sweep, *, outcomes: Mapping[str, Recorded] | None = None,
+                    cancelled: bool | None = None, parent_run_id: str | None = None) -> None:
+        data: dict[str, str] = {"sweep.json": json.dumps(sweep.to_document(), sort_keys=True)}
+        if outcomes is not None:
+            data["outcomes.json"] = json.dumps({k: v.to_json() for k, v in outcomes.items()}, sort_keys=True)
+        if cancelled is not None:
+            data["cancelled"] = "true" if cancelled else "false"
+        if parent_run_id:
+            data["parent_run_id"] = parent_run_id
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": self._state_name(sweep.name), "namespace": self.namespace,
+                             "labels": {**sweep_labels(sweep.name), "app.kubernetes.io/component": STATE_COMPONENT}},
+                "data": data}
+        self._apply(self.core.patch_namespaced_config_map, body)
+
+    def _apply(self, patch_fn: Callable[..., Any], body: Mapping[str, Any]) -> None:
+        self.writes += 1
+        self._call(patch_fn, body["metadata"]["name"], self.namespace, body, field_manager=FIELD_MANAGER,
+                   force=True, _content_type=APPLY)
+
+    def _plan_for(self, state: SweepState) -> Plan:
+        cached = self._plans.get(state.sweep.name)
+        if cached is None or cached.sweep.to_document() != state.sweep.to_document():
+            cached = self._plans[state.sweep.name] = plan(state.sweep)
+        return cached
+
+    # -- observing ----------------------------------------------------------------------------------------
+
+    def _objects(self, sweep: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        follower = self._followers.get(sweep)
+        if follower is not None and follower.jobs.synced.is_set() and follower.pods.synced.is_set():
+            return follower.jobs.snapshot(), follower.pods.snapshot()
+        selector = f"{LABEL_SWEEP}={sweep}"
+        jobs = json.loads(self._call(self.batch.list_namespaced_job, self.namespace, label_selector=selector,
+                                     _preload_content=False).data)["items"]
+        pods = json.loads(self._call(self.core.list_namespaced_pod, self.namespace, label_selector=selector,
+                                     _preload_content=False).data)["items"]
+        return jobs, pods
+
+    def _observe(self, state: SweepState, p: Plan) -> dict[str, tuple[Observed, bool]]:
+        """trial id → (what the cluster says, whether its Job exists)."""
+        jobs, pods = self._objects(state.sweep.name)
+        jobs_by_trial = {j["metadata"]["labels"].get(LABEL_TRIAL): j for j in jobs}
+        pods_by_trial: dict[str, list[dict[str, Any]]] = {}
+        for pod in pods:
+            pods_by_trial.setdefault(pod["metadata"].get("labels", {}).get(LABEL_TRIAL, ""), []).append(pod)
+        out = {}
+        for trial in p.trials:
+            job = jobs_by_trial.get(trial.id)
+            out[trial.id] = (observe(job, pods_by_trial.get(trial.id, [])), job is not None)
+        return out
+
+    def _statuses(self, state: SweepState, p: Plan, seen: Mapping[str, tuple[Observed, bool]]) -> list[TrialStatus]:
+        statuses = []
+        for trial in p.trials:
+            observed, exists = seen[trial.id]
+            recorded = state.outcomes.get(trial.id)
+            if recorded and not (exists and not observed.phase.terminal):
+                phase = _phase_for(recorded.outcome)
+                statuses.append(TrialStatus(trial.id, trial.name, trial.label(), trial.gpu, phase, recorded.outcome,
+                                            recorded.reason, 1, recorded.started_at, recorded.finished_at,
+                                            axes=trial.axes))
+            else:
+                phase = Phase.CANCELLED if state.cancelled and not observed.phase.terminal else observed.phase
+                outcome = Outcome.CANCELLED if phase == Phase.CANCELLED else observed.outcome
+                statuses.append(TrialStatus(trial.id, trial.name, trial.label(), trial.gpu, phase, outcome,
+                                            observed.reason, 1 if exists else 0, observed.started_at,
+                                            observed.finished_at, axes=trial.axes))
+        return statuses
+
+    def _status_impl(self, sweep: str) -> SweepStatus:
+        state = self._load_state(sweep)
+        p = self._plan_for(state)
+        trials = self._statuses(state, p, self._observe(state, p))
+        return SweepStatus(sweep, self.name, trials, message=f"namespace {self.namespace}")
+
+    # -- driving ----------------------------------------------------------------------------------------
+
+    def _submit_impl(self, plan: Plan) -> None:
+        sweep = plan.sweep
+        try:
+            resolve_image(sweep, allow_unpinned=self.allow_unpinned)
+        except RenderError as exc:
+            raise BackendError(str(exc)) from None
+        try:
+            existing = self._load_state(sweep.name)
+        except SweepNotFound:
+            existing = None
+        if existing is not None and existing.sweep.to_document() != sweep.to_document():
+            raise SweepConflict(f"a sweep named {sweep.name!r} already exists in namespace {self.namespace} with a "
+                                f"different spec; `sweep resume {sweep.name}` continues it, `sweep delete` removes it")
+        if existing is None:
+            self._save_state(sweep, outcomes={}, cancelled=False,
+                             parent_run_id=self.tracking.parent_run_id if self.tracking else None)
+        self._plans[sweep.name] = plan
+        self.reconcile(sweep.name)
+
+    def reconcile(self, sweep: str) -> SweepStatus:
+        """Observe, record newly finished outcomes, and start the trials the limits allow. Idempotent."""
+        state = self._load_state(sweep)
+        p = self._plan_for(state)
+        seen = self._observe(state, p)
+        newly = {tid: Recorded(o.outcome, o.reason, o.started_at, o.finished_at)
+                 for tid, (o, _) in seen.items()
+                 if o.phase.terminal and o.outcome and tid not in state.outcomes}
+        if newly:
+            state.outcomes.update(newly)
+            self._save_state(state.sweep, outcomes=state.outcomes)
+        statuses = self._statuses(state, p, seen)
+        if not state.cancelled and not state.sweep.spec.suspend:
+            self._start_next(state, p, statuses)
+            statuses = self._statuses(state, p, self._observe(state, p))
+        return SweepStatus(sweep, self.name, statuses, message=f"namespace {self.namespace}")
+
+    def _start_next(self, state: SweepState, p: Plan, statuses: list[TrialStatus]) -> None:
+        spec = state.sweep.spec
+        active = [s for s in statuses if s.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)
+                  or (s.phase == Phase.PENDING and s.attempts)]
+        room = spec.concurrency.max_parallel - len(active)
+        per_type = Counter(s.gpu for s in active)
+        chosen: list[Trial] = []
+        trials = p.by_id()
+        for s in statuses:
+            if room <= 0:
+                break
+            if s.phase != Phase.PENDING or s.attempts:
+                continue
+            limit = spec.concurrency.per_gpu_type
+            if limit and s.gpu and per_type[s.gpu] >= limit:
+                continue
+            chosen.append(trials[s.trial_id])
+            per_type[s.gpu] += 1
+            room -= 1
+        if not chosen:
+            return
+        image = resolve_image(state.sweep, allow_unpinned=True)
+        tracking = self.tracking
+        objects = []
+        for trial in chosen:
+            extra = dict(self.pod_annotations(trial)) if self.pod_annotations else None
+            for obj in render_trial(trial, state.sweep, image=image, namespace=self.namespace, tracking=tracking):
+                if extra and obj["kind"] == "Job":
+                    obj["spec"]["template"]["metadata"]["annotations"].update(extra)
+                objects.append(obj)
+        self._apply_all(objects)
+
+    def _apply_all(self, objects: list[dict[str, Any]]) -> None:
+        def apply(obj: dict[str, Any]) -> None:
+            fn = self.batch.patch_namespaced_job if obj["kind"] == "Job" else self.core.patch_namespaced_service
+            self._apply(fn, obj)
+
+        with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, len(objects))) as pool:
+            list(pool.map(apply, objects))
+
+    def _follow(self, sweep: str) -> _Follower:
+        follower = self._followers.get(sweep)
+        if follower is None:
+            changed = threading.Event()
+            selector = f"{LABEL_SWEEP}={sweep}"
+            follower = _Follower(changed, _Informer(self.batch.list_namespaced_job, self.namespace, selector, changed),
+                                 _Informer(self.core.list_namespaced_pod, self.namespace, selector, changed))
+            self._followers[sweep] = follower
+            follower.jobs.synced.wait(10)
+            follower.pods.synced.wait(10)
+        return follower
+
+    def _wait_step(self, sweep: str, interval: float) -> SweepStatus:
+        follower = self._follow(sweep)
+        follower.changed.wait(interval)
+        follower.changed.clear()
+        status = self.reconcile(sweep)
+        if status.done:
+            self._unfollow(sweep)
+        return status
+
+    def _unfollow(self, sweep: str) -> None:
+        follower = self._followers.pop(sweep, None)
+        if follower is not None:
+            follower.jobs.stop()
+            follower.pods.stop()
+
+    def close(self) -> None:
+        for sweep in list(self._followers):
+            self._unfollow(sweep)
+
+    # -- cancel / resume / delete -------------------------------------------------------------------------
+
+    def _delete_jobs(self, sweep: str, trial_ids: set[str] | None = None) -> None:
+        jobs, _ = self._objects(sweep)
+        for job in jobs:
+            if trial_ids is None or job["metadata"]["labels"].get(LABEL_TRIAL) in trial_ids:
+                self.writes += 1
+                try:
+                    self.batch.delete_namespaced_job(job["metadata"]["name"], self.namespace,
+                                                     propagation_policy="Background")
+                except self.ApiException as exc:
+                    if exc.status != 404:
+                        raise BackendError(_api_error(exc)) from None
+
+    def _cancel_impl(self, sweep: str) -> None:
+        state = self._load_state(sweep)
+        p = self._plan_for(state)
+        statuses = self._statuses(state, p, self._observe(state, p))
+        now = time.time()
+        for s in statuses:
+            if not s.phase.terminal or s.trial_id not in state.outcomes:
+                if s.outcome in (Outcome.SUCCEEDED, Outcome.OOM, Outcome.GPU_MISMATCH, Outcome.FAILED):
+                    state.outcomes[s.trial_id] = Recorded(s.outcome, s.reason, s.started_at, s.finished_at)
+                else:
+                    state.outcomes[s.trial_id] = Recorded(Outcome.CANCELLED, "cancelled", s.started_at, now)
+        self._save_state(state.sweep, outcomes=state.outcomes, cancelled=True)
+        unfinished = {s.trial_id for s in statuses if not s.phase.terminal}
+        self._delete_jobs(sweep, unfinished)
+
+    def _resume_impl(self, sweep: str) -> None:
+        state = self._load_state(sweep)
+        p = self._plan_for(state)
+        statuses = self._statuses(state, p, self._observe(state, p))
+        rerun = {s.trial_id for s in statuses if s.phase.terminal and not s.settled}
+        outcomes = {k: v for k, v in state.outcomes.items() if k not in rerun}
+        self._delete_jobs(sweep, rerun)
+        self._wait_gone(sweep, rerun)
+        self._save_state(state.sweep, outcomes=outcomes, cancelled=False)
+        self.reconcile(sweep)
+
+    def _wait_gone(self, sweep: str, trial_ids: set[str], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while trial_ids and time.monotonic() < deadline:
+            jobs, _ = self._objects(sweep)
+            if not any(j["metadata"]["labels"].get(LABEL_TRIAL) in trial_ids for j in jobs):
+                return
+            time.sleep(0.2)
+
+    def _delete_impl(self, sweep: str) -> None:
+        self._load_state(sweep)
+        self._unfollow(sweep)
+        self._delete_jobs(sweep)
+        try:
+            self.core.delete_namespaced_config_map(self._state_name(sweep), self.namespace)
+        except self.ApiException as exc:
+            if exc.status != 404:
+                raise BackendError(_api_error(exc)) from None
+
+    def _list_impl(self) -> list[str]:
+        selector = f"app.kubernetes.io/component={STATE_COMPONENT}"
+        items = self._call(self.core.list_namespaced_config_map, self.namespace, label_selector=selector).items
+        return sorted(cm.metadata.labels.get(LABEL_SWEEP, "") for cm in items)
+
+    # -- logs --------------------------------------------------------------------------------------------
+
+    def _logs_impl(self, sweep: str, trial: TrialStatus, follow: bool) -> Iterator[str]:
+        _, pods = self._objects(sweep)
+        mine = sorted((p for p in pods if p["metadata"].get("labels", {}).get(LABEL_TRIAL) == trial.trial_id),
+                      key=lambda p: p["metadata"].get("creationTimestamp") or "")
+        if not mine:
+            raise BackendError(f"trial {trial.name} has no pod ({trial.phase.value}"
+                               f"{': ' + trial.reason if trial.reason else ''}); no log yet")
+        name = mine[-1]["metadata"]["name"]
+        try:
+            if follow:
+                resp = self.core.read_namespaced_pod_log(name, self.namespace, follow=True, _preload_content=False)
+                for chunk in resp.stream(4096):
+                    yield chunk.decode(errors="replace")
+            else:
+                yield self.core.read_namespaced_pod_log(name, self.namespace)
+        except self.ApiException as exc:
+            raise BackendError(f"cannot read the log of pod {name}: {_api_error(exc)}") from None
+
+
+def _phase_for(outcome: Outcome) -> Phase:
+    return {Outcome.SUCCEEDED: Phase.SUCCEEDED, Outcome.CANCELLED: Phase.CANCELLED,
+            Outcome.SKIPPED: Phase.SKIPPED}.get(outcome, Phase.FAILED)
+
+
+def _api_error(exc: Any) -> str:
+    try:
+        body = json.loads(exc.body)
+        return f"{body.get('reason', exc.reason)}: {body.get('message', '')}"
+    except (TypeError, ValueError):
+        return f"{exc.status} {exc.reason}"
+
+
+def _load_config(k8s: Any, kubeconfig: str | Path | None) -> tuple[Any, str | None]:
+    """An API client from the kubeconfig (flag, $KUBECONFIG, ~/.kube/config) or the in-cluster config."""
+    try:
+        if kubeconfig or Path("~/.kube/config").expanduser().exists() or _env_kubeconfig():
+            path = str(kubeconfig) if kubeconfig else None
+            _, context = k8s.config.list_kube_config_contexts(config_file=path)
+            client = k8s.config.new_client_from_config(config_file=path)
+            return client, context.get("context", {}).get("namespace")
+        k8s.config.load_incluster_config()
+        namespace = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        return k8s.client.ApiClient(), namespace.read_text().strip() if namespace.exists() else None
+    except (k8s.config.ConfigException, OSError) as exc:
+        raise BackendError(f"no usable Kubernetes configuration (kubeconfig or in-cluster): {exc}") from None
+
+
+def _env_kubeconfig() -> bool:
+    return bool(os.environ.get("KUBECONFIG"))

@@ -1,0 +1,119 @@
+"""The backend contract on the Kubernetes backend, against the real test control plane.
+
+kwok runs no containers: the pod annotations below ask the cluster's kwok Stages for the outcome the job would
+have produced (docs/testing.md), so the real API server, Job controller and scheduler drive every path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from kubesweep.backends.kubernetes import KubernetesBackend
+from kubesweep.outcomes import Outcome
+from kubesweep.plan import Trial
+from tests.backends.contract import CRASH_LR, BackendContract, Harness, make_plan
+
+pytestmark = pytest.mark.cluster
+DIGEST = "registry.example/kubesweep-job@sha256:" + "0" * 64
+
+
+def test_outcomes(trial: Trial) -> Mapping[str, str]:
+    """What the stand-in job decides from the settings, as kwok Stage annotations."""
+    job = trial.job
+    notes = {"kubesweep.io/test-duration": f"{(job.max_steps or 2) * 100}ms"}
+    if job.learning_rate == CRASH_LR:
+        notes.update({"kubesweep.io/test-outcome": "crash", "kubesweep.io/test-exit-code": "1"})
+    elif job.batch_size >= 256:
+        notes.update({"kubesweep.io/test-outcome": "crash", "kubesweep.io/test-exit-code": "3"})
+    return notes
+
+
+test_outcomes.__test__ = False  # type: ignore[attr-defined]
+
+
+class CountingBackend(KubernetesBackend):
+    """Counts the Jobs it creates per trial: a trial's Job is applied only when it has none, so each is a start."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.created: dict[str, int] = {}
+
+    def _apply_all(self, objects: list[dict[str, Any]]) -> None:
+        for obj in objects:
+            if obj["kind"] == "Job":
+                trial = obj["metadata"]["labels"]["kubesweep.io/trial"]
+                self.created[trial] = self.created.get(trial, 0) + 1
+        super()._apply_all(objects)
+
+
+@pytest.fixture
+def harness(k8s_cluster: Any, k8s_namespace: str) -> Iterator[Harness]:
+    backend = CountingBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client(),
+                              pod_annotations=test_outcomes)
+
+    def starts(sweep: str, trial_id: str) -> int:
+        return backend.created.get(trial_id, 0)
+
+    yield Harness(backend=backend, starts=starts, timeout=90)
+    backend.close()
+
+
+@pytest.fixture(autouse=True)
+def _pinned_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Contract plans carry no image; the Kubernetes backend needs one."""
+    import tests.backends.contract as contract
+
+    real = contract.make_plan
+
+    def with_image(name: str, matrix: dict[str, Any], **spec: Any) -> Any:
+        return real(name, matrix, image=DIGEST, **spec)
+
+    monkeypatch.setattr(contract, "make_plan", with_image)
+
+
+class TestKubernetesBackend(BackendContract):
+    pass
+
+
+def test_unschedulable_trial_shows_the_schedulers_reason(k8s_cluster: Any, k8s_namespace: str) -> None:
+    backend = KubernetesBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client())
+    p = make_plan("too-big", {"gpu": ["h100-80gb"]}, image=DIGEST, resources={"gpus_per_trial": 16})
+    backend.submit(p)
+    seen: list[Any] = []
+
+    def until_unschedulable(status: Any) -> None:
+        if status.trials[0].phase.value == "Unschedulable":
+            seen.append(status)
+            raise StopIteration
+
+    with pytest.raises(StopIteration):
+        backend.wait(p.sweep.name, timeout=60, progress=until_unschedulable)
+    assert "Insufficient nvidia.com/gpu" in seen[0].trials[0].reason
+    backend.close()
+
+
+def test_gpu_trials_land_on_their_exact_gpu_type(k8s_cluster: Any, k8s_namespace: str) -> None:
+    backend = KubernetesBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client())
+    p = make_plan("placement", {"gpu": ["l4", "l40s", "h100-80gb"]}, image=DIGEST)
+    backend.submit(p)
+    status = backend.wait(p.sweep.name, timeout=90)
+    assert {t.outcome for t in status.trials} == {Outcome.SUCCEEDED}
+    pods = k8s_cluster.get_json("get", "pods", "-l", "kubesweep.io/sweep=placement", namespace=k8s_namespace)
+    nodes = {p["metadata"]["labels"]["kubesweep.io/gpu"]: p["spec"]["nodeName"] for p in pods["items"]}
+    products = k8s_cluster.gpu_nodes()
+    for gpu, node in nodes.items():
+        assert products[node] == {"l4": "NVIDIA-L4", "l40s": "NVIDIA-L40S", "h100-80gb": "NVIDIA-H100-80GB-HBM3"}[gpu]
+    backend.close()
+
+
+def test_rendered_manifests_pass_server_side_dry_run(k8s_cluster: Any, k8s_namespace: str) -> None:
+    from kubesweep.manifests import render_plan, to_yaml
+
+    for resources in ({"gpus_per_trial": 1}, {"gpus_per_trial": 8, "num_nodes": 2}, {"gpus_per_trial": 0}):
+        p = make_plan("dry-run", {"batch_size": [8]}, image=DIGEST, resources=resources)
+        text = to_yaml(render_plan(p, namespace=k8s_namespace))
+        proc = k8s_cluster.kubectl("apply", "--dry-run=server", "-f", "-", namespace=k8s_namespace, input=text)
+        assert "(server dry run)" in proc.stdout
