@@ -236,6 +236,10 @@ class KubernetesBackend(Backend):
         self._call(patch_fn, body["metadata"]["name"], self.namespace, body, field_manager=FIELD_MANAGER,
                    force=True, _content_type=APPLY)
 
+    def _owner(self, state: SweepState) -> dict[str, Any] | None:
+        """The ownerReference put on a sweep's Jobs (the operator: its Sweep, so deleting it cascades)."""
+        return None
+
     def _plan_for(self, state: SweepState) -> Plan:
         cached = self._plans.get(state.sweep.name)
         if cached is None or cached.sweep.to_document() != state.sweep.to_document():
@@ -356,7 +360,8 @@ class KubernetesBackend(Backend):
         objects = []
         for trial in chosen:
             extra = dict(self.pod_annotations(trial)) if self.pod_annotations else None
-            for obj in render_trial(trial, state.sweep, image=image, namespace=self.namespace, tracking=tracking):
+            for obj in render_trial(trial, state.sweep, image=image, namespace=self.namespace, tracking=tracking,
+                                    owner=self._owner(state)):
                 if extra and obj["kind"] == "Job":
                     obj["spec"]["template"]["metadata"]["annotations"].update(extra)
                 objects.append(obj)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.cluster
 DIGEST = "registry.example/kubesweep-job@sha256:" + "0" * 64
 
 
-def test_outcomes(trial: Trial) -> Mapping[str, str]:
+def stage_annotations(trial: Trial) -> Mapping[str, str]:
     """What the stand-in job decides from the settings, as kwok Stage annotations."""
     job = trial.job
     notes = {"kubesweep.io/test-duration": f"{(job.max_steps or 2) * 100}ms"}
@@ -31,7 +31,6 @@ def test_outcomes(trial: Trial) -> Mapping[str, str]:
     return notes
 
 
-test_outcomes.__test__ = False  # type: ignore[attr-defined]
 
 
 class CountingBackend(KubernetesBackend):
@@ -52,7 +51,7 @@ class CountingBackend(KubernetesBackend):
 @pytest.fixture
 def harness(k8s_cluster: Any, k8s_namespace: str) -> Iterator[Harness]:
     backend = CountingBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client(),
-                              pod_annotations=test_outcomes)
+                              pod_annotations=stage_annotations)
 
     def starts(sweep: str, trial_id: str) -> int:
         return backend.created.get(trial_id, 0)
