@@ -209,7 +209,7 @@ def test_apiserver_rejects_invalid_job(k8s_cluster, k8s_namespace):
     assert proc.returncode != 0
     assert "is invalid" in proc.stderr
     assert "spec.template.spec.restartPolicy" in proc.stderr
-    assert 'Unsupported value: "Always"' in proc.stderr
+    assert 'valid values: "OnFailure", "Never"' in proc.stderr, proc.stderr
     jobs = k8s_cluster.get_json("jobs", namespace=k8s_namespace)["items"]
     assert jobs == []
 
