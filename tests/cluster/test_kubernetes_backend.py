@@ -102,7 +102,7 @@ def test_gpu_trials_land_on_their_exact_gpu_type(k8s_cluster: Any, k8s_namespace
     backend.submit(p)
     status = backend.wait(p.sweep.name, timeout=90)
     assert {t.outcome for t in status.trials} == {Outcome.SUCCEEDED}
-    pods = k8s_cluster.get_json("get", "pods", "-l", "kubesweep.io/sweep=placement", namespace=k8s_namespace)
+    pods = k8s_cluster.get_json("pods", "-l", "kubesweep.io/sweep=placement", namespace=k8s_namespace)
     nodes = {p["metadata"]["labels"]["kubesweep.io/gpu"]: p["spec"]["nodeName"] for p in pods["items"]}
     products = k8s_cluster.gpu_nodes()
     for gpu, node in nodes.items():
