@@ -52,9 +52,11 @@ def cluster_client(kubeconfig: str | None) -> tuple[Any, Any]:
 def write_requests(api: Any) -> int:
     """Write requests the API server has counted on the objects a submission writes (Jobs, Services,
     ConfigMaps; not their status subresource, which the Job controller writes)."""
-    resp = api.call_api("/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False)
+    method, url, headers, body, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, header_params=headers, body=body)
+    resp.read()
     total = 0
-    for line in resp[0].data.decode().splitlines() if isinstance(resp, tuple) else resp.data.decode().splitlines():
+    for line in resp.data.decode().splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
