@@ -192,7 +192,17 @@ def kwokctl_config(bins: Path, kubectl: Path, versions: dict[str, str]) -> str:
             "kubectlBinary": str(kubectl),
         },
     }
-    return yaml.safe_dump(conf, sort_keys=False) + "\n" + STAGES_FILE.read_text()
+    return yaml.safe_dump_all([conf, cluster_logs()], sort_keys=False) + "---\n" + STAGES_FILE.read_text()
+
+
+POD_LOG_FILE = HERE / "pod-log.txt"
+POD_LOG_MARKER = "the pod log of a container that kwok pretended to run"
+
+
+def cluster_logs() -> dict[str, Any]:
+    """kwok serves this file (CRI log format) as every container's log, so `kubectl logs` works end to end."""
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "test-pod-logs"},
+            "spec": {"selector": {}, "logs": [{"logsFile": str(POD_LOG_FILE), "follow": False}]}}
 
 
 # --------------------------------------------------------------------------------------------- clusters

@@ -6,6 +6,7 @@ have produced (docs/testing.md), so the real API server, Job controller and sche
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -56,7 +57,8 @@ def harness(k8s_cluster: Any, k8s_namespace: str) -> Iterator[Harness]:
     def starts(sweep: str, trial_id: str) -> int:
         return backend.created.get(trial_id, 0)
 
-    yield Harness(backend=backend, starts=starts, timeout=90)
+    marker = sys.modules["kubesweep_kwok_cluster"].POD_LOG_MARKER  # kwok serves one log file for every pod
+    yield Harness(backend=backend, starts=starts, timeout=90, log_marker=lambda trial: marker)
     backend.close()
 
 
