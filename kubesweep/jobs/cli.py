@@ -144,6 +144,7 @@ def _setup_logging() -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
     except ImportError:
         pass
 

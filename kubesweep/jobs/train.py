@@ -196,7 +196,7 @@ class FineTuner:
             {"params": decay, "weight_decay": self.cfg.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
-        return torch.optim.AdamW(groups, lr=self.cfg.learning_rate, fused=self.dist.cuda)
+        return torch.optim.AdamW(groups, lr=self.cfg.learning_rate, fused=True)
 
     def _lr_lambda(self, step: int) -> float:
         """Linear warm-up then linear decay to zero (HF's get_linear_schedule_with_warmup)."""
