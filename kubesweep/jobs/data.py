@@ -112,8 +112,15 @@ def _load_hf(dataset: str, split: str, limit: int | None) -> Rows:
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """Identifies what the tokenizer does; its transient truncation/padding state is left out."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    content = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    if backend is not None:
+        spec = json.loads(backend.to_str())
+        spec.pop("truncation", None)
+        spec.pop("padding", None)
+        content = json.dumps(spec, sort_keys=True)
+    else:
+        content = json.dumps(tokenizer.get_vocab(), sort_keys=True)
     return hashlib.sha256(content.encode()).hexdigest()[:16]
 
 
