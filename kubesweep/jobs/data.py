@@ -133,7 +133,14 @@ def tokenize_split(
 ) -> tuple[TokenizedSplit, bool]:
     """Tokenize (or read the cache). Returns the split and whether it came from the cache."""
     key_src = json.dumps(
-        [TOKEN_CACHE_VERSION, tokenizer_fingerprint(tokenizer), rows.fingerprint, split, len(rows.labels), max_seq_len]
+        [
+            TOKEN_CACHE_VERSION,
+            tokenizer_fingerprint(tokenizer),
+            rows.fingerprint,
+            split,
+            len(rows.labels),
+            max_seq_len,
+        ]
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:24]
     cache_file = cache_dir / "tokens" / f"{split}-{key}.npz" if cache_dir is not None else None
@@ -225,7 +232,12 @@ class BatchDataset:
     """Item i is batch i of a plan, padded and as tensors; used with DataLoader(batch_size=None)."""
 
     def __init__(
-        self, data: TokenizedSplit, batches: list[IntArray], padding: str, max_seq_len: int, bucket_multiple: int
+        self,
+        data: TokenizedSplit,
+        batches: list[IntArray],
+        padding: str,
+        max_seq_len: int,
+        bucket_multiple: int,
     ) -> None:
         self.data = data
         self.batches = batches
@@ -257,7 +269,12 @@ class BatchDataset:
 
 
 def loader(
-    cfg: JobConfig, data: TokenizedSplit, batches: list[IntArray], *, pin_memory: bool, workers: int | None = None
+    cfg: JobConfig,
+    data: TokenizedSplit,
+    batches: list[IntArray],
+    *,
+    pin_memory: bool,
+    workers: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     import torch
     from torch.utils.data import DataLoader

@@ -145,7 +145,9 @@ class FineTuner:
         restored = checkpoint.load(self.state) if self.state is not None else None
         if restored is not None:
             if restored["fingerprint"] != resume_fingerprint(cfg):
-                raise UsageError(f"checkpoint {self.state} was written with different settings; refusing to resume")
+                raise UsageError(
+                    f"checkpoint {self.state} was written with different settings; refusing to resume"
+                )
             self.raw.load_state_dict(restored["model"])
         self.raw.to(self.device)
         self.train_module: Any = self.raw
@@ -187,11 +189,14 @@ class FineTuner:
     def _optimizer(self) -> Any:
         import torch
 
-        decay, no_decay = [], []
+        decay: list[Any] = []
+        no_decay: list[Any] = []
         for name, param in self.raw.named_parameters():
             if not param.requires_grad:
                 continue
-            (no_decay if name.endswith("bias") or "LayerNorm" in name or "layernorm" in name else decay).append(param)
+            (
+                no_decay if name.endswith("bias") or "LayerNorm" in name or "layernorm" in name else decay
+            ).append(param)
         groups = [
             {"params": decay, "weight_decay": self.cfg.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
@@ -344,7 +349,7 @@ class FineTuner:
                 pending.append(step_meta)
                 out.samples += step_meta.samples
                 step_meta = StepMeta(False, 0, 0, 0)
-                window_lrs.append(self.scheduler.get_last_lr()[0])
+                window_lrs.append(float(self.scheduler.get_last_lr()[0]))
                 if out.steps - window_start >= cfg.log_every or out.steps >= self.target_steps:
                     flush()
                 epoch_done = self.micro_in_epoch == self.micro_per_epoch
@@ -355,7 +360,11 @@ class FineTuner:
                         pause_clock()
                         self._evaluate()
                         clock.mark()
-                if self.checkpoint_dir is not None and cfg.checkpoint_every and out.steps % cfg.checkpoint_every == 0:
+                if (
+                    self.checkpoint_dir is not None
+                    and cfg.checkpoint_every
+                    and out.steps % cfg.checkpoint_every == 0
+                ):
                     pause_clock()
                     self._save_checkpoint()
                     clock.mark()
@@ -377,11 +386,16 @@ class FineTuner:
 
         cfg = self.cfg
         inputs = {
-            k: batch[k].to(self.device, non_blocking=self.pin) for k in ("input_ids", "attention_mask", "labels")
+            k: batch[k].to(self.device, non_blocking=self.pin)
+            for k in ("input_ids", "attention_mask", "labels")
         }
         # DDP: reduce gradients only on the last micro-batch of an accumulated step
         no_sync = getattr(self.train_module, "no_sync", None)
-        ctx = no_sync() if (self.dist.enabled and not sync and no_sync is not None) else contextlib.nullcontext()
+        ctx = (
+            no_sync()
+            if (self.dist.enabled and not sync and no_sync is not None)
+            else contextlib.nullcontext()
+        )
         with ctx:
             with runtime.autocast(cfg, self.device.type):
                 loss = self.train_module(**inputs).loss / cfg.grad_accum

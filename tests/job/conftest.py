@@ -27,8 +27,11 @@ TINY_OVERRIDES = "num_hidden_layers=2,hidden_size=64,num_attention_heads=2,inter
 
 
 def sst2_path() -> Path | None:
-    for candidate in (os.environ.get("KUBESWEEP_SST2_DIR"), REPO.parent / "shared" / "data" / "sst2",
-                      REPO / "shared" / "data" / "sst2"):
+    for candidate in (
+        os.environ.get("KUBESWEEP_SST2_DIR"),
+        REPO.parent / "shared" / "data" / "sst2",
+        REPO / "shared" / "data" / "sst2",
+    ):
         if candidate and (Path(candidate) / "train.tsv").is_file():
             return Path(candidate)
     return None
@@ -50,10 +53,32 @@ def token_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_args(sst2: Path, cache: Path, *extra: str) -> list[str]:
     """A 2-layer, 64-wide random-init BERT (MiniLM's config and vocabulary) on an SST-2 subset."""
     return [
-        "--model", MINILM, "--random-init", "--model-overrides", TINY_OVERRIDES,
-        "--dataset", str(sst2), "--train-samples", "512", "--eval-samples", "128",
-        "--batch-size", "16", "--max-seq-len", "64", "--padding", "dynamic", "--learning-rate", "1e-3",
-        "--num-workers", "0", "--log-every", "4", "--cache-dir", str(cache), *extra,
+        "--model",
+        MINILM,
+        "--random-init",
+        "--model-overrides",
+        TINY_OVERRIDES,
+        "--dataset",
+        str(sst2),
+        "--train-samples",
+        "512",
+        "--eval-samples",
+        "128",
+        "--batch-size",
+        "16",
+        "--max-seq-len",
+        "64",
+        "--padding",
+        "dynamic",
+        "--learning-rate",
+        "1e-3",
+        "--num-workers",
+        "0",
+        "--log-every",
+        "4",
+        "--cache-dir",
+        str(cache),
+        *extra,
     ]
 
 
@@ -69,11 +94,21 @@ class JobRun:
         return loaded
 
 
-def run_job(args: list[str], output_dir: Path, env: dict[str, str] | None = None, timeout: float = 600,
-            launcher: list[str] | None = None) -> JobRun:
+def run_job(
+    args: list[str],
+    output_dir: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    launcher: list[str] | None = None,
+) -> JobRun:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "KUBESWEEP_TEST_"))}
     full_env.update(env or {})
-    command = (launcher or [sys.executable, "-m"]) + ["kubesweep.jobs", "--output-dir", str(output_dir), *args]
+    command = (launcher or [sys.executable, "-m"]) + [
+        "kubesweep.jobs",
+        "--output-dir",
+        str(output_dir),
+        *args,
+    ]
     proc = subprocess.run(command, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
     output = proc.stdout + proc.stderr
     print(output[-4000:])

@@ -16,8 +16,12 @@ from .conftest import run_job, tiny_args
 @pytest.mark.slow
 def test_two_process_gloo_ddp(sst2: Path, token_cache: Path, tmp_path: Path) -> None:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m"]
-    run = run_job(tiny_args(sst2, token_cache, "--max-steps", "8"), tmp_path, launcher=launcher,
-                  env={"OMP_NUM_THREADS": "1"})
+    run = run_job(
+        tiny_args(sst2, token_cache, "--max-steps", "8"),
+        tmp_path,
+        launcher=launcher,
+        env={"OMP_NUM_THREADS": "1"},
+    )
     assert run.returncode == ExitCode.OK, run.stdout
     results = Results.read(tmp_path / "results.json")
     assert results.world_size == 2 and results.outcome == "succeeded"

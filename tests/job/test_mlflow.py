@@ -39,9 +39,20 @@ class MlflowServer:
 
     def start(self) -> None:
         command = [
-            sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-            "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
-            "--artifacts-destination", str(self.root / "artifacts"), "--workers", "1",
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--backend-store-uri",
+            f"sqlite:///{self.root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(self.root / "artifacts"),
+            "--workers",
+            "1",
         ]
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         log = (self.root / "server.log").open("ab")
@@ -93,8 +104,14 @@ def test_one_child_run_per_trial_batched_and_reused(server: MlflowServer) -> Non
     parent = parent_run(server, "reuse")
     loggers = []
     for attempt in range(2):  # the same trial run twice (a retried Job): one MLflow run
-        logger = MlflowTrialLogger(uri=server.uri, trial_id="trial-reuse", run_name="t", experiment="reuse",
-                                   parent_run_id=parent, tags={"kubesweep.gpu": "l40s"})
+        logger = MlflowTrialLogger(
+            uri=server.uri,
+            trial_id="trial-reuse",
+            run_name="t",
+            experiment="reuse",
+            parent_run_id=parent,
+            tags={"kubesweep.gpu": "l40s"},
+        )
         logger.start()
         logger.log_params({"batch_size": 16, "precision": "bf16"})
         for step in range(attempt * 1250, (attempt + 1) * 1250):
@@ -105,8 +122,10 @@ def test_one_child_run_per_trial_batched_and_reused(server: MlflowServer) -> Non
         loggers.append(logger)
     assert loggers[0].run_id == loggers[1].run_id
     c = client(server)
-    runs = c.search_runs([c.get_experiment_by_name("reuse").experiment_id],
-                         filter_string="tags.`kubesweep.trial_id` = 'trial-reuse'")
+    runs = c.search_runs(
+        [c.get_experiment_by_name("reuse").experiment_id],
+        filter_string="tags.`kubesweep.trial_id` = 'trial-reuse'",
+    )
     assert len(runs) == 1
     run = runs[0]
     assert run.data.tags["mlflow.parentRunId"] == parent
@@ -124,10 +143,28 @@ def test_job_logs_everything_through_a_server_outage(
     steps = 24
     parent = parent_run(server, "outage")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "KUBESWEEP_TEST_"))}
-    env.update({"MLFLOW_TRACKING_URI": server.uri, "KUBESWEEP_EXPERIMENT": "outage",
-                "KUBESWEEP_PARENT_RUN_ID": parent, "KUBESWEEP_TRIAL_ID": "trial-outage"})
-    command = [sys.executable, "-m", "kubesweep.jobs", "--output-dir", str(tmp_path), "--trial-id", "ignored",
-               "--name", "outage-trial", "--sweep", "sw", *tiny_args(sst2, token_cache, "--max-steps", str(steps))]
+    env.update(
+        {
+            "MLFLOW_TRACKING_URI": server.uri,
+            "KUBESWEEP_EXPERIMENT": "outage",
+            "KUBESWEEP_PARENT_RUN_ID": parent,
+            "KUBESWEEP_TRIAL_ID": "trial-outage",
+        }
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "kubesweep.jobs",
+        "--output-dir",
+        str(tmp_path),
+        "--trial-id",
+        "ignored",
+        "--name",
+        "outage-trial",
+        "--sweep",
+        "sw",
+        *tiny_args(sst2, token_cache, "--max-steps", str(steps)),
+    ]
     log_path = tmp_path.parent / "job.log"
     with log_path.open("w") as log:
         job = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -136,7 +173,9 @@ def test_job_logs_everything_through_a_server_outage(
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and job.poll() is None:
             exp = exp or c.get_experiment_by_name("outage")
-            if exp and c.search_runs([exp.experiment_id], filter_string="tags.`kubesweep.trial_id` = 'trial-outage'"):
+            if exp and c.search_runs(
+                [exp.experiment_id], filter_string="tags.`kubesweep.trial_id` = 'trial-outage'"
+            ):
                 break
             time.sleep(0.2)
         else:
@@ -144,12 +183,16 @@ def test_job_logs_everything_through_a_server_outage(
         server.stop()
         while not (tmp_path / "results.json").exists() and job.poll() is None:
             time.sleep(0.2)  # training runs on, with the server down
-        assert job.poll() is None, "the job must wait for the tracking server, not exit: " + log_path.read_text()
+        assert job.poll() is None, (
+            "the job must wait for the tracking server, not exit: " + log_path.read_text()
+        )
         server.start()
         code = job.wait(timeout=300)
     output = log_path.read_text()
     assert code == ExitCode.OK, output[-3000:]
-    summary = next(line for line in output.splitlines() if line.startswith("tracking: ") and "retries" in line)
+    summary = next(
+        line for line in output.splitlines() if line.startswith("tracking: ") and "retries" in line
+    )
     assert " 0 retries" not in summary and " 0 pending" in summary, summary
 
     c = client(server)
@@ -163,8 +206,13 @@ def test_job_logs_everything_through_a_server_outage(
     tags = run.data.tags
     assert tags["mlflow.parentRunId"] == parent
     assert tags["kubesweep.sweep"] == "sw" and tags["kubesweep.trial"] == "outage-trial"
-    for key in ("kubesweep.gpu", "kubesweep.precision", "kubesweep.compile", "kubesweep.batch_size",
-                "kubesweep.repeat"):
+    for key in (
+        "kubesweep.gpu",
+        "kubesweep.precision",
+        "kubesweep.compile",
+        "kubesweep.batch_size",
+        "kubesweep.repeat",
+    ):
         assert key in tags
     assert run.data.params["batch_size"] == "16" and run.data.params["max_steps"] == str(steps)
     artifacts = {a.path for a in c.list_artifacts(run_id)}

@@ -14,8 +14,11 @@ from .conftest import run_job, tiny_args
 
 def test_oom_is_recorded_with_its_settings(sst2: Path, token_cache: Path, tmp_path: Path) -> None:
     """The test hook raises torch.OutOfMemoryError in the first forward (batch 16 > 8)."""
-    run = run_job(tiny_args(sst2, token_cache, "--precision", "bf16"), tmp_path,
-                  env={"KUBESWEEP_TEST_OOM_ABOVE_BATCH": "8"})
+    run = run_job(
+        tiny_args(sst2, token_cache, "--precision", "bf16"),
+        tmp_path,
+        env={"KUBESWEEP_TEST_OOM_ABOVE_BATCH": "8"},
+    )
     assert run.returncode == ExitCode.OOM
     results = Results.read(tmp_path / "results.json")
     assert results.outcome == "oom" and results.exit_code == 3
@@ -53,8 +56,22 @@ def test_invalid_setting_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_inference_benchmark(sst2: Path, token_cache: Path, tmp_path: Path) -> None:
-    args = tiny_args(sst2, token_cache, "--task", "inference", "--batch-size", "8", "--padding", "max_length",
-                     "--inference-batches", "12", "--warmup-batches", "2", "--precision", "bf16")
+    args = tiny_args(
+        sst2,
+        token_cache,
+        "--task",
+        "inference",
+        "--batch-size",
+        "8",
+        "--padding",
+        "max_length",
+        "--inference-batches",
+        "12",
+        "--warmup-batches",
+        "2",
+        "--precision",
+        "bf16",
+    )
     run = run_job(args, tmp_path)
     assert run.returncode == ExitCode.OK, run.stdout
     inference = Results.read(tmp_path / "results.json").inference

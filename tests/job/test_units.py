@@ -16,8 +16,15 @@ LENGTHS = np.random.default_rng(0).integers(3, 70, size=1000)
 
 
 def plan(padding: str, **kw: object) -> list[np.ndarray]:
-    options: dict[str, object] = {"padding": padding, "max_seq_len": 64, "bucket_multiple": 16,
-                                  "shuffle": True, "seed": 1, "epoch": 0, **kw}
+    options: dict[str, object] = {
+        "padding": padding,
+        "max_seq_len": 64,
+        "bucket_multiple": 16,
+        "shuffle": True,
+        "seed": 1,
+        "epoch": 0,
+        **kw,
+    }
     return data.plan_batches(LENGTHS, 32, **options)  # type: ignore[arg-type]
 
 
@@ -82,11 +89,26 @@ def test_flags_override_the_trial_file(tmp_path: Path) -> None:
         '{"sweep": "s", "trial_id": "t-1", "name": "n", "gpu": "l40s", "gpu_product": "NVIDIA-L40S",'
         ' "job": {"batch_size": 16, "precision": "fp16", "epochs": 1}}'
     )
-    args = cli.build_parser().parse_args([
-        "--config", str(trial_file), "--batch-size", "64", "--compile", "max-autotune", "--no-pin-memory",
-        "--export", "onnx,torchscript", "--model-overrides", "num_hidden_layers=2,hidden_act=gelu",
-        "--random-init", "--max-steps", "none", "--repeat", "2",
-    ])
+    args = cli.build_parser().parse_args(
+        [
+            "--config",
+            str(trial_file),
+            "--batch-size",
+            "64",
+            "--compile",
+            "max-autotune",
+            "--no-pin-memory",
+            "--export",
+            "onnx,torchscript",
+            "--model-overrides",
+            "num_hidden_layers=2,hidden_act=gelu",
+            "--random-init",
+            "--max-steps",
+            "none",
+            "--repeat",
+            "2",
+        ]
+    )
     trial = cli.resolve_trial(args)
     job = trial.job
     assert (trial.sweep, trial.trial_id, trial.repeat, trial.gpu_product) == ("s", "t-1", 2, "NVIDIA-L40S")
@@ -124,7 +146,7 @@ def test_model_references() -> None:
 
 
 def test_bert_base_offline_uses_exact_shapes_and_the_uncased_vocabulary() -> None:
-    """Without the hub, bert-base-uncased random-init builds BertConfig() shapes and MiniLM's identical vocab."""
+    """Offline, bert-base-uncased random-init gets BertConfig() shapes and MiniLM's identical vocabulary."""
     from kubesweep.jobs.model import load_config, load_tokenizer
 
     cfg = JobConfig(model="bert-base-uncased", random_init=True)
