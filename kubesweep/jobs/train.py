@@ -336,7 +336,7 @@ class FineTuner:
                 last_micro = micro_in_step == cfg.grad_accum or self.micro_in_epoch == self.micro_per_epoch
                 if steps_this_run == 0 and micro_in_step == 1:
                     runtime.oom_hook(rows)
-                loss = self._forward_backward(batch, sync=last_micro, scale=micro_in_step, last=last_micro)
+                loss = self._forward_backward(batch, sync=last_micro)
                 loss_buf[out.steps - window_start] += loss
                 if not last_micro:
                     continue
@@ -381,7 +381,7 @@ class FineTuner:
             out.checkpoints = [str(p) for p in checkpoint.list_checkpoints(self.checkpoint_dir)]
         return out
 
-    def _forward_backward(self, batch: dict[str, Any], *, sync: bool, scale: int, last: bool) -> Any:
+    def _forward_backward(self, batch: dict[str, Any], *, sync: bool) -> Any:
         import contextlib
 
         cfg = self.cfg
