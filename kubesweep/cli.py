@@ -184,6 +184,14 @@ def render(
 
 
 @app.command()
+def crd() -> None:
+    """Print the Sweep CustomResourceDefinition (generated from the spec model) as YAML."""
+    from kubesweep.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+
+
+@app.command()
 def submit(
     file: SpecFile,
     backend: BackendOpt = BackendName.local,
