@@ -16,11 +16,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
-from kubesweep.backends.kubernetes import SweepState
+from kubesweep.backends.kubernetes import Recorded, SweepState
 from kubesweep.manifests import LABEL_TRIAL, TrackingEnv
 from kubesweep.operator import testhooks
 from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest
-from kubesweep.operator.store import ANNOTATION_CANCEL, ANNOTATION_RESUME, InvalidSweep, SweepStore
+from kubesweep.operator.store import (
+    ANNOTATION_CANCEL,
+    ANNOTATION_RESUME,
+    InvalidSweep,
+    SweepStore,
+    recorded_outcomes,
+)
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import Trial
 from kubesweep.spec import Sweep
@@ -120,12 +126,22 @@ class OperatorBackend(SweepStore):
             self._save_state(state.sweep, parent_run_id=run_id)
 
         status = self.reconcile(name)
+        self._record_late(state.sweep, status)
         if state.sweep.spec.suspend and not status.done:
             message = "suspended: running trials finish, no new trial starts"
         elif self._status_extra.get(name):  # a resume request with nothing to forget
             self.patch_status(name, {})
         self.publish(name, state.sweep, status, message)
         return status
+
+    def _record_late(self, sweep: Sweep, status: SweepStatus) -> None:
+        """Record outcomes that finished between reconcile's two looks at the cluster, so a published terminal
+        phase always has its outcome recorded."""
+        recorded = recorded_outcomes((self._resources.get(sweep.name) or {}).get("status") or {})
+        late = {t.trial_id: Recorded(t.outcome, t.reason, t.started_at, t.finished_at) for t in status.trials
+                if t.phase.terminal and t.outcome and t.trial_id not in recorded}
+        if late:
+            self._save_state(sweep, outcomes={**recorded, **late})
 
     def _finish_cancel(self, state: SweepState) -> None:
         """A cancel was recorded: make sure no Job of a cancelled trial still runs (a process killed between

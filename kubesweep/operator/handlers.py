@@ -23,6 +23,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.posting.level = logging.WARNING  # handler problems become Warning events on the Sweep
     settings.watching.server_timeout = 300  # watches are re-established every 5 min
     settings.networking.error_backoffs = [1, 2, 5, 10]
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):  # one line per watch event is noise
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     memo.runtime.start()
 
 

@@ -26,6 +26,7 @@ API_VERSION = f"{GROUP}/{VERSION}"
 MERGE = "application/merge-patch+json"
 APPLY = "application/apply-patch+yaml"
 CLIENT_MANAGER = "kubesweep-cli"
+OPERATOR_MANAGER = "kubesweep-operator"
 # Requests from `sweep cancel` / `sweep resume`, carried out by the operator (the only writer of status).
 ANNOTATION_CANCEL = f"{GROUP}/cancel"
 ANNOTATION_RESUME = f"{GROUP}/resume"
@@ -63,6 +64,16 @@ def sweep_from_resource(body: Mapping[str, Any], *, allow_unpinned: bool = False
                 "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
                 "spec": body.get("spec") or {}}
     return parse_sweep(document, source=source, allow_unpinned=allow_unpinned)
+
+
+def recorded_outcomes(status: Mapping[str, Any]) -> dict[str, Recorded]:
+    """The outcomes a Sweep's status has recorded (its `final` trial entries)."""
+    outcomes = {}
+    for tid, entry in (status.get("trials") or {}).items():
+        if entry.get("final") and entry.get("outcome"):
+            outcomes[tid] = Recorded(Outcome(entry["outcome"]), entry.get("reason") or "",
+                                     epoch(entry.get("startedAt")), epoch(entry.get("finishedAt")))
+    return outcomes
 
 
 def counts_for(status: SweepStatus) -> Counts:
@@ -110,12 +121,12 @@ class SweepStore(KubernetesBackend):
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self.writes += 1
         self._call(self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace, PLURAL, name,
-                   {"status": dict(patch)}, _content_type=MERGE)
+                   {"status": dict(patch)}, field_manager=OPERATOR_MANAGER, _content_type=MERGE)
 
     def patch_metadata(self, name: str, metadata: Mapping[str, Any]) -> None:
         self.writes += 1
         self._call(self.custom.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
-                   {"metadata": dict(metadata)}, _content_type=MERGE)
+                   {"metadata": dict(metadata)}, field_manager=CLIENT_MANAGER, _content_type=MERGE)
 
     # -- the backend's state hooks ----------------------------------------------------------------------
 
@@ -126,12 +137,8 @@ class SweepStore(KubernetesBackend):
         except SpecError as exc:
             raise InvalidSweep(str(exc)) from None
         status = body.get("status") or {}
-        outcomes = {}
-        for tid, entry in (status.get("trials") or {}).items():
-            if entry.get("final") and entry.get("outcome"):
-                outcomes[tid] = Recorded(Outcome(entry["outcome"]), entry.get("reason") or "",
-                                         epoch(entry.get("startedAt")), epoch(entry.get("finishedAt")))
-        return SweepState(parsed, outcomes, bool(status.get("cancelled")), status.get("mlflowParentRunId"))
+        return SweepState(parsed, recorded_outcomes(status), bool(status.get("cancelled")),
+                          status.get("mlflowParentRunId"))
 
     def _save_state(self, sweep: Sweep, *, outcomes: Mapping[str, Recorded] | None = None,
                     cancelled: bool | None = None, parent_run_id: str | None = None) -> None:
