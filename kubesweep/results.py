@@ -45,10 +45,14 @@ def _num(value: Any, scale: float = 1.0) -> float | None:
 
 def row_from(trial: TrialStatus, results: dict[str, Any] | None, config: dict[str, Any] | None = None) -> ResultRow:
     """Headline figures from a results file (schema: docs/results-schema.md)."""
-    job = _dig(results, "config", "job") or _dig(config, "job") or {}
-    outcome = (results or {}).get("outcome") or (trial.outcome.value if trial.outcome else trial.phase.value.lower())
     r = results or {}
-    peak = _num(_dig(r, "memory", "torch_max_allocated_bytes"), GIB)
+    job = r.get("config") or _dig(config, "job") or {}
+    outcome = r.get("outcome") or (trial.outcome.value if trial.outcome else trial.phase.value.lower())
+    inference = r.get("inference")
+    if inference:
+        rate, p50 = _num(inference.get("samples_per_s")), _num(_dig(inference, "latency_s", "p50"))
+    else:
+        rate, p50 = _num(_dig(r, "train", "samples_per_s")), _num(_dig(r, "train", "step_time_s", "p50"))
     return ResultRow(
         trial=trial.name,
         gpu=trial.gpu,
@@ -57,12 +61,12 @@ def row_from(trial: TrialStatus, results: dict[str, Any] | None, config: dict[st
         compile=job.get("compile", trial.axes.get("compile")),
         repeat=int(_dig(r, "trial", "repeat") or 0),
         outcome=str(outcome),
-        samples_per_s=_num(_dig(r, "throughput", "samples_per_second")),
-        step_p50_ms=_num(_dig(r, "step_time_ms", "p50")),
-        peak_mem_gib=peak,
-        accuracy=_num(_dig(r, "eval", "accuracy")),
-        train_s=_num(_dig(r, "timing", "train_s")),
-        warmup_s=_num(_dig(r, "timing", "warmup_s")),
+        samples_per_s=rate,
+        step_p50_ms=p50 * 1000 if p50 is not None else None,
+        peak_mem_gib=_num(_dig(r, "memory", "torch_peak_allocated_bytes"), GIB),
+        accuracy=_num(r.get("final_accuracy")),
+        train_s=_num(_dig(r, "timings", "train_s")),
+        warmup_s=_num(_dig(r, "timings", "compile_warmup_s")),
         reason=trial.reason if trial.outcome and trial.outcome.value != "succeeded" else "",
     )
 

@@ -234,7 +234,7 @@ class KubernetesBackend(Backend):
     def _apply(self, patch_fn: Callable[..., Any], body: Mapping[str, Any]) -> None:
         self.writes += 1
         self._call(patch_fn, body["metadata"]["name"], self.namespace, body, field_manager=FIELD_MANAGER,
-                   force=True, _content_type=APPLY)
+                   force=True, _content_type=APPLY, _preload_content=False)
 
     def _owner(self, state: SweepState) -> dict[str, Any] | None:
         """The ownerReference put on a sweep's Jobs (the operator: its Sweep, so deleting it cascades)."""

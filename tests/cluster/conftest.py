@@ -1,10 +1,10 @@
 """pytest fixtures for tests against the real test control plane (see docs/testing.md).
 
-- ``k8s_cluster`` (session): a :class:`kwok_cluster.K8sCluster`. With ``KUBESWEEP_TEST_KUBECONFIG`` set, the
-  cluster of that kubeconfig is used as it is; otherwise the kwok cluster ``KUBESWEEP_TEST_CLUSTER`` (default
-  ``kubesweep-pytest``) is created through the same code as ``tests/cluster/up`` and deleted at the end of the
-  session (``KUBESWEEP_TEST_KEEP_CLUSTER=1`` keeps it). If it cannot start, every test using it fails with the
-  reason; nothing is skipped.
+- ``k8s_cluster`` (session): a :class:`kwok_cluster.K8sCluster`. With ``KUBESWEEP_TEST_KUBECONFIG`` set,
+  the cluster of that kubeconfig is used as it is; otherwise the kwok cluster ``KUBESWEEP_TEST_CLUSTER``
+  (default ``kubesweep-pytest-<hash of the checkout path>``) is created through the same code as
+  ``tests/cluster/up`` and deleted at the end of the session (``KUBESWEEP_TEST_KEEP_CLUSTER=1`` keeps it).
+  If it cannot start, every test using it fails with the reason; nothing is skipped.
 - ``k8s_namespace`` (function): a fresh namespace (name returned), deleted after the test.
 """
 
@@ -36,7 +36,7 @@ def k8s_cluster() -> Iterator[kwok_cluster.K8sCluster]:
         if external:
             cluster = kwok_cluster.external_cluster(external)
         else:
-            name = os.environ.get("KUBESWEEP_TEST_CLUSTER", "kubesweep-pytest")
+            name = os.environ.get("KUBESWEEP_TEST_CLUSTER") or kwok_cluster.pytest_cluster_name()
             cluster = kwok_cluster.start_cluster(name, recreate=True)
     except (kwok_cluster.ClusterError, OSError) as exc:
         pytest.fail(f"the test Kubernetes cluster could not start:\n{exc}", pytrace=False)

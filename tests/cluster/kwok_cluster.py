@@ -13,6 +13,7 @@ PyYAML, so it runs as a plain script.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -23,7 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import yaml
 
@@ -204,7 +205,7 @@ def wait_until(what: str, fn: Callable[[], T | None], timeout: float, interval: 
             value = fn()
             if value is not None and value is not False:
                 return value
-        except (subprocess.CalledProcessError, ClusterError, KeyError, ValueError) as exc:
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, KeyError, ValueError) as exc:
             last_exc = exc
         if time.monotonic() >= deadline:
             detail = f" (last error: {_describe(last_exc)})" if last_exc else ""
@@ -332,6 +333,12 @@ class K8sCluster:
         return "\n".join(parts) or f"(no logs under {self.workdir / 'logs'})"
 
 
+def pytest_cluster_name() -> str:
+    """The cluster name the pytest fixture uses: one per checkout, so sessions of different checkouts on one
+    machine never share (or delete) each other's cluster, and a stale one of the same checkout is replaced."""
+    return f"kubesweep-pytest-{hashlib.sha1(str(REPO).encode()).hexdigest()[:8]}"
+
+
 def kwok_workdir() -> Path:
     """kwokctl's work directory (it honours KWOK_WORKDIR; default ~/.kwok)."""
     return Path(os.environ.get("KWOK_WORKDIR") or Path.home() / ".kwok")
@@ -373,52 +380,82 @@ def start_cluster(name: str = DEFAULT_CLUSTER_NAME, *, recreate: bool = False) -
 
     if cluster.started_here:
         _log(f"creating cluster {name!r} (kwokctl, runtime binary, 127.0.0.1) in {workdir}")
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="kwokctl-", delete=False) as f:
-            f.write(kwokctl_config(bins, kubectl, versions))
-            config_path = f.name
-        try:
-            proc = _kwokctl(
-                bins,
-                "create",
-                "cluster",
-                "--name",
-                name,
-                "--config",
-                config_path,
-                "--kubeconfig",
-                "",
-                "--timeout",
-                "180s",
-                "--wait",
-                "120s",
-            )
-        finally:
-            os.unlink(config_path)
-        if proc.returncode != 0:
-            raise ClusterError(
-                f"kwokctl create cluster {name!r} failed (exit {proc.returncode}):\n"
-                f"{_tail(proc.stdout + proc.stderr, 60)}\n{cluster.component_logs()}"
-            )
+        _create_cluster(cluster, kwokctl_config(bins, kubectl, versions))
 
     try:
         _wait_ready(cluster)
-    except (TimeoutError, subprocess.CalledProcessError) as exc:
-        raise ClusterError(
-            f"cluster {name!r} did not become ready: {_describe(exc)}\n{cluster.component_logs()}"
-        ) from exc
+    except (TimeoutError, subprocess.CalledProcessError, ClusterError) as exc:
+        _fail_start(cluster, f"cluster {name!r} did not become ready: {_describe(exc)}", exc)
     _log(f"cluster {name!r} ready in {time.monotonic() - t0:.1f}s; kubeconfig: {cluster.kubeconfig}")
     return cluster
+
+
+def _create_cluster(cluster: K8sCluster, config: str) -> None:
+    """Run ``kwokctl create cluster``, failing at once when a component it started exits: kwokctl itself
+    would wait for its whole timeout and then still exit 0."""
+    assert cluster.name and cluster.bin_dir and cluster.workdir
+    with tempfile.TemporaryDirectory(prefix="kubesweep-kwokctl-") as tmp:
+        config_path, out_path = Path(tmp) / "kwokctl.yaml", Path(tmp) / "kwokctl.out"
+        config_path.write_text(config)
+        cmd = [str(cluster.bin_dir / "kwokctl"), "create", "cluster", "--name", cluster.name]
+        cmd += ["--config", str(config_path), "--kubeconfig", "", "--timeout", "120s"]
+        with out_path.open("w") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
+            try:
+                while proc.poll() is None:
+                    time.sleep(0.3)
+                    if (cluster.workdir / "pids").is_dir():
+                        _check_processes(cluster)
+            except ClusterError as exc:
+                proc.terminate()
+                proc.wait(timeout=30)
+                _fail_start(cluster, f"kwokctl create cluster {cluster.name!r}: {exc}", exc)
+        output = out_path.read_text(errors="replace")
+    if proc.returncode != 0:
+        _fail_start(
+            cluster,
+            f"kwokctl create cluster {cluster.name!r} failed (exit {proc.returncode}):\n{_tail(output, 60)}",
+        )
+
+
+def _fail_start(cluster: K8sCluster, message: str, cause: Exception | None = None) -> NoReturn:
+    """Raise ClusterError with the component logs; a cluster this process created is deleted first (its
+    processes would linger otherwise), unless KUBESWEEP_TEST_KEEP_CLUSTER is set."""
+    message = f"{message}\n{cluster.component_logs()}"
+    if cluster.started_here and cluster.name and not os.environ.get("KUBESWEEP_TEST_KEEP_CLUSTER"):
+        try:
+            stop_cluster(cluster.name, cluster.bin_dir)
+            message += f"\n(cluster {cluster.name!r} deleted; set KUBESWEEP_TEST_KEEP_CLUSTER=1 to keep it)"
+        except ClusterError as exc:
+            message += f"\n(deleting cluster {cluster.name!r} failed too: {exc})"
+    raise ClusterError(message) from cause
+
+
+def _check_processes(cluster: K8sCluster) -> None:
+    """Raise ClusterError naming any control-plane process of a kwok cluster that has exited."""
+    if not cluster.workdir:
+        return
+    for pid_file in sorted((cluster.workdir / "pids").glob("*.pid")):
+        component = pid_file.name.removesuffix(".pid")
+        try:
+            pid = int(pid_file.read_text().strip())
+            # a dead child nobody reaped yet is a zombie ("Z" in /proc/PID/stat): dead too
+            alive = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (ValueError, OSError, IndexError):
+            alive = False
+        if not alive:
+            raise ClusterError(f"{component} exited (see {component}.log below)")
 
 
 def _wait_ready(cluster: K8sCluster) -> None:
     if not cluster.kubeconfig.is_file():
         raise ClusterError(f"kwokctl wrote no kubeconfig at {cluster.kubeconfig}")
 
-    wait_until(
-        "kube-apiserver /readyz",
-        lambda: cluster.kubectl("get", "--raw", "/readyz", timeout=10).stdout.strip() == "ok",
-        60,
-    )
+    def apiserver_ready() -> bool:
+        _check_processes(cluster)  # fail at once, not after the timeout, when a component died
+        return cluster.kubectl("get", "--raw", "/readyz", timeout=10).stdout.strip() == "ok"
+
+    wait_until("kube-apiserver /readyz", apiserver_ready, 60)
     cluster.apply(gpu_node_manifests())
     names = [n["metadata"]["name"] for n in gpu_node_manifests()]
 
@@ -450,7 +487,10 @@ def stop_cluster(name: str = DEFAULT_CLUSTER_NAME, bins: Path | None = None) -> 
     bins = bins or bin_dir()
     if not (bins / "kwokctl").is_file():
         raise ClusterError(f"kwokctl not built yet ({bins}); nothing to stop")
-    proc = _kwokctl(bins, "delete", "cluster", "--name", name, "--kubeconfig", "")
+    # kwokctl removes the cluster's context from the --kubeconfig it is given and refuses an empty path: give
+    # it the cluster's own kubeconfig, which goes away with the cluster, so no other kubeconfig is touched.
+    own_kubeconfig = kwok_workdir() / "clusters" / name / "kubeconfig.yaml"
+    proc = _kwokctl(bins, "delete", "cluster", "--name", name, "--kubeconfig", str(own_kubeconfig))
     if proc.returncode != 0:
         raise ClusterError(f"kwokctl delete cluster {name!r} failed:\n{_tail(proc.stdout + proc.stderr)}")
 

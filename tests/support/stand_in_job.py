@@ -39,10 +39,10 @@ def main() -> int:
         "schema": "kubesweep.io/results/v1",
         "outcome": outcome,
         "trial": {"id": trial["trial_id"], "name": trial["name"], "repeat": trial["repeat"]},
-        "config": trial,
+        "config": job,
     }
     if outcome == "succeeded":
-        results["throughput"] = {"samples_per_second": 100.0 * job["batch_size"]}
+        results["train"] = {"samples_per_s": 100.0 * job["batch_size"]}
     (out / "results.json").write_text(json.dumps(results))
     print(f"done: {outcome}", flush=True)
     return code
