@@ -36,6 +36,7 @@ K8S_SCHEMA_VERSION = "1.36"
 OPERATOR_DIGEST = "sha256:" + "1" * 64
 MLFLOW_DIGEST = "sha256:" + "2" * 64
 KILLS = 4
+CPU_NODE = "kubesweep-test-cpu-0"
 JOB_IMAGE = "registry.example/kubesweep-job@sha256:" + "0" * 64
 DIGEST_SETS = ["--set", f"operator.image.digest={OPERATOR_DIGEST}", "--set", f"mlflow.image.digest={MLFLOW_DIGEST}"]
 
@@ -157,10 +158,11 @@ def installed(k8s_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
     cluster.kubectl("label", "namespace", ns, "kubesweep.io/test=true",
                     "pod-security.kubernetes.io/enforce=restricted",
                     "pod-security.kubernetes.io/enforce-version=latest")
-    # A plain (untainted) node for the operator and MLflow pods, and a volume for MLflow's claim.
+    # A plain (untainted) node for the operator and MLflow pods, and a volume for MLflow's claim; both are
+    # removed again at the end, so other modules see the cluster as the fixture made it.
     cluster.apply({"apiVersion": "v1", "kind": "Node",
-                   "metadata": {"name": "cpu-0", "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                "labels": {"kubernetes.io/hostname": "cpu-0", "type": "kwok"}},
+                   "metadata": {"name": CPU_NODE, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                "labels": {"kubernetes.io/hostname": CPU_NODE, "type": "kwok"}},
                    "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
                               "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"}}})
     storage_class = f"manual-{ns}"
@@ -179,6 +181,7 @@ def installed(k8s_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
         helm("uninstall", RELEASE, "-n", ns, "--wait", kubeconfig=cluster.kubeconfig, check=False)
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         cluster.kubectl("delete", "pv", f"mlflow-{ns}", "--wait=false", check=False)
+        cluster.kubectl("delete", "node", CPU_NODE, "--wait=false", check=False)
 
 
 class OperatorProcess:
