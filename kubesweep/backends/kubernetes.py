@@ -240,6 +240,10 @@ class KubernetesBackend(Backend):
         """The ownerReference put on a sweep's Jobs (the operator: its Sweep, so deleting it cascades)."""
         return None
 
+    def _tracking_for(self, state: SweepState) -> TrackingEnv | None:
+        """Where a sweep's trials log (the operator: each Sweep's own experiment and parent run)."""
+        return self.tracking
+
     def _plan_for(self, state: SweepState) -> Plan:
         cached = self._plans.get(state.sweep.name)
         if cached is None or cached.sweep.to_document() != state.sweep.to_document():
@@ -356,7 +360,7 @@ class KubernetesBackend(Backend):
         if not chosen:
             return
         image = resolve_image(state.sweep, allow_unpinned=True)
-        tracking = self.tracking
+        tracking = self._tracking_for(state)
         objects = []
         for trial in chosen:
             extra = dict(self.pod_annotations(trial)) if self.pod_annotations else None
