@@ -24,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from kubesweep.jobs.config import JobConfig, TrialConfig
+from kubesweep.jobs.errors import UsageError
 from kubesweep.outcomes import ExitCode
 
 TRIAL_FLAGS = {
@@ -138,6 +139,18 @@ def resolve_trial(args: argparse.Namespace) -> TrialConfig:
     return TrialConfig.model_validate({**trial_fields, "job": job_config})
 
 
+def preflight(job: JobConfig) -> None:
+    """Reject local references that cannot work before the heavy imports (UsageError, exit code 2)."""
+    from kubesweep.jobs.model import resolve
+
+    resolve(job.model)
+    if job.tokenizer:
+        resolve(job.tokenizer)
+    dataset = Path(job.dataset).expanduser()
+    if job.dataset.startswith(("/", ".", "~")) and not dataset.is_dir():
+        raise UsageError(f"dataset directory {job.dataset!r} does not exist")
+
+
 def _setup_logging() -> None:
     rank = int(os.environ.get("RANK", "0"))
     logging.basicConfig(
@@ -162,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         trial = resolve_trial(args)
+        preflight(trial.job)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return int(ExitCode.USAGE)
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
         print(f"error: invalid settings: {problems}", file=sys.stderr)

