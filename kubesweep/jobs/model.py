@@ -148,7 +148,8 @@ def load(cfg: JobConfig) -> LoadedModel:
     else:
         source = resolve(cfg.model).source
         try:
-            model = AutoModelForSequenceClassification.from_pretrained(source, config=config)
+            # fp32 master weights whatever the checkpoint's dtype; bf16/fp16 come from autocast
+            model = AutoModelForSequenceClassification.from_pretrained(source, config=config, dtype=torch.float32)
         except OSError as err:
             raise RuntimeError(f"cannot load the weights of model {cfg.model!r}: {_first_line(err)}") from err
     if config.vocab_size < len(tokenizer):

@@ -5,7 +5,8 @@ CUDA events (`StepClock`), token counts come from the host-side batch. Every `lo
 the buffer and the clock; that is when metrics are logged and progress printed.
 
 A step is *warm-up* (timed apart, not in samples/s) when it is among the first `measure_skip_steps` steps of
-this process, or, under torch.compile, when one of its batches has a shape not seen before (a compilation).
+this process, or, under torch.compile, when one of its batches has a shape not seen before (a compilation) or,
+under `reduce-overhead`, seen only once (its CUDA graph is recorded then).
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ class FineTuner:
                 broadcast_buffers=False,  # BERT's buffers (position ids) are constants
             )
         self.train_module = runtime.compile_model(self.train_module, cfg)
-        self.eval_module = runtime.compile_model(self.raw, cfg)
+        # Evaluation runs eager: a handful of batches per epoch would each pay a compilation of their own.
+        self.eval_module = self.raw
         self.optimizer = self._optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
@@ -257,7 +259,10 @@ class FineTuner:
         pending: list[StepMeta] = []
         window_lrs: list[float] = []
         window_start = out.steps
-        seen_shapes: set[tuple[int, ...]] = set()
+        # Under compile a new shape compiles; under CUDA graphs (reduce-overhead) its second step records the
+        # graph too. Those steps are warm-up.
+        seen_shapes: dict[tuple[int, ...], int] = {}
+        warm_calls = 2 if cfg.compile == "reduce-overhead" else 1
         steps_this_run = 0
         last_print = 0.0
         t_start = time.perf_counter()
@@ -324,9 +329,9 @@ class FineTuner:
             batches = data.loader(cfg, self.train_data, plan[self.micro_in_epoch :], pin_memory=self.pin)
             for batch in batches:
                 shape = tuple(batch["input_ids"].shape)
-                if cfg.compile and shape not in seen_shapes:
+                if cfg.compile and seen_shapes.get(shape, 0) < warm_calls:
                     step_meta.warmup = True
-                seen_shapes.add(shape)
+                seen_shapes[shape] = seen_shapes.get(shape, 0) + 1
                 rows = shape[0]
                 step_meta.samples += rows * self.dist.world_size
                 step_meta.tokens += batch["n_tokens"] * self.dist.world_size
