@@ -46,7 +46,9 @@ def flags(settings: dict[str, Any]) -> list[str]:
     out = []
     for key, value in settings.items():
         flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
+        if key == "compile":  # false | true | a mode: a value, not a switch
+            out += [flag, str(value).lower()]
+        elif isinstance(value, bool):
             out.append(flag if value else "--no-" + key.replace("_", "-"))
         else:
             out += [flag, str(value)]
@@ -141,8 +143,9 @@ def case_minilm(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any
     return {"kubesweep": {"settings": MINILM_BEST, **ours}, "hf-trainer": {"settings": MINILM_HF, **hf}}
 
 
-def case_inference(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
-    rows = []
+def case_inference(args: argparse.Namespace, data: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    report["inference"] = {"batch_size": 8, "seq_len": 128, "rows": rows}  # written after every row
     devices = [("cuda", {}), ("cpu", {"CUDA_VISIBLE_DEVICES": ""})]
     for device, env in devices:
         for precision in ("fp32", "fp16", "bf16"):
@@ -163,7 +166,13 @@ def case_inference(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, 
                              "warmup_s": round(inf["warmup_s"], 2), "command": run["command"]})
                 print(f"[inference] {device} {precision} {'compiled' if compiled else 'eager'}: "
                       f"p50 {rows[-1]['latency_p50_ms']} ms, {rows[-1]['samples_per_s']} samples/s")
-    return {"batch_size": 8, "seq_len": 128, "rows": rows}
+                save(args.out, report)
+    return report["inference"]  # type: ignore[no-any-return]
+
+
+def save(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
 
 
 def case_ddp(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
@@ -226,12 +235,11 @@ def main() -> None:
         elif case == "minilm":
             report["minilm"] = case_minilm(args, data)
         elif case == "inference":
-            report["inference"] = case_inference(args, shapes)
+            report["inference"] = case_inference(args, shapes, report)
         elif case == "ddp":
             report["ddp"] = case_ddp(args, shapes)
         print(f"  ({case}: {time.perf_counter() - start:.0f} s)", flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        save(args.out, report)
 
 
 if __name__ == "__main__":
