@@ -34,7 +34,8 @@ def make_backend(name: str, *, home: Path | None = None, **options: Any) -> Back
     if name == "local":
         from kubesweep.backends.local import LocalBackend
 
-        return LocalBackend(home, any_gpu=bool(options.get("any_gpu")), cpu_slots=int(options.get("cpu_slots", 1)))
+        return LocalBackend(home, any_gpu=bool(options.get("any_gpu")), cpu_slots=int(options.get("cpu_slots", 1)),
+                            tracking=options.get("tracking"))
     if name == "kubernetes":
         try:
             from kubesweep.backends.kubernetes import KubernetesBackend
@@ -42,6 +43,7 @@ def make_backend(name: str, *, home: Path | None = None, **options: Any) -> Back
             raise BackendError(
                 f"the kubernetes backend needs the k8s extra ({exc.name} is missing): pip install 'kubesweep[k8s]'"
             ) from None
-        backend: Backend = KubernetesBackend(namespace=options.get("namespace"), kubeconfig=options.get("kubeconfig"))
+        backend: Backend = KubernetesBackend(namespace=options.get("namespace"), kubeconfig=options.get("kubeconfig"),
+                                             tracking=options.get("tracking"))
         return backend
     raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
