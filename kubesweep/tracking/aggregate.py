@@ -331,7 +331,7 @@ def fmt_number(value: float | None) -> str:
         return f"{value:.1f}"
     if magnitude >= 1:
         return f"{value:.2f}"
-    return f"{value:.4f}" if magnitude >= 0.001 else f"{value:.2e}"
+    return f"{value:.4f}" if magnitude >= 0.001 else f"{value:.3g}"
 
 
 def metric_text(cell: Cell, metric: str) -> str:

@@ -82,7 +82,7 @@ def _finetune(cells: list[Cell]) -> list[Cell]:
 
 
 def _minutes(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds / 60:.1f}"
+    return "-" if seconds is None else fmt_number(seconds / 60)
 
 
 def _gpu_label(cell: Cell) -> str:
@@ -242,20 +242,27 @@ def _per_gpu_lines(cells: list[Cell], metric: str, ylabel: str, title: str, path
             errs = [p[1].std or 0.0 for p in pts]
             ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, linestyle="--" if compiled != "off" else "-",
                         label=precision + ("" if compiled == "off" else f" compile={compiled}"))
+        batches = sorted({int(c.axes["batch_size"]) for g in series[gpu].values() for c in g})
+        for group in series[gpu].values():
             for c in group:
                 if c.value(metric) is None and "succeeded" not in c.outcomes:
+                    ax.scatter([int(c.axes["batch_size"])], [0], marker="x", color="red")
                     ax.annotate(c.status, (int(c.axes["batch_size"]), 0), textcoords="offset points",
-                                xytext=(0, 4), ha="center", fontsize=7, color="red")
+                                xytext=(0, 6), ha="center", fontsize=7, color="red")
         if hline is not None:
             limit = hline(gpu.split()[0])
             if limit is not None:
                 ax.axhline(limit, color="grey", linestyle=":", label=f"{gpu.split()[0]} memory {limit:g} GiB")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.minorticks_off()
+        ax.set_ylim(bottom=0)
         ax.set_title(gpu)
         ax.set_xlabel("batch size")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     for j in range(len(gpus), rows * cols):
         axes[j // cols][j % cols].set_visible(False)
     fig.suptitle(title)
