@@ -689,7 +689,9 @@ def ui(
     command = ui_mod.server_command(home_dir(home), chosen, backend_uri=configured)
     console.print(f"MLflow UI: http://127.0.0.1:{chosen}  (store {command[command.index('--backend-store-uri') + 1]};"
                   " Ctrl-C stops it)")
-    proc = subprocess.Popen(command)
+    # a UI-only server: no background job runner (MLflow's GenAI jobs), unless asked for in the environment
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    proc = subprocess.Popen(command, env=env)
     try:
         code = proc.wait()
     except KeyboardInterrupt:
