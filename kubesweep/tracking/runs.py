@@ -33,6 +33,9 @@ OUTCOME_TAG = "kubesweep.outcome"
 REPORT_ARTIFACTS = "report"
 RESULTS_ARTIFACT = "results.json"
 PAGE = 1000
+# the MLflow UI opens an experiment of this kind on its model-training views (runs, charts, artifacts)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 
 
 class TrackingError(RuntimeError):
@@ -122,7 +125,7 @@ class SweepRuns:
             folder.mkdir(parents=True, exist_ok=True)
             location = folder.resolve().as_uri()
         return str(self._call("create the experiment", self.client.create_experiment, self.target.experiment,
-                              artifact_location=location))
+                              artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}))
 
     def find_parent(self) -> str | None:
         """The sweep's parent run id (the oldest, should two submits have raced), or None."""
