@@ -28,7 +28,9 @@ from kubesweep.spec import SpecError, Sweep, load_sweep_file
 
 if TYPE_CHECKING:
     from kubesweep.backends.base import Backend, SweepStatus
+    from kubesweep.manifests import TrackingEnv
     from kubesweep.plan import Plan
+    from kubesweep.tracking.target import TrackingTarget
 
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
@@ -72,6 +74,14 @@ HomeOpt = Annotated[
     typer.Option("--home", envvar="KUBESWEEP_HOME", help="local state directory [default: ~/.kubesweep]"),
 ]
 NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Kubernetes namespace")]
+TrackingUriOpt = Annotated[
+    str | None,
+    typer.Option("--tracking-uri", help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI, the spec's "
+                 "tracking.uri, else the local store sqlite:///<home>/mlflow.db]", show_default=False),
+]
+NoTrackingOpt = Annotated[
+    bool, typer.Option("--no-tracking", envvar="KUBESWEEP_NO_TRACKING", help="do not log to MLflow")
+]
 KubeconfigOpt = Annotated[Path | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file")]
 DirectOpt = Annotated[
     bool,
@@ -134,6 +144,7 @@ def get_backend(
     namespace: str | None = None,
     kubeconfig: Path | None = None,
     direct: bool = False,
+    tracking: TrackingEnv | None = None,
 ) -> Backend:
     from kubesweep.backends import BackendError, make_backend
 
@@ -141,9 +152,40 @@ def get_backend(
         return make_backend(
             name.value, home=home, any_gpu=any_gpu, cpu_slots=parallel, namespace=namespace, kubeconfig=kubeconfig,
             direct=direct,
+            tracking=tracking,
         )
     except BackendError as exc:
         fail(str(exc), EXIT_BACKEND)
+
+
+def home_dir(home: Path | None) -> Path:
+    from kubesweep.backends.local import default_home
+
+    return (home or default_home()).expanduser()
+
+
+def tracking_target(name: str, spec: dict[str, Any] | None, backend: BackendName, home: Path | None,
+                    uri: str | None, disabled: bool, experiment: str | None = None) -> TrackingTarget:
+    """Where the sweep is tracked: flag, env, spec, else the local store (kubesweep.tracking.target)."""
+    from kubesweep.tracking.target import resolve
+
+    tracking = ((spec or {}).get("spec") or {}).get("tracking") or {}
+    return resolve(experiment=experiment or tracking.get("experiment") or name, home=home_dir(home), flag=uri,
+                   spec_uri=tracking.get("uri"), backend=backend.value, disabled=disabled)
+
+
+def open_tracking(name: str, spec: dict[str, Any], trials: int, backend: BackendName, home: Path | None,
+                  uri: str | None, disabled: bool) -> tuple[TrackingTarget, TrackingEnv | None]:
+    """Find or create the sweep's parent run and say where tracking goes (once); off is not an error."""
+    from kubesweep.tracking.sweep import open_parent
+
+    target = tracking_target(name, spec, backend, home, uri, disabled)
+    opened = open_parent(target, name, backend=backend.value, trials=trials, spec=spec)
+    (err if opened.warning else console).print(opened.message)
+    if opened.env is None and backend == BackendName.local:
+        # local trials inherit this environment: keep them from logging when tracking is off
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    return target, opened.env
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -211,14 +253,21 @@ def submit(
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
     direct: DirectOpt = False,
+    tracking_uri: TrackingUriOpt = None,
+    no_tracking: NoTrackingOpt = False,
 ) -> None:
-    """Expand a spec into trials and run them. Submitting the same spec again starts nothing twice."""
+    """Expand a spec into trials and run them. Submitting the same spec again starts nothing twice.
+
+    Tracking: one MLflow parent run per sweep (found again on a later submit or resume), a child run per trial.
+    """
     from kubesweep.backends import BackendError
 
     sweep = load(file, allow_unpinned)
     p = make_plan(sweep)
+    target, env = open_tracking(sweep.name, sweep.to_document(), len(p.trials), backend, home, tracking_uri,
+                                no_tracking)
     b = get_backend(backend, home, any_gpu=any_gpu, parallel=parallel, namespace=namespace, kubeconfig=kubeconfig,
-                    direct=direct)
+                    direct=direct, tracking=env)
     try:
         status = b.submit(p)
     except BackendError as exc:
@@ -226,10 +275,11 @@ def submit(
     console.print(f"sweep {sweep.name!r}: {len(p.trials)} trials on the {backend.value} backend ({status.message})")
     if p.dropped:
         console.print(f"{len(p.dropped)} cells dropped (see `sweep plan {file}`)")
-    _follow(b, sweep.name, detach, home, backend)
+    _follow(b, sweep.name, detach, home, backend, target, env)
 
 
-def _follow(b: Backend, name: str, detach: bool, home: Path | None, backend: BackendName) -> None:
+def _follow(b: Backend, name: str, detach: bool, home: Path | None, backend: BackendName,
+            target: TrackingTarget | None = None, env: TrackingEnv | None = None) -> None:
     from kubesweep import views
     from kubesweep.backends import BackendError
 
@@ -251,8 +301,13 @@ def _follow(b: Backend, name: str, detach: bool, home: Path | None, backend: Bac
         view.stop()
         fail(str(exc), EXIT_BACKEND)
     view.stop()
-    _print_results(b, name, ResultsFormat.table)
-    raise typer.Exit(_exit_for(status))
+    code = _exit_for(status)
+    if target is not None:
+        from kubesweep.tracking.sweep import finish_parent
+
+        finish_parent(env, target, name, failed=code != EXIT_OK)
+    _print_summary(b, name)
+    raise typer.Exit(code)
 
 
 def _exit_for(status: SweepStatus) -> int:
@@ -384,16 +439,43 @@ def resume(
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
     direct: DirectOpt = False,
+    tracking_uri: TrackingUriOpt = None,
+    no_tracking: NoTrackingOpt = False,
 ) -> None:
-    """Run again only the trials that failed, were cancelled or are missing."""
+    """Run again only the trials that failed, were cancelled or are missing (into the same MLflow runs)."""
     from kubesweep.backends import BackendError
 
     b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
+    spec = _spec_of(b, name)
+    if spec is None:
+        fail(f"no {backend.value} sweep named {name!r}", EXIT_NOT_FOUND)
+    target, env = open_tracking(name, spec, len(b.status(name).trials), backend, home, tracking_uri, no_tracking)
+    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct, tracking=env)
+    if backend == BackendName.local:
+        _record_tracking(b, name, env)
     try:
         b.resume(name)
     except BackendError as exc:
         fail(str(exc), _code_for(exc))
-    _follow(b, name, detach, home, backend)
+    _follow(b, name, detach, home, backend, target, env)
+
+
+def _spec_of(b: Backend, name: str) -> dict[str, Any] | None:
+    from kubesweep.backends import BackendError
+
+    reader = getattr(b, "spec_of", None)
+    try:
+        return reader(name) if reader is not None else None
+    except BackendError as exc:
+        fail(str(exc), _code_for(exc))
+
+
+def _record_tracking(b: Backend, name: str, env: TrackingEnv | None) -> None:
+    """Local backend: keep the sweep's tracking env current for the trials resume starts."""
+    from kubesweep.backends.local import LocalBackend
+
+    if isinstance(b, LocalBackend):
+        b.record_tracking(name, env)
 
 
 @app.command()
@@ -416,29 +498,138 @@ def delete(
     console.print(f"sweep {name!r} deleted")
 
 
+class MetricName(StrEnum):
+    samples_per_s = "samples_per_s"
+    step_p50_ms = "step_p50_ms"
+    peak_mem_gib = "peak_mem_gib"
+    tta_s = "tta_s"
+    accuracy = "accuracy"
+    cost_per_epoch = "cost_per_epoch"
+
+
+TargetOpt = Annotated[float, typer.Option("--target-accuracy", min=0.0, max=1.0,
+                                          help="dev accuracy that time-to-accuracy measures the time to")]
+BestByOpt = Annotated[MetricName, typer.Option("--best-by", help="metric that picks the best setting per GPU type")]
+FilterOpt = Annotated[list[str] | None, typer.Option(
+    "--filter", help="KEY=VALUE[,VALUE] (repeatable): gpu, task, gpus, batch_size, precision, compile, status, "
+    "outcome, best, or any job setting; e.g. --filter gpu=h100-80gb --filter precision=bf16,fp16")]
+ExperimentOpt = Annotated[str | None, typer.Option(
+    "--experiment", help="MLflow experiment [default: the spec's tracking.experiment, else the sweep's name]")]
+
+
+def _load_cells(name: str, backend: BackendName, home: Path | None, namespace: str | None,
+                kubeconfig: Path | None, tracking_uri: str | None, no_tracking: bool, experiment: str | None,
+                target_accuracy: float, best_by: MetricName, *,
+                direct: bool = False) -> tuple[list[Any], Any, TrackingTarget]:
+    from kubesweep.backends import BackendError
+    from kubesweep.backends import make_backend as make
+    from kubesweep.tracking.aggregate import aggregate
+    from kubesweep.tracking.runs import TrackingError
+    from kubesweep.tracking.sweep import load_records
+
+    b: Backend | None
+    try:
+        b = make(backend.value, home=home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
+        spec = _spec_of(b, name)
+    except BackendError as exc:
+        err.print(f"note: {exc}")
+        b, spec = None, None
+    target = tracking_target(name, spec, backend, home, tracking_uri, no_tracking, experiment)
+    try:
+        loaded = load_records(target, name, b)
+    except TrackingError as exc:
+        fail(str(exc), EXIT_BACKEND)
+    except BackendError as exc:
+        fail(str(exc), _code_for(exc))
+    if loaded.note:
+        err.print(f"note: {loaded.note}")
+    cells = aggregate(loaded.records, target=target_accuracy, best_by=best_by.value)
+    return cells, loaded, target
+
+
 @app.command()
 def results(
     name: Annotated[str, typer.Argument(help="sweep name")],
     fmt: Annotated[ResultsFormat, typer.Option("--format", "-f", help="table, csv, json or markdown")] = (
         ResultsFormat.table
     ),
+    sort: Annotated[str | None, typer.Option(
+        "--sort", help="metric (best first: samples_per_s, step_p50_ms, peak_mem_gib, tta_s, accuracy, "
+        "cost_per_epoch, epoch_s) or axis (gpu, batch_size, precision, compile, ...)")] = None,
+    reverse: Annotated[bool, typer.Option("--reverse", help="reverse the --sort order")] = False,
+    filters: FilterOpt = None,
+    target_accuracy: TargetOpt = 0.90,
+    best_by: BestByOpt = MetricName.samples_per_s,
+    per_trial: Annotated[bool, typer.Option("--per-trial", help="one row per trial from the results files, "
+                                            "not aggregated")] = False,
     backend: BackendOpt = BackendName.local,
     home: HomeOpt = None,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
     direct: DirectOpt = False,
+    tracking_uri: TrackingUriOpt = None,
+    no_tracking: NoTrackingOpt = False,
+    experiment: ExperimentOpt = None,
 ) -> None:
-    """Each trial's measurements: samples/s, step time, peak memory, accuracy, time split."""
+    """The sweep's results aggregated over repeats: mean ±CV of samples/s, step p50, peak memory,
+    time-to-accuracy, accuracy and $/epoch per setting; OOM and GPU-mismatch cells as such; * marks the best
+    setting per GPU type. Reads the trials' MLflow runs (the local results files when tracking is off)."""
     from kubesweep.backends import BackendError
+    from kubesweep.tracking import aggregate as agg
 
-    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
+    if per_trial:
+        b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
+        try:
+            _print_rows(b, name, fmt)
+        except BackendError as exc:
+            fail(str(exc), _code_for(exc))
+        return
+    cells, loaded, _ = _load_cells(name, backend, home, namespace, kubeconfig, tracking_uri, no_tracking,
+                                   experiment, target_accuracy, best_by, direct=direct)
     try:
-        _print_results(b, name, fmt)
-    except BackendError as exc:
-        fail(str(exc), _code_for(exc))
+        cells = agg.sort_cells(agg.apply_filters(cells, agg.parse_filters(filters or [])), sort, reverse)
+    except agg.QueryError as exc:
+        fail(str(exc), EXIT_USAGE)
+    if fmt == ResultsFormat.json:
+        sys.stdout.write(json.dumps(agg.to_json(cells, sweep=name, source=loaded.source, target=target_accuracy,
+                                                best_by=best_by.value), indent=2, default=str) + "\n")
+    elif fmt == ResultsFormat.csv:
+        sys.stdout.write(agg.to_csv(cells))
+    elif fmt == ResultsFormat.markdown:
+        sys.stdout.write(agg.to_markdown(cells))
+    else:
+        _print_cells(name, cells, loaded.source, target_accuracy, best_by.value)
 
 
-def _print_results(b: Backend, name: str, fmt: ResultsFormat) -> None:
+def _print_cells(name: str, cells: list[Any], source: str, target: float, best_by: str) -> None:
+    from rich.table import Table
+
+    from kubesweep.tracking import aggregate as agg
+
+    table = Table(title=f"sweep {name}: {len(cells)} settings", title_justify="left")
+    for header in agg.headers(cells):
+        table.add_column(header, justify="left" if header in ("task", "gpu", "precision", "compile", "status")
+                         else "right")
+    for cell, row in zip(cells, agg.text_rows(cells), strict=True):
+        table.add_row(*row, style="bold" if cell.best else None)
+    console.print(table)
+    console.print(f"mean ±CV over repeats; TTA = training time to dev accuracy >= {target:g}; * best "
+                  f"{agg.METRICS[best_by][0]} per GPU type; from {source}", style="dim")
+
+
+def _print_summary(b: Backend, name: str) -> None:
+    """After a sweep ends: the aggregated table from the backend's own files (no MLflow round trip)."""
+    from kubesweep.tracking.aggregate import aggregate
+    from kubesweep.tracking.records import from_backend
+
+    cells = aggregate(from_backend(b, name))
+    _print_cells(name, cells, f"results files ({b.name} backend)", 0.90, "samples_per_s")
+    where = getattr(b, "trial_dir", None)
+    if where is not None:
+        console.print(f"results files: {Path(where(name, '')).resolve()}/<trial>/results.json")
+
+
+def _print_rows(b: Backend, name: str, fmt: ResultsFormat) -> None:
     from kubesweep import views
 
     rows = views.result_rows(b, name)
@@ -449,6 +640,93 @@ def _print_results(b: Backend, name: str, fmt: ResultsFormat) -> None:
             console.print(f"results files: {Path(where(name, '')).resolve()}/<trial>/results.json")
     else:
         sys.stdout.write(views.format_rows(rows, fmt.value))
+
+
+@app.command()
+def report(
+    name: Annotated[str, typer.Argument(help="sweep name")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="directory for report.html and the "
+                                                "figures [default: ./<sweep>-report]", show_default=False)] = None,
+    target_accuracy: TargetOpt = 0.90,
+    best_by: BestByOpt = MetricName.samples_per_s,
+    upload: Annotated[bool, typer.Option("--upload/--no-upload", help="log the report as artifacts of the "
+                                         "sweep's MLflow parent run")] = True,
+    backend: BackendOpt = BackendName.local,
+    home: HomeOpt = None,
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    tracking_uri: TrackingUriOpt = None,
+    no_tracking: NoTrackingOpt = False,
+    experiment: ExperimentOpt = None,
+) -> None:
+    """An HTML report with PNG figures (throughput, compile speed-up, peak memory, time-to-accuracy, $/epoch,
+    the matrix heatmap) and the comparison tables, written locally and logged to the sweep's parent run."""
+    try:
+        from kubesweep.tracking.report import build
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        fail(f"the report needs matplotlib ({exc}): pip install 'kubesweep[tracking]'", EXIT_USAGE)
+    from kubesweep.tracking.runs import SweepRuns, TrackingError
+
+    cells, loaded, target = _load_cells(name, backend, home, namespace, kubeconfig, tracking_uri, no_tracking,
+                                        experiment, target_accuracy, best_by)
+    if not cells:
+        fail(f"sweep {name!r} has no trials to report on", EXIT_NOT_FOUND)
+    directory = (output or Path(f"{name}-report")).resolve()
+    built = build(cells, directory, sweep=name, source=loaded.source, target=target_accuracy,
+                  best_by=best_by.value)
+    console.print(f"report: {built.html_path} ({len(built.figures)} figures, {len(built.tables)} comparison tables)")
+    for note in built.skipped + built.table_notes:
+        console.print(f"  {note}", style="dim")
+    if upload and loaded.parent_run_id:
+        try:
+            SweepRuns(target, name).log_report(loaded.parent_run_id, directory)
+        except TrackingError as exc:
+            fail(f"report written locally, but not logged to MLflow: {exc}", EXIT_BACKEND)
+        console.print(f"logged as artifacts report/ of MLflow run {loaded.parent_run_id} ({target.uri})")
+    elif upload:
+        console.print("not logged to MLflow: the sweep has no parent run there", style="dim")
+
+
+@app.command()
+def ui(
+    port: Annotated[int | None, typer.Option("--port", "-p", min=1, max=65535,
+                                             help="port [default: a free one]", show_default=False)] = None,
+    backend: BackendOpt = BackendName.local,
+    home: HomeOpt = None,
+    namespace: NamespaceOpt = None,
+    tracking_uri: TrackingUriOpt = None,
+) -> None:
+    """Start the MLflow UI over the local store (127.0.0.1), or print how to reach the cluster's."""
+    from kubesweep.tracking import ui as ui_mod
+    from kubesweep.tracking.target import URI_ENV, mlflow_installed
+
+    if backend == BackendName.kubernetes:
+        console.print(ui_mod.cluster_directions(namespace or "kubesweep", tracking_uri or os.environ.get(URI_ENV)))
+        return
+    configured = tracking_uri or os.environ.get(URI_ENV)
+    if configured and configured.startswith(("http://", "https://")):
+        console.print(f"tracking goes to the MLflow server at {configured}: open it in a browser")
+        return
+    if not mlflow_installed():
+        fail("mlflow is not installed: pip install 'kubesweep[tracking]'", EXIT_USAGE)
+    chosen = port or ui_mod.free_port()
+    command = ui_mod.server_command(home_dir(home), chosen, backend_uri=configured)
+    console.print(f"MLflow UI: http://127.0.0.1:{chosen}  (store {command[command.index('--backend-store-uri') + 1]};"
+                  " Ctrl-C stops it)")
+    # a UI-only server: no background job runner (MLflow's GenAI jobs), unless asked for in the environment
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    proc = subprocess.Popen(command, env=env)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise typer.Exit(EXIT_OK) from None
+    if code != 0:
+        fail(f"mlflow server exited with code {code}", EXIT_BACKEND)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -39,7 +39,8 @@ def make_backend(name: str, *, home: Path | None = None, **options: Any) -> Back
     if name == "local":
         from kubesweep.backends.local import LocalBackend
 
-        return LocalBackend(home, any_gpu=bool(options.get("any_gpu")), cpu_slots=int(options.get("cpu_slots", 1)))
+        return LocalBackend(home, any_gpu=bool(options.get("any_gpu")), cpu_slots=int(options.get("cpu_slots", 1)),
+                            tracking=options.get("tracking"))
     if name == "kubernetes":
         try:
             from kubesweep.backends.kubernetes import KubernetesBackend
@@ -49,7 +50,8 @@ def make_backend(name: str, *, home: Path | None = None, **options: Any) -> Back
             ) from None
         if options.get("direct"):
             backend: Backend = KubernetesBackend(namespace=options.get("namespace"),
-                                                 kubeconfig=options.get("kubeconfig"))
+                                                 kubeconfig=options.get("kubeconfig"),
+                                                 tracking=options.get("tracking"))
             return backend
         from kubesweep.operator.client import INSTALL_HINT, SweepClient, crd_installed
 

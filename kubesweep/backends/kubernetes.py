@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +216,13 @@ class KubernetesBackend(Backend):
         outcomes = {k: Recorded.from_json(v) for k, v in json.loads(data.get("outcomes.json", "{}")).items()}
         return SweepState(parsed, outcomes, data.get("cancelled") == "true", data.get("parent_run_id") or None)
 
+    def spec_of(self, sweep: str) -> dict[str, Any] | None:
+        """The sweep's document as submitted (None for an unknown sweep)."""
+        try:
+            return self._load_state(sweep).sweep.to_document()
+        except SweepNotFound:
+            return None
+
     def _save_state(self, sweep: Sweep, *, outcomes: Mapping[str, Recorded] | None = None,
                     cancelled: bool | None = None, parent_run_id: str | None = None) -> None:
         data: dict[str, str] = {"sweep.json": json.dumps(sweep.to_document(), sort_keys=True)}
@@ -242,7 +249,10 @@ class KubernetesBackend(Backend):
 
     def _tracking_for(self, state: SweepState) -> TrackingEnv | None:
         """Where a sweep's trials log (the operator: each Sweep's own experiment and parent run)."""
-        return self.tracking
+        tracking = self.tracking
+        if tracking is not None and not tracking.parent_run_id and state.parent_run_id:
+            tracking = replace(tracking, parent_run_id=state.parent_run_id)
+        return tracking
 
     def _plan_for(self, state: SweepState) -> Plan:
         cached = self._plans.get(state.sweep.name)

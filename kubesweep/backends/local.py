@@ -37,12 +37,14 @@ from kubesweep.backends.base import (
 )
 from kubesweep.gpus import load_catalog, product_from_device_name
 from kubesweep.jobs.command import JOB_MODULE, job_argv
+from kubesweep.manifests import TrackingEnv
 from kubesweep.outcomes import Outcome, outcome_for_exit
 from kubesweep.plan import Plan
 
 HOME_ENV = "KUBESWEEP_HOME"
 JOB_COMMAND_ENV = "KUBESWEEP_JOB_COMMAND"
 GPUS_ENV = "KUBESWEEP_LOCAL_GPUS"
+TRACKING_FILE = "tracking.json"
 TERM_GRACE_S = 10.0
 
 
@@ -121,8 +123,14 @@ class LocalBackend(Backend):
     name = "local"
 
     def __init__(self, home: Path | str | None = None, *, job_command: list[str] | None = None,
-                 cpu_slots: int = 1, any_gpu: bool = False, devices: list[Device] | None = None):
-        """`job_command` replaces `python -m kubesweep.jobs` (the trial's --config/--output-dir follow)."""
+                 cpu_slots: int = 1, any_gpu: bool = False, devices: list[Device] | None = None,
+                 tracking: TrackingEnv | None = None):
+        """`job_command` replaces `python -m kubesweep.jobs` (the trial's --config/--output-dir follow).
+
+        `tracking`: the MLflow env of the sweeps submitted here (URI, experiment, parent run); kept with the
+        sweep (`<home>/sweeps/<sweep>/tracking.json`) so a detached driver or a later resume passes the same.
+        """
+        self.tracking = tracking
         self.store = Store(Path(home).expanduser() if home else default_home())
         if job_command is None and os.environ.get(JOB_COMMAND_ENV):
             job_command = _parse_command(os.environ[JOB_COMMAND_ENV])
@@ -158,6 +166,7 @@ class LocalBackend(Backend):
                          "axes": json.dumps(trial.axes), "phase": phase.value, "reason": reason})
         command = self.job_command or [sys.executable, "-m", JOB_MODULE]
         self.store.add_sweep(sweep.name, document, sweep.source, command, self.any_gpu, rows)
+        self.record_tracking(sweep.name, self.tracking)
         for row in rows:
             trial_dir = self.store.trial_dir(sweep.name, str(row["name"]))
             trial_dir.mkdir(parents=True, exist_ok=True)
@@ -263,8 +272,9 @@ class LocalBackend(Backend):
         config_path = trial_dir / "trial.json"
         config_path.write_text(json.dumps(row.config, indent=2) + "\n")
         (trial_dir / "results.json").unlink(missing_ok=True)
-        env = {**os.environ, "KUBESWEEP_SWEEP": sweep, "KUBESWEEP_TRIAL_ID": row.trial_id,
-               "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in devices)}
+        env = {**os.environ, **self._tracking_env(sweep), "KUBESWEEP_SWEEP": sweep,
+               "KUBESWEEP_TRIAL_ID": row.trial_id, "PYTHONUNBUFFERED": "1",
+               "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in devices)}
         if command == [command[0], "-m", JOB_MODULE]:
             argv = job_argv(str(config_path), str(trial_dir), python=command[0], gpus=len(devices) or 1)
         else:
@@ -284,6 +294,23 @@ class LocalBackend(Backend):
                           started=time.time(), finished=None, outcome=None, reason="", exit_code=None)
         row.attempts += 1
         supervisor.running[row.trial_id] = _Running(row, proc, devices, log)
+
+    def record_tracking(self, sweep: str, tracking: TrackingEnv | None) -> None:
+        """Keep the MLflow env the sweep's trials start with (None: trials are not tracked)."""
+        path = self.store.sweep_dir(sweep) / TRACKING_FILE
+        if tracking is None:
+            path.unlink(missing_ok=True)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({e["name"]: e["value"] for e in tracking.env()}) + "\n")
+
+    def _tracking_env(self, sweep: str) -> dict[str, str]:
+        """MLflow env recorded at submit (empty when the sweep is not tracked)."""
+        try:
+            data = json.loads((self.store.sweep_dir(sweep) / TRACKING_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
     def _reap(self, sweep: str, supervisor: _Supervisor) -> None:
         # adopt trials a dead supervisor left running
@@ -400,6 +427,11 @@ class LocalBackend(Backend):
 
     def trial_dir(self, sweep: str, trial: str) -> Path:
         return self.store.trial_dir(sweep, trial)
+
+    def spec_of(self, sweep: str) -> dict[str, Any] | None:
+        """The sweep's document as submitted (None for an unknown sweep)."""
+        state = self.store.get_sweep(sweep)
+        return state.spec if state else None
 
 
 def _parse_command(text: str) -> list[str]:

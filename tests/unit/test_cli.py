@@ -29,7 +29,8 @@ def spec(tmp_path: Path, name: str = "cli", batches: str = "[8, 16, 256]", steps
 @pytest.fixture
 def sweep(tmp_path: Path):  # type: ignore[no-untyped-def]
     env = {**os.environ, "KUBESWEEP_HOME": str(tmp_path / "home"), "KUBESWEEP_LOCAL_GPUS": "[]",
-           "KUBESWEEP_JOB_COMMAND": json.dumps([sys.executable, str(STAND_IN)]), "COLUMNS": "200"}
+           "KUBESWEEP_JOB_COMMAND": json.dumps([sys.executable, str(STAND_IN)]), "COLUMNS": "200",
+           "KUBESWEEP_NO_TRACKING": "1"}  # tracking is tested in tests/tracking
 
     def run(*args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([sys.executable, "-m", "kubesweep", *args], capture_output=True, text=True, env=env,
@@ -78,10 +79,13 @@ def test_submit_status_logs_results(sweep, tmp_path: Path) -> None:  # type: ign
     assert sorted(t["outcome"] for t in status["trials"]) == ["oom", "succeeded", "succeeded"]
     trial = status["trials"][0]["name"]
     assert trial in sweep("logs", "cli", trial).stdout
-    rows = json.loads(sweep("results", "cli", "--format", "json").stdout)
+    rows = json.loads(sweep("results", "cli", "--format", "json", "--per-trial").stdout)
     assert [r["samples_per_s"] for r in rows] == [800.0, 1600.0, None]
-    assert sweep("results", "cli", "--format", "csv").stdout.startswith("trial,gpu,batch_size")
-    assert "| trial |" in sweep("results", "cli", "--format", "markdown").stdout
+    assert sweep("results", "cli", "--format", "csv", "--per-trial").stdout.startswith("trial,gpu,batch_size")
+    assert "| trial |" in sweep("results", "cli", "--format", "markdown", "--per-trial").stdout
+    cells = json.loads(sweep("results", "cli", "--format", "json").stdout)["cells"]
+    assert [(c["batch_size"], c["status"], c["metrics"]["samples_per_s"]["mean"]) for c in cells] == [
+        (8, "ok", 800.0), (16, "ok", 1600.0), (256, "OOM", None)]
     listing = sweep("status").stdout
     assert "cli" in listing and "Succeeded" in listing and "3/3 done, 1 oom" in listing
 

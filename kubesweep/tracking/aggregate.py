@@ -1,0 +1,430 @@
+"""Per-trial measurements and their aggregation over repeats: the numbers `sweep results` and the report show.
+
+Definitions (docs/tracking.md says the same, with examples):
+
+- samples/s: `train.samples_per_s` (measured steps only, all ranks) or, for inference, `inference.samples_per_s`;
+- step p50: `train.step_time_s.p50` (inference: `inference.latency_s.p50`, one batch), in milliseconds;
+- peak memory: `memory.torch_peak_allocated_bytes` in GiB (the CUDA caching allocator's peak);
+- accuracy: `final_accuracy`, the dev accuracy of the last evaluation;
+- epoch time: `timings.train_s / train.epochs_completed`, the training loop's wall time per epoch (warm-up and
+  checkpoints included, evaluation excluded);
+- $/epoch: catalog `price_per_hour` x GPUs of the trial x epoch time / 3600 (none for CPU trials);
+- time-to-accuracy (TTA): training wall time from the first optimizer step until the first evaluation whose
+  accuracy is at or above the target (default 0.90). Evaluation time is not counted. Results files record
+  evaluations by step, so the time at step s is `warmup_time_s + (s - warmup_steps) x (train_s -
+  warmup_time_s) / (steps - warmup_steps)`: warm-up (compilation included) is charged in full to the first
+  steps, the rest of the training loop is spread evenly over the remaining steps; an evaluation at the last step
+  gives exactly `train_s`. An evaluation point carrying `train_elapsed_s` is used as is. Not reached: no TTA.
+- mean over the repeats that succeeded; CV (coefficient of variation) = sample standard deviation (n - 1) /
+  mean, shown as a percentage; with one repeat there is no CV.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubesweep.gpus import Catalog, load_catalog
+from kubesweep.tracking.records import TrialRecord
+
+GIB = 1024**3
+DEFAULT_TARGET_ACCURACY = 0.90
+
+# metric name -> (column header, higher is better)
+METRICS: dict[str, tuple[str, bool]] = {
+    "samples_per_s": ("samples/s", True),
+    "step_p50_ms": ("step p50 ms", False),
+    "peak_mem_gib": ("peak GiB", False),
+    "tta_s": ("TTA s", False),
+    "accuracy": ("accuracy", True),
+    "cost_per_epoch": ("$/epoch", False),
+    "epoch_s": ("epoch s", False),
+    "latency_p99_ms": ("p99 ms", False),
+}
+TABLE_METRICS = ("samples_per_s", "step_p50_ms", "peak_mem_gib", "tta_s", "accuracy", "cost_per_epoch")
+AXES = ("task", "gpu", "gpus", "batch_size", "precision", "compile")
+# settings that never differ between repeats of one cell, or only describe where the trial ran
+_NOT_AXES = frozenset({"seed"})
+OUTCOME_TEXT = {"oom": "OOM", "gpu_mismatch": "GPU mismatch", "failed": "failed", "skipped": "skipped",
+                "cancelled": "cancelled", "stopped": "stopped", "pending": "pending", "running": "running",
+                "unschedulable": "unschedulable"}
+
+
+def _dig(data: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def time_to_accuracy(results: dict[str, Any], target: float) -> float | None:
+    """Seconds of training until the first evaluation at or above `target` (see the module docstring)."""
+    train = results.get("train") or {}
+    train_s = _num(_dig(results, "timings", "train_s"))
+    steps = _num(train.get("steps"))
+    warm_steps = _num(train.get("warmup_steps")) or 0.0
+    warm_s = _num(train.get("warmup_time_s")) or 0.0
+    for point in results.get("eval") or []:
+        accuracy = _num(point.get("accuracy"))
+        if accuracy is None or accuracy < target:
+            continue
+        elapsed = _num(point.get("train_elapsed_s"))
+        if elapsed is not None:
+            return elapsed
+        step = _num(point.get("step"))
+        if train_s is None or not steps or step is None:
+            return None
+        if step >= steps:
+            return train_s
+        if step <= warm_steps:
+            return warm_s * step / warm_steps if warm_steps else 0.0
+        return warm_s + (step - warm_steps) * (train_s - warm_s) / (steps - warm_steps)
+    return None
+
+
+def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[str, float | None]:
+    """One trial's measurements (all None unless it succeeded with a results file)."""
+    out: dict[str, float | None] = dict.fromkeys(METRICS)
+    r = record.results
+    if not r or record.outcome != "succeeded":
+        return out
+    inference = r.get("inference")
+    if inference:
+        out["samples_per_s"] = _num(inference.get("samples_per_s"))
+        p50, p99 = _num(_dig(inference, "latency_s", "p50")), _num(_dig(inference, "latency_s", "p99"))
+        out["step_p50_ms"] = p50 * 1000 if p50 is not None else None
+        out["latency_p99_ms"] = p99 * 1000 if p99 is not None else None
+    else:
+        out["samples_per_s"] = _num(_dig(r, "train", "samples_per_s"))
+        p50 = _num(_dig(r, "train", "step_time_s", "p50"))
+        out["step_p50_ms"] = p50 * 1000 if p50 is not None else None
+    peak = _num(_dig(r, "memory", "torch_peak_allocated_bytes"))
+    out["peak_mem_gib"] = peak / GIB if peak is not None else None
+    out["accuracy"] = _num(r.get("final_accuracy"))
+    out["tta_s"] = time_to_accuracy(r, target) if not inference else None
+    train_s, epochs = _num(_dig(r, "timings", "train_s")), _num(_dig(r, "train", "epochs_completed"))
+    if train_s is not None and epochs:
+        epoch_s = out["epoch_s"] = train_s / epochs
+        gpu = record.gpu
+        if gpu and gpu in catalog and r.get("device", "cuda") != "cpu":
+            gpus = max(1, int(r.get("world_size") or record.gpus or 1))
+            out["cost_per_epoch"] = catalog[gpu].price_per_hour * gpus * epoch_s / 3600
+    return out
+
+
+@dataclass
+class Stat:
+    values: list[float]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float | None:
+        return sum(self.values) / self.n if self.values else None
+
+    @property
+    def std(self) -> float | None:
+        if self.n < 2:
+            return None
+        mean = sum(self.values) / self.n
+        return math.sqrt(sum((v - mean) ** 2 for v in self.values) / (self.n - 1))
+
+    @property
+    def cv(self) -> float | None:
+        mean, std = self.mean, self.std
+        return std / abs(mean) if std is not None and mean else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean, "cv": self.cv, "std": self.std, "n": self.n, "values": self.values}
+
+
+@dataclass
+class Cell:
+    """One setting of the matrix, aggregated over its repeats."""
+
+    axes: dict[str, Any]
+    trials: list[TrialRecord]
+    metrics: dict[str, Stat]
+    outcomes: Counter[str]
+    best: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def task(self) -> str:
+        return str(self.axes.get("task") or "finetune")
+
+    @property
+    def status(self) -> str:
+        """`ok`, or what happened: `OOM`, `GPU mismatch`, ... or a mix like `2 ok, 1 OOM`."""
+        if set(self.outcomes) == {"succeeded"}:
+            return "ok"
+        if len(self.outcomes) == 1:
+            return OUTCOME_TEXT.get(next(iter(self.outcomes)), next(iter(self.outcomes)))
+        return ", ".join(f"{n} {'ok' if o == 'succeeded' else OUTCOME_TEXT.get(o, o)}"
+                         for o, n in sorted(self.outcomes.items(), key=lambda kv: kv[0] != "succeeded"))
+
+    def value(self, metric: str) -> float | None:
+        stat = self.metrics.get(metric)
+        return stat.mean if stat else None
+
+    def key_values(self) -> dict[str, Any]:
+        return {**self.axes, **self.extra}
+
+
+def _cell_key(record: TrialRecord) -> str:
+    job = {k: v for k, v in record.job.items() if k not in _NOT_AXES}
+    return json.dumps({"gpu": record.gpu, "gpus": record.gpus, "job": job}, sort_keys=True, default=str)
+
+
+def _compile_text(value: Any) -> str:
+    return "off" if value in (False, None, "false", "False", "off") else ("on" if value is True else str(value))
+
+
+def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCURACY,
+              catalog: Catalog | None = None, best_by: str = "samples_per_s") -> list[Cell]:
+    """Cells in first-seen order, repeats merged, the best cell per (task, GPU type) marked."""
+    catalog = catalog or load_catalog()
+    groups: dict[str, list[TrialRecord]] = {}
+    for record in records:
+        groups.setdefault(_cell_key(record), []).append(record)
+    # job settings that vary across cells (beyond the standard axes) become extra columns
+    jobs = [g[0].job for g in groups.values()]
+    varying = sorted(k for k in {k for j in jobs for k in j}
+                     if k not in AXES and k not in _NOT_AXES and len({json.dumps(j.get(k), default=str)
+                                                                      for j in jobs}) > 1)
+    cells = []
+    for trials in groups.values():
+        first = trials[0]
+        axes = {"task": first.job.get("task", "finetune"), "gpu": first.gpu or "cpu", "gpus": first.gpus,
+                "batch_size": first.job.get("batch_size"), "precision": first.job.get("precision"),
+                "compile": _compile_text(first.job.get("compile"))}
+        per_trial = [trial_metrics(t, catalog, target) for t in trials]
+        stats = {m: Stat([v for pt in per_trial if (v := pt[m]) is not None]) for m in METRICS}
+        cells.append(Cell(axes=axes, trials=sorted(trials, key=lambda t: t.repeat), metrics=stats,
+                          outcomes=Counter(t.outcome for t in trials),
+                          extra={k: first.job.get(k) for k in varying}))
+    mark_best(cells, best_by)
+    return cells
+
+
+def mark_best(cells: list[Cell], metric: str) -> None:
+    higher = METRICS[metric][1]
+    best: dict[tuple[str, str], Cell] = {}
+    for cell in cells:
+        cell.best = False
+        value = cell.value(metric)
+        if value is None:
+            continue
+        key = (cell.task, str(cell.axes["gpu"]))
+        current = best.get(key)
+        held = current.value(metric) if current is not None else None
+        if held is None or (value > held if higher else value < held):
+            best[key] = cell
+    for cell in best.values():
+        cell.best = True
+
+
+# -- sort and filter ---------------------------------------------------------------------------------------
+
+
+class QueryError(ValueError):
+    pass
+
+
+def parse_filters(items: list[str]) -> list[tuple[str, list[str]]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise QueryError(f"--filter {item!r}: expected KEY=VALUE[,VALUE...], e.g. gpu=h100-80gb")
+        out.append((key.strip(), [v.strip() for v in value.split(",")]))
+    return out
+
+
+def _norm(value: Any) -> str:
+    if value is True:
+        return "true"
+    if value is False or value is None:
+        return "off" if value is False else "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).lower()
+
+
+def apply_filters(cells: list[Cell], filters: list[tuple[str, list[str]]]) -> list[Cell]:
+    if not filters:
+        return cells
+    known = set(AXES) | {"status", "outcome", "best"} | {k for c in cells for k in c.trials[0].job}
+    for key, _ in filters:
+        if key not in known:
+            raise QueryError(f"--filter: unknown key {key!r}; known: {', '.join(sorted(known))}")
+    out = []
+    for cell in cells:
+        ok = True
+        for key, values in filters:
+            wanted = {_norm(v) for v in values} | ({"off"} if {"false", "no"} & {v.lower() for v in values} else set())
+            if key in ("status",):
+                have = {cell.status.lower()}
+            elif key == "outcome":
+                have = {o.lower() for o in cell.outcomes} | {OUTCOME_TEXT.get(o, o).lower() for o in cell.outcomes}
+            elif key == "best":
+                have = {"true" if cell.best else "false", "yes" if cell.best else "no"}
+            elif key in AXES:
+                have = {_norm(cell.axes.get(key))}
+            else:
+                have = {_norm(cell.trials[0].job.get(key))}
+            if not have & wanted:
+                ok = False
+                break
+        if ok:
+            out.append(cell)
+    return out
+
+
+def sort_cells(cells: list[Cell], key: str | None, reverse: bool = False) -> list[Cell]:
+    """By a metric (best first: higher for samples/s and accuracy, lower otherwise; missing last) or an axis."""
+    if key is None:
+        return cells
+    if key in METRICS:
+        higher = METRICS[key][1]
+        present = [c for c in cells if c.value(key) is not None]
+        missing = [c for c in cells if c.value(key) is None]
+        present.sort(key=lambda c: c.value(key) or 0.0, reverse=higher != reverse)
+        return present + missing
+    if key in AXES or any(key in c.extra for c in cells):
+        return sorted(cells, key=lambda c: (_sortable(c.key_values().get(key))), reverse=reverse)
+    raise QueryError(f"--sort: unknown key {key!r}; metrics: {', '.join(METRICS)}; axes: {', '.join(AXES)}")
+
+
+def _sortable(value: Any) -> tuple[int, float, str]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
+
+
+# -- rendering -----------------------------------------------------------------------------------------------
+
+
+def fmt_number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    if magnitude >= 100:
+        return f"{value:.1f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.4f}" if magnitude >= 0.001 else f"{value:.3g}"
+
+
+def metric_text(cell: Cell, metric: str) -> str:
+    """`mean ±CV%`, or the cell's outcome where no repeat produced the number."""
+    stat = cell.metrics[metric]
+    if stat.mean is None:
+        if "succeeded" not in cell.outcomes:
+            return cell.status
+        return "-"
+    text = fmt_number(stat.mean)
+    if metric == "tta_s" and stat.n < cell.outcomes.get("succeeded", 0):
+        text += f" ({stat.n}/{cell.outcomes['succeeded']})"
+    if stat.cv is not None:
+        text += f" ±{stat.cv * 100:.1f}%"
+    return text
+
+
+def columns(cells: list[Cell]) -> list[str]:
+    cols = ["task", "gpu"]
+    if any(c.axes["gpus"] != 1 for c in cells):
+        cols.append("gpus")
+    cols += ["batch_size", "precision", "compile"]
+    cols += sorted({k for c in cells for k in c.extra})
+    return cols
+
+
+def headers(cells: list[Cell]) -> list[str]:
+    names = {"batch_size": "batch"}
+    return ([names.get(c, c) for c in columns(cells)] + ["n", "status"]
+            + [METRICS[m][0] for m in TABLE_METRICS] + ["best"])
+
+
+def text_rows(cells: list[Cell]) -> list[list[str]]:
+    cols = columns(cells)
+    rows = []
+    for cell in cells:
+        values = cell.key_values()
+        row = [_norm_display(values.get(c)) for c in cols]
+        row += [str(len(cell.trials)), cell.status]
+        row += [metric_text(cell, m) for m in TABLE_METRICS]
+        row.append("*" if cell.best else "")
+        rows.append(row)
+    return rows
+
+
+def _norm_display(value: Any) -> str:
+    if value is None:
+        return "-"
+    if value is False:
+        return "off"
+    return str(value)
+
+
+def to_markdown(cells: list[Cell]) -> str:
+    head = headers(cells)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in text_rows(cells)]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(cells: list[Cell]) -> str:
+    cols = columns(cells)
+    fields = [*cols, "n", "status", "best"]
+    for m in METRICS:
+        fields += [f"{m}_mean", f"{m}_cv", f"{m}_n"]
+    fields += ["trials"]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for cell in cells:
+        row: dict[str, Any] = {c: _norm_display(cell.key_values().get(c)) for c in cols}
+        row.update({"n": len(cell.trials), "status": cell.status, "best": int(cell.best),
+                    "trials": " ".join(t.name for t in cell.trials)})
+        for m in METRICS:
+            stat = cell.metrics[m]
+            row[f"{m}_mean"] = "" if stat.mean is None else repr(stat.mean)
+            row[f"{m}_cv"] = "" if stat.cv is None else repr(stat.cv)
+            row[f"{m}_n"] = stat.n
+        writer.writerow(row)
+    return buf.getvalue()
+
+
+def to_json(cells: list[Cell], *, sweep: str, source: str, target: float, best_by: str) -> dict[str, Any]:
+    return {
+        "sweep": sweep,
+        "source": source,
+        "target_accuracy": target,
+        "best_by": best_by,
+        "cells": [
+            {**cell.key_values(), "n": len(cell.trials), "status": cell.status, "outcomes": dict(cell.outcomes),
+             "best": cell.best, "metrics": {m: s.as_dict() for m, s in cell.metrics.items()},
+             "trials": [{"id": t.trial_id, "name": t.name, "repeat": t.repeat, "outcome": t.outcome,
+                         "reason": t.reason, "run_id": t.run_id} for t in cell.trials]}
+            for cell in cells
+        ],
+    }

@@ -1,0 +1,462 @@
+"""The sweep report: an HTML page with PNG figures and the comparison tables, from aggregated cells.
+
+Figures (each skipped, with a line saying why, when the sweep has no trials for it):
+- `throughput.png`: samples/s vs batch size, one panel per GPU type, a line per precision (dashed: compiled);
+- `compile_speedup.png`: compiled / eager samples/s for each (GPU, batch, precision) that ran both;
+- `peak_memory.png`: peak memory vs batch size per GPU type and precision, with each GPU's memory as a line;
+- `time_to_accuracy.png`, `cost_per_epoch.png`: bars per cell;
+- `heatmap.png`: samples/s of the whole fine-tuning matrix, OOM and GPU-mismatch cells labelled as such.
+Tables: time for the configured epochs at batch 16 per GPU; inference latency on CPU vs GPU vs FP16; one GPU
+vs DDP; then the full results table. matplotlib is imported here only, with the Agg backend.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubesweep.gpus import Catalog, load_catalog
+from kubesweep.tracking.aggregate import (
+    METRICS,
+    Cell,
+    fmt_number,
+    headers,
+    metric_text,
+    text_rows,
+    to_json,
+    to_markdown,
+)
+
+SEED_BATCH = 16
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", ""]
+        if self.note:
+            lines += [self.note, ""]
+        lines.append("| " + " | ".join(self.headers) + " |")
+        lines.append("|" + "|".join("---" for _ in self.headers) + "|")
+        lines += ["| " + " | ".join(r) + " |" for r in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def html(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
+        note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
+        return (f"<h3>{html.escape(self.title)}</h3>{note}"
+                f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
+@dataclass
+class Report:
+    sweep: str
+    directory: Path
+    figures: list[tuple[str, str]] = field(default_factory=list)  # (file, caption)
+    skipped: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    table_notes: list[str] = field(default_factory=list)
+
+    @property
+    def html_path(self) -> Path:
+        return self.directory / "report.html"
+
+
+# -- comparison tables ---------------------------------------------------------------------------------------
+
+
+def _finetune(cells: list[Cell]) -> list[Cell]:
+    return [c for c in cells if c.task == "finetune"]
+
+
+def _minutes(seconds: float | None) -> str:
+    return "-" if seconds is None else fmt_number(seconds / 60)
+
+
+def _gpu_label(cell: Cell) -> str:
+    return "CPU" if cell.axes["gpu"] == "cpu" else str(cell.axes["gpu"])
+
+
+def _other_settings(cell: Cell) -> str:
+    parts = [f"{k}={v}" for k, v in cell.extra.items()]
+    return " ".join(parts)
+
+
+def epochs_table(cells: list[Cell]) -> Table | None:
+    """Time for the configured number of epochs at batch 16 (or the smallest batch run) on each GPU type."""
+    single = [c for c in _finetune(cells) if c.axes["gpus"] == 1 and c.axes["gpu"] != "cpu"]
+    if not single:
+        return None
+    batches = sorted({int(c.axes["batch_size"]) for c in single if c.axes["batch_size"] is not None})
+    batch = SEED_BATCH if SEED_BATCH in batches else batches[0]
+    chosen = [c for c in single if c.axes["batch_size"] == batch]
+    first_job = chosen[0].trials[0].job
+    epochs = float(first_job.get("epochs") or 3)
+    epochs_text = f"{epochs:g}"
+    dataset = str(first_job.get("dataset") or "the dataset")
+    rows_n = {str(_dig(t.results, "data", "train_rows")) for c in chosen for t in c.trials if t.results}
+    rows_n.discard("None")
+    note = (f"epoch time = training-loop wall time / epochs completed (warm-up included, evaluation excluded), x "
+            f"{epochs_text}; training rows per epoch: {', '.join(sorted(rows_n)) or 'unknown'}.")
+    chosen.sort(key=lambda c: (str(c.axes["gpu"]), c.value("epoch_s") is None, c.value("epoch_s") or 0.0))
+    rows = []
+    for cell in chosen:
+        epoch_s = cell.value("epoch_s")
+        cost = cell.value("cost_per_epoch")
+        rows.append([
+            _gpu_label(cell), str(cell.axes["precision"]), str(cell.axes["compile"]), _other_settings(cell),
+            _minutes(epoch_s * epochs) if epoch_s is not None else cell.status,
+            metric_text(cell, "samples_per_s"),
+            fmt_number(cost * epochs) if cost is not None else "-",
+            metric_text(cell, "accuracy"),
+        ])
+    return Table(f"Time for {epochs_text} epochs of {dataset} at batch {batch} per GPU",
+                 ["GPU", "precision", "compile", "other", f"min for {epochs_text} epochs", "samples/s",
+                  f"$ for {epochs_text} epochs", "accuracy"], rows, note)
+
+
+def inference_table(cells: list[Cell]) -> Table | None:
+    """Inference latency: CPU vs GPU vs reduced precision."""
+    inf = [c for c in cells if c.task == "inference"]
+    if not inf:
+        return None
+    cpu = [v for c in inf if c.axes["gpu"] == "cpu" and (v := c.value("step_p50_ms")) is not None]
+    cpu_p50 = min(cpu) if cpu else None
+    inf.sort(key=lambda c: (c.axes["gpu"] != "cpu", str(c.axes["gpu"]), int(c.axes["batch_size"] or 0),
+                            str(c.axes["precision"]), str(c.axes["compile"])))
+    rows = []
+    for cell in inf:
+        p50 = cell.value("step_p50_ms")
+        speedup = f"{cpu_p50 / p50:.1f}x" if cpu_p50 and p50 else "-"
+        rows.append([_gpu_label(cell), str(cell.axes["precision"]), str(cell.axes["compile"]),
+                     str(cell.axes["batch_size"]), metric_text(cell, "step_p50_ms"),
+                     metric_text(cell, "latency_p99_ms"), metric_text(cell, "samples_per_s"), speedup])
+    note = "latency = wall time of one batch (p50, p99 over the measured batches); speed-up = CPU p50 / p50."
+    return Table("Inference latency: CPU vs GPU vs FP16", ["device", "precision", "compile", "batch",
+                                                          "p50 ms", "p99 ms", "samples/s", "speed-up vs CPU"],
+                 rows, note if cpu_p50 else note + " (no CPU trial: no speed-up)")
+
+
+def ddp_table(cells: list[Cell]) -> Table | None:
+    """One GPU vs DDP over N GPUs, for the same GPU type and settings."""
+    ft = [c for c in _finetune(cells) if c.axes["gpu"] != "cpu"]
+    if not any(c.axes["gpus"] > 1 for c in ft):
+        return None
+
+    def setting(c: Cell) -> tuple[Any, ...]:
+        return (c.axes["gpu"], c.axes["batch_size"], c.axes["precision"], c.axes["compile"],
+                json.dumps(c.extra, sort_keys=True, default=str))
+
+    groups: dict[tuple[Any, ...], list[Cell]] = {}
+    for cell in ft:
+        groups.setdefault(setting(cell), []).append(cell)
+    rows = []
+    for key in sorted(k for k, g in groups.items() if any(c.axes["gpus"] > 1 for c in g)):
+        group = sorted(groups[key], key=lambda c: c.axes["gpus"])
+        base = next((c.value("samples_per_s") for c in group if c.axes["gpus"] == 1), None)
+        for cell in group:
+            n = int(cell.axes["gpus"])
+            rate = cell.value("samples_per_s")
+            eff = f"{rate / (n * base) * 100:.0f}%" if rate and base and n > 1 else ("100%" if n == 1 and rate else "-")
+            rows.append([str(key[0]), str(n), "single GPU" if n == 1 else f"DDP x{n}", str(key[1]), str(key[2]),
+                         str(key[3]), metric_text(cell, "samples_per_s"), eff, metric_text(cell, "epoch_s"),
+                         metric_text(cell, "cost_per_epoch")])
+    note = ("batch is per GPU; scaling efficiency = samples/s with N GPUs / (N x samples/s on one GPU). The job "
+            "runs multi-GPU trials as DistributedDataParallel (one process per GPU).")
+    return Table("One GPU vs DDP", ["GPU", "GPUs", "strategy", "batch", "precision", "compile", "samples/s",
+                                    "scaling", "epoch s", "$/epoch"], rows, note)
+
+
+def _dig(data: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+# -- figures ---------------------------------------------------------------------------------------------------
+
+
+def _figure(width: float, height: float) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=110, layout="constrained")
+
+
+def _save(fig: Any, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    fig.savefig(path)
+
+
+def _series(cells: list[Cell]) -> dict[str, dict[tuple[str, str], list[Cell]]]:
+    """GPU type -> (precision, compile) -> cells sorted by batch size (single-GPU fine-tuning only)."""
+    out: dict[str, dict[tuple[str, str], list[Cell]]] = {}
+    for cell in _finetune(cells):
+        if cell.axes["gpus"] != 1 or cell.axes["batch_size"] is None:
+            continue
+        label = str(cell.axes["gpu"]) + (" " + _other_settings(cell) if cell.extra else "")
+        out.setdefault(label, {}).setdefault((str(cell.axes["precision"]), str(cell.axes["compile"])),
+                                             []).append(cell)
+    for by in out.values():
+        for group in by.values():
+            group.sort(key=lambda c: int(c.axes["batch_size"]))
+    return out
+
+
+def _per_gpu_lines(cells: list[Cell], metric: str, ylabel: str, title: str, path: Path,
+                   hline: Callable[[str], float | None] | None = None) -> bool:
+    series = _series(cells)
+    if not any(c.value(metric) is not None for by in series.values() for g in by.values() for c in g):
+        return False
+    gpus = sorted(series)
+    cols = min(3, len(gpus))
+    rows = (len(gpus) + cols - 1) // cols
+    fig = _figure(4.2 * cols, 3.2 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for i, gpu in enumerate(gpus):
+        ax = axes[i // cols][i % cols]
+        for (precision, compiled), group in sorted(series[gpu].items()):
+            pts = [(int(c.axes["batch_size"]), c.metrics[metric]) for c in group if c.value(metric) is not None]
+            if not pts:
+                continue
+            xs = [p[0] for p in pts]
+            ys = [p[1].mean for p in pts]
+            errs = [p[1].std or 0.0 for p in pts]
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, linestyle="--" if compiled != "off" else "-",
+                        label=precision + ("" if compiled == "off" else f" compile={compiled}"))
+        batches = sorted({int(c.axes["batch_size"]) for g in series[gpu].values() for c in g})
+        for group in series[gpu].values():
+            for c in group:
+                if c.value(metric) is None and "succeeded" not in c.outcomes:
+                    ax.scatter([int(c.axes["batch_size"])], [0], marker="x", color="red")
+                    ax.annotate(c.status, (int(c.axes["batch_size"]), 0), textcoords="offset points",
+                                xytext=(0, 6), ha="center", fontsize=7, color="red")
+        if hline is not None:
+            limit = hline(gpu.split()[0])
+            if limit is not None:
+                ax.axhline(limit, color="grey", linestyle=":", label=f"{gpu.split()[0]} memory {limit:g} GiB")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.minorticks_off()
+        ax.set_ylim(bottom=0)
+        ax.set_title(gpu)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    for j in range(len(gpus), rows * cols):
+        axes[j // cols][j % cols].set_visible(False)
+    fig.suptitle(title)
+    _save(fig, path)
+    return True
+
+
+def _bars(cells: list[Cell], metric: str, ylabel: str, title: str, path: Path) -> bool:
+    chosen = [c for c in cells if c.value(metric) is not None]
+    if not chosen:
+        return False
+    chosen.sort(key=lambda c: c.value(metric) or 0.0)
+    fig = _figure(max(6.0, 0.45 * len(chosen) + 2), 4.2)
+    ax = fig.subplots()
+    labels = [_cell_label(c) for c in chosen]
+    ax.bar(range(len(chosen)), [c.value(metric) for c in chosen],
+           yerr=[c.metrics[metric].std or 0.0 for c in chosen], capsize=3,
+           color=["tab:green" if c.best else "tab:blue" for c in chosen])
+    ax.set_xticks(range(len(chosen)), labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+    return True
+
+
+def _cell_label(cell: Cell) -> str:
+    gpus = f"x{cell.axes['gpus']}" if cell.axes["gpus"] != 1 else ""
+    extra = (" " + _other_settings(cell)) if cell.extra else ""
+    compiled = " c" if cell.axes["compile"] != "off" else ""
+    task = "inf " if cell.task == "inference" else ""
+    return f"{task}{cell.axes['gpu']}{gpus} bs{cell.axes['batch_size']} {cell.axes['precision']}{compiled}{extra}"
+
+
+def _speedup(cells: list[Cell], path: Path) -> bool:
+    eager: dict[tuple[Any, ...], Cell] = {}
+    compiled: list[Cell] = []
+    for cell in _finetune(cells):
+        key = (cell.axes["gpu"], cell.axes["gpus"], cell.axes["batch_size"], cell.axes["precision"],
+               json.dumps(cell.extra, sort_keys=True, default=str))
+        if cell.axes["compile"] == "off":
+            eager[key] = cell
+        else:
+            compiled.append(cell)
+    pairs = []
+    for cell in compiled:
+        key = (cell.axes["gpu"], cell.axes["gpus"], cell.axes["batch_size"], cell.axes["precision"],
+               json.dumps(cell.extra, sort_keys=True, default=str))
+        base = eager.get(key)
+        if base and base.value("samples_per_s") and cell.value("samples_per_s"):
+            pairs.append((_cell_label(base), (cell.value("samples_per_s") or 0.0) / (base.value("samples_per_s") or 1)))
+    if not pairs:
+        return False
+    fig = _figure(max(6.0, 0.5 * len(pairs) + 2), 4.0)
+    ax = fig.subplots()
+    ax.bar(range(len(pairs)), [p[1] for p in pairs], color=["tab:green" if p[1] >= 1 else "tab:red" for p in pairs])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(pairs)), [p[0] for p in pairs], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("compiled / eager samples/s")
+    ax.set_title("torch.compile speed-up")
+    for i, (_, value) in enumerate(pairs):
+        ax.annotate(f"{value:.2f}x", (i, value), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+    _save(fig, path)
+    return True
+
+
+def _heatmap(cells: list[Cell], path: Path) -> bool:
+    ft = _finetune(cells)
+    if not ft:
+        return False
+    import numpy as np
+
+    def row_key(c: Cell) -> str:
+        return str(c.axes["gpu"]) + (f" x{c.axes['gpus']}" if c.axes["gpus"] != 1 else "")
+
+    def col_key(c: Cell) -> str:
+        compiled = "compile" if c.axes["compile"] != "off" else "eager"
+        extra = (" " + _other_settings(c)) if c.extra else ""
+        return f"bs{c.axes['batch_size']} {c.axes['precision']} {compiled}{extra}"
+
+    rows = sorted({row_key(c) for c in ft})
+    cols = sorted({col_key(c) for c in ft},
+                  key=lambda k: (int(k.split()[0][2:]) if k.split()[0][2:].isdigit() else 0, k))
+    grid = np.full((len(rows), len(cols)), np.nan)
+    text = [["" for _ in cols] for _ in rows]
+    for cell in ft:
+        i, j = rows.index(row_key(cell)), cols.index(col_key(cell))
+        value = cell.value("samples_per_s")
+        if value is not None:
+            grid[i, j] = value
+            text[i][j] = fmt_number(value) + (" *" if cell.best else "")
+        else:
+            text[i][j] = cell.status
+    fig = _figure(max(6.0, 1.1 * len(cols) + 2.5), max(2.5, 0.6 * len(rows) + 1.8))
+    ax = fig.subplots()
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto")
+    ax.set_facecolor("#dddddd")
+    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    finite = grid[np.isfinite(grid)]
+    middle = float(finite.mean()) if finite.size else 0.0
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            if text[i][j]:
+                dark = not np.isfinite(grid[i, j]) or grid[i, j] > middle
+                ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7,
+                        color="black" if dark else "white")
+    fig.colorbar(image, ax=ax, label="samples/s")
+    ax.set_title("Fine-tuning samples/s over the matrix (* best per GPU type)")
+    _save(fig, path)
+    return True
+
+
+# -- the report --------------------------------------------------------------------------------------------------
+
+
+def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target: float, best_by: str,
+          catalog: Catalog | None = None) -> Report:
+    """Write report.html, the figures, report.md and summary.json into `directory`."""
+    catalog = catalog or load_catalog()
+    directory.mkdir(parents=True, exist_ok=True)
+    report = Report(sweep, directory)
+
+    def memory_line(gpu: str) -> float | None:
+        return catalog[gpu].memory_gib if gpu in catalog else None
+
+    figures: list[tuple[str, str, Callable[[Path], bool]]] = [
+        ("throughput.png", "Throughput vs batch size per GPU type and precision (error bars: std over repeats)",
+         lambda p: _per_gpu_lines(cells, "samples_per_s", "samples/s", "Fine-tuning throughput", p)),
+        ("compile_speedup.png", "torch.compile speed-up: compiled / eager samples/s for the same setting",
+         lambda p: _speedup(cells, p)),
+        ("peak_memory.png", "Peak memory (torch allocator) vs batch size; dotted: the GPU's memory",
+         lambda p: _per_gpu_lines(cells, "peak_mem_gib", "peak GiB", "Peak memory", p, memory_line)),
+        ("time_to_accuracy.png", f"Time to {target:.0%} dev accuracy (training wall time; green: best per GPU)",
+         lambda p: _bars(_finetune(cells), "tta_s", "seconds", f"Time to accuracy >= {target:g}", p)),
+        ("cost_per_epoch.png", "$ per epoch: catalog price x GPUs x epoch time",
+         lambda p: _bars(_finetune(cells), "cost_per_epoch", "USD", "$ per epoch", p)),
+        ("heatmap.png", "The whole fine-tuning matrix: samples/s; grey cells say why there is no number",
+         lambda p: _heatmap(cells, p)),
+    ]
+    for name, caption, draw in figures:
+        path = directory / name
+        path.unlink(missing_ok=True)
+        if draw(path):
+            report.figures.append((name, caption))
+        else:
+            report.skipped.append(f"{name}: no trials with the data it needs")
+    for title, make in (("time for N epochs at batch 16", epochs_table), ("inference latency", inference_table),
+                        ("one GPU vs DDP", ddp_table)):
+        table = make(cells)
+        if table is None:
+            report.table_notes.append(f"table '{title}' skipped: the sweep has no trials for it")
+        else:
+            report.tables.append(table)
+    full = Table("All results", headers(cells), text_rows(cells),
+                 f"mean ±CV over repeats; TTA target {target:g}; * best {METRICS[best_by][0]} per GPU type")
+    summary = to_json(cells, sweep=sweep, source=source, target=target, best_by=best_by)
+    summary["tables"] = [{"title": t.title, "headers": t.headers, "rows": t.rows} for t in report.tables]
+    summary["figures"] = [name for name, _ in report.figures]
+    (directory / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    md = [f"# Sweep {sweep}: report", ""]
+    md += [t.markdown() for t in report.tables]
+    md += ["## All results", "", to_markdown(cells)]
+    md += [f"![{cap}]({name})" for name, cap in report.figures]
+    (directory / "report.md").write_text("\n".join(md) + "\n")
+    report.html_path.write_text(_html(report, full, source, target))
+    return report
+
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;
+text-align:right}th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}.note{color:#555;font-size:13px}
+figure{margin:1em 0 2em}figcaption{color:#555;font-size:13px}img{max-width:100%;border:1px solid #eee}"""
+
+
+def _html(report: Report, full: Table, source: str, target: float) -> str:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Sweep {html.escape(report.sweep)} report"
+             f"</title><style>{CSS}</style></head><body>",
+             f"<h1>Sweep {html.escape(report.sweep)}: report</h1>",
+             f"<p class='note'>Generated {now} from {html.escape(source)}. Numbers are means over repeats ±CV "
+             f"(coefficient of variation); time-to-accuracy target {target:g}. Definitions: docs/tracking.md.</p>",
+             "<h2>Comparison tables</h2>"]
+    parts += [t.html() for t in report.tables]
+    parts += [f"<p class='note'>{html.escape(n)}</p>" for n in report.table_notes]
+    parts.append("<h2>Figures</h2>")
+    for name, caption in report.figures:
+        # embedded, so the page is whole wherever it is opened (a browser, the MLflow artifact viewer)
+        data = base64.b64encode((report.directory / name).read_bytes()).decode()
+        parts.append(f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(caption)}' "
+                     f"title='{name}'>"
+                     f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    parts += [f"<p class='note'>{html.escape(s)}</p>" for s in report.skipped]
+    parts.append("<h2>All results</h2>")
+    parts.append(full.html())
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,216 @@
+"""The sweep's runs in MLflow: one parent run per sweep, the trials' child runs under it.
+
+Layout (docs/tracking.md):
+- experiment: the spec's `tracking.experiment`, default the sweep's name;
+- parent run: tags `kubesweep.sweep=<name>`, `kubesweep.role=parent`, run name = the sweep's name; created by
+  `sweep submit`, found again by those two tags on every later submit or resume (never a second one);
+- child runs (made by the job's `kubesweep.tracking.mlflow_logger`): tag `mlflow.parentRunId=<parent>`,
+  `kubesweep.trial_id`, `kubesweep.sweep`, cell tags, and the trial's `results.json` artifact;
+- the report: artifacts `report/` of the parent run.
+
+mlflow is imported inside the functions here, never at module import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
+from kubesweep.tracking.target import TrackingTarget, artifact_dir
+
+SWEEP_TAG = "kubesweep.sweep"
+ROLE_TAG = "kubesweep.role"
+PARENT_ROLE = "parent"
+OUTCOME_TAG = "kubesweep.outcome"
+REPORT_ARTIFACTS = "report"
+RESULTS_ARTIFACT = "results.json"
+PAGE = 1000
+# the MLflow UI opens an experiment of this kind on its model-training views (runs, charts, artifacts)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+
+class TrackingError(RuntimeError):
+    """MLflow could not do what was asked; the message names the server and the cause."""
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    run_id: str
+    name: str
+    status: str  # RUNNING | FINISHED | FAILED | KILLED | SCHEDULED
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+    start_time_ms: int | None
+    end_time_ms: int | None
+
+
+@contextlib.contextmanager
+def _quick_http() -> Iterator[None]:
+    """Fail in seconds, not minutes, when the server is away (restores the environment after)."""
+    settings = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+                "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _quiet() -> None:
+    for name in ("alembic", "mlflow", "urllib3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class SweepRuns:
+    """MLflow operations on one sweep's runs."""
+
+    def __init__(self, target: TrackingTarget, sweep: str):
+        if target.uri is None:
+            raise TrackingError(target.describe())
+        self.target = target
+        self.uri: str = target.uri
+        self.sweep = sweep
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            _quiet()
+            try:
+                from mlflow.tracking import MlflowClient
+            except ImportError as exc:
+                raise TrackingError(f"mlflow is not installed ({exc}): pip install 'kubesweep[tracking]'") from None
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        with _quick_http():
+            try:
+                return fn(*args, **kwargs)
+            except TrackingError:
+                raise
+            except Exception as exc:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                raise TrackingError(f"MLflow at {self.uri}: cannot {what}: {first}") from None
+
+    # -- experiment and parent run --------------------------------------------------------------------
+
+    def experiment_id(self, *, create: bool) -> str | None:
+        found = self._call("read the experiment", self.client.get_experiment_by_name, self.target.experiment)
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                raise TrackingError(f"MLflow at {self.uri}: experiment {self.target.experiment!r} is deleted; "
+                                    "restore it (`mlflow experiments restore`) or set spec tracking.experiment")
+            return str(found.experiment_id)
+        if not create:
+            return None
+        location = None
+        if self.target.artifact_root is not None:
+            folder = artifact_dir(self.target.artifact_root, self.target.experiment)
+            folder.mkdir(parents=True, exist_ok=True)
+            location = folder.resolve().as_uri()
+        return str(self._call("create the experiment", self.client.create_experiment, self.target.experiment,
+                              artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}))
+
+    def find_parent(self) -> str | None:
+        """The sweep's parent run id (the oldest, should two submits have raced), or None."""
+        experiment = self.experiment_id(create=False)
+        if experiment is None:
+            return None
+        runs = self._call(
+            "search runs", self.client.search_runs, [experiment],
+            filter_string=f"tags.`{SWEEP_TAG}` = '{self.sweep}' and tags.`{ROLE_TAG}` = '{PARENT_ROLE}'",
+            order_by=["attributes.start_time ASC"], max_results=10,
+        )
+        return str(runs[0].info.run_id) if runs else None
+
+    def ensure_parent(self, *, backend: str, trials: int, spec: dict[str, Any] | None = None) -> tuple[str, bool]:
+        """The sweep's parent run, created when missing; marked RUNNING. Returns (run id, created)."""
+        found = self.find_parent()
+        if found is not None:
+            self._call("update the parent run", self.client.update_run, found, status="RUNNING")
+            return found, False
+        experiment = self.experiment_id(create=True)
+        tags = {SWEEP_TAG: self.sweep, ROLE_TAG: PARENT_ROLE, "kubesweep.backend": backend,
+                "kubesweep.trials": str(trials)}
+        run = self._call("create the parent run", self.client.create_run, experiment, tags=tags, run_name=self.sweep)
+        run_id = str(run.info.run_id)
+        if spec is not None:
+            body = spec.get("spec", {})
+            params = {"trials": trials, "repeats": body.get("repeats"),
+                      "matrix": json.dumps(body.get("matrix", {}), sort_keys=True),
+                      "job": json.dumps(body.get("job", {}), sort_keys=True)}
+            from mlflow.entities import Param
+
+            self._call("log the sweep's params", self.client.log_batch, run_id,
+                       params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+            self._call("log the spec", self.client.log_dict, run_id, spec, "sweep.json")
+        return run_id, True
+
+    def finish_parent(self, run_id: str, status: str) -> None:
+        self._call("end the parent run", self.client.set_terminated, run_id, status=status)
+
+    # -- child runs ----------------------------------------------------------------------------------
+
+    def children(self, parent_run_id: str) -> list[ChildRun]:
+        experiment = self._call("read the parent run", self.client.get_run, parent_run_id).info.experiment_id
+        out: list[ChildRun] = []
+        token = None
+        while True:
+            page = self._call("search child runs", self.client.search_runs, [experiment],
+                              filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'", max_results=PAGE,
+                              page_token=token)
+            for run in page:
+                out.append(ChildRun(
+                    run_id=str(run.info.run_id), name=str(run.info.run_name or ""), status=str(run.info.status),
+                    tags=dict(run.data.tags), params=dict(run.data.params), metrics=dict(run.data.metrics),
+                    start_time_ms=run.info.start_time, end_time_ms=run.info.end_time))
+            token = getattr(page, "token", None)
+            if not token:
+                return out
+
+    def results_file(self, run_id: str, dest: Path) -> dict[str, Any] | None:
+        """A child run's `results.json` artifact, parsed (None when it has none)."""
+        names = {Path(a.path).name for a in self._call("list artifacts", self.client.list_artifacts, run_id)}
+        if RESULTS_ARTIFACT not in names:
+            return None
+        path = self._call("download results.json", self.client.download_artifacts, run_id, RESULTS_ARTIFACT,
+                          str(dest))
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def all_results(self, children: list[ChildRun]) -> dict[str, dict[str, Any] | None]:
+        with tempfile.TemporaryDirectory(prefix="kubesweep-results-") as tmp:
+            out = {}
+            for i, child in enumerate(children):
+                dest = Path(tmp) / str(i)
+                dest.mkdir()
+                out[child.run_id] = self.results_file(child.run_id, dest)
+            return out
+
+    # -- report --------------------------------------------------------------------------------------
+
+    def log_report(self, parent_run_id: str, folder: Path) -> None:
+        self._call("upload the report", self.client.log_artifacts, parent_run_id, str(folder), REPORT_ARTIFACTS)
+
+
+def trial_id_of(child: ChildRun) -> str | None:
+    return child.tags.get(TRIAL_TAG)

@@ -1,0 +1,165 @@
+"""Fixtures for the tracking and browser tests: a real `mlflow server` on 127.0.0.1 and a real local sweep
+logged to it.
+
+The sweep's workload is `tests/support/tracked_job.py`: it logs through the job's own MLflow logger
+(`kubesweep.tracking.mlflow_logger`) and writes results files validated by the job's schema, without training,
+so the matrix (GPU types x batch sizes, compile, an OOM cell, a GPU-mismatch cell, DDP, inference on CPU and GPU,
+two repeats) runs in about a minute. GPUs are declared through KUBESWEEP_LOCAL_GPUS; nothing runs on a GPU.
+`tests/tracking/test_real_job.py` runs the real job once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kubesweep.tracking.ui import free_port, mlflow_executable
+
+ROOT = Path(__file__).parents[2]
+TRACKED_JOB = ROOT / "tests" / "support" / "tracked_job.py"
+SERVER_START_TIMEOUT_S = 240.0
+FAKE_GPUS = ["NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA L40S", "Tesla V100-SXM2-32GB"]
+
+SWEEP_NAME = "tracked"
+SWEEP_SPEC = """\
+apiVersion: kubesweep.io/v1alpha1
+kind: Sweep
+metadata: {name: tracked}
+spec:
+  job: {precision: fp16, epochs: 2, train_samples: 67349}
+  matrix:
+    gpu: [h100-80gb, l40s]
+    batch_size: [16, 64]
+  include:
+    - {gpu: h100-80gb, batch_size: 16, compile: true}
+    - {gpu: h100-80gb, batch_size: 256}
+    - {gpu: v100-32gb, batch_size: 16}
+    - {gpu: h100-80gb, batch_size: 16, gpus_per_trial: 2}
+    - {task: inference, gpus_per_trial: 0, precision: fp32, batch_size: 16}
+    - {task: inference, gpu: h100-80gb, precision: fp32, batch_size: 16}
+    - {task: inference, gpu: h100-80gb, precision: fp16, batch_size: 16}
+  repeats: 2
+  resources: {gpus_per_trial: 1, retries: 0}
+  tracking: {experiment: kubesweep-tracked}
+"""
+SWEEP_TRIALS = 22
+SWEEP_CELLS = 11
+
+
+def quiet_mlflow_env() -> dict[str, str]:
+    """No telemetry (no network here) and no background job runner in servers we start."""
+    return {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = SERVER_START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"mlflow server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"mlflow server not up at {url} after {timeout:.0f}s:\n{log.read_text()[-3000:]}")
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@dataclass
+class MlflowServer:
+    url: str
+    root: Path
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """`mlflow server`: sqlite backend and served artifacts in a temporary directory, on 127.0.0.1."""
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    log = root / "server.log"
+    command = [*mlflow_executable(), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+               "--artifacts-destination", str(root / "artifacts"), "--serve-artifacts", "--host", "127.0.0.1",
+               "--port", str(port), "--workers", "1"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **quiet_mlflow_env()})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/health", proc, log)
+        yield MlflowServer(url, root)
+    finally:
+        stop(proc)
+
+
+Runner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@dataclass
+class TrackedSweep:
+    name: str
+    home: Path
+    spec: Path
+    server: MlflowServer
+    env: dict[str, str]
+    sweep: Runner
+    submit_output: str
+
+    def trial_dirs(self) -> list[Path]:
+        return sorted((self.home / "sweeps" / self.name / "trials").iterdir())
+
+    def results_files(self) -> dict[str, dict[str, object]]:
+        """trial id -> results.json, read straight from the trials' directories."""
+        out = {}
+        for d in self.trial_dirs():
+            if (d / "results.json").exists():
+                data = json.loads((d / "results.json").read_text())
+                out[data["trial"]["trial_id"]] = data
+        return out
+
+
+def make_runner(env: dict[str, str], cwd: Path) -> Runner:
+    def run(*args: str, check: int | None = 0, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "kubesweep", *args], capture_output=True, text=True, env=env,
+                              cwd=cwd, timeout=timeout)
+        if check is not None:
+            assert proc.returncode == check, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        return proc
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def tracked_sweep(mlflow_server: MlflowServer, tmp_path_factory: pytest.TempPathFactory) -> TrackedSweep:
+    """The test matrix submitted with `sweep submit` on the local backend, tracked in `mlflow_server`."""
+    work = tmp_path_factory.mktemp("tracked-sweep")
+    spec = work / "tracked.yaml"
+    spec.write_text(SWEEP_SPEC)
+    env = {**os.environ, **quiet_mlflow_env(), "KUBESWEEP_HOME": str(work / "home"),
+           "KUBESWEEP_LOCAL_GPUS": json.dumps(FAKE_GPUS),
+           "KUBESWEEP_JOB_COMMAND": json.dumps([sys.executable, str(TRACKED_JOB)]),
+           "MLFLOW_TRACKING_URI": mlflow_server.url, "COLUMNS": "220"}
+    env.pop("KUBESWEEP_NO_TRACKING", None)
+    run = make_runner(env, work)
+    proc = run("submit", str(spec), timeout=900)
+    return TrackedSweep(SWEEP_NAME, work / "home", spec, mlflow_server, env, run, proc.stdout + proc.stderr)

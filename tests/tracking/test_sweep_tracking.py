@@ -1,0 +1,246 @@
+"""A real local sweep tracked in a real `mlflow server` (fixtures in tests/support/mlflow_fixtures.py).
+
+The workload is tests/support/tracked_job.py, which logs through the job's own MLflow logger
+(`kubesweep.tracking.mlflow_logger`) and writes schema-valid results files without training; the real job is
+run once in test_real_job.py. Every number `sweep results` and `sweep report` show is checked here against the
+trials' results files, computed independently.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from kubesweep.gpus import load_catalog
+from tests.support.mlflow_fixtures import SWEEP_CELLS, SWEEP_TRIALS, TrackedSweep
+
+EXPERIMENT = "kubesweep-tracked"
+
+
+def client(ts: TrackedSweep) -> MlflowClient:
+    return MlflowClient(tracking_uri=ts.server.url)
+
+
+def parents(ts: TrackedSweep) -> list[Any]:
+    c = client(ts)
+    experiment = c.get_experiment_by_name(EXPERIMENT)
+    assert experiment is not None, "the sweep's experiment was not created"
+    return list(c.search_runs([experiment.experiment_id],
+                              "tags.`kubesweep.sweep` = 'tracked' and tags.`kubesweep.role` = 'parent'"))
+
+
+def children(ts: TrackedSweep, parent_id: str) -> list[Any]:
+    c = client(ts)
+    experiment = c.get_experiment_by_name(EXPERIMENT)
+    return list(c.search_runs([experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'",
+                              max_results=1000))
+
+
+def cell_key(results: dict[str, Any]) -> tuple[Any, ...]:
+    job, trial = results["config"], results["trial"]
+    return (job["task"], trial["gpu"] or "cpu", trial["gpus_per_trial"], job["batch_size"], job["precision"],
+            "off" if not job["compile"] else str(job["compile"]))
+
+
+def json_key(cell: dict[str, Any]) -> tuple[Any, ...]:
+    return (cell["task"], cell["gpu"], cell["gpus"], cell["batch_size"], cell["precision"], cell["compile"])
+
+
+def expected_cells(ts: TrackedSweep, target: float = 0.90) -> dict[tuple[Any, ...], dict[str, list[float]]]:
+    """Per cell, each metric's values over the repeats that succeeded, straight from the results files."""
+    catalog = load_catalog()
+    cells: dict[tuple[Any, ...], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in ts.results_files().values():
+        values = cells[cell_key(r)]
+        values["outcomes"].append(r["outcome"])  # type: ignore[arg-type]
+        if r["outcome"] != "succeeded":
+            continue
+        if r.get("inference"):
+            values["samples_per_s"].append(r["inference"]["samples_per_s"])
+            values["step_p50_ms"].append(r["inference"]["latency_s"]["p50"] * 1000)
+        else:
+            train, t = r["train"], r["timings"]
+            values["samples_per_s"].append(train["samples_per_s"])
+            values["step_p50_ms"].append(train["step_time_s"]["p50"] * 1000)
+            values["accuracy"].append(r["final_accuracy"])
+            epoch_s = t["train_s"] / train["epochs_completed"]
+            values["epoch_s"].append(epoch_s)
+            values["cost_per_epoch"].append(
+                catalog[r["trial"]["gpu"]].price_per_hour * r["world_size"] * epoch_s / 3600)
+            reached = [p for p in r["eval"] if p["accuracy"] >= target]
+            if reached:
+                s, w, ws = reached[0]["step"], train["warmup_steps"], train["warmup_time_s"]
+                tta = t["train_s"] if s >= train["steps"] else ws + (s - w) * (t["train_s"] - ws) / (train["steps"] - w)
+                values["tta_s"].append(tta)
+        values["peak_mem_gib"].append(r["memory"]["torch_peak_allocated_bytes"] / 1024**3)
+    return cells
+
+
+def test_one_parent_run_and_a_child_run_per_trial(tracked_sweep: TrackedSweep) -> None:
+    ts = tracked_sweep
+    assert "parent run" in ts.submit_output and "(created)" in ts.submit_output
+    found = parents(ts)
+    assert len(found) == 1
+    parent = found[0]
+    assert parent.data.tags["kubesweep.role"] == "parent" and parent.info.run_name == "tracked"
+    assert parent.info.status == "FINISHED"
+    kids = children(ts, parent.info.run_id)
+    assert len(kids) == SWEEP_TRIALS
+    ids = {k.data.tags["kubesweep.trial_id"] for k in kids}
+    assert ids == set(ts.results_files())  # every trial, once
+    for kid in kids:
+        tags = kid.data.tags
+        assert tags["kubesweep.sweep"] == "tracked"
+        for key in ("kubesweep.gpu", "kubesweep.batch_size", "kubesweep.precision", "kubesweep.compile",
+                    "kubesweep.repeat", "kubesweep.outcome"):
+            assert key in tags, key
+        artifacts = [a.path for a in client(ts).list_artifacts(kid.info.run_id)]
+        assert "results.json" in artifacts
+
+
+def test_results_from_mlflow_match_the_results_files(tracked_sweep: TrackedSweep) -> None:
+    ts = tracked_sweep
+    proc = ts.sweep("results", ts.name, "--format", "json")
+    out = json.loads(proc.stdout)
+    assert out["source"].startswith(f"MLflow {ts.server.url}")
+    expected = expected_cells(ts)
+    assert len(out["cells"]) == SWEEP_CELLS == len(expected)
+    for cell in out["cells"]:
+        want = expected[json_key(cell)]
+        assert cell["n"] == len(want["outcomes"]) == 2
+        for metric in ("samples_per_s", "step_p50_ms", "peak_mem_gib", "accuracy", "cost_per_epoch", "tta_s",
+                       "epoch_s"):
+            got, values = cell["metrics"][metric], want.get(metric, [])
+            assert got["n"] == len(values), (cell, metric)
+            if values:
+                assert got["mean"] == pytest.approx(statistics.fmean(values), rel=1e-9), (cell, metric)
+                assert got["cv"] == pytest.approx(statistics.stdev(values) / statistics.fmean(values), rel=1e-6)
+            else:
+                assert got["mean"] is None
+    by_key = {json_key(c): c for c in out["cells"]}
+    assert by_key[("finetune", "h100-80gb", 1, 256, "fp16", "off")]["status"] == "OOM"
+    assert by_key[("finetune", "v100-32gb", 1, 16, "fp16", "off")]["status"] == "GPU mismatch"
+    # best per (task, GPU type): the highest mean samples/s
+    for (task, gpu) in {(c["task"], c["gpu"]) for c in out["cells"]}:
+        group = [c for c in out["cells"] if (c["task"], c["gpu"]) == (task, gpu)]
+        rated = [c for c in group if c["metrics"]["samples_per_s"]["mean"] is not None]
+        best = [c for c in group if c["best"]]
+        if rated:
+            assert best == [max(rated, key=lambda c: c["metrics"]["samples_per_s"]["mean"])]
+        else:
+            assert best == []
+    # the same numbers without MLflow, from the local results files
+    files = json.loads(ts.sweep("results", ts.name, "--format", "json", "--no-tracking").stdout)
+    assert files["source"].startswith("results files")
+    assert [c["metrics"] for c in files["cells"]] == [c["metrics"] for c in out["cells"]]
+
+
+def test_time_to_accuracy_target(tracked_sweep: TrackedSweep) -> None:
+    ts = tracked_sweep
+    out = json.loads(ts.sweep("results", ts.name, "--format", "json", "--target-accuracy", "0.85").stdout)
+    expected = expected_cells(ts, target=0.85)
+    for cell in out["cells"]:
+        values = expected[json_key(cell)].get("tta_s", [])
+        got = cell["metrics"]["tta_s"]
+        assert got["n"] == len(values)
+        if values:  # reached at the first epoch's evaluation: strictly less than the whole training time
+            assert got["mean"] == pytest.approx(statistics.fmean(values), rel=1e-9)
+            assert got["mean"] < cell["metrics"]["epoch_s"]["mean"] * 2
+
+
+def test_table_formats_sort_and_filter(tracked_sweep: TrackedSweep) -> None:
+    ts = tracked_sweep
+    table = ts.sweep("results", ts.name).stdout
+    assert "OOM" in table and "GPU mismatch" in table and "±" in table and "$/epoch" in table
+    rows = list(csv.DictReader(io.StringIO(ts.sweep(
+        "results", ts.name, "--format", "csv", "--filter", "gpu=h100-80gb", "--filter", "task=finetune",
+        "--sort", "samples_per_s").stdout)))
+    assert {r["gpu"] for r in rows} == {"h100-80gb"} and {r["task"] for r in rows} == {"finetune"}
+    rates = [float(r["samples_per_s_mean"]) for r in rows if r["samples_per_s_mean"]]
+    assert rates == sorted(rates, reverse=True) and len(rates) == 4
+    assert rows[-1]["status"] == "OOM"  # cells without the number sort last
+    md = ts.sweep("results", ts.name, "--format", "markdown", "--filter", "outcome=oom").stdout
+    assert md.startswith("| task | gpu | batch |") and md.count("\n") == 3
+    bad = ts.sweep("results", ts.name, "--filter", "colour=red", check=2)
+    assert "unknown key 'colour'" in bad.stderr
+
+
+def test_report_written_and_logged_to_the_parent_run(tracked_sweep: TrackedSweep, tmp_path: Path) -> None:
+    ts = tracked_sweep
+    out = tmp_path / "report"
+    proc = ts.sweep("report", ts.name, "--output", str(out))
+    assert "logged as artifacts report/" in proc.stdout
+    figures = ["throughput.png", "compile_speedup.png", "peak_memory.png", "time_to_accuracy.png",
+               "cost_per_epoch.png", "heatmap.png"]
+    for name in figures:
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    html = (out / "report.html").read_text()
+    assert "Time for 2 epochs of glue/sst2 at batch 16 per GPU" in html
+    assert "Inference latency: CPU vs GPU vs FP16" in html and "One GPU vs DDP" in html
+    summary = json.loads((out / "summary.json").read_text())
+    tables = {t["title"]: t for t in summary["tables"]}
+    files = ts.results_files().values()
+
+    # time for 2 epochs at batch 16, per GPU: epoch time x 2 from the results files
+    epochs = tables["Time for 2 epochs of glue/sst2 at batch 16 per GPU"]
+    rows = {(r[0], r[2]): r for r in epochs["rows"]}
+    assert {gpu for gpu, _ in rows} == {"h100-80gb", "l40s", "v100-32gb"}
+    for (gpu, compiled), row in rows.items():
+        runs = [r for r in files if r["trial"]["gpu"] == gpu and r["config"]["batch_size"] == 16
+                and r["trial"]["gpus_per_trial"] == 1 and r["config"]["task"] == "finetune"
+                and ("off" if not r["config"]["compile"] else r["config"]["compile"]) == compiled]
+        if gpu == "v100-32gb":
+            assert row[4] == "GPU mismatch"
+            continue
+        minutes = statistics.fmean(r["timings"]["train_s"] / r["train"]["epochs_completed"] for r in runs) * 2 / 60
+        assert float(row[4].replace(",", "")) == pytest.approx(minutes, rel=5e-3)
+
+    # inference: CPU first, speed-up = CPU p50 / p50
+    inference = tables["Inference latency: CPU vs GPU vs FP16"]["rows"]
+    assert [(r[0], r[1]) for r in inference] == [("CPU", "fp32"), ("h100-80gb", "fp16"), ("h100-80gb", "fp32")]
+    p50 = {(r["trial"]["gpu"] or "CPU", r["config"]["precision"]): [] for r in files if r.get("inference")}
+    for r in files:
+        if r.get("inference"):
+            p50[(r["trial"]["gpu"] or "CPU", r["config"]["precision"])].append(r["inference"]["latency_s"]["p50"])
+    cpu = statistics.fmean(p50[("CPU", "fp32")])
+    for row in inference:
+        assert row[7] == f"{cpu / statistics.fmean(p50[(row[0], row[1])]):.1f}x"
+
+    # DDP: two rows for h100 bs16, scaling efficiency from the files
+    ddp = tables["One GPU vs DDP"]["rows"]
+    assert [(r[1], r[2]) for r in ddp] == [("1", "single GPU"), ("2", "DDP x2")]
+    rate = {n: statistics.fmean(r["train"]["samples_per_s"] for r in files if r.get("train")
+                                and r["trial"]["gpu"] == "h100-80gb" and r["config"]["batch_size"] == 16
+                                and not r["config"]["compile"] and r["trial"]["gpus_per_trial"] == n) for n in (1, 2)}
+    assert ddp[1][7] == f"{rate[2] / (2 * rate[1]) * 100:.0f}%"
+
+    # the same files are artifacts of the parent run
+    parent = parents(ts)[0].info.run_id
+    logged = {Path(a.path).name for a in client(ts).list_artifacts(parent, "report")}
+    assert {"report.html", "summary.json", *figures} <= logged
+
+
+def test_resubmit_and_resume_make_no_duplicate_runs(tracked_sweep: TrackedSweep) -> None:
+    ts = tracked_sweep
+    parent = parents(ts)[0].info.run_id
+    before = {k.data.tags["kubesweep.trial_id"]: k.info.run_id for k in children(ts, parent)}
+    again = ts.sweep("submit", str(ts.spec))
+    assert f"parent run {parent} (found)" in again.stdout
+    # a trial whose results file went missing is run again by resume: into the same child run
+    victim = next(d for d in ts.trial_dirs() if "bs64" in d.name)
+    (victim / "results.json").unlink()
+    starts = (ts.home / "sweeps" / ts.name / "starts.log").read_text().count("\n")
+    ts.sweep("resume", ts.name)
+    assert (ts.home / "sweeps" / ts.name / "starts.log").read_text().count("\n") == starts + 1
+    assert (victim / "results.json").exists()
+    assert [p.info.run_id for p in parents(ts)] == [parent]
+    after = {k.data.tags["kubesweep.trial_id"]: k.info.run_id for k in children(ts, parent)}
+    assert after == before
