@@ -53,8 +53,16 @@ class JobConfig(StrictModel):
 
     task: Task = "finetune"
     engine: Engine = Field("kubesweep", description="kubesweep's own loop, or HF Trainer as the peer baseline")
-    model: str = Field("bert-base-uncased", description="Hugging Face model id or a local directory")
+    model: str = Field(
+        "bert-base-uncased",
+        description="Hugging Face model id, a local directory, or pkg:DIST (a model shipped in a Python package)",
+    )
+    tokenizer: str | None = Field(None, description="tokenizer reference like `model`; default: the model's")
     random_init: bool = Field(False, description="build the model from its config (speed-only runs)")
+    model_overrides: dict[str, int | float | str | bool] = Field(
+        default_factory=dict,
+        description="config attributes set before building a random-init model, e.g. num_hidden_layers: 2",
+    )
     dataset: str = Field("glue/sst2", description="`datasets` name (glue/sst2) or a directory of GLUE TSVs")
     train_samples: int | None = Field(None, ge=1, description="use only the first N training rows")
     eval_samples: int | None = Field(None, ge=1, description="use only the first N dev rows")
@@ -65,17 +73,33 @@ class JobConfig(StrictModel):
     max_seq_len: int = Field(128, ge=8, le=4096)
     learning_rate: float = Field(2e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    warmup_ratio: float = Field(0.0, ge=0, le=1)
+    warmup_ratio: float = Field(0.0, ge=0, le=1, description="learning-rate warm-up, fraction of steps")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping (HF Trainer's default)")
     grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
     precision: Precision = "fp32"
     compile: bool | str = Field(False, description="false, true, or default | reduce-overhead | max-autotune")
     padding: Padding = Field("max_length", description="max_length (run_glue's recipe), dynamic or bucketed")
+    bucket_multiple: int = Field(16, ge=1, description="bucketed padding: lengths round up to this multiple")
     num_workers: int = Field(2, ge=0, description="DataLoader workers")
     pin_memory: bool = True
     seed: int = 42
     eval_every_epoch: bool = True
+    log_every: int = Field(20, ge=1, description="read losses and log metrics every N optimizer steps")
+    measure_skip_steps: int = Field(
+        3, ge=0, description="first N optimizer steps are warm-up: timed apart, not in samples/s"
+    )
     checkpoint_every: int | None = Field(None, ge=1, description="checkpoint every N optimizer steps")
-    export: list[ExportFormat] = Field(default_factory=list)
+    checkpoint_dir: str | None = Field(None, description="default: OUTPUT_DIR/checkpoints")
+    keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
+    resume: bool = Field(True, description="resume from the newest checkpoint in checkpoint_dir if there is one")
+    export: list[ExportFormat] = Field(
+        default_factory=list, description="also export ONNX / TorchScript (weights are always saved)"
+    )
+    cache_dir: str | None = Field(
+        None, description="tokenization cache; default $KUBESWEEP_CACHE_DIR or ~/.cache/kubesweep"
+    )
+    compile_cache_dir: str | None = Field(None, description="torch.compile (Inductor) cache, shareable")
+    nvml_interval_s: float = Field(1.0, gt=0, description="GPU sampler period")
     # inference task
     inference_batches: int = Field(100, ge=1, description="measured batches for the inference task")
     warmup_batches: int = Field(10, ge=0, description="warm-up batches, reported apart")
@@ -89,6 +113,8 @@ class JobConfig(StrictModel):
     def _check(self) -> JobConfig:
         if self.engine == "hf-trainer" and self.task != "finetune":
             raise ValueError("engine hf-trainer supports task finetune only")
+        if self.model_overrides and not self.random_init:
+            raise ValueError("model_overrides needs random_init: pretrained weights fix the shapes")
         return self
 
 

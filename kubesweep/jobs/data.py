@@ -1,0 +1,271 @@
+"""SST-2-style data: loading, tokenization (cached on disk), and the batch plan of each epoch.
+
+Sources: a `datasets` name (`glue/sst2`, i.e. `load_dataset("glue", "sst2")`) or a local directory of GLUE
+TSVs (`train.tsv` and `dev.tsv` with a `sentence<TAB>label` header).
+
+Sentences are tokenized once, without padding, truncated to `max_seq_len`, and cached as flat int32 arrays
+keyed by the tokenizer's content, the data's fingerprint, the split, the row limit and the length. Padding
+happens per batch in `BatchDataset`:
+- `max_length`: every batch padded to `max_seq_len` (HF run_glue's recipe, one static shape);
+- `dynamic`: to the longest sentence of the batch;
+- `bucketed`: sentences grouped by length rounded up to `bucket_multiple`; a batch holds one bucket, so the
+  run sees a few static shapes (each compiled once under torch.compile).
+
+The batch plan of an epoch is a pure function of (seed, epoch, lengths, settings), so a resumed run rebuilds
+the same plan and skips the batches it already trained on. Under DDP the global plan is dealt round-robin to
+ranks and trimmed to a multiple of the world size.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+TOKEN_CACHE_VERSION = 1
+SPLIT_FILES = {"train": "train.tsv", "validation": "dev.tsv"}
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass
+class Rows:
+    sentences: list[str]
+    labels: list[int]
+    fingerprint: str  # identifies the source content (file stats or the `datasets` fingerprint)
+
+
+@dataclass
+class TokenizedSplit:
+    """Token ids of every row, concatenated; row i is ids[offsets[i]:offsets[i+1]]."""
+
+    ids: npt.NDArray[np.int32]
+    offsets: IntArray
+    labels: IntArray
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def lengths(self) -> IntArray:
+        return np.diff(self.offsets)
+
+
+def load_rows(dataset: str, split: str, limit: int | None) -> Rows:
+    """Read a split (`train` or `validation`), keeping the first `limit` rows."""
+    path = Path(dataset).expanduser()
+    if path.is_dir():
+        return _read_tsv(path / SPLIT_FILES[split], limit)
+    if dataset.startswith(("/", ".", "~")):
+        raise UsageError(f"dataset directory {dataset!r} does not exist")
+    return _load_hf(dataset, split, limit)
+
+
+def _read_tsv(path: Path, limit: int | None) -> Rows:
+    if not path.is_file():
+        raise UsageError(f"dataset file {str(path)!r} does not exist")
+    sentences: list[str] = []
+    labels: list[int] = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader)
+        try:
+            s_col, l_col = header.index("sentence"), header.index("label")
+        except ValueError as err:
+            raise UsageError(f"{path}: expected a header with 'sentence' and 'label' columns") from err
+        for row in reader:
+            if limit is not None and len(labels) >= limit:
+                break
+            sentences.append(row[s_col])
+            labels.append(int(row[l_col]))
+    stat = path.stat()
+    return Rows(sentences, labels, f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}")
+
+
+def _load_hf(dataset: str, split: str, limit: int | None) -> Rows:
+    import datasets
+
+    name, _, subset = dataset.partition("/")
+    try:
+        ds = datasets.load_dataset(name, subset or None, split=split)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise RuntimeError(f"cannot load dataset {dataset!r} split {split}: {first}") from err
+    if limit is not None:
+        ds = ds.select(range(min(limit, len(ds))))
+    if "sentence" not in ds.column_names or "label" not in ds.column_names:
+        raise UsageError(f"dataset {dataset!r} has no 'sentence'/'label' columns ({ds.column_names})")
+    return Rows(list(ds["sentence"]), [int(x) for x in ds["label"]], f"datasets:{dataset}:{ds._fingerprint}")
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    content = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    return hashlib.sha256(content.encode()).hexdigest()[:16]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("KUBESWEEP_CACHE_DIR") or Path.home() / ".cache" / "kubesweep")
+
+
+def tokenize_split(
+    rows: Rows, tokenizer: Any, max_seq_len: int, split: str, cache_dir: Path | None
+) -> tuple[TokenizedSplit, bool]:
+    """Tokenize (or read the cache). Returns the split and whether it came from the cache."""
+    key_src = json.dumps(
+        [TOKEN_CACHE_VERSION, tokenizer_fingerprint(tokenizer), rows.fingerprint, split, len(rows.labels), max_seq_len]
+    )
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:24]
+    cache_file = cache_dir / "tokens" / f"{split}-{key}.npz" if cache_dir is not None else None
+    if cache_file is not None and cache_file.is_file():
+        with np.load(cache_file) as saved:
+            return TokenizedSplit(saved["ids"], saved["offsets"], saved["labels"]), True
+    encoded = tokenizer(rows.sentences, truncation=True, max_length=max_seq_len, padding=False)["input_ids"]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(x) for x in encoded])
+    ids = np.fromiter((t for row in encoded for t in row), dtype=np.int32, count=int(offsets[-1]))
+    split_data = TokenizedSplit(ids, offsets, np.asarray(rows.labels, dtype=np.int64))
+    if cache_file is not None:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp.npz")
+        np.savez(tmp, ids=split_data.ids, offsets=split_data.offsets, labels=split_data.labels)
+        tmp.replace(cache_file)
+    return split_data, False
+
+
+def load_split(cfg: JobConfig, tokenizer: Any, split: str) -> tuple[TokenizedSplit, bool]:
+    limit = cfg.train_samples if split == "train" else cfg.eval_samples
+    rows = load_rows(cfg.dataset, split, limit)
+    if not rows.labels:
+        raise UsageError(f"dataset {cfg.dataset!r} split {split} is empty")
+    cache_dir = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()
+    return tokenize_split(rows, tokenizer, cfg.max_seq_len, split, cache_dir)
+
+
+# ---------------------------------------------------------------------------------------------- batch plans
+
+
+def pad_length(batch_max: int, padding: str, max_seq_len: int, bucket_multiple: int) -> int:
+    if padding == "max_length":
+        return max_seq_len
+    if padding == "bucketed":
+        return min(max_seq_len, -(-batch_max // bucket_multiple) * bucket_multiple)
+    return batch_max
+
+
+def plan_batches(
+    lengths: IntArray,
+    batch_size: int,
+    *,
+    padding: str,
+    max_seq_len: int,
+    bucket_multiple: int,
+    shuffle: bool,
+    seed: int,
+    epoch: int,
+    world_size: int = 1,
+    drop_uneven: bool = True,
+) -> list[IntArray]:
+    """The global list of index batches of one epoch (before dealing them to ranks)."""
+    n = len(lengths)
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(n) if shuffle else np.arange(n)
+    if padding == "bucketed":
+        batches = _bucketed(order, lengths, batch_size, max_seq_len, bucket_multiple)
+        if shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+    else:
+        if not shuffle and padding == "dynamic":  # evaluation: similar lengths together, less padding
+            order = order[np.argsort(lengths[order], kind="stable")]
+        batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    if world_size > 1 and drop_uneven:
+        batches = batches[: len(batches) - len(batches) % world_size]
+    return batches
+
+
+def _bucketed(
+    order: IntArray, lengths: IntArray, batch_size: int, max_seq_len: int, multiple: int
+) -> list[IntArray]:
+    keys = np.minimum(max_seq_len, -(-lengths[order] // multiple) * multiple)
+    batches: list[IntArray] = []
+    leftovers: list[IntArray] = []
+    for key in np.unique(keys):
+        members = order[keys == key]
+        full = len(members) - len(members) % batch_size
+        batches.extend(members[i : i + batch_size] for i in range(0, full, batch_size))
+        if full < len(members):
+            leftovers.append(members[full:])
+    if leftovers:  # partial buckets merge into full batches, padded to their longest member's bucket
+        rest = np.concatenate(leftovers)
+        batches.extend(rest[i : i + batch_size] for i in range(0, len(rest), batch_size))
+    return batches
+
+
+class BatchDataset:
+    """Item i is batch i of a plan, padded and as tensors; used with DataLoader(batch_size=None)."""
+
+    def __init__(
+        self, data: TokenizedSplit, batches: list[IntArray], padding: str, max_seq_len: int, bucket_multiple: int
+    ) -> None:
+        self.data = data
+        self.batches = batches
+        self.padding = padding
+        self.max_seq_len = max_seq_len
+        self.bucket_multiple = bucket_multiple
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        import torch
+
+        index = self.batches[i]
+        starts, ends = self.data.offsets[index], self.data.offsets[index + 1]
+        lengths = ends - starts
+        width = pad_length(int(lengths.max()), self.padding, self.max_seq_len, self.bucket_multiple)
+        ids = np.zeros((len(index), width), dtype=np.int64)  # [PAD] is 0 in BERT vocabularies
+        mask = np.zeros((len(index), width), dtype=np.int64)
+        for row, (start, end) in enumerate(zip(starts, ends, strict=True)):
+            ids[row, : end - start] = self.data.ids[start:end]
+            mask[row, : end - start] = 1
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "attention_mask": torch.from_numpy(mask),
+            "labels": torch.from_numpy(self.data.labels[index]),
+            "n_tokens": int(lengths.sum()),
+        }
+
+
+def loader(
+    cfg: JobConfig, data: TokenizedSplit, batches: list[IntArray], *, pin_memory: bool, workers: int | None = None
+) -> Iterator[dict[str, Any]]:
+    import torch
+    from torch.utils.data import DataLoader
+
+    dataset = BatchDataset(data, batches, cfg.padding, cfg.max_seq_len, cfg.bucket_multiple)
+    n_workers = cfg.num_workers if workers is None else workers
+    return iter(
+        DataLoader(
+            dataset,  # type: ignore[arg-type]  # a map-style dataset without subclassing torch's Dataset
+            batch_size=None,
+            shuffle=False,
+            num_workers=n_workers,
+            pin_memory=pin_memory,
+            prefetch_factor=4 if n_workers > 0 else None,
+            # its own generator: creating a loader must not draw from the global RNG (exact resume)
+            generator=torch.Generator().manual_seed(0),
+        )
+    )

@@ -1,0 +1,157 @@
+"""Environment capture (what ran where) and the GPU identity check.
+
+Environment variables read here:
+- `KUBESWEEP_IMAGE`: the container image reference the trial runs in (set by the backends);
+- `KUBESWEEP_NODE_NAME`: the node's name (Kubernetes downward API); the hostname otherwise;
+- `KUBESWEEP_TEST_GPU_NAME`: test hook, stands in for the NVML device name of every device this process
+  would use, so the `gpu_mismatch` path can be exercised without that GPU.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import socket
+from importlib import metadata
+from typing import Any
+
+TEST_GPU_NAME_ENV = "KUBESWEEP_TEST_GPU_NAME"
+
+
+def product_label(nvml_name: str) -> str:
+    """The GPU Feature Discovery `nvidia.com/gpu.product` value of an NVML device name."""
+    return nvml_name.strip().replace(" ", "-")
+
+
+def local_devices() -> list[int]:
+    """CUDA device indices this process uses (its LOCAL_RANK's device under torchrun)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()]
+
+
+def gpu_names(devices: list[int]) -> list[str]:
+    override = os.environ.get(TEST_GPU_NAME_ENV)
+    if override:
+        return [override] * max(1, len(devices))
+    names = []
+    for index in devices:
+        try:
+            import pynvml
+
+            from kubesweep.jobs.metrics import nvml_handle
+
+            pynvml.nvmlInit()
+            name = pynvml.nvmlDeviceGetName(nvml_handle(index))
+            names.append(name.decode() if isinstance(name, bytes) else str(name))
+        except Exception:
+            import torch
+
+            names.append(torch.cuda.get_device_name(index))
+    return names
+
+
+def check_gpu(requested_product: str | None, names: list[str]) -> str | None:
+    """None when the devices match the requested product label (or none was requested); else why not."""
+    if not requested_product:
+        return None
+    if not names:
+        return f"asked for {requested_product}, but no GPU is visible to the job"
+    labels = sorted({product_label(n) for n in names})
+    if labels != [requested_product]:
+        return f"asked for {requested_product}, the device is {', '.join(labels)}"
+    return None
+
+
+def capture(devices: list[int]) -> dict[str, Any]:
+    import torch
+
+    gpus: list[dict[str, Any]] = []
+    driver = None
+    for index, name in zip(devices, gpu_names(devices), strict=False):
+        props = torch.cuda.get_device_properties(index)
+        gpus.append(
+            {
+                "index": index,
+                "name": name,
+                "product": product_label(name),
+                "memory_total_bytes": int(props.total_memory),
+                "compute_capability": f"{props.major}.{props.minor}",
+                "uuid": str(getattr(props, "uuid", "")) or None,
+            }
+        )
+    if devices:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            raw = pynvml.nvmlSystemGetDriverVersion()
+            driver = raw.decode() if isinstance(raw, bytes) else str(raw)
+        except Exception:
+            driver = None
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "captured_at": dt.datetime.now(dt.UTC).isoformat(),
+        "node_name": os.environ.get("KUBESWEEP_NODE_NAME") or socket.gethostname(),
+        "hostname": socket.gethostname(),
+        "image": os.environ.get("KUBESWEEP_IMAGE"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": {
+            "model": _cpu_model(),
+            "logical_cores": os.cpu_count(),
+            "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        },
+        "memory_total_bytes": _mem_total(),
+        "gpus": gpus,
+        "gpu_test_override": os.environ.get(TEST_GPU_NAME_ENV),
+        "driver_version": driver,
+        "cuda_version": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "cudnn_version": cudnn,
+        "nccl_version": _nccl_version(),
+        "packages": {name: _version(name) for name in ("torch", "transformers", "datasets", "numpy", "mlflow")},
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+    }
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _mem_total() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except ImportError:
+        return None
+
+
+def _nccl_version() -> str | None:
+    import torch
+
+    try:
+        if torch.cuda.is_available():
+            version = torch.cuda.nccl.version()
+            return ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
+    except Exception:
+        return None
+    return None

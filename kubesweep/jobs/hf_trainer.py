@@ -1,0 +1,201 @@
+"""`engine: hf-trainer`: the same trial through Hugging Face's Trainer, the peer baseline.
+
+Same model, tokenized data, batch size, precision, compile mode, learning rate, schedule (linear, warm-up),
+weight decay, clipping, workers and seed; the optimizer is Trainer's `adamw_torch_fused`. Padding maps to
+Trainer's usual recipes: `max_length` pre-pads every row (run_glue), `dynamic` uses DataCollatorWithPadding,
+`bucketed` adds the length-grouped sampler and pads to a multiple of `bucket_multiple`.
+
+Measured the way the kubesweep engine measures: a StepClock mark at every `on_step_end` (CUDA events, no
+extra syncs), evaluation excluded, the first `measure_skip_steps` steps as warm-up. Trainer does not expose its
+batches, so tokens/s is samples/s × the mean sentence length (and × the padded width for max_length).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kubesweep.jobs import runtime
+from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.data import TokenizedSplit, pad_length
+from kubesweep.jobs.distributed import Dist
+from kubesweep.jobs.metrics import StepClock
+from kubesweep.jobs.model import LoadedModel
+from kubesweep.jobs.train import MetricSink, TrainOutcome
+
+
+class RowDataset:
+    """Rows as Trainer features; pre-padded to max_seq_len for `max_length`, unpadded otherwise."""
+
+    def __init__(self, split: TokenizedSplit, pad_to: int | None) -> None:
+        self.split = split
+        self.pad_to = pad_to
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        start, end = int(self.split.offsets[i]), int(self.split.offsets[i + 1])
+        ids = self.split.ids[start:end].tolist()
+        mask = [1] * len(ids)
+        if self.pad_to is not None:
+            extra = self.pad_to - len(ids)
+            ids, mask = ids + [0] * extra, mask + [0] * extra
+        return {"input_ids": ids, "attention_mask": mask, "labels": int(self.split.labels[i])}
+
+
+def run(
+    cfg: JobConfig,
+    loaded: LoadedModel,
+    train_data: TokenizedSplit,
+    eval_data: TokenizedSplit,
+    dist: Dist,
+    checkpoint_dir: Path | None,
+    sink: MetricSink,
+) -> tuple[TrainOutcome, float]:
+    """Train with Trainer; returns the outcome (same shape as the kubesweep engine's) and the set-up time."""
+    import numpy as np
+    from transformers import DataCollatorWithPadding, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+
+    t0 = time.perf_counter()
+    runtime.setup_precision(cfg)
+    pad_to = cfg.max_seq_len if cfg.padding == "max_length" else None
+    per_rank_batches = math.ceil(len(train_data) / (cfg.batch_size * dist.world_size))
+    steps_per_epoch = max(1, math.ceil(per_rank_batches / cfg.grad_accum))
+    target = cfg.max_steps or math.ceil(cfg.epochs * steps_per_epoch)
+    out = TrainOutcome(steps=0, target_steps=target, steps_per_epoch=steps_per_epoch)
+    clock = StepClock(dist.cuda)
+    samples_per_step = cfg.batch_size * cfg.grad_accum * dist.world_size
+    mean_tokens = float(train_data.lengths.mean())
+    padded_width = float(pad_length(int(train_data.lengths.max()), cfg.padding, cfg.max_seq_len, cfg.bucket_multiple))
+
+    class Measure(TrainerCallback):  # type: ignore[misc]  # transformers ships no type information
+        steps_this_run = 0
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            out.resumed_from_step = state.global_step or None
+            clock.mark()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            clock.mark()
+            self.steps_this_run += 1
+            if self.steps_this_run % cfg.log_every == 0:
+                self._collect()
+
+        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+            self._collect()
+            clock.reset()
+            clock.mark()
+            if metrics and "eval_accuracy" in metrics:
+                point = {
+                    "epoch": round(state.global_step / steps_per_epoch, 4),
+                    "step": state.global_step,
+                    "accuracy": float(metrics["eval_accuracy"]),
+                    "loss": float(metrics["eval_loss"]),
+                    "samples": len(eval_data),
+                }
+                out.eval_points.append(point)
+                out.eval_s += float(metrics.get("eval_runtime", 0.0))
+                sink({"eval/accuracy": point["accuracy"], "eval/loss": point["loss"]}, state.global_step)
+                if dist.is_main:
+                    print(f"eval epoch {point['epoch']:.2f} step {point['step']}: accuracy {point['accuracy']:.4f}",
+                          flush=True)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if logs and "loss" in logs:
+                point = {"step": state.global_step, "loss": float(logs["loss"]),
+                         "learning_rate": float(logs.get("learning_rate", 0.0))}
+                out.loss_curve.append(point)
+                sink({"train/loss": point["loss"], "train/learning_rate": point["learning_rate"]}, state.global_step)
+                if dist.is_main:
+                    print(f"step {state.global_step}/{target} loss {point['loss']:.4f}", flush=True)
+
+        def _collect(self) -> None:
+            for dt_s in clock.drain():
+                out.samples += samples_per_step
+                if out.warmup_steps + out.measured_steps < cfg.measure_skip_steps:
+                    out.warmup_steps += 1
+                    out.warmup_time_s += dt_s
+                    continue
+                out.measured_steps += 1
+                out.measured_time_s += dt_s
+                out.measured_samples += samples_per_step
+                out.step_times.append(dt_s)
+
+    def accuracy(pred: Any) -> dict[str, float]:
+        return {"accuracy": float((np.argmax(pred.predictions, axis=-1) == pred.label_ids).mean())}
+
+    work_dir = checkpoint_dir or Path(tempfile.mkdtemp(prefix="kubesweep-hf-"))
+    options: dict[str, Any] = {
+        "output_dir": str(work_dir),
+        "per_device_train_batch_size": cfg.batch_size,
+        "per_device_eval_batch_size": cfg.eval_batch_size or cfg.batch_size,
+        "learning_rate": cfg.learning_rate,
+        "weight_decay": cfg.weight_decay,
+        "warmup_steps": int(cfg.warmup_ratio * target),
+        "num_train_epochs": cfg.epochs,
+        "max_steps": cfg.max_steps or -1,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "max_grad_norm": cfg.max_grad_norm or 0.0,
+        "fp16": cfg.precision == "fp16",
+        "bf16": cfg.precision == "bf16",
+        "optim": "adamw_torch_fused",
+        "torch_compile": bool(cfg.compile),
+        "dataloader_num_workers": cfg.num_workers,
+        "dataloader_pin_memory": cfg.pin_memory,
+        "seed": cfg.seed,
+        "eval_strategy": "epoch" if cfg.eval_every_epoch else "no",
+        "save_strategy": "steps" if checkpoint_dir is not None else "no",
+        "save_steps": cfg.checkpoint_every or 500,
+        "save_total_limit": cfg.keep_checkpoints,
+        "logging_steps": cfg.log_every,
+        "report_to": [],
+        "disable_tqdm": True,
+        "use_cpu": not dist.cuda,
+    }
+    if cfg.precision == "tf32":
+        options["tf32"] = True
+    if cfg.compile:
+        options["torch_compile_mode"] = None if cfg.compile == "default" else str(cfg.compile)
+    fields = {f.name for f in dataclasses.fields(TrainingArguments)}
+    if cfg.padding == "bucketed":
+        if "train_sampling_strategy" in fields:
+            options["train_sampling_strategy"] = "group_by_length"
+        else:
+            options["group_by_length"] = True
+    args = TrainingArguments(**options)
+    measure = Measure()
+    collator = None
+    if pad_to is None:
+        multiple = cfg.bucket_multiple if cfg.padding == "bucketed" else None
+        collator = DataCollatorWithPadding(loaded.tokenizer, pad_to_multiple_of=multiple)
+    trainer = Trainer(
+        model=loaded.model,
+        args=args,
+        data_collator=collator,
+        train_dataset=RowDataset(train_data, pad_to),  # type: ignore[arg-type]
+        eval_dataset=RowDataset(eval_data, pad_to),  # type: ignore[arg-type]
+        compute_metrics=accuracy,
+        callbacks=[measure],
+    )
+    trainer.remove_callback(PrinterCallback)  # progress is printed by Measure, in the job's format
+    setup_s = time.perf_counter() - t0
+    resume = None
+    if checkpoint_dir is not None and cfg.resume and any(checkpoint_dir.glob("checkpoint-*")):
+        resume = True
+    t1 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    measure._collect()
+    out.train_s = time.perf_counter() - t1 - out.eval_s
+    out.steps = trainer.state.global_step
+    if not out.eval_points or out.eval_points[-1]["step"] != out.steps:
+        trainer.evaluate()  # recorded by Measure.on_evaluate
+    out.measured_tokens = int(out.measured_samples * mean_tokens)
+    out.measured_padded_tokens = int(out.measured_samples * (padded_width if pad_to else mean_tokens))
+    if checkpoint_dir is not None:
+        out.checkpoints = sorted(str(p) for p in checkpoint_dir.glob("checkpoint-*"))
+    return out, setup_s

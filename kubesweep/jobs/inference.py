@@ -1,0 +1,92 @@
+"""The inference benchmark: latency and throughput at batch_size × max_seq_len, eager or compiled.
+
+Batches are dev-set sentences padded per `padding` (the seed's case: batch 8, `max_length` 128). They are
+moved to the device before timing, so the figures are the model's: each batch is timed from launch to a
+completed result (a device sync per batch, which latency needs). fp16/bf16 cast the weights (what "FP16
+inference" means in deployment); tf32 allows TF32 matmuls; fp32 is strict.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from itertools import cycle, islice
+from typing import Any
+
+from kubesweep.jobs import data, runtime
+from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.data import TokenizedSplit
+from kubesweep.jobs.distributed import Dist
+from kubesweep.jobs.metrics import percentiles
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> dict[str, Any]:
+    import torch
+
+    device = torch.device(dist.device)
+    runtime.setup_precision(cfg)
+    dtype = runtime.autocast_dtype(cfg) or torch.float32
+    model = model.to(device=device, dtype=dtype).eval()
+    module = runtime.compile_model(model, cfg)
+    plan = data.plan_batches(
+        eval_data.lengths,
+        cfg.batch_size,
+        padding=cfg.padding,
+        max_seq_len=cfg.max_seq_len,
+        bucket_multiple=cfg.bucket_multiple,
+        shuffle=True,
+        seed=cfg.seed,
+        epoch=0,
+    )
+    plan = [b for b in plan if len(b) == cfg.batch_size] or plan
+    distinct = min(len(plan), cfg.warmup_batches + cfg.inference_batches)
+    dataset = data.BatchDataset(eval_data, plan[:distinct], cfg.padding, cfg.max_seq_len, cfg.bucket_multiple)
+    batches = [
+        {k: dataset[i][k].to(device) for k in ("input_ids", "attention_mask")} | {"n": dataset[i]["n_tokens"]}
+        for i in range(distinct)
+    ]
+    sync = torch.cuda.synchronize if dist.cuda else (lambda: None)
+    runtime.oom_hook(cfg.batch_size)
+    latencies: list[float] = []
+    rows = tokens = padded = 0
+    warmup_s = 0.0
+    total = cfg.warmup_batches + cfg.inference_batches
+    with torch.inference_mode():
+        for i, batch in enumerate(islice(cycle(batches), total)):
+            t0 = time.perf_counter()
+            module(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            sync()
+            elapsed = time.perf_counter() - t0
+            if i < cfg.warmup_batches:
+                warmup_s += elapsed
+                continue
+            latencies.append(elapsed)
+            shape = batch["input_ids"].shape
+            rows += shape[0]
+            tokens += batch["n"]
+            padded += shape[0] * shape[1]
+    measured = sum(latencies)
+    stats = {
+        "batch_size": cfg.batch_size,
+        "seq_len": cfg.max_seq_len,
+        "dtype": str(dtype).removeprefix("torch."),
+        "compiled": cfg.compile,
+        "warmup_batches": cfg.warmup_batches,
+        "warmup_s": warmup_s,
+        "batches": len(latencies),
+        "latency_s": percentiles(latencies),
+        "samples_per_s": rows / measured,
+        "tokens_per_s": tokens / measured,
+        "padded_tokens_per_s": padded / measured,
+    }
+    if dist.is_main:
+        lat = stats["latency_s"]
+        assert lat is not None
+        print(
+            f"inference batch {cfg.batch_size} seq {cfg.max_seq_len} {stats['dtype']}: "
+            f"p50 {lat['p50'] * 1000:.2f} ms p99 {lat['p99'] * 1000:.2f} ms, {stats['samples_per_s']:,.0f} samples/s",
+            flush=True,
+        )
+    return stats

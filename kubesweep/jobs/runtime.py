@@ -1,0 +1,88 @@
+"""Precision, torch.compile and the test hooks shared by the training and inference paths.
+
+Test hooks (environment variables, for tests only; documented in docs/job.md):
+- `KUBESWEEP_TEST_OOM_ABOVE_BATCH=N`: the first forward raises `torch.OutOfMemoryError` when batch_size > N,
+  exercising the `oom` outcome without filling a GPU;
+- `KUBESWEEP_TEST_CRASH_AFTER_STEP=K`: the process dies (exit 137, like SIGKILL) right after optimizer step K,
+  to prove that a restarted job resumes exactly from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from typing import Any
+
+from kubesweep.jobs.config import JobConfig
+
+log = logging.getLogger(__name__)
+
+OOM_HOOK_ENV = "KUBESWEEP_TEST_OOM_ABOVE_BATCH"
+CRASH_HOOK_ENV = "KUBESWEEP_TEST_CRASH_AFTER_STEP"
+
+
+def setup_precision(cfg: JobConfig) -> None:
+    """TF32 only where asked for: `fp32` is strict IEEE fp32 matmuls, `tf32` allows TF32 tensor cores."""
+    import torch
+
+    tf32 = cfg.precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+
+
+def autocast_dtype(cfg: JobConfig) -> Any:
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.precision)
+
+
+def autocast(cfg: JobConfig, device_type: str) -> contextlib.AbstractContextManager[Any]:
+    import torch
+
+    dtype = autocast_dtype(cfg)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=dtype)
+
+
+def compile_model(module: Any, cfg: JobConfig) -> Any:
+    """torch.compile with static shapes: each padded shape (one per bucket) is compiled once and reused."""
+    if not cfg.compile:
+        return module
+    import torch
+
+    if cfg.compile_cache_dir:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(os.path.expanduser(cfg.compile_cache_dir))
+    dynamo_config: Any = torch._dynamo.config
+    dynamo_config.cache_size_limit = max(int(dynamo_config.cache_size_limit), 64)
+    mode = None if cfg.compile == "default" else str(cfg.compile)
+    return torch.compile(module, mode=mode, dynamic=False)
+
+
+def oom_hook(batch_size: int) -> None:
+    limit = os.environ.get(OOM_HOOK_ENV)
+    if limit is not None and batch_size > int(limit):
+        import torch
+
+        raise torch.OutOfMemoryError(
+            f"test hook {OOM_HOOK_ENV}={limit}: batch {batch_size} does not fit (simulated CUDA out of memory)"
+        )
+
+
+def crash_hook(step: int) -> None:
+    at = os.environ.get(CRASH_HOOK_ENV)
+    if at is not None and step == int(at):
+        log.warning("test hook %s: dying after step %d", CRASH_HOOK_ENV, step)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(137)
+
+
+def is_oom(err: BaseException) -> bool:
+    import torch
+
+    if isinstance(err, torch.OutOfMemoryError):
+        return True
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()

@@ -1,0 +1,450 @@
+"""kubesweep's fine-tuning loop: measured honestly, no host syncs per step, exactly resumable.
+
+Per optimizer step the loop only enqueues work: the loss is added into a device buffer, step boundaries are
+CUDA events (`StepClock`), token counts come from the host-side batch. Every `log_every` steps one sync reads
+the buffer and the clock; that is when metrics are logged and progress printed.
+
+A step is *warm-up* (timed apart, not in samples/s) when it is among the first `measure_skip_steps` steps of
+this process, or, under torch.compile, when one of its batches has a shape not seen before (a compilation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubesweep.jobs import checkpoint, data, runtime
+from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.data import TokenizedSplit
+from kubesweep.jobs.distributed import Dist
+from kubesweep.jobs.errors import UsageError
+from kubesweep.jobs.metrics import StepClock, percentiles
+
+log = logging.getLogger(__name__)
+
+MetricSink = Callable[[dict[str, float], int], None]
+# Settings that do not change the trained weights; a checkpoint written under other values still resumes.
+RESUME_NEUTRAL = frozenset(
+    {
+        "checkpoint_every",
+        "checkpoint_dir",
+        "keep_checkpoints",
+        "resume",
+        "export",
+        "log_every",
+        "num_workers",
+        "pin_memory",
+        "cache_dir",
+        "compile_cache_dir",
+        "nvml_interval_s",
+        "measure_skip_steps",
+        "eval_batch_size",
+        "eval_every_epoch",
+        "compile",
+    }
+)
+
+
+def resume_fingerprint(cfg: JobConfig) -> str:
+    relevant = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in RESUME_NEUTRAL}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class StepMeta:
+    warmup: bool
+    samples: int
+    tokens: int
+    padded_tokens: int
+
+
+@dataclass
+class TrainOutcome:
+    steps: int
+    target_steps: int
+    steps_per_epoch: int
+    samples: int = 0
+    warmup_steps: int = 0
+    warmup_time_s: float = 0.0
+    measured_steps: int = 0
+    measured_samples: int = 0
+    measured_tokens: int = 0
+    measured_padded_tokens: int = 0
+    measured_time_s: float = 0.0
+    step_times: list[float] = field(default_factory=list)
+    loss_curve: list[dict[str, Any]] = field(default_factory=list)
+    eval_points: list[dict[str, Any]] = field(default_factory=list)
+    train_s: float = 0.0
+    eval_s: float = 0.0
+    resumed_from_step: int | None = None
+    checkpoints: list[str] = field(default_factory=list)
+
+    def stats(self) -> dict[str, Any]:
+        t = self.measured_time_s
+        return {
+            "steps": self.steps,
+            "target_steps": self.target_steps,
+            "epochs_completed": round(self.steps / self.steps_per_epoch, 4),
+            "samples": self.samples,
+            "warmup_steps": self.warmup_steps,
+            "warmup_time_s": self.warmup_time_s,
+            "measured_steps": self.measured_steps,
+            "measured_samples": self.measured_samples,
+            "measured_time_s": t,
+            "samples_per_s": self.measured_samples / t if t > 0 else None,
+            "tokens_per_s": self.measured_tokens / t if t > 0 else None,
+            "padded_tokens_per_s": self.measured_padded_tokens / t if t > 0 else None,
+            "step_time_s": percentiles(self.step_times),
+            "final_loss": self.loss_curve[-1]["loss"] if self.loss_curve else None,
+            "resumed_from_step": self.resumed_from_step,
+        }
+
+
+class FineTuner:
+    def __init__(
+        self,
+        cfg: JobConfig,
+        model: Any,
+        train_data: TokenizedSplit,
+        eval_data: TokenizedSplit,
+        dist: Dist,
+        checkpoint_dir: Path | None,
+        sink: MetricSink,
+    ) -> None:
+        import torch
+
+        self.cfg = cfg
+        self.dist = dist
+        self.device = torch.device(dist.device)
+        self.train_data = train_data
+        self.eval_data = eval_data
+        self.checkpoint_dir = checkpoint_dir
+        self.sink = sink
+        self.raw = model
+        self.pin = cfg.pin_memory and dist.cuda
+
+        per_rank = len(self._plan(0)) // dist.world_size
+        if per_rank == 0:
+            raise UsageError(
+                f"{len(train_data)} training rows give no batch of {cfg.batch_size} per rank "
+                f"(world size {dist.world_size})"
+            )
+        self.micro_per_epoch = per_rank
+        self.steps_per_epoch = math.ceil(per_rank / cfg.grad_accum)
+        self.target_steps = cfg.max_steps or math.ceil(cfg.epochs * self.steps_per_epoch)
+
+        runtime.setup_precision(cfg)
+        self.state = checkpoint.latest(checkpoint_dir) if checkpoint_dir is not None and cfg.resume else None
+        restored = checkpoint.load(self.state) if self.state is not None else None
+        if restored is not None:
+            if restored["fingerprint"] != resume_fingerprint(cfg):
+                raise UsageError(f"checkpoint {self.state} was written with different settings; refusing to resume")
+            self.raw.load_state_dict(restored["model"])
+        self.raw.to(self.device)
+        self.train_module: Any = self.raw
+        if dist.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.train_module = DistributedDataParallel(
+                self.raw,
+                device_ids=[self.device.index] if dist.cuda else None,
+                broadcast_buffers=False,  # BERT's buffers (position ids) are constants
+            )
+        self.train_module = runtime.compile_model(self.train_module, cfg)
+        self.eval_module = runtime.compile_model(self.raw, cfg)
+        self.optimizer = self._optimizer()
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.out = TrainOutcome(steps=0, target_steps=self.target_steps, steps_per_epoch=self.steps_per_epoch)
+        self.epoch = 0
+        self.micro_in_epoch = 0
+        if restored is not None:
+            self._restore(restored)
+
+    # ---------------------------------------------------------------------------------------------- set-up
+
+    def _plan(self, epoch: int) -> list[data.IntArray]:
+        cfg = self.cfg
+        return data.plan_batches(
+            self.train_data.lengths,
+            cfg.batch_size,
+            padding=cfg.padding,
+            max_seq_len=cfg.max_seq_len,
+            bucket_multiple=cfg.bucket_multiple,
+            shuffle=True,
+            seed=cfg.seed,
+            epoch=epoch,
+            world_size=self.dist.world_size,
+        )
+
+    def _optimizer(self) -> Any:
+        import torch
+
+        decay, no_decay = [], []
+        for name, param in self.raw.named_parameters():
+            if not param.requires_grad:
+                continue
+            (no_decay if name.endswith("bias") or "LayerNorm" in name or "layernorm" in name else decay).append(param)
+        groups = [
+            {"params": decay, "weight_decay": self.cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        return torch.optim.AdamW(groups, lr=self.cfg.learning_rate, fused=True)
+
+    def _lr_lambda(self, step: int) -> float:
+        """Linear warm-up then linear decay to zero (HF's get_linear_schedule_with_warmup)."""
+        warmup = int(self.cfg.warmup_ratio * self.target_steps)
+        if step < warmup:
+            return step / max(1, warmup)
+        return max(0.0, (self.target_steps - step) / max(1, self.target_steps - warmup))
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.out.steps = state["step"]
+        self.out.resumed_from_step = state["step"]
+        self.out.loss_curve = list(state["loss_curve"])
+        self.out.eval_points = list(state["eval_points"])
+        self.epoch = state["epoch"]
+        self.micro_in_epoch = state["micro_in_epoch"]
+        rng = state["rng"]
+        checkpoint.set_rng_state(rng[self.dist.rank] if self.dist.rank < len(rng) else rng[0])
+        if self.dist.is_main:
+            log.info("resumed from %s (step %d, epoch %d)", self.state, state["step"], self.epoch)
+
+    def _save_checkpoint(self) -> None:
+        assert self.checkpoint_dir is not None
+        rng = self.dist.gather_objects(checkpoint.rng_state())
+        if self.dist.is_main:
+            state = {
+                "fingerprint": resume_fingerprint(self.cfg),
+                "model": self.raw.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "step": self.out.steps,
+                "epoch": self.epoch,
+                "micro_in_epoch": self.micro_in_epoch,
+                "rng": rng,
+                "loss_curve": self.out.loss_curve,
+                "eval_points": self.out.eval_points,
+            }
+            path = checkpoint.save(self.checkpoint_dir, self.out.steps, state, self.cfg.keep_checkpoints)
+            log.info("checkpoint %s", path)
+        self.dist.barrier()
+
+    # ------------------------------------------------------------------------------------------------ loop
+
+    def run(self) -> TrainOutcome:
+        import torch
+
+        cfg, out = self.cfg, self.out
+        clock = StepClock(self.dist.cuda)
+        loss_buf = torch.zeros(cfg.log_every, device=self.device)
+        pending: list[StepMeta] = []
+        window_lrs: list[float] = []
+        window_start = out.steps
+        seen_shapes: set[tuple[int, ...]] = set()
+        steps_this_run = 0
+        last_print = 0.0
+        t_start = time.perf_counter()
+
+        def flush() -> None:
+            nonlocal window_start, last_print
+            n = out.steps - window_start
+            if n <= 0:
+                return
+            losses = loss_buf[:n].clone()
+            if self.dist.enabled:
+                torch.distributed.all_reduce(losses)
+                losses /= self.dist.world_size
+            loss_values = losses.tolist()  # the one host sync of the window
+            loss_buf.zero_()
+            times = clock.drain()
+            metas, pending[:] = pending[: len(times)], pending[len(times) :]
+            window_samples = window_time = 0.0
+            for meta, dt_s in zip(metas, times, strict=True):
+                if meta.warmup:
+                    out.warmup_steps += 1
+                    out.warmup_time_s += dt_s
+                    continue
+                out.measured_steps += 1
+                out.measured_time_s += dt_s
+                out.measured_samples += meta.samples
+                out.measured_tokens += meta.tokens
+                out.measured_padded_tokens += meta.padded_tokens
+                out.step_times.append(dt_s)
+                window_samples += meta.samples
+                window_time += dt_s
+            for i, (loss, lr) in enumerate(zip(loss_values, window_lrs, strict=True)):
+                step = window_start + i + 1
+                out.loss_curve.append({"step": step, "loss": loss, "learning_rate": lr})
+                metrics = {"train/loss": loss, "train/learning_rate": lr}
+                if step == out.steps and window_time > 0:
+                    metrics["train/samples_per_s"] = window_samples / window_time
+                self.sink(metrics, step)
+            last_lr = window_lrs[-1]
+            window_lrs.clear()
+            window_start = out.steps
+            now = time.perf_counter()
+            if self.dist.is_main and (now - last_print > 5 or out.steps >= self.target_steps):
+                last_print = now
+                rate = f"{window_samples / window_time:,.0f} samples/s" if window_time > 0 else "warm-up"
+                print(
+                    f"step {out.steps}/{self.target_steps} epoch {out.steps / self.steps_per_epoch:.2f} "
+                    f"loss {loss_values[-1]:.4f} lr {last_lr:.3g} {rate}",
+                    flush=True,
+                )
+
+        def pause_clock() -> None:
+            """Read everything up to here, so eval/checkpoint time is not charged to the next step."""
+            flush()
+            pending.clear()
+            clock.reset()
+
+        self.train_module.train()
+        clock.mark()
+        micro_in_step = 0
+        step_meta = StepMeta(False, 0, 0, 0)
+        while out.steps < self.target_steps:
+            plan = self._plan(self.epoch)[self.dist.rank :: self.dist.world_size][: self.micro_per_epoch]
+            batches = data.loader(cfg, self.train_data, plan[self.micro_in_epoch :], pin_memory=self.pin)
+            for batch in batches:
+                shape = tuple(batch["input_ids"].shape)
+                if cfg.compile and shape not in seen_shapes:
+                    step_meta.warmup = True
+                seen_shapes.add(shape)
+                rows = shape[0]
+                step_meta.samples += rows * self.dist.world_size
+                step_meta.tokens += batch["n_tokens"] * self.dist.world_size
+                step_meta.padded_tokens += rows * shape[1] * self.dist.world_size
+                self.micro_in_epoch += 1
+                micro_in_step += 1
+                last_micro = micro_in_step == cfg.grad_accum or self.micro_in_epoch == self.micro_per_epoch
+                if steps_this_run == 0 and micro_in_step == 1:
+                    runtime.oom_hook(rows)
+                loss = self._forward_backward(batch, sync=last_micro, scale=micro_in_step, last=last_micro)
+                loss_buf[out.steps - window_start] += loss
+                if not last_micro:
+                    continue
+                self._optimizer_step()
+                out.steps += 1
+                steps_this_run += 1
+                micro_in_step = 0
+                clock.mark()
+                step_meta.warmup = step_meta.warmup or steps_this_run <= cfg.measure_skip_steps
+                pending.append(step_meta)
+                out.samples += step_meta.samples
+                step_meta = StepMeta(False, 0, 0, 0)
+                window_lrs.append(self.scheduler.get_last_lr()[0])
+                if out.steps - window_start >= cfg.log_every or out.steps >= self.target_steps:
+                    flush()
+                epoch_done = self.micro_in_epoch == self.micro_per_epoch
+                if epoch_done:
+                    self.epoch += 1
+                    self.micro_in_epoch = 0
+                    if cfg.eval_every_epoch and out.steps < self.target_steps:
+                        pause_clock()
+                        self._evaluate()
+                        clock.mark()
+                if self.checkpoint_dir is not None and cfg.checkpoint_every and out.steps % cfg.checkpoint_every == 0:
+                    pause_clock()
+                    self._save_checkpoint()
+                    clock.mark()
+                runtime.crash_hook(out.steps)
+                if out.steps >= self.target_steps or epoch_done:
+                    break
+        flush()
+        out.train_s = time.perf_counter() - t_start - out.eval_s
+        if not out.eval_points or out.eval_points[-1]["step"] != out.steps:
+            self._evaluate()
+        if self.checkpoint_dir is not None and cfg.checkpoint_every:
+            if out.steps % cfg.checkpoint_every:
+                self._save_checkpoint()
+            out.checkpoints = [str(p) for p in checkpoint.list_checkpoints(self.checkpoint_dir)]
+        return out
+
+    def _forward_backward(self, batch: dict[str, Any], *, sync: bool, scale: int, last: bool) -> Any:
+        import contextlib
+
+        cfg = self.cfg
+        inputs = {
+            k: batch[k].to(self.device, non_blocking=self.pin) for k in ("input_ids", "attention_mask", "labels")
+        }
+        # DDP: reduce gradients only on the last micro-batch of an accumulated step
+        no_sync = getattr(self.train_module, "no_sync", None)
+        ctx = no_sync() if (self.dist.enabled and not sync and no_sync is not None) else contextlib.nullcontext()
+        with ctx:
+            with runtime.autocast(cfg, self.device.type):
+                loss = self.train_module(**inputs).loss / cfg.grad_accum
+            self.scaler.scale(loss).backward()
+        return loss.detach().float()
+
+    def _optimizer_step(self) -> None:
+        import torch
+
+        if self.cfg.max_grad_norm is not None:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.raw.parameters(), self.cfg.max_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+
+    # ------------------------------------------------------------------------------------------------ eval
+
+    def _evaluate(self) -> None:
+        import torch
+
+        cfg, out = self.cfg, self.out
+        t0 = time.perf_counter()
+        plan = data.plan_batches(
+            self.eval_data.lengths,
+            cfg.eval_batch_size or cfg.batch_size,
+            padding=cfg.padding,
+            max_seq_len=cfg.max_seq_len,
+            bucket_multiple=cfg.bucket_multiple,
+            shuffle=False,
+            seed=cfg.seed,
+            epoch=0,
+            world_size=self.dist.world_size,
+            drop_uneven=False,
+        )[self.dist.rank :: self.dist.world_size]
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # correct, loss sum, rows
+        self.raw.eval()
+        with torch.no_grad():
+            for batch in data.loader(cfg, self.eval_data, plan, pin_memory=self.pin, workers=0):
+                ids = batch["input_ids"].to(self.device, non_blocking=self.pin)
+                mask = batch["attention_mask"].to(self.device, non_blocking=self.pin)
+                labels = batch["labels"].to(self.device, non_blocking=self.pin)
+                with runtime.autocast(cfg, self.device.type):
+                    logits = self.eval_module(input_ids=ids, attention_mask=mask).logits.float()
+                totals[0] += (logits.argmax(-1) == labels).sum()
+                totals[1] += torch.nn.functional.cross_entropy(logits, labels, reduction="sum")
+                totals[2] += labels.numel()
+        self.raw.train()
+        correct, loss_sum, rows = self.dist.all_sum(totals.tolist())
+        point = {
+            "epoch": round(out.steps / self.steps_per_epoch, 4),
+            "step": out.steps,
+            "accuracy": correct / rows,
+            "loss": loss_sum / rows,
+            "samples": int(rows),
+        }
+        out.eval_points.append(point)
+        out.eval_s += time.perf_counter() - t0
+        self.sink({"eval/accuracy": point["accuracy"], "eval/loss": point["loss"]}, out.steps)
+        if self.dist.is_main:
+            print(
+                f"eval epoch {point['epoch']:.2f} step {out.steps}: accuracy {point['accuracy']:.4f} "
+                f"loss {point['loss']:.4f} ({rows:.0f} rows, {time.perf_counter() - t0:.1f}s)",
+                flush=True,
+            )

@@ -1,0 +1,309 @@
+"""Buffered, retrying MLflow logging for one trial: training never waits on, or dies of, the tracking server.
+
+Every call (`log_metrics`, `log_params`, `set_tags`, `log_artifact`) only appends to an in-memory queue; one
+background thread sends it: consecutive metrics go in `log_batch` calls of up to 1,000, params and tags in
+batches of 100. When the server is unreachable the thread backs off (0.5 s doubling to 10 s) and retries the
+same request, so nothing is dropped or reordered; `close()` waits for the queue to drain (up to
+`KUBESWEEP_MLFLOW_FLUSH_TIMEOUT_S`, default 300 s) and writes whatever is still unsent to a spool file (JSON
+lines) rather than lose it. Requests the server rejects as invalid (e.g. a param changed on a re-run) are
+logged and skipped; they would never succeed.
+
+The run: one child run per trial under the sweep's parent run (tag `mlflow.parentRunId`), found again by the
+tag `kubesweep.trial_id` when a trial is re-run, so a retried trial never makes a duplicate. `MLFLOW_RUN_ID`
+is not used. Environment:
+- `MLFLOW_TRACKING_URI`: the server; without it tracking is off (said once);
+- `KUBESWEEP_EXPERIMENT`: experiment name (default `kubesweep`; the parent run's experiment wins);
+- `KUBESWEEP_PARENT_RUN_ID`: the sweep's run;
+- `KUBESWEEP_TRIAL_ID`: the trial's id (default: the trial config's).
+mlflow is imported lazily, in the sender thread: importing this module needs nothing beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TRIAL_TAG = "kubesweep.trial_id"
+PARENT_TAG = "mlflow.parentRunId"
+DEFAULT_EXPERIMENT = "kubesweep"
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_PER_BATCH = 100
+MAX_PARAM_LENGTH = 6000
+# Error codes meaning "this request is wrong", not "the server is away": retrying cannot help.
+PERMANENT_ERRORS = frozenset(
+    {
+        "INVALID_PARAMETER_VALUE",
+        "RESOURCE_ALREADY_EXISTS",
+        "RESOURCE_DOES_NOT_EXIST",
+        "BAD_REQUEST",
+        "INVALID_STATE",
+        "PERMISSION_DENIED",
+        "UNAUTHENTICATED",
+    }
+)
+
+
+@dataclass
+class _Op:
+    kind: str  # metrics | params | tags | artifact | terminate
+    payload: Any
+
+
+@dataclass
+class LoggerStats:
+    sent_requests: int = 0
+    sent_metrics: int = 0
+    retries: int = 0
+    dropped: int = 0
+    pending: int = 0
+    run_id: str | None = None
+    spool: str | None = None
+
+
+class NullLogger:
+    """Tracking off: same interface, does nothing."""
+
+    enabled = False
+    run_id: str | None = None
+
+    def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
+        pass
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        pass
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        pass
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        pass
+
+    def close(self, status: str = "FINISHED") -> LoggerStats:
+        return LoggerStats()
+
+
+@dataclass
+class MlflowTrialLogger:
+    uri: str
+    trial_id: str
+    run_name: str
+    experiment: str = DEFAULT_EXPERIMENT
+    parent_run_id: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    spool_path: Path | None = None
+    flush_timeout_s: float = 300.0
+    backoff_max_s: float = 10.0
+    enabled = True
+    run_id: str | None = None
+    stats: LoggerStats = field(default_factory=LoggerStats)
+    _queue: deque[_Op] = field(default_factory=deque)
+    _lock: threading.Condition = field(default_factory=threading.Condition)
+    _closing: bool = False
+    _thread: threading.Thread | None = None
+    _client: Any = None
+
+    @classmethod
+    def from_env(
+        cls, trial_id: str, run_name: str, tags: dict[str, str], spool_path: Path | None
+    ) -> MlflowTrialLogger | NullLogger:
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        if not uri:
+            print("tracking: off (MLFLOW_TRACKING_URI is not set)", flush=True)
+            return NullLogger()
+        logger = cls(
+            uri=uri,
+            trial_id=os.environ.get("KUBESWEEP_TRIAL_ID") or trial_id,
+            run_name=run_name,
+            experiment=os.environ.get("KUBESWEEP_EXPERIMENT") or DEFAULT_EXPERIMENT,
+            parent_run_id=os.environ.get("KUBESWEEP_PARENT_RUN_ID") or None,
+            tags=tags,
+            spool_path=spool_path,
+            flush_timeout_s=float(os.environ.get("KUBESWEEP_MLFLOW_FLUSH_TIMEOUT_S", "300")),
+        )
+        logger.start()
+        print(f"tracking: MLflow at {uri}, experiment {logger.experiment}, trial {logger.trial_id}", flush=True)
+        return logger
+
+    # ------------------------------------------------------------------------------------------ public API
+
+    def start(self) -> None:
+        # our own retry loop replaces mlflow's long blocking retries; a request fails fast and is retried here
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        self._thread = threading.Thread(target=self._run, name="mlflow-logger", daemon=True)
+        self._thread.start()
+
+    def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        self._put(_Op("metrics", [(k, float(v), ts, int(step)) for k, v in metrics.items()]))
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        items = [(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in params.items()]
+        for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+            self._put(_Op("params", items[i : i + MAX_PARAMS_PER_BATCH]))
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        items = [(k, str(v)) for k, v in tags.items()]
+        for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+            self._put(_Op("tags", items[i : i + MAX_PARAMS_PER_BATCH]))
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self._put(_Op("artifact", (str(path), artifact_path)))
+
+    def close(self, status: str = "FINISHED") -> LoggerStats:
+        """Mark the run ended, wait for everything to be sent (bounded), spool the rest."""
+        self._put(_Op("terminate", status))
+        deadline = time.monotonic() + self.flush_timeout_s
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+            while self._queue and time.monotonic() < deadline:
+                self._lock.wait(timeout=0.5)
+            left = list(self._queue)
+        self.stats.pending = len(left)
+        if left:
+            self._spool(left)
+        print(
+            f"tracking: {self.stats.sent_requests} requests, {self.stats.sent_metrics} metric values sent, "
+            f"{self.stats.retries} retries, {self.stats.pending} pending, run {self.run_id}",
+            flush=True,
+        )
+        return self.stats
+
+    # -------------------------------------------------------------------------------------------- sender
+
+    def _put(self, op: _Op) -> None:
+        with self._lock:
+            self._queue.append(op)
+            self._lock.notify_all()
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while True:
+            with self._lock:
+                while not self._queue:
+                    self._lock.wait()
+                batch = self._take()
+            try:
+                self._send(batch)
+            except Exception as err:
+                if _permanent(err) and self.run_id is None:
+                    log.error("tracking: cannot open the trial's MLflow run, tracking off: %s", _brief(err))
+                    with self._lock:
+                        self.stats.dropped += len(self._queue)
+                        self._queue.clear()
+                        self._lock.notify_all()
+                    return
+                if _permanent(err):
+                    log.warning("tracking: MLflow rejected a %s request, skipped: %s", batch[0].kind, _brief(err))
+                    self.stats.dropped += 1
+                else:
+                    self.stats.retries += 1
+                    if self.stats.retries == 1 or self.stats.retries % 20 == 0:
+                        log.warning("tracking: MLflow unreachable (%s); buffering and retrying", _brief(err))
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, self.backoff_max_s)
+                    continue
+            backoff = 0.5
+            with self._lock:
+                for _ in batch:
+                    self._queue.popleft()
+                self._lock.notify_all()
+                if batch[-1].kind == "terminate" and not self._queue:
+                    return
+
+    def _take(self) -> list[_Op]:
+        """The head of the queue, merging consecutive metric ops up to one log_batch (queue left intact)."""
+        first = self._queue[0]
+        if first.kind != "metrics":
+            return [first]
+        batch, count = [], 0
+        for op in self._queue:
+            if op.kind != "metrics" or (batch and count + len(op.payload) > MAX_METRICS_PER_BATCH):
+                break
+            batch.append(op)
+            count += len(op.payload)
+        return batch
+
+    def _send(self, batch: list[_Op]) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        client = self._ensure_run()
+        assert self.run_id is not None
+        kind = batch[0].kind
+        if kind == "metrics":
+            metrics = [Metric(k, v, ts, step) for op in batch for (k, v, ts, step) in op.payload]
+            for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+                client.log_batch(self.run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
+            self.stats.sent_metrics += len(metrics)
+        elif kind == "params":
+            client.log_batch(self.run_id, params=[Param(k, v) for k, v in batch[0].payload])
+        elif kind == "tags":
+            client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in batch[0].payload])
+        elif kind == "artifact":
+            path, artifact_path = batch[0].payload
+            if Path(path).is_dir():
+                client.log_artifacts(self.run_id, path, artifact_path)
+            elif Path(path).exists():
+                client.log_artifact(self.run_id, path, artifact_path)
+        elif kind == "terminate":
+            client.set_terminated(self.run_id, status=batch[0].payload)
+        self.stats.sent_requests += 1
+
+    def _ensure_run(self) -> Any:
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.uri)
+        if self.run_id is not None:
+            return self._client
+        client = self._client
+        if self.parent_run_id:
+            experiment_id = client.get_run(self.parent_run_id).info.experiment_id
+        else:
+            found = client.get_experiment_by_name(self.experiment)
+            experiment_id = found.experiment_id if found else client.create_experiment(self.experiment)
+        existing = client.search_runs(
+            [experiment_id], filter_string=f"tags.`{TRIAL_TAG}` = '{self.trial_id}'", max_results=1
+        )
+        if existing:
+            run_id = existing[0].info.run_id
+            client.update_run(run_id, status="RUNNING")
+            log.info("tracking: re-using run %s of trial %s", run_id, self.trial_id)
+        else:
+            tags = {TRIAL_TAG: self.trial_id, "mlflow.runName": self.run_name, **self.tags}
+            if self.parent_run_id:
+                tags[PARENT_TAG] = self.parent_run_id
+            run_id = client.create_run(experiment_id, tags=tags, run_name=self.run_name).info.run_id
+        self.run_id = self.stats.run_id = run_id
+        return client
+
+    def _spool(self, ops: list[_Op]) -> None:
+        if self.spool_path is None:
+            log.error("tracking: %d unsent MLflow requests lost (no spool path)", len(ops))
+            return
+        with self.spool_path.open("a", encoding="utf-8") as handle:
+            for op in ops:
+                handle.write(json.dumps({"run_id": self.run_id, "trial_id": self.trial_id, "kind": op.kind,
+                                         "payload": op.payload}) + "\n")
+        self.stats.spool = str(self.spool_path)
+        log.error("tracking: MLflow unreachable at exit; %d requests written to %s", len(ops), self.spool_path)
+
+
+def _permanent(err: Exception) -> bool:
+    code = getattr(err, "error_code", None)
+    return isinstance(code, str) and code in PERMANENT_ERRORS
+
+
+def _brief(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:200]
