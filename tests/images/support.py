@@ -210,7 +210,7 @@ def rootfs_tarball() -> Path:
 
 
 def _dist_requires(dist: md.Distribution, extras: Iterable[str]) -> list[Requirement]:
-    env: dict[str, str] = dict(default_environment())
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     out = []
     for raw in dist.requires or []:
         req = Requirement(raw)
