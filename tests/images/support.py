@@ -5,9 +5,9 @@ build argument) by stand-ins built from Debian packages and from the PyPI wheels
 
 - stand-in for `pytorch/pytorch:<ver>-cuda<x>-cudnn9-runtime`: a Debian bookworm rootfs (mmdebstrap: python3,
   python3-venv, passwd) with a virtual environment at /opt/conda (the official image's Python prefix) holding the
-  very torch wheel of this checkout's .venv and its CUDA libraries from PyPI (unpacked from uv's cache, offline).
-  triton is left out: torch imports without it and the container run does not compile. The CUDA libraries stay,
-  because torch's CUDA build does not import without them.
+  very torch wheel of this checkout's .venv and everything it requires (its CUDA libraries, triton) from PyPI,
+  unpacked offline from uv's cache. All of it is needed: torch's CUDA build does not import without the CUDA
+  libraries, and pip checks torch's requirements when the job image installs packages that need torch.
 - stand-in for `python:3.12.x-slim-bookworm`: the same Debian rootfs (Debian's Python 3.11 stands in for 3.12).
 
 Everything slow is cached under ~/.cache/kubesweep-images/ (override: KUBESWEEP_IMAGES_CACHE), keyed by inputs:
@@ -236,10 +236,8 @@ def installed_closure(roots: Iterable[tuple[str, tuple[str, ...]]]) -> dict[str,
 
 
 def torch_closure() -> dict[str, str]:
-    """What the stand-in PyTorch base installs: torch and what it needs, less triton (compile only)."""
-    closure = installed_closure([("torch", ())])
-    closure.pop("triton", None)
-    return closure
+    """What the stand-in PyTorch base installs: torch and everything it needs, as the official image has."""
+    return installed_closure([("torch", ())])
 
 
 def job_wheel_closure() -> dict[str, str]:
