@@ -38,6 +38,14 @@ def _digest(ref: str) -> str:
     return ref.rsplit("@", 1)[1]
 
 
+def by_digest(ref: str) -> str:
+    """NAME:TAG@DIGEST -> NAME@DIGEST: Kubernetes takes both (the digest wins), skopeo and buildah only this."""
+    name, digest = ref.rsplit("@", 1)
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    return f"{name}@{digest}"
+
+
 def _sweep(*args: str, lock: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KUBESWEEP_IMAGES_LOCK": str(lock)}
     return subprocess.run([str(support.ROOT / ".venv" / "bin" / "sweep"), *args], capture_output=True, text=True,
@@ -86,7 +94,7 @@ def test_sweep_images_lock_re_resolves_against_the_registry(built_images: Built,
 
 def test_job_image_config(built_images: Built) -> None:
     config: dict[str, Any] = skopeo_json("inspect", "--tls-verify=false", "--config",
-                                         f"docker://{built_images.job}")["config"]  # type: ignore[assignment]
+                                         f"docker://{by_digest(built_images.job)}")["config"]  # type: ignore[assignment]
     assert config["User"] == "1000:1000"
     assert config["Entrypoint"] == ["python", "-m", "kubesweep.jobs"]
     assert config["Cmd"] == ["--config", "/etc/kubesweep/trial.json", "--output-dir", "/workspace/output"]
@@ -106,8 +114,8 @@ def test_job_image_config(built_images: Built) -> None:
 
 def test_job_image_keeps_the_base_torch(built_images: Built) -> None:
     """The base's layers are the job image's first layers, and what kubesweep adds is far smaller than torch."""
-    base = skopeo_json("inspect", "--tls-verify=false", "--raw", f"docker://{built_images.bases.pytorch}")
-    job = skopeo_json("inspect", "--tls-verify=false", "--raw", f"docker://{built_images.job}")
+    base = skopeo_json("inspect", "--tls-verify=false", "--raw", f"docker://{by_digest(built_images.bases.pytorch)}")
+    job = skopeo_json("inspect", "--tls-verify=false", "--raw", f"docker://{by_digest(built_images.job)}")
     base_layers = [layer["digest"] for layer in base["layers"]]  # type: ignore[attr-defined]
     job_layers: list[dict[str, Any]] = job["layers"]  # type: ignore[assignment]
     assert [layer["digest"] for layer in job_layers[: len(base_layers)]] == base_layers
@@ -118,13 +126,13 @@ def test_job_image_keeps_the_base_torch(built_images: Built) -> None:
 
 def test_operator_image_config_and_help(built_images: Built, buildah: support.Buildah) -> None:
     config: dict[str, Any] = skopeo_json("inspect", "--tls-verify=false", "--config",
-                                         f"docker://{built_images.operator}")["config"]  # type: ignore[assignment]
+                                         f"docker://{by_digest(built_images.operator)}")["config"]  # type: ignore[assignment]
     assert config["User"] == "1000:1000"
     assert config["Entrypoint"] == ["python", "-m", "kubesweep.operator"]
     has_operator = importlib.util.find_spec("kubesweep.operator") is not None
     argv = ["python", "-m", "kubesweep.operator", "--help"] if has_operator else ["python", "-m", "kubesweep",
                                                                                   "--help"]
-    with buildah.container(built_images.operator) as ctr:
+    with buildah.container(by_digest(built_images.operator)) as ctr:
         out = buildah("run", "--user", "1000:1000", ctr, "--", *argv, quiet=True)
         who = buildah("run", "--user", "1000:1000", ctr, "--", "python", "-c",
                       "import os, kubernetes, kopf; print(os.getuid(), os.getgid())", quiet=True)
@@ -195,7 +203,7 @@ def test_job_image_runs_a_tiny_cpu_trial_as_the_job_would(rendered_job: dict[str
               "data": "/data:ro"}
     volume_args = [a for name, target in mounts.items() for a in ("-v", f"{dirs[name]}:{target}")]
     env_args = [a for e in container["env"] if "value" in e for a in ("--env", f"{e['name']}={e['value']}")]
-    with buildah.container(built_images.job) as ctr:
+    with buildah.container(by_digest(built_images.job)) as ctr:
         out = buildah("run", "--user", "1000:1000", *volume_args, *env_args, ctr, "--", *container["command"],
                       timeout=900, quiet=True)
         denied = subprocess.run(["buildah", *buildah.global_args, "run", "--user", "1000:1000", ctr, "--", "sh",
@@ -203,7 +211,7 @@ def test_job_image_runs_a_tiny_cpu_trial_as_the_job_would(rendered_job: dict[str
                                 env={**os.environ, "BUILDAH_ISOLATION": "chroot"})
     results = json.loads((dirs["output"] / "results.json").read_text())
     assert results["outcome"] == "succeeded", out[-3000:]
-    assert results["trial_id"] == trial["trial_id"]
+    assert results["trial"]["trial_id"] == trial["trial_id"]
     assert (dirs["output"] / "environment.json").is_file()
     assert any((dirs["cache"]).rglob("*")), "the job wrote nothing under /cache"
     assert denied.returncode != 0, "uid 1000 can write into the image's Python prefix"
