@@ -41,7 +41,7 @@ def registry(image_tools: None, tmp_path_factory: pytest.TempPathFactory) -> Ite
     except support.ImageToolError as exc:
         pytest.fail(str(exc), pytrace=False)
     yield reg
-    reg.stop()
+    reg.stop(keep_as_seed=True)
 
 
 @pytest.fixture(scope="session")

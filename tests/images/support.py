@@ -77,18 +77,35 @@ def key_of(*parts: object) -> str:
 # Registry
 
 
+REGISTRY_SEED = CACHE / "registry-seed"
+
+
 @dataclass
 class Registry:
     host: str
     process: subprocess.Popen[bytes]
     log: Path
+    storage: Path
 
-    def stop(self) -> None:
+    def stop(self, *, keep_as_seed: bool = False) -> None:
         self.process.terminate()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+        if keep_as_seed:
+            shutil.rmtree(REGISTRY_SEED, ignore_errors=True)
+            _link_tree(self.storage, REGISTRY_SEED)
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dst, copy_function=link, dirs_exist_ok=True)
 
 
 def free_port() -> int:
@@ -97,11 +114,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_registry(workdir: Path) -> Registry:
-    """Debian's docker-registry (distribution) on a free 127.0.0.1 port, config and storage under `workdir`."""
+def start_registry(workdir: Path, *, seeded: bool = True) -> Registry:
+    """Debian's docker-registry (distribution) on a free 127.0.0.1 port, config and storage under `workdir`.
+
+    `seeded`: the storage starts as a hardlinked copy of the previous run's (REGISTRY_SEED), so pushing a layer the
+    registry already holds is skipped, as with any registry that has it; what is new is pushed in full.
+    """
     port = free_port()
     storage = workdir / "storage"
     storage.mkdir(parents=True)
+    if seeded and REGISTRY_SEED.is_dir():
+        _link_tree(REGISTRY_SEED, storage)
     config = workdir / "config.yml"
     config.write_text(
         "version: 0.1\n"
@@ -112,7 +135,7 @@ def start_registry(workdir: Path) -> Registry:
     log = workdir / "registry.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=out, stderr=subprocess.STDOUT)
-    reg = Registry(f"127.0.0.1:{port}", proc, log)
+    reg = Registry(f"127.0.0.1:{port}", proc, log, storage)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
