@@ -75,6 +75,12 @@ HomeOpt = Annotated[
 ]
 NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Kubernetes namespace")]
 KubeconfigOpt = Annotated[Path | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file")]
+DirectOpt = Annotated[
+    bool,
+    typer.Option("--direct", envvar="KUBESWEEP_DIRECT",
+                 help="kubernetes: drive the Jobs from this shell (state in a ConfigMap) instead of through the "
+                      "Sweep resource and the operator"),
+]
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -129,12 +135,14 @@ def get_backend(
     parallel: int = 1,
     namespace: str | None = None,
     kubeconfig: Path | None = None,
+    direct: bool = False,
 ) -> Backend:
     from kubesweep.backends import BackendError, make_backend
 
     try:
         return make_backend(
-            name.value, home=home, any_gpu=any_gpu, cpu_slots=parallel, namespace=namespace, kubeconfig=kubeconfig
+            name.value, home=home, any_gpu=any_gpu, cpu_slots=parallel, namespace=namespace, kubeconfig=kubeconfig,
+            direct=direct,
         )
     except BackendError as exc:
         fail(str(exc), EXIT_BACKEND)
@@ -186,6 +194,14 @@ def render(
 
 
 @app.command()
+def crd() -> None:
+    """Print the Sweep CustomResourceDefinition (generated from the spec model) as YAML."""
+    from kubesweep.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+
+
+@app.command()
 def submit(
     file: SpecFile,
     backend: BackendOpt = BackendName.local,
@@ -196,13 +212,15 @@ def submit(
     home: HomeOpt = None,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
+    direct: DirectOpt = False,
 ) -> None:
     """Expand a spec into trials and run them. Submitting the same spec again starts nothing twice."""
     from kubesweep.backends import BackendError
 
     sweep = load(file, allow_unpinned)
     p = make_plan(sweep)
-    b = get_backend(backend, home, any_gpu=any_gpu, parallel=parallel, namespace=namespace, kubeconfig=kubeconfig)
+    b = get_backend(backend, home, any_gpu=any_gpu, parallel=parallel, namespace=namespace, kubeconfig=kubeconfig,
+                    direct=direct)
     try:
         status = b.submit(p)
     except BackendError as exc:
@@ -278,12 +296,13 @@ def status(
     home: HomeOpt = None,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
+    direct: DirectOpt = False,
 ) -> None:
     """Show a sweep's trials and their phases (or list the sweeps)."""
     from kubesweep import views
     from kubesweep.backends import BackendError
 
-    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig)
+    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
     try:
         if name is None:
             names = b.list_sweeps()
@@ -323,11 +342,12 @@ def logs(
     home: HomeOpt = None,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
+    direct: DirectOpt = False,
 ) -> None:
     """Print a trial's log."""
     from kubesweep.backends import BackendError
 
-    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig)
+    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
     try:
         for chunk in b.logs(name, trial, follow=follow):
             sys.stdout.write(chunk)
@@ -343,12 +363,13 @@ def cancel(
     home: HomeOpt = None,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
+    direct: DirectOpt = False,
 ) -> None:
     """Stop a sweep's running trials and start no new ones; finished trials keep their results."""
     from kubesweep import views
     from kubesweep.backends import BackendError
 
-    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig)
+    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
     try:
         s = b.cancel(name)
     except BackendError as exc:
@@ -364,11 +385,12 @@ def resume(
     home: HomeOpt = None,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
+    direct: DirectOpt = False,
 ) -> None:
     """Run again only the trials that failed, were cancelled or are missing."""
     from kubesweep.backends import BackendError
 
-    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig)
+    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
     try:
         b.resume(name)
     except BackendError as exc:
@@ -383,11 +405,12 @@ def delete(
     home: HomeOpt = None,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
+    direct: DirectOpt = False,
 ) -> None:
     """Cancel a sweep and forget its state (local: its trial directories too)."""
     from kubesweep.backends import BackendError
 
-    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig)
+    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
     try:
         b.delete(name)
     except BackendError as exc:
@@ -405,11 +428,12 @@ def results(
     home: HomeOpt = None,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
+    direct: DirectOpt = False,
 ) -> None:
     """Each trial's measurements: samples/s, step time, peak memory, accuracy, time split."""
     from kubesweep.backends import BackendError
 
-    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig)
+    b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
     try:
         _print_results(b, name, fmt)
     except BackendError as exc:

@@ -30,7 +30,12 @@ BACKENDS = ("local", "kubernetes")
 
 
 def make_backend(name: str, *, home: Path | None = None, **options: Any) -> Backend:
-    """A backend by name; its SDK is imported only here, so a missing extra breaks nothing else."""
+    """A backend by name; its SDK is imported only here, so a missing extra breaks nothing else.
+
+    `kubernetes`: on a cluster with the Sweep CRD, the Sweep resource is the interface and the operator drives
+    the trials (`kubesweep.operator.client`); with `direct=True`, this process drives the Jobs itself and keeps
+    the state in a ConfigMap (`kubesweep.backends.kubernetes`).
+    """
     if name == "local":
         from kubesweep.backends.local import LocalBackend
 
@@ -42,6 +47,15 @@ def make_backend(name: str, *, home: Path | None = None, **options: Any) -> Back
             raise BackendError(
                 f"the kubernetes backend needs the k8s extra ({exc.name} is missing): pip install 'kubesweep[k8s]'"
             ) from None
-        backend: Backend = KubernetesBackend(namespace=options.get("namespace"), kubeconfig=options.get("kubeconfig"))
-        return backend
+        if options.get("direct"):
+            backend: Backend = KubernetesBackend(namespace=options.get("namespace"),
+                                                 kubeconfig=options.get("kubeconfig"))
+            return backend
+        from kubesweep.operator.client import INSTALL_HINT, SweepClient, crd_installed
+
+        client = SweepClient(namespace=options.get("namespace"), kubeconfig=options.get("kubeconfig"))
+        if not crd_installed(client.client):
+            raise BackendError(f"this cluster has no Sweep CRD (sweeps.kubesweep.io), so no kubesweep operator: "
+                               f"{INSTALL_HINT}")
+        return client
     raise BackendError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")

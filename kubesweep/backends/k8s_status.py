@@ -120,8 +120,11 @@ def observe(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) ->
                         started, finished)
     if newest is not None:
         pod_status = newest.get("status", {})
-        if pod_status.get("phase") == "Running":
+        if pod_status.get("phase") in ("Running", "Succeeded"):  # Succeeded: the Job controller is catching up
             return Observed(Phase.RUNNING, started_at=started)
+        if pod_status.get("phase") == "Failed":  # the Job will start another pod
+            _, why = pod_failure(newest)
+            return Observed(Phase.PENDING, reason=f"retrying after: {why}", started_at=started)
         for cond in pod_status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and (
                     cond.get("reason") == "Unschedulable"):

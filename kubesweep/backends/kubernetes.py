@@ -234,11 +234,15 @@ class KubernetesBackend(Backend):
     def _apply(self, patch_fn: Callable[..., Any], body: Mapping[str, Any]) -> None:
         self.writes += 1
         self._call(patch_fn, body["metadata"]["name"], self.namespace, body, field_manager=FIELD_MANAGER,
-                   force=True, _content_type=APPLY)
+                   force=True, _content_type=APPLY, _preload_content=False)
 
     def _owner(self, state: SweepState) -> dict[str, Any] | None:
         """The ownerReference put on a sweep's Jobs (the operator: its Sweep, so deleting it cascades)."""
         return None
+
+    def _tracking_for(self, state: SweepState) -> TrackingEnv | None:
+        """Where a sweep's trials log (the operator: each Sweep's own experiment and parent run)."""
+        return self.tracking
 
     def _plan_for(self, state: SweepState) -> Plan:
         cached = self._plans.get(state.sweep.name)
@@ -356,7 +360,7 @@ class KubernetesBackend(Backend):
         if not chosen:
             return
         image = resolve_image(state.sweep, allow_unpinned=True)
-        tracking = self.tracking
+        tracking = self._tracking_for(state)
         objects = []
         for trial in chosen:
             extra = dict(self.pod_annotations(trial)) if self.pod_annotations else None

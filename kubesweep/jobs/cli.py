@@ -1,9 +1,10 @@
 """`python -m kubesweep.jobs [--config trial.json] [--output-dir DIR] [--FIELD VALUE ...]`.
 
 `--config` takes a trial file (TrialConfig: sweep, trial_id, name, ..., job: {...}) or a bare job settings
-file (JobConfig), JSON or YAML. Every JobConfig field is also a flag (`batch_size` → `--batch-size`; booleans as
-`--random-init/--no-random-init`; `--export onnx,torchscript`; `--model-overrides num_hidden_layers=2,...` or
-JSON; `none` clears an optional field); flags override the file. Exit codes: kubesweep.outcomes.ExitCode.
+file (JobConfig), JSON or YAML. Every JobConfig field is also a flag (`batch_size` → `--batch-size`;
+booleans as `--random-init/--no-random-init`; `--export onnx,torchscript`;
+`--model-overrides num_hidden_layers=2,...` or JSON; `none` clears an optional field); flags override the
+file. Exit codes: kubesweep.outcomes.ExitCode.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import yaml
 from pydantic import ValidationError
 
 from kubesweep.jobs.config import JobConfig, TrialConfig
+from kubesweep.jobs.errors import UsageError
 from kubesweep.outcomes import ExitCode
 
 TRIAL_FLAGS = {
@@ -60,12 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m kubesweep.jobs",
         description="Run one kubesweep trial: BERT fine-tuning or inference benchmark.",
     )
-    parser.add_argument("--config", type=Path, help="trial file (TrialConfig) or job settings file, JSON or YAML")
+    parser.add_argument(
+        "--config", type=Path, help="trial file (TrialConfig) or job settings file, JSON or YAML"
+    )
     parser.add_argument(
         "--output-dir",
         type=Path,
         default=Path(os.environ.get("KUBESWEEP_OUTPUT_DIR", "kubesweep-output")),
-        help="where results.json, environment.json, loss_curve.png, export/ go (default $KUBESWEEP_OUTPUT_DIR)",
+        help="for results.json, environment.json, loss_curve.png, export/ (default $KUBESWEEP_OUTPUT_DIR)",
     )
     trial = parser.add_argument_group("trial identity (override the trial file)")
     for name in TRIAL_FLAGS:
@@ -75,8 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         kind = _kind(info.annotation)
         help_text = info.description or ""
         if kind == "bool":
-            job.add_argument(_flag(name), dest=f"job__{name}", action=argparse.BooleanOptionalAction, default=None,
-                             help=help_text)
+            job.add_argument(
+                _flag(name),
+                dest=f"job__{name}",
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
+            )
         else:
             job.add_argument(_flag(name), dest=f"job__{name}", default=None, metavar="VALUE", help=help_text)
     return parser
@@ -130,6 +139,18 @@ def resolve_trial(args: argparse.Namespace) -> TrialConfig:
     return TrialConfig.model_validate({**trial_fields, "job": job_config})
 
 
+def preflight(job: JobConfig) -> None:
+    """Reject local references that cannot work before the heavy imports (UsageError, exit code 2)."""
+    from kubesweep.jobs.model import resolve
+
+    resolve(job.model)
+    if job.tokenizer:
+        resolve(job.tokenizer)
+    dataset = Path(job.dataset).expanduser()
+    if job.dataset.startswith(("/", ".", "~")) and not dataset.is_dir():
+        raise UsageError(f"dataset directory {job.dataset!r} does not exist")
+
+
 def _setup_logging() -> None:
     rank = int(os.environ.get("RANK", "0"))
     logging.basicConfig(
@@ -143,8 +164,8 @@ def _setup_logging() -> None:
     try:
         from transformers.utils import logging as hf_logging
 
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     except ImportError:
         pass
 
@@ -154,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         trial = resolve_trial(args)
+        preflight(trial.job)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return int(ExitCode.USAGE)
     except ValidationError as err:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
         print(f"error: invalid settings: {problems}", file=sys.stderr)

@@ -52,10 +52,12 @@ class JobConfig(StrictModel):
     """What one trial runs. Defaults reproduce the seed recipe (bert-base-uncased, SST-2, 3 epochs)."""
 
     task: Task = "finetune"
-    engine: Engine = Field("kubesweep", description="kubesweep's own loop, or HF Trainer as the peer baseline")
+    engine: Engine = Field(
+        "kubesweep", description="kubesweep's own loop, or HF Trainer as the peer baseline"
+    )
     model: str = Field(
         "bert-base-uncased",
-        description="Hugging Face model id, a local directory, or pkg:DIST (a model shipped in a Python package)",
+        description="Hugging Face id, local directory, or pkg:DIST (a model shipped in a Python package)",
     )
     tokenizer: str | None = Field(None, description="tokenizer reference like `model`; default: the model's")
     random_init: bool = Field(False, description="build the model from its config (speed-only runs)")
@@ -91,7 +93,9 @@ class JobConfig(StrictModel):
     checkpoint_every: int | None = Field(None, ge=1, description="checkpoint every N optimizer steps")
     checkpoint_dir: str | None = Field(None, description="default: OUTPUT_DIR/checkpoints")
     keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
-    resume: bool = Field(True, description="resume from the newest checkpoint in checkpoint_dir if there is one")
+    resume: bool = Field(
+        True, description="resume from the newest checkpoint in checkpoint_dir if there is one"
+    )
     export: list[ExportFormat] = Field(
         default_factory=list, description="also export ONNX / TorchScript (weights are always saved)"
     )

@@ -112,8 +112,15 @@ def _load_hf(dataset: str, split: str, limit: int | None) -> Rows:
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """Identifies what the tokenizer does; its transient truncation/padding state is left out."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    content = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    if backend is not None:
+        spec = json.loads(backend.to_str())
+        spec.pop("truncation", None)
+        spec.pop("padding", None)
+        content = json.dumps(spec, sort_keys=True)
+    else:
+        content = json.dumps(tokenizer.get_vocab(), sort_keys=True)
     return hashlib.sha256(content.encode()).hexdigest()[:16]
 
 
@@ -126,7 +133,14 @@ def tokenize_split(
 ) -> tuple[TokenizedSplit, bool]:
     """Tokenize (or read the cache). Returns the split and whether it came from the cache."""
     key_src = json.dumps(
-        [TOKEN_CACHE_VERSION, tokenizer_fingerprint(tokenizer), rows.fingerprint, split, len(rows.labels), max_seq_len]
+        [
+            TOKEN_CACHE_VERSION,
+            tokenizer_fingerprint(tokenizer),
+            rows.fingerprint,
+            split,
+            len(rows.labels),
+            max_seq_len,
+        ]
     )
     key = hashlib.sha256(key_src.encode()).hexdigest()[:24]
     cache_file = cache_dir / "tokens" / f"{split}-{key}.npz" if cache_dir is not None else None
@@ -218,7 +232,12 @@ class BatchDataset:
     """Item i is batch i of a plan, padded and as tensors; used with DataLoader(batch_size=None)."""
 
     def __init__(
-        self, data: TokenizedSplit, batches: list[IntArray], padding: str, max_seq_len: int, bucket_multiple: int
+        self,
+        data: TokenizedSplit,
+        batches: list[IntArray],
+        padding: str,
+        max_seq_len: int,
+        bucket_multiple: int,
     ) -> None:
         self.data = data
         self.batches = batches
@@ -250,7 +269,12 @@ class BatchDataset:
 
 
 def loader(
-    cfg: JobConfig, data: TokenizedSplit, batches: list[IntArray], *, pin_memory: bool, workers: int | None = None
+    cfg: JobConfig,
+    data: TokenizedSplit,
+    batches: list[IntArray],
+    *,
+    pin_memory: bool,
+    workers: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     import torch
     from torch.utils.data import DataLoader

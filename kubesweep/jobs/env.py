@@ -92,7 +92,8 @@ def capture(devices: list[int]) -> dict[str, Any]:
             driver = raw.decode() if isinstance(raw, bytes) else str(raw)
         except Exception:
             driver = None
-    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    cudnn_backend: Any = torch.backends.cudnn
+    cudnn = cudnn_backend.version() if cudnn_backend.is_available() else None
     return {
         "captured_at": dt.datetime.now(dt.UTC).isoformat(),
         "node_name": os.environ.get("KUBESWEEP_NODE_NAME") or socket.gethostname(),
@@ -113,7 +114,9 @@ def capture(devices: list[int]) -> dict[str, Any]:
         "cuda_available": torch.cuda.is_available(),
         "cudnn_version": cudnn,
         "nccl_version": _nccl_version(),
-        "packages": {name: _version(name) for name in ("torch", "transformers", "datasets", "numpy", "mlflow")},
+        "packages": {
+            name: _version(name) for name in ("torch", "transformers", "datasets", "numpy", "mlflow")
+        },
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
     }
 
@@ -150,7 +153,8 @@ def _nccl_version() -> str | None:
 
     try:
         if torch.cuda.is_available():
-            version = torch.cuda.nccl.version()
+            nccl: Any = torch.cuda.nccl
+            version = nccl.version()
             return ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
     except Exception:
         return None

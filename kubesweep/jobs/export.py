@@ -50,12 +50,20 @@ def export_all(
     ids, mask = probe["input_ids"].cpu(), probe["attention_mask"].cpu()
     with torch.no_grad():
         expected = wrapped(ids, mask).numpy()
-    records = [_guard("weights", out_dir / "model", lambda p: _weights(cpu_model, tokenizer, p, ids, mask, expected))]
+    records = [
+        _guard("weights", out_dir / "model", lambda p: _weights(cpu_model, tokenizer, p, ids, mask, expected))
+    ]
     if "onnx" in formats:
-        records.append(_guard("onnx", out_dir / "model.onnx", lambda p: _onnx(wrapped, p, ids, mask, expected)))
+        records.append(
+            _guard("onnx", out_dir / "model.onnx", lambda p: _onnx(wrapped, p, ids, mask, expected))
+        )
     if "torchscript" in formats:
         records.append(
-            _guard("torchscript", out_dir / "model.torchscript.pt", lambda p: _torchscript(wrapped, p, ids, mask, expected))
+            _guard(
+                "torchscript",
+                out_dir / "model.torchscript.pt",
+                lambda p: _torchscript(wrapped, p, ids, mask, expected),
+            )
         )
     return records
 
@@ -66,7 +74,13 @@ def _guard(fmt: str, path: Path, fn: Any) -> dict[str, Any]:
         diff = float(fn(path))
     except Exception as err:
         log.exception("export %s failed", fmt)
-        return {"format": fmt, "path": str(path), "verified": False, "max_abs_diff": None, "error": str(err)[:500]}
+        return {
+            "format": fmt,
+            "path": str(path),
+            "verified": False,
+            "max_abs_diff": None,
+            "error": str(err)[:500],
+        }
     ok = diff <= ATOL
     print(f"export {fmt}: {path} ({'verified' if ok else 'MISMATCH'}, max |diff| {diff:.2e})", flush=True)
     return {
@@ -119,8 +133,8 @@ def _torchscript(wrapped: Any, path: Path, ids: Any, mask: Any, expected: Any) -
 
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        traced = torch.jit.trace(wrapped, (ids, mask), check_trace=False)
+        traced = torch.jit.trace(wrapped, (ids, mask), check_trace=False)  # type: ignore[no-untyped-call]
         traced.save(str(path))
-        loaded = torch.jit.load(str(path))
+        loaded = torch.jit.load(str(path))  # type: ignore[no-untyped-call]
         got = loaded(ids, mask).numpy()
     return float(np.abs(got - expected).max())

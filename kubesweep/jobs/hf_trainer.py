@@ -6,8 +6,8 @@ Trainer's usual recipes: `max_length` pre-pads every row (run_glue), `dynamic` u
 `bucketed` adds the length-grouped sampler and pads to a multiple of `bucket_multiple`.
 
 Measured the way the kubesweep engine measures: a StepClock mark at every `on_step_end` (CUDA events, no
-extra syncs), evaluation excluded, the first `measure_skip_steps` steps as warm-up. Trainer does not expose its
-batches, so tokens/s is samples/s × the mean sentence length (and × the padded width for max_length).
+extra syncs), evaluation excluded, the first `measure_skip_steps` steps as warm-up. Trainer does not expose
+its batches, so tokens/s is samples/s times the mean sentence length (times the padded width for max_length).
 """
 
 from __future__ import annotations
@@ -59,7 +59,13 @@ def run(
 ) -> tuple[TrainOutcome, float]:
     """Train with Trainer; returns the outcome (same shape as the kubesweep engine's) and the set-up time."""
     import numpy as np
-    from transformers import DataCollatorWithPadding, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+    from transformers import (
+        DataCollatorWithPadding,
+        PrinterCallback,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
 
     t0 = time.perf_counter()
     runtime.setup_precision(cfg)
@@ -71,7 +77,9 @@ def run(
     clock = StepClock(dist.cuda)
     samples_per_step = cfg.batch_size * cfg.grad_accum * dist.world_size
     mean_tokens = float(train_data.lengths.mean())
-    padded_width = float(pad_length(int(train_data.lengths.max()), cfg.padding, cfg.max_seq_len, cfg.bucket_multiple))
+    padded_width = float(
+        pad_length(int(train_data.lengths.max()), cfg.padding, cfg.max_seq_len, cfg.bucket_multiple)
+    )
 
     class Measure(TrainerCallback):  # type: ignore[misc]  # transformers ships no type information
         steps_this_run = 0
@@ -86,7 +94,9 @@ def run(
             if self.steps_this_run % cfg.log_every == 0:
                 self._collect()
 
-        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+        def on_evaluate(
+            self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any
+        ) -> None:
             self._collect()
             clock.reset()
             clock.mark()
@@ -102,15 +112,24 @@ def run(
                 out.eval_s += float(metrics.get("eval_runtime", 0.0))
                 sink({"eval/accuracy": point["accuracy"], "eval/loss": point["loss"]}, state.global_step)
                 if dist.is_main:
-                    print(f"eval epoch {point['epoch']:.2f} step {point['step']}: accuracy {point['accuracy']:.4f}",
-                          flush=True)
+                    print(
+                        f"eval epoch {point['epoch']:.2f} step {point['step']}: "
+                        f"accuracy {point['accuracy']:.4f}",
+                        flush=True,
+                    )
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if logs and "loss" in logs:
-                point = {"step": state.global_step, "loss": float(logs["loss"]),
-                         "learning_rate": float(logs.get("learning_rate", 0.0))}
+                point = {
+                    "step": state.global_step,
+                    "loss": float(logs["loss"]),
+                    "learning_rate": float(logs.get("learning_rate", 0.0)),
+                }
                 out.loss_curve.append(point)
-                sink({"train/loss": point["loss"], "train/learning_rate": point["learning_rate"]}, state.global_step)
+                sink(
+                    {"train/loss": point["loss"], "train/learning_rate": point["learning_rate"]},
+                    state.global_step,
+                )
                 if dist.is_main:
                     print(f"step {state.global_step}/{target} loss {point['loss']:.4f}", flush=True)
 

@@ -1,4 +1,4 @@
-"""The inference benchmark: latency and throughput at batch_size × max_seq_len, eager or compiled.
+"""The inference benchmark: latency and throughput at batch_size x max_seq_len, eager or compiled.
 
 Batches are dev-set sentences padded per `padding` (the seed's case: batch 8, `max_length` 128). They are
 moved to the device before timing, so the figures are the model's: each batch is timed from launch to a
@@ -47,7 +47,6 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> di
         {k: dataset[i][k].to(device) for k in ("input_ids", "attention_mask")} | {"n": dataset[i]["n_tokens"]}
         for i in range(distinct)
     ]
-    sync = torch.cuda.synchronize if dist.cuda else (lambda: None)
     runtime.oom_hook(cfg.batch_size)
     latencies: list[float] = []
     rows = tokens = padded = 0
@@ -56,8 +55,10 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> di
     with torch.inference_mode():
         for i, batch in enumerate(islice(cycle(batches), total)):
             t0 = time.perf_counter()
-            module(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-            sync()
+            logits = module(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            if dist.cuda:
+                torch.cuda.synchronize()
+            del logits
             elapsed = time.perf_counter() - t0
             if i < cfg.warmup_batches:
                 warmup_s += elapsed
@@ -68,7 +69,7 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> di
             tokens += batch["n"]
             padded += shape[0] * shape[1]
     measured = sum(latencies)
-    stats = {
+    stats: dict[str, Any] = {
         "batch_size": cfg.batch_size,
         "seq_len": cfg.max_seq_len,
         "dtype": str(dtype).removeprefix("torch."),
@@ -86,7 +87,8 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> di
         assert lat is not None
         print(
             f"inference batch {cfg.batch_size} seq {cfg.max_seq_len} {stats['dtype']}: "
-            f"p50 {lat['p50'] * 1000:.2f} ms p99 {lat['p99'] * 1000:.2f} ms, {stats['samples_per_s']:,.0f} samples/s",
+            f"p50 {lat['p50'] * 1000:.2f} ms p99 {lat['p99'] * 1000:.2f} ms, "
+            f"{stats['samples_per_s']:,.0f} samples/s",
             flush=True,
         )
     return stats

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ class StepClock:
         if self.cuda:
             import torch
 
-            event = torch.cuda.Event(enable_timing=True)
+            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             event.record()
             self._marks.append(event)
         else:
@@ -46,8 +47,8 @@ class StepClock:
         marks, self._marks = self._marks, self._marks[-1:]
         if self.cuda:
             marks[-1].synchronize()
-            return [a.elapsed_time(b) / 1000.0 for a, b in zip(marks, marks[1:], strict=False)]
-        return [b - a for a, b in zip(marks, marks[1:], strict=False)]
+            return [a.elapsed_time(b) / 1000.0 for a, b in pairwise(marks)]
+        return [b - a for a, b in pairwise(marks)]
 
     def reset(self) -> None:
         self._marks.clear()
@@ -58,7 +59,13 @@ def percentiles(values: list[float]) -> dict[str, float] | None:
         return None
     arr = np.asarray(values, dtype=np.float64)
     p50, p90, p99 = np.percentile(arr, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(arr.mean()), "n": len(values)}
+    return {
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "mean": float(arr.mean()),
+        "n": len(values),
+    }
 
 
 def host_peak_rss_bytes() -> int:
@@ -145,10 +152,8 @@ class NvmlSampler:
                         index=index,
                         utilization_pct=float(util.gpu),
                         memory_utilization_pct=float(util.memory),
-                        power_w=_maybe(lambda h=handle: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
-                        temperature_c=_maybe(
-                            lambda h=handle: float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))
-                        ),
+                        power_w=_maybe(_power_w, handle),
+                        temperature_c=_maybe(_temperature_c, handle),
                         memory_used_bytes=int(mem.used),
                         process_memory_bytes=_process_memory(handle),
                     )
@@ -220,9 +225,22 @@ def _process_memory(handle: Any) -> int | None:
     return None
 
 
-def _maybe(read: Callable[[], float]) -> float | None:
+def _power_w(handle: Any) -> float:
+    import pynvml
+
+    return float(pynvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0
+
+
+def _temperature_c(handle: Any) -> float:
+    import pynvml
+
+    return float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
+
+
+def _maybe(read: Callable[[Any], float], handle: Any) -> float | None:
+    """A reading some devices do not support (power on some boards): None instead of an error."""
     try:
-        return float(read())
+        return read(handle)
     except Exception:
         return None
 

@@ -25,8 +25,8 @@ from kubesweep.jobs.errors import UsageError
 log = logging.getLogger(__name__)
 
 NUM_LABELS = 2
-# Models whose shapes are BertConfig's defaults or a known variant, and whose vocabulary is bert-base-uncased's.
-KNOWN_BERT_CONFIGS: dict[str, dict[str, int]] = {
+# Models whose shapes are BertConfig's defaults (or a known variant), with bert-base-uncased's vocabulary.
+KNOWN_BERT_CONFIGS: dict[str, dict[str, Any]] = {
     "bert-base-uncased": {},
     "google-bert/bert-base-uncased": {},
     "bert-large-uncased": {
@@ -101,8 +101,11 @@ def load_config(cfg: JobConfig, notes: list[str]) -> Any:
     except OSError as err:
         known = KNOWN_BERT_CONFIGS.get(cfg.model)
         if where.path is not None or known is None or not cfg.random_init:
-            raise RuntimeError(f"cannot load the configuration of model {cfg.model!r}: {_first_line(err)}") from err
-        config = BertConfig(num_labels=NUM_LABELS, **known)
+            raise RuntimeError(
+                f"cannot load the configuration of model {cfg.model!r}: {_first_line(err)}"
+            ) from err
+        config = BertConfig(**known)
+        config.num_labels = NUM_LABELS
         notes.append(f"model config: hub unreachable for {cfg.model}; built its exact shapes from BertConfig")
     for key, value in cfg.model_overrides.items():
         if not hasattr(config, key):
@@ -123,7 +126,9 @@ def load_tokenizer(cfg: JobConfig, notes: list[str]) -> tuple[Any, str]:
         if where.path is not None or ref not in KNOWN_BERT_CONFIGS:
             raise RuntimeError(f"cannot load the tokenizer {ref!r}: {_first_line(err)}") from err
         fallback = resolve(UNCASED_VOCAB_FALLBACK)
-        message = f"tokenizer: hub unreachable for {ref}; using its identical uncased vocabulary from {fallback.ref}"
+        message = (
+            f"tokenizer: hub unreachable for {ref}; using the identical uncased vocabulary of {fallback.ref}"
+        )
         log.warning(message)
         notes.append(message)
         return AutoTokenizer.from_pretrained(fallback.source, use_fast=True), fallback.ref
@@ -139,16 +144,17 @@ def load(cfg: JobConfig) -> LoadedModel:
     config = load_config(cfg, notes)
     torch.manual_seed(cfg.seed)  # the classifier head (and a random-init body) start from the trial's seed
     if cfg.random_init:
-        model = AutoModelForSequenceClassification.from_config(config)
+        model = AutoModelForSequenceClassification.from_config(config)  # type: ignore[no-untyped-call]
     else:
         source = resolve(cfg.model).source
         try:
-            model = AutoModelForSequenceClassification.from_pretrained(source, config=config)
+            # fp32 master weights whatever the checkpoint's dtype; bf16/fp16 come from autocast
+            model = AutoModelForSequenceClassification.from_pretrained(source, config=config, dtype=torch.float32)
         except OSError as err:
             raise RuntimeError(f"cannot load the weights of model {cfg.model!r}: {_first_line(err)}") from err
     if config.vocab_size < len(tokenizer):
         raise UsageError(
-            f"tokenizer {tokenizer_ref!r} has {len(tokenizer)} tokens, model vocab_size is {config.vocab_size}"
+            f"tokenizer {tokenizer_ref!r} has {len(tokenizer)} tokens, the model {config.vocab_size}"
         )
     info = {
         "model": cfg.model,

@@ -35,8 +35,13 @@ def loss_curve_png(points: list[dict[str, Any]], evals: list[dict[str, Any]], ti
     ax.grid(alpha=0.3)
     if evals:
         ax2 = ax.twinx()
-        ax2.plot([e["step"] for e in evals], [e["accuracy"] for e in evals], "o-", color="tab:orange",
-                 label="dev accuracy")
+        ax2.plot(
+            [e["step"] for e in evals],
+            [e["accuracy"] for e in evals],
+            "o-",
+            color="tab:orange",
+            label="dev accuracy",
+        )
         ax2.set_ylabel("dev accuracy")
         ax2.set_ylim(0, 1)
         ax2.legend(loc="upper right")

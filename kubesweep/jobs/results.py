@@ -50,13 +50,17 @@ class TrialInfo(_Model):
 class Timings(_Model):
     """Wall-clock split of the trial; parts that did not run are null."""
 
-    startup_s: float | None = Field(None, description="process start to job start: interpreter, imports, setup")
+    startup_s: float | None = Field(
+        None, description="process start to job start: interpreter, imports, setup"
+    )
     data_s: float | None = Field(None, description="dataset load and tokenization (or cache read)")
     model_s: float | None = Field(None, description="model and tokenizer load/build, move to device")
     compile_warmup_s: float | None = Field(
         None, description="warm-up steps: the first steps and, under compile, first step of each new shape"
     )
-    train_s: float | None = Field(None, description="training loop wall time, warm-up and checkpoints included")
+    train_s: float | None = Field(
+        None, description="training loop wall time, warm-up and checkpoints included"
+    )
     eval_s: float | None = Field(None, description="evaluation passes")
     export_s: float | None = None
     total_s: float = Field(description="process start to results written")
@@ -111,7 +115,9 @@ class InferenceStats(_Model):
 class MemoryStats(_Model):
     torch_peak_allocated_bytes: int | None = None
     torch_peak_reserved_bytes: int | None = None
-    nvml_peak_used_bytes: int | None = Field(None, description="this process on its GPU (device-wide if unknown)")
+    nvml_peak_used_bytes: int | None = Field(
+        None, description="this process on its GPU (device-wide if unknown)"
+    )
     host_peak_rss_bytes: int | None = None
 
 
@@ -163,7 +169,9 @@ class Results(_Model):
     loss_curve: list[LossPoint] = Field(default_factory=list, description="training loss of every step")
     checkpoints: list[str] = Field(default_factory=list, description="checkpoint directories kept")
     exports: list[ExportRecord] = Field(default_factory=list)
-    artifacts: dict[str, str] = Field(default_factory=dict, description="name -> file, relative to OUTPUT_DIR")
+    artifacts: dict[str, str] = Field(
+        default_factory=dict, description="name -> file, relative to OUTPUT_DIR"
+    )
     environment: dict[str, Any] = Field(default_factory=dict, description="same as environment.json")
     notes: list[str] = Field(default_factory=list, description="substitutions and caveats of this run")
 

@@ -15,8 +15,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kubesweep.jobs import distributed, env, export, inference, plot, runtime
 from kubesweep.jobs import data as data_mod
+from kubesweep.jobs import distributed, env, export, inference, plot, runtime
 from kubesweep.jobs import model as model_mod
 from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.errors import UsageError
@@ -91,11 +91,16 @@ class TrialRun:
                 self._execute()
         except UsageError as err:
             self._end(Outcome.FAILED, ExitCode.USAGE, "UsageError", str(err))
-        except BaseException as err:  # noqa: BLE001 - every failure becomes an outcome in the results file
+        except BaseException as err:
             if isinstance(err, KeyboardInterrupt):
                 self._end(Outcome.CANCELLED, ExitCode.FAILED, "KeyboardInterrupt", "interrupted")
             elif runtime.is_oom(err):
-                self._end(Outcome.OOM, ExitCode.OOM, type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+                self._end(
+                    Outcome.OOM,
+                    ExitCode.OOM,
+                    type(err).__name__,
+                    str(err).splitlines()[0] if str(err) else "",
+                )
             else:
                 traceback.print_exc()
                 self._end(Outcome.FAILED, ExitCode.FAILED, type(err).__name__, str(err) or repr(err))
@@ -144,7 +149,8 @@ class TrialRun:
             print(
                 f"data: {self.fields['data']['train_rows']} train / {len(eval_data)} dev rows "
                 f"({t2 - t1:.1f}s{', cached' if self.fields['data']['tokenization_cached'] else ''}); "
-                f"model {loaded.info['architecture']} {loaded.info['parameters'] / 1e6:.1f}M params ({t1 - t0:.1f}s)",
+                f"model {loaded.info['architecture']} {loaded.info['parameters'] / 1e6:.1f}M params "
+                f"({t1 - t0:.1f}s)",
                 flush=True,
             )
         for note in loaded.notes:
@@ -157,9 +163,14 @@ class TrialRun:
             self.fields["inference"] = stats
             self.timings["compile_warmup_s"] = stats["warmup_s"]
             self.timings["eval_s"] = time.perf_counter() - t3
-            self._metrics_summary({"inference/samples_per_s": stats["samples_per_s"],
-                                   "inference/latency_p50_s": stats["latency_s"]["p50"],
-                                   "inference/latency_p99_s": stats["latency_s"]["p99"]}, 0)
+            self._metrics_summary(
+                {
+                    "inference/samples_per_s": stats["samples_per_s"],
+                    "inference/latency_p50_s": stats["latency_s"]["p50"],
+                    "inference/latency_p99_s": stats["latency_s"]["p99"],
+                },
+                0,
+            )
             return
 
         assert train_data is not None
@@ -177,21 +188,34 @@ class TrialRun:
             model = loaded.model
         else:
             t3 = time.perf_counter()
-            tuner = FineTuner(cfg, loaded.model, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics)
+            tuner = FineTuner(
+                cfg, loaded.model, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics
+            )
             self.timings["model_s"] = (t1 - t0) + (time.perf_counter() - t3)
             outcome = tuner.run()
             self._record_training(outcome)
             model = tuner.raw
         if dist.is_main:
             t4 = time.perf_counter()
-            probe_plan = data_mod.plan_batches(eval_data.lengths, min(8, len(eval_data)), padding="dynamic",
-                                               max_seq_len=cfg.max_seq_len, bucket_multiple=cfg.bucket_multiple,
-                                               shuffle=True, seed=cfg.seed, epoch=0)
+            probe_plan = data_mod.plan_batches(
+                eval_data.lengths,
+                min(8, len(eval_data)),
+                padding="dynamic",
+                max_seq_len=cfg.max_seq_len,
+                bucket_multiple=cfg.bucket_multiple,
+                shuffle=True,
+                seed=cfg.seed,
+                epoch=0,
+            )
             probe = data_mod.BatchDataset(eval_data, probe_plan[:1], "dynamic", cfg.max_seq_len, 1)[0]
-            records = export.export_all(model, loaded.tokenizer, probe, self.output_dir / "export", list(cfg.export))
+            records = export.export_all(
+                model, loaded.tokenizer, probe, self.output_dir / "export", list(cfg.export)
+            )
             self.fields["exports"] = records
             for record in records:
-                self.artifacts[f"export_{record['format']}"] = os.path.relpath(record["path"], self.output_dir)
+                self.artifacts[f"export_{record['format']}"] = os.path.relpath(
+                    record["path"], self.output_dir
+                )
             self.timings["export_s"] = time.perf_counter() - t4
 
     def _record_training(self, out: TrainOutcome) -> None:
@@ -216,8 +240,14 @@ class TrialRun:
             summary["result/step_time_p99_s"] = stats["step_time_s"]["p99"]
         self._metrics_summary(summary, out.steps)
         if self.dist.is_main:
-            rate = f"{stats['samples_per_s']:,.1f} samples/s" if stats["samples_per_s"] else "no measured steps"
-            acc = f", dev accuracy {self.fields['final_accuracy']:.4f}" if self.fields["final_accuracy"] is not None else ""
+            rate = (
+                f"{stats['samples_per_s']:,.1f} samples/s" if stats["samples_per_s"] else "no measured steps"
+            )
+            acc = (
+                f", dev accuracy {self.fields['final_accuracy']:.4f}"
+                if self.fields["final_accuracy"] is not None
+                else ""
+            )
             print(f"train: {out.steps} steps in {out.train_s:.1f}s, {rate}{acc}", flush=True)
 
     # ------------------------------------------------------------------------------------------- outputs
@@ -235,12 +265,21 @@ class TrialRun:
             "kubesweep.engine": cfg.engine,
             "kubesweep.task": cfg.task,
         }
-        tracker = MlflowTrialLogger.from_env(trial.trial_id, trial.name, tags, self.output_dir / "mlflow-spool.jsonl")
+        tracker = MlflowTrialLogger.from_env(
+            trial.trial_id, trial.name, tags, self.output_dir / "mlflow-spool.jsonl"
+        )
         params: dict[str, Any] = {}
         for key, value in cfg.model_dump(mode="json").items():
             params[key] = json.dumps(value) if isinstance(value, dict | list) else value
-        params.update({"sweep": trial.sweep, "trial_id": trial.trial_id, "repeat": trial.repeat,
-                       "gpu": trial.gpu, "gpus_per_trial": trial.gpus_per_trial})
+        params.update(
+            {
+                "sweep": trial.sweep,
+                "trial_id": trial.trial_id,
+                "repeat": trial.repeat,
+                "gpu": trial.gpu,
+                "gpus_per_trial": trial.gpus_per_trial,
+            }
+        )
         tracker.log_params(params)
         return tracker
 
@@ -252,7 +291,9 @@ class TrialRun:
         self.tracker.log_metrics({k: v for k, v in metrics.items() if v is not None}, step)
 
     def _write_json(self, name: str, content: Any, key: str) -> None:
-        (self.output_dir / name).write_text(json.dumps(content, indent=2, default=str) + "\n", encoding="utf-8")
+        (self.output_dir / name).write_text(
+            json.dumps(content, indent=2, default=str) + "\n", encoding="utf-8"
+        )
         self.artifacts[key] = name
 
     def _finish(self) -> None:
@@ -270,8 +311,10 @@ class TrialRun:
             outcome=self.outcome,
             exit_code=int(self.exit_code),
             error=self.error,
-            trial={k: getattr(self.trial, k) for k in ("sweep", "trial_id", "name", "repeat", "gpu",
-                                                       "gpu_product", "gpus_per_trial")},
+            trial={
+                k: getattr(self.trial, k)
+                for k in ("sweep", "trial_id", "name", "repeat", "gpu", "gpu_product", "gpus_per_trial")
+            },
             config=self.cfg,
             device="cuda" if self.dist.cuda else "cpu",
             world_size=self.dist.world_size,
@@ -293,8 +336,11 @@ class TrialRun:
         tracker.set_tags({"kubesweep.outcome": self.outcome.value})
         tracker.close("FINISHED" if self.outcome == Outcome.SUCCEEDED else "FAILED")
         t = self.timings
-        print(f"{self.outcome.value} (exit {int(self.exit_code)}) in {t['total_s']:.1f}s: "
-              f"{self.output_dir / 'results.json'}", flush=True)
+        print(
+            f"{self.outcome.value} (exit {int(self.exit_code)}) in {t['total_s']:.1f}s: "
+            f"{self.output_dir / 'results.json'}",
+            flush=True,
+        )
 
 
 def run_trial(trial: TrialConfig, output_dir: Path) -> int:

@@ -67,7 +67,7 @@ def oom_hook(batch_size: int) -> None:
         import torch
 
         raise torch.OutOfMemoryError(
-            f"test hook {OOM_HOOK_ENV}={limit}: batch {batch_size} does not fit (simulated CUDA out of memory)"
+            f"test hook {OOM_HOOK_ENV}={limit}: batch {batch_size} does not fit (simulated CUDA OOM)"
         )
 
 

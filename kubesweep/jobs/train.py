@@ -5,7 +5,8 @@ CUDA events (`StepClock`), token counts come from the host-side batch. Every `lo
 the buffer and the clock; that is when metrics are logged and progress printed.
 
 A step is *warm-up* (timed apart, not in samples/s) when it is among the first `measure_skip_steps` steps of
-this process, or, under torch.compile, when one of its batches has a shape not seen before (a compilation).
+this process, or, under torch.compile, when one of its batches has a shape not seen before (a compilation) or,
+under `reduce-overhead`, seen only once (its CUDA graph is recorded then).
 """
 
 from __future__ import annotations
@@ -145,7 +146,9 @@ class FineTuner:
         restored = checkpoint.load(self.state) if self.state is not None else None
         if restored is not None:
             if restored["fingerprint"] != resume_fingerprint(cfg):
-                raise UsageError(f"checkpoint {self.state} was written with different settings; refusing to resume")
+                raise UsageError(
+                    f"checkpoint {self.state} was written with different settings; refusing to resume"
+                )
             self.raw.load_state_dict(restored["model"])
         self.raw.to(self.device)
         self.train_module: Any = self.raw
@@ -158,7 +161,8 @@ class FineTuner:
                 broadcast_buffers=False,  # BERT's buffers (position ids) are constants
             )
         self.train_module = runtime.compile_model(self.train_module, cfg)
-        self.eval_module = runtime.compile_model(self.raw, cfg)
+        # Evaluation runs eager: a handful of batches per epoch would each pay a compilation of their own.
+        self.eval_module = self.raw
         self.optimizer = self._optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
@@ -187,11 +191,14 @@ class FineTuner:
     def _optimizer(self) -> Any:
         import torch
 
-        decay, no_decay = [], []
+        decay: list[Any] = []
+        no_decay: list[Any] = []
         for name, param in self.raw.named_parameters():
             if not param.requires_grad:
                 continue
-            (no_decay if name.endswith("bias") or "LayerNorm" in name or "layernorm" in name else decay).append(param)
+            (
+                no_decay if name.endswith("bias") or "LayerNorm" in name or "layernorm" in name else decay
+            ).append(param)
         groups = [
             {"params": decay, "weight_decay": self.cfg.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
@@ -252,7 +259,10 @@ class FineTuner:
         pending: list[StepMeta] = []
         window_lrs: list[float] = []
         window_start = out.steps
-        seen_shapes: set[tuple[int, ...]] = set()
+        # Under compile a new shape compiles; under CUDA graphs (reduce-overhead) its second step records the
+        # graph too. Those steps are warm-up.
+        seen_shapes: dict[tuple[int, ...], int] = {}
+        warm_calls = 2 if cfg.compile == "reduce-overhead" else 1
         steps_this_run = 0
         last_print = 0.0
         t_start = time.perf_counter()
@@ -319,9 +329,9 @@ class FineTuner:
             batches = data.loader(cfg, self.train_data, plan[self.micro_in_epoch :], pin_memory=self.pin)
             for batch in batches:
                 shape = tuple(batch["input_ids"].shape)
-                if cfg.compile and shape not in seen_shapes:
+                if cfg.compile and seen_shapes.get(shape, 0) < warm_calls:
                     step_meta.warmup = True
-                seen_shapes.add(shape)
+                seen_shapes[shape] = seen_shapes.get(shape, 0) + 1
                 rows = shape[0]
                 step_meta.samples += rows * self.dist.world_size
                 step_meta.tokens += batch["n_tokens"] * self.dist.world_size
@@ -331,7 +341,7 @@ class FineTuner:
                 last_micro = micro_in_step == cfg.grad_accum or self.micro_in_epoch == self.micro_per_epoch
                 if steps_this_run == 0 and micro_in_step == 1:
                     runtime.oom_hook(rows)
-                loss = self._forward_backward(batch, sync=last_micro, scale=micro_in_step, last=last_micro)
+                loss = self._forward_backward(batch, sync=last_micro)
                 loss_buf[out.steps - window_start] += loss
                 if not last_micro:
                     continue
@@ -344,7 +354,7 @@ class FineTuner:
                 pending.append(step_meta)
                 out.samples += step_meta.samples
                 step_meta = StepMeta(False, 0, 0, 0)
-                window_lrs.append(self.scheduler.get_last_lr()[0])
+                window_lrs.append(float(self.scheduler.get_last_lr()[0]))
                 if out.steps - window_start >= cfg.log_every or out.steps >= self.target_steps:
                     flush()
                 epoch_done = self.micro_in_epoch == self.micro_per_epoch
@@ -355,7 +365,11 @@ class FineTuner:
                         pause_clock()
                         self._evaluate()
                         clock.mark()
-                if self.checkpoint_dir is not None and cfg.checkpoint_every and out.steps % cfg.checkpoint_every == 0:
+                if (
+                    self.checkpoint_dir is not None
+                    and cfg.checkpoint_every
+                    and out.steps % cfg.checkpoint_every == 0
+                ):
                     pause_clock()
                     self._save_checkpoint()
                     clock.mark()
@@ -372,16 +386,21 @@ class FineTuner:
             out.checkpoints = [str(p) for p in checkpoint.list_checkpoints(self.checkpoint_dir)]
         return out
 
-    def _forward_backward(self, batch: dict[str, Any], *, sync: bool, scale: int, last: bool) -> Any:
+    def _forward_backward(self, batch: dict[str, Any], *, sync: bool) -> Any:
         import contextlib
 
         cfg = self.cfg
         inputs = {
-            k: batch[k].to(self.device, non_blocking=self.pin) for k in ("input_ids", "attention_mask", "labels")
+            k: batch[k].to(self.device, non_blocking=self.pin)
+            for k in ("input_ids", "attention_mask", "labels")
         }
         # DDP: reduce gradients only on the last micro-batch of an accumulated step
         no_sync = getattr(self.train_module, "no_sync", None)
-        ctx = no_sync() if (self.dist.enabled and not sync and no_sync is not None) else contextlib.nullcontext()
+        ctx = (
+            no_sync()
+            if (self.dist.enabled and not sync and no_sync is not None)
+            else contextlib.nullcontext()
+        )
         with ctx:
             with runtime.autocast(cfg, self.device.type):
                 loss = self.train_module(**inputs).loss / cfg.grad_accum

@@ -15,7 +15,7 @@ is not used. Environment:
 - `KUBESWEEP_EXPERIMENT`: experiment name (default `kubesweep`; the parent run's experiment wins);
 - `KUBESWEEP_PARENT_RUN_ID`: the sweep's run;
 - `KUBESWEEP_TRIAL_ID`: the trial's id (default: the trial config's).
-mlflow is imported lazily, in the sender thread: importing this module needs nothing beyond the standard library.
+mlflow is imported lazily, in the sender thread: importing this module needs only the standard library.
 """
 
 from __future__ import annotations
@@ -130,7 +130,9 @@ class MlflowTrialLogger:
             flush_timeout_s=float(os.environ.get("KUBESWEEP_MLFLOW_FLUSH_TIMEOUT_S", "300")),
         )
         logger.start()
-        print(f"tracking: MLflow at {uri}, experiment {logger.experiment}, trial {logger.trial_id}", flush=True)
+        print(
+            f"tracking: MLflow at {uri}, experiment {logger.experiment}, trial {logger.trial_id}", flush=True
+        )
         return logger
 
     # ------------------------------------------------------------------------------------------ public API
@@ -204,7 +206,9 @@ class MlflowTrialLogger:
                         self._lock.notify_all()
                     return
                 if _permanent(err):
-                    log.warning("tracking: MLflow rejected a %s request, skipped: %s", batch[0].kind, _brief(err))
+                    log.warning(
+                        "tracking: MLflow rejected a %s request, skipped: %s", batch[0].kind, _brief(err)
+                    )
                     self.stats.dropped += 1
                 else:
                     self.stats.retries += 1
@@ -226,7 +230,8 @@ class MlflowTrialLogger:
         first = self._queue[0]
         if first.kind != "metrics":
             return [first]
-        batch, count = [], 0
+        batch: list[_Op] = []
+        count = 0
         for op in self._queue:
             if op.kind != "metrics" or (batch and count + len(op.payload) > MAX_METRICS_PER_BATCH):
                 break
@@ -293,10 +298,21 @@ class MlflowTrialLogger:
             return
         with self.spool_path.open("a", encoding="utf-8") as handle:
             for op in ops:
-                handle.write(json.dumps({"run_id": self.run_id, "trial_id": self.trial_id, "kind": op.kind,
-                                         "payload": op.payload}) + "\n")
+                handle.write(
+                    json.dumps(
+                        {
+                            "run_id": self.run_id,
+                            "trial_id": self.trial_id,
+                            "kind": op.kind,
+                            "payload": op.payload,
+                        }
+                    )
+                    + "\n"
+                )
         self.stats.spool = str(self.spool_path)
-        log.error("tracking: MLflow unreachable at exit; %d requests written to %s", len(ops), self.spool_path)
+        log.error(
+            "tracking: MLflow unreachable at exit; %d requests written to %s", len(ops), self.spool_path
+        )
 
 
 def _permanent(err: Exception) -> bool:

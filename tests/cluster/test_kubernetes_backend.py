@@ -6,6 +6,7 @@ have produced (docs/testing.md), so the real API server, Job controller and sche
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -56,18 +57,21 @@ def harness(k8s_cluster: Any, k8s_namespace: str) -> Iterator[Harness]:
     def starts(sweep: str, trial_id: str) -> int:
         return backend.created.get(trial_id, 0)
 
-    yield Harness(backend=backend, starts=starts, timeout=90)
+    marker = sys.modules["kubesweep_kwok_cluster"].POD_LOG_MARKER  # kwok serves one log file for every pod
+    yield Harness(backend=backend, starts=starts, timeout=90, log_marker=lambda trial: marker)
     backend.close()
 
 
 @pytest.fixture(autouse=True)
 def _pinned_image(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Contract plans carry no image; the Kubernetes backend needs one."""
+    """Contract plans carry no image and ask for no GPU; here trials need an image, and the cluster's nodes are
+    all GPU nodes (tainted), so each trial asks for one GPU of any type."""
     import tests.backends.contract as contract
 
     real = contract.make_plan
 
     def with_image(name: str, matrix: dict[str, Any], **spec: Any) -> Any:
+        spec.setdefault("resources", {"gpus_per_trial": 1, "retries": 0})
         return real(name, matrix, image=DIGEST, **spec)
 
     monkeypatch.setattr(contract, "make_plan", with_image)
@@ -96,11 +100,11 @@ def test_unschedulable_trial_shows_the_schedulers_reason(k8s_cluster: Any, k8s_n
 
 def test_gpu_trials_land_on_their_exact_gpu_type(k8s_cluster: Any, k8s_namespace: str) -> None:
     backend = KubernetesBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client())
-    p = make_plan("placement", {"gpu": ["l4", "l40s", "h100-80gb"]}, image=DIGEST)
+    p = make_plan("placement", {"gpu": ["l4", "l40s", "h100-80gb"]}, image=DIGEST, resources={"gpus_per_trial": 1})
     backend.submit(p)
     status = backend.wait(p.sweep.name, timeout=90)
     assert {t.outcome for t in status.trials} == {Outcome.SUCCEEDED}
-    pods = k8s_cluster.get_json("get", "pods", "-l", "kubesweep.io/sweep=placement", namespace=k8s_namespace)
+    pods = k8s_cluster.get_json("pods", "-l", "kubesweep.io/sweep=placement", namespace=k8s_namespace)
     nodes = {p["metadata"]["labels"]["kubesweep.io/gpu"]: p["spec"]["nodeName"] for p in pods["items"]}
     products = k8s_cluster.gpu_nodes()
     for gpu, node in nodes.items():

@@ -1,0 +1,59 @@
+{{/* Names and labels. */}}
+{{- define "kubesweep.fullname" -}}
+{{- if contains "kubesweep" .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-kubesweep" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kubesweep.operatorName" -}}{{ include "kubesweep.fullname" . }}-operator{{- end -}}
+{{- define "kubesweep.mlflowName" -}}{{ include "kubesweep.fullname" . }}-mlflow{{- end -}}
+
+{{- define "kubesweep.serviceAccountName" -}}
+{{- if .Values.serviceAccount.name -}}{{ .Values.serviceAccount.name }}{{- else -}}{{ include "kubesweep.operatorName" . }}{{- end -}}
+{{- end -}}
+
+{{- define "kubesweep.labels" -}}
+app.kubernetes.io/name: kubesweep
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "kubesweep.selector" -}}
+app.kubernetes.io/name: kubesweep
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* An image reference pinned by digest: repository@sha256:... */}}
+{{- define "kubesweep.image" -}}
+{{- printf "%s@%s" .repository .digest -}}
+{{- end -}}
+
+{{/* The namespaces the operator serves (empty with allNamespaces). */}}
+{{- define "kubesweep.watchNamespaces" -}}
+{{- if not .Values.watch.allNamespaces -}}
+{{- if .Values.watch.namespaces -}}{{ join "," .Values.watch.namespaces }}{{- else -}}{{ .Release.Namespace }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kubesweep.trackingUri" -}}
+{{- if .Values.mlflow.enabled -}}
+{{- printf "http://%s.%s.svc:%d" (include "kubesweep.mlflowName" .) .Release.Namespace (int .Values.mlflow.port) -}}
+{{- else -}}
+{{- .Values.tracking.uri -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The restricted Pod Security profile, for every container of the chart. */}}
+{{- define "kubesweep.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}

@@ -1,0 +1,121 @@
+"""The operator's moving parts between kopf's events and `SweepController.step` (asyncio, kopf-free).
+
+- `Supervisor`: one asyncio task per known Sweep. It runs a step (in a worker thread) whenever the Sweep, one
+  of its Jobs or one of its pods changes (kopf's watches call `notice`/`wake`), and at least every `resync`
+  seconds. Steps of one sweep never overlap; a burst of events becomes one step.
+- `Runtime`: the Lease loop plus the supervisor. While this replica does not hold the Lease, steps are
+  skipped; when it gains the Lease, every sweep is stepped at once, so a new leader picks up where the old
+  one stopped, from the cluster's state alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from kubesweep.operator.leader import LeaseElector
+
+log = logging.getLogger("kubesweep.operator")
+Key = tuple[str, str]
+
+
+class Supervisor:
+    def __init__(self, step: Callable[[str, str], Any], *, is_leader: Callable[[], bool], resync: float = 30.0,
+                 debounce: float = 0.2, workers: int = 4):
+        self.step = step
+        self.is_leader = is_leader
+        self.resync = resync
+        self.debounce = debounce
+        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sweep-step")
+        self.tasks: dict[Key, asyncio.Task[None]] = {}
+        self.wakeups: dict[Key, asyncio.Event] = {}
+
+    def notice(self, namespace: str, name: str, *, deleted: bool = False) -> None:
+        """A Sweep was listed, added, changed or deleted."""
+        key = (namespace, name)
+        if deleted:
+            task = self.tasks.pop(key, None)
+            self.wakeups.pop(key, None)
+            if task is not None:
+                task.cancel()
+            return
+        if key not in self.tasks:
+            self.wakeups[key] = asyncio.Event()
+            self.tasks[key] = asyncio.create_task(self._drive(key), name=f"sweep-{namespace}-{name}")
+        self.wakeups[key].set()
+
+    def wake(self, namespace: str, name: str) -> None:
+        """Something of the sweep's (a Job, a pod) changed."""
+        event = self.wakeups.get((namespace, name))
+        if event is not None:
+            event.set()
+
+    def wake_all(self) -> None:
+        for event in self.wakeups.values():
+            event.set()
+
+    async def _drive(self, key: Key) -> None:
+        loop = asyncio.get_running_loop()
+        event = self.wakeups[key]
+        failures = 0
+        while True:
+            event.clear()
+            if self.is_leader():
+                try:
+                    await loop.run_in_executor(self.executor, self.step, *key)
+                    failures = 0
+                except Exception as exc:
+                    failures += 1
+                    log.warning("sweep %s/%s: step failed (%s); retrying", *key, exc, exc_info=failures == 1)
+                    await asyncio.sleep(min(2.0 ** failures, 30.0))
+                    event.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), timeout=self.resync)
+            await asyncio.sleep(self.debounce)
+
+    async def stop(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        self.tasks.clear()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class Runtime:
+    def __init__(self, elector: LeaseElector, supervisor: Supervisor):
+        self.elector = elector
+        self.supervisor = supervisor
+        self._lease_task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._lease_task = asyncio.create_task(self._lease_loop(), name="lease")
+
+    async def _lease_loop(self) -> None:
+        was_leader = False
+        while True:
+            try:
+                leader = await asyncio.to_thread(self.elector.try_acquire_or_renew)
+            except Exception as exc:  # never let the loop die: holding() lapses on its own
+                log.warning("Lease round failed: %s", exc)
+                leader = self.elector.holding()
+            if leader and not was_leader:
+                log.info("leading (Lease %s/%s, identity %s): driving %d sweep(s)", self.elector.namespace,
+                         self.elector.name, self.elector.identity, len(self.supervisor.tasks))
+                self.supervisor.wake_all()
+            elif was_leader and not leader:
+                log.warning("lost the Lease %s/%s; standing by", self.elector.namespace, self.elector.name)
+            elif not leader and not was_leader:
+                log.debug("standing by: the Lease is held by %s", self.elector.holder)
+            was_leader = leader
+            await asyncio.sleep(self.elector.renew_every)
+
+    async def stop(self) -> None:
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+            await asyncio.gather(self._lease_task, return_exceptions=True)
+        await self.supervisor.stop()
+        await asyncio.to_thread(self.elector.release)

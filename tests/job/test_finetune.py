@@ -1,0 +1,94 @@
+"""Fine-tuning a tiny random-init BERT end to end, and exact resume after a crash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kubesweep.jobs.results import Results, json_schema
+from kubesweep.outcomes import ExitCode
+
+from .conftest import JobRun, run_job, tiny_args
+
+STEPS = "12"
+RESUME_ARGS = ("--max-steps", STEPS, "--checkpoint-every", "4", "--export", "onnx,torchscript")
+
+
+@pytest.fixture(scope="module")
+def full_run(sst2: Path, token_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> JobRun:
+    """Uninterrupted: 12 steps, checkpoints every 4, all exports."""
+    return run_job(tiny_args(sst2, token_cache, *RESUME_ARGS), tmp_path_factory.mktemp("full"))
+
+
+def test_succeeds_with_complete_results(full_run: JobRun) -> None:
+    assert full_run.returncode == ExitCode.OK, full_run.stdout
+    results = Results.read(full_run.output_dir / "results.json")  # validates against the pydantic schema
+    assert results.outcome == "succeeded" and results.exit_code == 0
+    assert results.train is not None
+    assert results.train.steps == 12
+    assert results.train.warmup_steps == 3 and results.train.measured_steps == 9
+    assert results.train.samples_per_s and results.train.samples_per_s > 0
+    assert results.train.tokens_per_s and results.train.padded_tokens_per_s
+    assert results.train.tokens_per_s <= results.train.padded_tokens_per_s
+    assert results.train.step_time_s is not None and results.train.step_time_s.n == 9
+    assert [p.step for p in results.loss_curve] == list(range(1, 13))
+    assert results.eval and results.eval[-1].step == 12 and 0 <= results.eval[-1].accuracy <= 1
+    assert results.final_accuracy == results.eval[-1].accuracy
+    t = results.timings
+    for part in (t.startup_s, t.data_s, t.model_s, t.compile_warmup_s, t.train_s, t.eval_s, t.export_s):
+        assert part is not None and part >= 0
+    assert t.total_s >= t.train_s  # type: ignore[operator]
+    assert results.memory.host_peak_rss_bytes and results.memory.host_peak_rss_bytes > 0
+    assert results.device == "cpu" and results.world_size == 1
+    assert results.environment["packages"]["torch"]
+    assert results.model and results.model["parameters"] < 5_000_000
+    assert "tracking: off" in full_run.stdout
+
+
+def test_results_match_the_published_json_schema(full_run: JobRun) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(__file__).parents[2] / "docs" / "results.schema.json").read_text())
+    assert schema == json.loads(json.dumps(json_schema())), "regenerate: python -m kubesweep.jobs.results"
+    jsonschema.validate(full_run.results, schema)
+
+
+def test_writes_files_and_verified_exports(full_run: JobRun) -> None:
+    out = full_run.output_dir
+    for name in ("results.json", "environment.json", "trial.json", "loss_curve.png"):
+        assert (out / name).is_file(), name
+    assert (out / "loss_curve.png").read_bytes()[:4] == b"\x89PNG"
+    exports = {e["format"]: e for e in full_run.results["exports"]}
+    assert set(exports) == {"weights", "onnx", "torchscript"}
+    for record in exports.values():
+        assert record["verified"], record
+        assert Path(record["path"]).exists()
+    assert sorted(Path(p).name for p in full_run.results["checkpoints"]) == ["step-00000008", "step-00000012"]
+
+
+@pytest.mark.slow
+def test_resume_after_crash_gives_identical_weights(
+    full_run: JobRun, sst2: Path, token_cache: Path, tmp_path: Path
+) -> None:
+    """Die after step 6 (checkpoint at 4), restart: the same 12-step weights as the uninterrupted run."""
+    safetensors = pytest.importorskip("safetensors.torch")
+    args = tiny_args(sst2, token_cache, *RESUME_ARGS)
+    crashed = run_job(args, tmp_path, env={"KUBESWEEP_TEST_CRASH_AFTER_STEP": "6"})
+    assert crashed.returncode == 137
+    assert (tmp_path / "checkpoints" / "step-00000004").is_dir()
+    assert not (tmp_path / "results.json").exists()
+
+    resumed = run_job(args, tmp_path)
+    assert resumed.returncode == ExitCode.OK, resumed.stdout
+    results = resumed.results
+    assert results["train"]["resumed_from_step"] == 4
+    assert results["train"]["steps"] == 12
+    assert [p["step"] for p in results["loss_curve"]] == list(range(1, 13))
+    assert [p["loss"] for p in results["loss_curve"]] == [p["loss"] for p in full_run.results["loss_curve"]]
+
+    expected = safetensors.load_file(full_run.output_dir / "export" / "model" / "model.safetensors")
+    got = safetensors.load_file(tmp_path / "export" / "model" / "model.safetensors")
+    assert expected.keys() == got.keys()
+    for name, tensor in expected.items():
+        assert (got[name] == tensor).all(), name

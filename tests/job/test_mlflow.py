@@ -1,0 +1,219 @@
+"""Tracking into a real `mlflow server` (sqlite store, local artifacts) on 127.0.0.1, including an outage."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubesweep.outcomes import ExitCode
+from kubesweep.tracking.mlflow_logger import MlflowTrialLogger
+
+from .conftest import REPO, tiny_args
+
+mlflow = pytest.importorskip("mlflow")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class MlflowServer:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--backend-store-uri",
+            f"sqlite:///{self.root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(self.root / "artifacts"),
+            "--workers",
+            "1",
+        ]
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        log = (self.root / "server.log").open("ab")
+        self.proc = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, (self.root / "server.log").read_text()[-3000:]
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.3)
+        raise TimeoutError("mlflow server did not become healthy")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)  # its own session: the server and its workers
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    srv = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def client(server: MlflowServer) -> Any:
+    return mlflow.tracking.MlflowClient(tracking_uri=server.uri)
+
+
+def parent_run(server: MlflowServer, experiment: str) -> str:
+    c = client(server)
+    found = c.get_experiment_by_name(experiment)
+    exp_id = found.experiment_id if found else c.create_experiment(experiment)
+    run_id: str = c.create_run(exp_id, run_name="sweep").info.run_id
+    return run_id
+
+
+def test_one_child_run_per_trial_batched_and_reused(server: MlflowServer) -> None:
+    parent = parent_run(server, "reuse")
+    loggers = []
+    for attempt in range(2):  # the same trial run twice (a retried Job): one MLflow run
+        logger = MlflowTrialLogger(
+            uri=server.uri,
+            trial_id="trial-reuse",
+            run_name="t",
+            experiment="reuse",
+            parent_run_id=parent,
+            tags={"kubesweep.gpu": "l40s"},
+        )
+        logger.start()
+        logger.log_params({"batch_size": 16, "precision": "bf16"})
+        for step in range(attempt * 1250, (attempt + 1) * 1250):
+            logger.log_metrics({"train/loss": 1.0 / (step + 1)}, step)
+        stats = logger.close()
+        assert stats.pending == 0 and stats.dropped == 0
+        assert stats.sent_requests <= 8, "metrics must go in batches, not one request per step"
+        loggers.append(logger)
+    assert loggers[0].run_id == loggers[1].run_id
+    c = client(server)
+    runs = c.search_runs(
+        [c.get_experiment_by_name("reuse").experiment_id],
+        filter_string="tags.`kubesweep.trial_id` = 'trial-reuse'",
+    )
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.data.tags["mlflow.parentRunId"] == parent
+    assert run.data.tags["kubesweep.gpu"] == "l40s"
+    assert run.data.params == {"batch_size": "16", "precision": "bf16"}
+    history = c.get_metric_history(run.info.run_id, "train/loss")
+    assert sorted(m.step for m in history) == list(range(2500))
+
+
+@pytest.mark.slow
+def test_job_logs_everything_through_a_server_outage(
+    server: MlflowServer, sst2: Path, token_cache: Path, tmp_path: Path
+) -> None:
+    """Stop the server once the trial's run exists, restart it after training: no metric is lost."""
+    steps = 24
+    parent = parent_run(server, "outage")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "KUBESWEEP_TEST_"))}
+    env.update(
+        {
+            "MLFLOW_TRACKING_URI": server.uri,
+            "KUBESWEEP_EXPERIMENT": "outage",
+            "KUBESWEEP_PARENT_RUN_ID": parent,
+            "KUBESWEEP_TRIAL_ID": "trial-outage",
+        }
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "kubesweep.jobs",
+        "--output-dir",
+        str(tmp_path),
+        "--trial-id",
+        "ignored",
+        "--name",
+        "outage-trial",
+        "--sweep",
+        "sw",
+        *tiny_args(sst2, token_cache, "--max-steps", str(steps)),
+    ]
+    log_path = tmp_path.parent / "job.log"
+    with log_path.open("w") as log:
+        job = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        c = client(server)
+        exp = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and job.poll() is None:
+            exp = exp or c.get_experiment_by_name("outage")
+            if exp and c.search_runs(
+                [exp.experiment_id], filter_string="tags.`kubesweep.trial_id` = 'trial-outage'"
+            ):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the trial's run never appeared:\n" + log_path.read_text()[-3000:])
+        server.stop()
+        while not (tmp_path / "results.json").exists() and job.poll() is None:
+            time.sleep(0.2)  # training runs on, with the server down
+        assert job.poll() is None, (
+            "the job must wait for the tracking server, not exit: " + log_path.read_text()
+        )
+        server.start()
+        code = job.wait(timeout=300)
+    output = log_path.read_text()
+    assert code == ExitCode.OK, output[-3000:]
+    summary = next(
+        line for line in output.splitlines() if line.startswith("tracking: ") and "retries" in line
+    )
+    assert " 0 retries" not in summary and " 0 pending" in summary, summary
+
+    c = client(server)
+    (run,) = c.search_runs([exp.experiment_id], filter_string="tags.`kubesweep.trial_id` = 'trial-outage'")
+    run_id = run.info.run_id
+    history = c.get_metric_history(run_id, "train/loss")
+    assert sorted(m.step for m in history) == list(range(1, steps + 1))
+    assert c.get_metric_history(run_id, "eval/accuracy")
+    assert c.get_metric_history(run_id, "result/samples_per_s")
+    assert run.info.status == "FINISHED"
+    tags = run.data.tags
+    assert tags["mlflow.parentRunId"] == parent
+    assert tags["kubesweep.sweep"] == "sw" and tags["kubesweep.trial"] == "outage-trial"
+    for key in (
+        "kubesweep.gpu",
+        "kubesweep.precision",
+        "kubesweep.compile",
+        "kubesweep.batch_size",
+        "kubesweep.repeat",
+    ):
+        assert key in tags
+    assert run.data.params["batch_size"] == "16" and run.data.params["max_steps"] == str(steps)
+    artifacts = {a.path for a in c.list_artifacts(run_id)}
+    assert {"results.json", "environment.json", "trial.json", "loss_curve.png", "export"} <= artifacts

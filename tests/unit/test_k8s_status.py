@@ -1,0 +1,96 @@
+"""Job/pod JSON → trial phase and outcome, for every outcome the cluster can report."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubesweep.backends.base import Phase
+from kubesweep.backends.k8s_status import observe
+from kubesweep.outcomes import Outcome
+
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:40Z"
+
+
+def job(condition: str | None = None, reason: str = "", **status: Any) -> dict[str, Any]:
+    conds = [{"type": condition, "status": "True", "reason": reason, "lastTransitionTime": T1}] if condition else []
+    return {"spec": {"activeDeadlineSeconds": 60},
+            "status": {"startTime": T0, "conditions": conds, "completionTime": T1, **status}}
+
+
+def pod(phase: str, *, exit_code: int | None = None, reason: str = "", message: str = "",
+        created: str = T0, **status: Any) -> dict[str, Any]:
+    terminated = {"exitCode": exit_code, "reason": reason, "message": message} if exit_code is not None else None
+    container = {"state": {"terminated": terminated}} if terminated else {"state": {"running": {}}}
+    return {"metadata": {"creationTimestamp": created},
+            "status": {"phase": phase, "containerStatuses": [container], **status}}
+
+
+def test_not_created_is_pending() -> None:
+    assert observe(None, []).phase == Phase.PENDING
+
+
+def test_complete_is_succeeded_with_times() -> None:
+    o = observe(job("Complete"), [pod("Succeeded", exit_code=0)])
+    assert (o.phase, o.outcome) == (Phase.SUCCEEDED, Outcome.SUCCEEDED)
+    assert o.finished_at is not None and o.started_at is not None and o.finished_at - o.started_at == 100
+
+
+def test_cuda_oom_exit_code() -> None:
+    o = observe(job("Failed", "PodFailurePolicy"), [pod("Failed", exit_code=3, reason="Error")])
+    assert (o.phase, o.outcome) == (Phase.FAILED, Outcome.OOM)
+
+
+def test_oomkilled() -> None:
+    o = observe(job("Failed", "BackoffLimitExceeded"), [pod("Failed", exit_code=137, reason="OOMKilled")])
+    assert o.outcome == Outcome.OOM and "OOMKilled" in o.reason
+
+
+def test_gpu_mismatch() -> None:
+    o = observe(job("Failed", "PodFailurePolicy"), [pod("Failed", exit_code=4, message="got NVIDIA-L4")])
+    assert o.outcome == Outcome.GPU_MISMATCH and "NVIDIA-L4" in o.reason
+
+
+def test_crash_reports_exit_code_and_message_tail() -> None:
+    o = observe(job("Failed", "BackoffLimitExceeded"),
+                [pod("Failed", exit_code=1, reason="Error", message="Traceback\nValueError: bad")])
+    assert o.outcome == Outcome.FAILED and o.reason == "Error: exit code 1: ValueError: bad"
+
+
+def test_deadline() -> None:
+    o = observe(job("Failed", "DeadlineExceeded"), [pod("Failed", exit_code=137)])
+    assert o.outcome == Outcome.FAILED and o.reason == "deadline exceeded after 60 s"
+
+
+def test_evicted() -> None:
+    evicted = pod("Failed")
+    evicted["status"].update({"reason": "Evicted", "message": "node drained"})
+    o = observe(job("Failed", "BackoffLimitExceeded"), [evicted])
+    assert o.outcome == Outcome.FAILED and o.reason.startswith("evicted")
+
+
+def test_termination_message_json_wins() -> None:
+    summary = json.dumps({"outcome": "gpu_mismatch", "error": "asked NVIDIA-H100-80GB-HBM3, got NVIDIA-H200"})
+    o = observe(job("Failed", "BackoffLimitExceeded"), [pod("Failed", exit_code=1, message=summary)])
+    assert o.outcome == Outcome.GPU_MISMATCH and "NVIDIA-H200" in o.reason
+
+
+def test_unschedulable_carries_the_schedulers_message() -> None:
+    p = pod("Pending", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                    "message": "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."}])
+    p["status"]["containerStatuses"] = []
+    o = observe(job(active=1), [p])
+    assert o.phase == Phase.UNSCHEDULABLE and "Insufficient nvidia.com/gpu" in o.reason
+
+
+def test_running_and_retrying() -> None:
+    assert observe(job(active=1), [pod("Running")]).phase == Phase.RUNNING
+    assert observe(job(active=0), [pod("Succeeded", exit_code=0)]).phase == Phase.RUNNING
+    o = observe(job(active=0), [pod("Failed", exit_code=1, reason="Error")])
+    assert o.phase == Phase.PENDING and o.reason.startswith("retrying after: Error: exit code 1")
+
+
+def test_newest_pod_decides() -> None:
+    old = pod("Failed", exit_code=1, reason="Error", created=T0)
+    new = pod("Failed", exit_code=3, reason="Error", created=T1)
+    assert observe(job("Failed", "PodFailurePolicy"), [new, old]).outcome == Outcome.OOM
