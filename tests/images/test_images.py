@@ -127,19 +127,19 @@ def test_job_image_keeps_the_base_torch(built_images: Built) -> None:
 def test_operator_image_config_and_help(built_images: Built, buildah: support.Buildah) -> None:
     config: dict[str, Any] = skopeo_json("inspect", "--tls-verify=false", "--config",
                                          f"docker://{by_digest(built_images.operator)}")["config"]  # type: ignore[assignment]
-    assert config["User"] == "1000:1000"
+    assert config["User"] == "65532:65532"
     assert config["Entrypoint"] == ["python", "-m", "kubesweep.operator"]
     has_operator = importlib.util.find_spec("kubesweep.operator") is not None
     argv = ["python", "-m", "kubesweep.operator", "--help"] if has_operator else ["python", "-m", "kubesweep",
                                                                                   "--help"]
     with buildah.container(by_digest(built_images.operator)) as ctr:
-        out = buildah("run", "--user", "1000:1000", ctr, "--", *argv, quiet=True)
-        who = buildah("run", "--user", "1000:1000", ctr, "--", "python", "-c",
+        out = buildah("run", "--user", "65532:65532", ctr, "--", *argv, quiet=True)
+        who = buildah("run", "--user", "65532:65532", ctr, "--", "python", "-c",
                       "import os, kubernetes, kopf; print(os.getuid(), os.getgid())", quiet=True)
     assert "Usage" in out or "usage" in out
     if not has_operator:
         assert "images" in out and "render" in out  # the sweep CLI, with the images sub-app
-    assert who.split() == ["1000", "1000"]
+    assert who.split() == ["65532", "65532"]
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +215,32 @@ def test_job_image_runs_a_tiny_cpu_trial_as_the_job_would(rendered_job: dict[str
     assert (dirs["output"] / "environment.json").is_file()
     assert any((dirs["cache"]).rglob("*")), "the job wrote nothing under /cache"
     assert denied.returncode != 0, "uid 1000 can write into the image's Python prefix"
+
+
+def test_chart_renders_the_built_operator_digest(built_images: Built) -> None:
+    """`helm template` of charts/kubesweep with the operator image just pushed: the Deployment runs that digest."""
+    from tests.cluster.kwok_cluster import build_tools
+
+    helm = build_tools() / "helm"  # the pinned helm the cluster tests build (cached)
+    name, digest = by_digest(built_images.operator).rsplit("@", 1)
+    # MLflow is off here; the chart's schema still wants its image by digest, so it gets a real one from this
+    # registry (the python stand-in), which nothing renders
+    mlflow_name, mlflow_digest = by_digest(built_images.bases.python).rsplit("@", 1)
+    proc = subprocess.run(
+        [str(helm), "template", "ks", str(support.ROOT / "charts" / "kubesweep"), "-n", "kubesweep",
+         "--set", f"operator.image.repository={name}", "--set", f"operator.image.digest={digest}",
+         "--set", "mlflow.enabled=false", "--set", f"mlflow.image.repository={mlflow_name}",
+         "--set", f"mlflow.image.digest={mlflow_digest}"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    images = {c["image"] for d in docs if d["kind"] == "Deployment"
+              for c in d["spec"]["template"]["spec"]["containers"]}
+    assert images == {f"{name}@{digest}"}
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    security = deployment["spec"]["template"]["spec"]["securityContext"]
+    # the image's user is the one the chart's restricted pod runs as
+    config: dict[str, Any] = skopeo_json("inspect", "--tls-verify=false", "--config",
+                                         f"docker://{name}@{digest}")["config"]  # type: ignore[assignment]
+    assert security["runAsNonRoot"] is True
+    assert config["User"] == f"{security['runAsUser']}:{security['runAsGroup']}"
