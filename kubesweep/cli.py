@@ -24,6 +24,7 @@ from rich.console import Console
 
 from kubesweep import __version__
 from kubesweep.gpus import CatalogError, load_catalog
+from kubesweep.images import app as images_app
 from kubesweep.spec import SpecError, Sweep, load_sweep_file
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     epilog="Exit codes: 0 ok, 1 trials failed, 2 bad input, 3 not found, 4 backend error, 130 interrupted.",
 )
+app.add_typer(images_app, name="images")
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
 

@@ -212,8 +212,15 @@ class Sweep(StrictModel):
         return self.spec.tracking.experiment or self.name
 
     def image_reference(self) -> str | None:
+        """`spec.image` resolved: a key of `spec.images`, else a key of the image lock, else a reference."""
         image = self.spec.image
-        return self.spec.images.get(image, image) if image else None
+        if not image or image in self.spec.images:
+            return self.spec.images.get(image, image) if image else None
+        if _is_image_key(image):
+            from kubesweep.images import locked_reference
+
+            return locked_reference(image) or image
+        return image
 
     def to_document(self) -> dict[str, Any]:
         """The sweep as a YAML/JSON-ready mapping (the custom resource body)."""
@@ -487,15 +494,27 @@ def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> 
             if axis not in AXES:
                 yield Problem(("spec", "search", "space", axis), f"not an axis; axes: {', '.join(AXES)}")
     if spec.image:
-        if spec.image not in spec.images and "/" not in spec.image and ":" not in spec.image and spec.images:
-            yield Problem(("spec", "image"), f"{spec.image!r} is not a key of spec.images "
-                                             f"({', '.join(spec.images)}) nor an image reference")
-        ref = sweep.image_reference() or ""
+        from kubesweep.images import LockError, lock_keys
+
+        try:
+            ref = sweep.image_reference() or ""
+        except LockError as exc:
+            yield Problem(("spec", "image"), str(exc))
+            return
+        if ref == spec.image and _is_image_key(ref) and (spec.images or not allow_unpinned):
+            yield Problem(("spec", "image"), f"{ref!r} is not a key of spec.images ({', '.join(spec.images)}) "
+                                             f"nor of the image lock ({', '.join(lock_keys())}) nor an image reference")
+            return
         if not allow_unpinned and not DIGEST_RE.match(ref):
             path: tuple[str | int, ...] = ("spec", "images", spec.image) if spec.image in spec.images else (
                 "spec", "image")
             yield Problem(path, f"{ref!r} is not pinned by digest (expected NAME@sha256:<64 hex>; "
                                 "pass --allow-unpinned to accept a tag)")
+
+
+def _is_image_key(image: str) -> bool:
+    """A bare name (`torch-2.8-cu128`), not a reference (which has a registry path, a tag or a digest)."""
+    return not any(c in image for c in "/:@")
 
 
 def _unknown_gpu(path: tuple[str | int, ...], gpu: str, catalog: Catalog) -> Problem:
