@@ -492,7 +492,9 @@ def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> 
     if isinstance(spec.search, TuneSearch):
         for axis in spec.search.space:
             if axis not in AXES:
-                yield Problem(("spec", "search", "space", axis), f"not an axis; axes: {', '.join(AXES)}")
+                hint = difflib.get_close_matches(axis, AXES, n=1)
+                known = f"did you mean {hint[0]!r}?" if hint else f"axes: {', '.join(AXES)}"
+                yield Problem(("spec", "search", "space", axis), f"not an axis; {known}")
     if spec.image:
         from kubesweep.images import LockError, lock_keys
 
