@@ -8,7 +8,10 @@ UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help setup demo test lint typecheck unit bench-plan cluster-tools cluster-up cluster-down clean
+.PHONY: help setup demo test lint typecheck unit system-deps cluster-tools cluster-up cluster-down test-cluster \
+	crd images bench-plan clean
+SYSTEM_TOOLS := chromium buildah skopeo docker-registry mmdebstrap
+PYTEST_WORKERS ?= 2
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -26,6 +29,30 @@ setup: $(STAMP)  ## create .venv with kubesweep and every extra (uv; wheels cach
 demo: setup  ## run the CPU smoke sweep on the local backend and print its results
 	$(VENV)/bin/sweep submit sweeps/smoke.yaml --backend local
 
+system-deps:  ## Debian packages the tests use: chromium (browser tests), buildah/skopeo/registry (image tests)
+	@missing=; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_TOOLS) >/dev/null; fi
+
+cluster-tools:  ## build the test control plane from Go modules (cached in ~/.cache/kubesweep-test)
+	bash tests/cluster/build-tools.sh
+
+cluster-up: cluster-tools  ## start the test Kubernetes cluster (kwok GPU nodes) and print its kubeconfig
+	tests/cluster/up
+
+cluster-down:  ## delete the test cluster
+	tests/cluster/down
+
+test-cluster: setup cluster-tools  ## only the tests against the real control plane
+	$(PY) -m pytest tests/cluster -q $(PYTEST_ARGS)
+
+crd: setup  ## regenerate the checked-in Sweep CRD from the spec model
+	$(PY) -m kubesweep.crd > manifests/crd/sweeps.kubesweep.io.yaml
+	cp manifests/crd/sweeps.kubesweep.io.yaml charts/kubesweep/crds/
+
+images: setup  ## build, push and lock the job and operator images: make images REGISTRY=registry.example/team
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" images/build.sh $(IMAGES_ARGS)
+
 lint: setup  ## ruff
 	$(VENV)/bin/ruff check kubesweep tests bench
 
@@ -35,8 +62,8 @@ typecheck: setup  ## mypy (strict)
 unit: setup  ## fast tests only (no cluster, no training)
 	$(PY) -m pytest tests/unit tests/backends -q $(PYTEST_ARGS)
 
-test: setup lint typecheck  ## everything CI runs: lint, types, all tests
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+test: setup system-deps cluster-tools lint typecheck  ## everything CI runs: lint, types, all tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 bench-plan: setup  ## planner speed (10,000 trials)
 	$(PY) bench/plan_scale.py

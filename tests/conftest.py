@@ -3,3 +3,16 @@
 from tests.support.mlflow_fixtures import mlflow_server, tracked_sweep
 
 __all__ = ["mlflow_server", "tracked_sweep"]
+
+
+def pytest_collection_modifyitems(config: object, items: list[object]) -> None:
+    """Under pytest-xdist (`-n N --dist loadgroup`), tests that share a session-scoped real component run on
+    one worker, so each component starts once: the Kubernetes control plane, the image registry, the MLflow
+    server with its tracked sweep."""
+    import pytest
+
+    groups = {"cluster": "k8s", "images": "images", "tracking": "mlflow", "browser": "mlflow"}
+    for item in items:
+        folder = item.path.parent.name  # type: ignore[attr-defined]
+        if folder in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[folder]))  # type: ignore[attr-defined]

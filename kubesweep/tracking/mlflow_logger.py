@@ -20,6 +20,7 @@ mlflow is imported lazily, in the sender thread: importing this module needs onl
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -118,6 +119,10 @@ class MlflowTrialLogger:
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         if not uri:
             print("tracking: off (MLFLOW_TRACKING_URI is not set)", flush=True)
+            return NullLogger()
+        if importlib.util.find_spec("mlflow") is None:  # not an outage: nothing to retry
+            print(f"tracking: off (MLFLOW_TRACKING_URI is {uri}, but mlflow is not installed: "
+                  "pip install 'kubesweep[tracking]')", flush=True)
             return NullLogger()
         logger = cls(
             uri=uri,
