@@ -45,7 +45,9 @@ app = typer.Typer(
     epilog="Exit codes: 0 ok, 1 trials failed, 2 bad input, 3 not found, 4 backend error, 130 interrupted.",
 )
 app.add_typer(images_app, name="images")
-console = Console(highlight=False, soft_wrap=True)
+# Piped output (CI logs, files) gets wide tables instead of 80 columns of ellipses.
+console = Console(highlight=False, soft_wrap=True,
+                  width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
 err = Console(stderr=True, highlight=False)
 
 
