@@ -1,16 +1,17 @@
 """Fixtures shared across test directories (session-scoped: one MLflow server and one tracked sweep per run)."""
 
+import pytest
+
 from tests.support.mlflow_fixtures import mlflow_server, tracked_sweep
 
 __all__ = ["mlflow_server", "tracked_sweep"]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: object, items: list[object]) -> None:
     """Under pytest-xdist (`-n N --dist loadgroup`), tests that share a session-scoped real component run on
     one worker, so each component starts once: the Kubernetes control plane, the image registry, the MLflow
     server with its tracked sweep."""
-    import pytest
-
     groups = {"cluster": "k8s", "images": "images", "tracking": "mlflow", "browser": "mlflow"}
     for item in items:
         folder = item.path.parent.name  # type: ignore[attr-defined]
