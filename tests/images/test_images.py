@@ -209,6 +209,7 @@ def test_job_image_runs_a_tiny_cpu_trial_as_the_job_would(rendered_job: dict[str
         denied = subprocess.run(["buildah", *buildah.global_args, "run", "--user", "1000:1000", ctr, "--", "sh",
                                  "-c", "touch /opt/conda/x"], capture_output=True, text=True, check=False,
                                 env={**os.environ, "BUILDAH_ISOLATION": "chroot"})
+    assert (dirs["output"] / "results.json").is_file(), f"the job wrote no results file:\n{out[-3000:]}"
     results = json.loads((dirs["output"] / "results.json").read_text())
     assert results["outcome"] == "succeeded", out[-3000:]
     assert results["trial"]["trial_id"] == trial["trial_id"]
