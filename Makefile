@@ -11,7 +11,8 @@ PYTEST_ARGS ?=
 .PHONY: help setup demo test lint typecheck unit system-deps cluster-tools cluster-up cluster-down test-cluster \
 	crd images bench-plan clean
 SYSTEM_TOOLS := chromium buildah skopeo docker-registry mmdebstrap
-PYTEST_WORKERS ?= 2
+# Parallel runs (`make test PYTEST_XDIST="-n 2 --dist loadgroup"`) keep each shared component on one worker.
+PYTEST_XDIST ?=
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -63,7 +64,7 @@ unit: setup  ## fast tests only (no cluster, no training)
 	$(PY) -m pytest tests/unit tests/backends -q $(PYTEST_ARGS)
 
 test: setup system-deps cluster-tools lint typecheck  ## everything CI runs: lint, types, all tests
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 bench-plan: setup  ## planner speed (10,000 trials)
 	$(PY) bench/plan_scale.py
