@@ -98,7 +98,7 @@ def test_job_image_config(built_images: Built) -> None:
     assert config["User"] == "1000:1000"
     assert config["Entrypoint"] == ["python", "-m", "kubesweep.jobs"]
     assert config["Cmd"] == ["--config", "/etc/kubesweep/trial.json", "--output-dir", "/workspace/output"]
-    assert set(config["Volumes"]) == {"/cache", "/workspace/output"}
+    assert not config.get("Volumes"), "an image VOLUME may shadow the directories the Job mounts there"
     env = dict(e.split("=", 1) for e in config["Env"])
     assert env["HF_HOME"] == "/cache/huggingface"
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/cache/inductor"
