@@ -80,6 +80,11 @@ class JobConfig(StrictModel):
     grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
     precision: Precision = "fp32"
     compile: bool | str = Field(False, description="false, true, or default | reduce-overhead | max-autotune")
+    step_graph: bool = Field(
+        False,
+        description="capture the whole optimizer step (forward, backward, clipping, AdamW) as one CUDA graph "
+        "per batch shape; CUDA, bf16/tf32/fp32, no DDP or gradient accumulation",
+    )
     padding: Padding = Field("max_length", description="max_length (run_glue's recipe), dynamic or bucketed")
     bucket_multiple: int = Field(16, ge=1, description="bucketed padding: lengths round up to this multiple")
     num_workers: int = Field(2, ge=0, description="DataLoader workers")
@@ -117,6 +122,16 @@ class JobConfig(StrictModel):
     def _check(self) -> JobConfig:
         if self.engine == "hf-trainer" and self.task != "finetune":
             raise ValueError("engine hf-trainer supports task finetune only")
+        if self.step_graph:
+            if self.precision == "fp16":
+                raise ValueError("step_graph does not support fp16 (its loss scaler reads the GPU each step); "
+                                 "use bf16")
+            if self.grad_accum > 1:
+                raise ValueError("step_graph does not support grad_accum > 1")
+            if self.compile == "reduce-overhead":
+                raise ValueError("step_graph replaces reduce-overhead's CUDA graphs; use compile: default")
+            if self.engine != "kubesweep" or self.task != "finetune":
+                raise ValueError("step_graph applies to kubesweep's own fine-tuning loop only")
         if self.model_overrides and not self.random_init:
             raise ValueError("model_overrides needs random_init: pretrained weights fix the shapes")
         return self

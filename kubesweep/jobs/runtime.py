@@ -38,13 +38,16 @@ def autocast_dtype(cfg: JobConfig) -> Any:
     return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.precision)
 
 
-def autocast(cfg: JobConfig, device_type: str) -> contextlib.AbstractContextManager[Any]:
+def autocast(
+    cfg: JobConfig, device_type: str, *, cache_enabled: bool = True
+) -> contextlib.AbstractContextManager[Any]:
+    """Autocast for bf16/fp16 (nothing otherwise); under CUDA graph capture its weight-cast cache must be off."""
     import torch
 
     dtype = autocast_dtype(cfg)
     if dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device_type, dtype=dtype)
+    return torch.autocast(device_type=device_type, dtype=dtype, cache_enabled=cache_enabled)
 
 
 def compile_model(module: Any, cfg: JobConfig) -> Any:

@@ -6,7 +6,7 @@ the buffer and the clock; that is when metrics are logged and progress printed.
 
 A step is *warm-up* (timed apart, not in samples/s) when it is among the first `measure_skip_steps` steps of
 this process, or, under torch.compile, when one of its batches has a shape not seen before (a compilation) or,
-under `reduce-overhead`, seen only once (its CUDA graph is recorded then).
+under `reduce-overhead` or `step_graph`, seen only once (its CUDA graph is recorded then).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubesweep.jobs import checkpoint, data, runtime
+from kubesweep.jobs import checkpoint, data, runtime, step_graph
 from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
@@ -49,6 +49,7 @@ RESUME_NEUTRAL = frozenset(
         "eval_batch_size",
         "eval_every_epoch",
         "compile",
+        "step_graph",
     }
 )
 
@@ -163,9 +164,16 @@ class FineTuner:
         self.train_module = runtime.compile_model(self.train_module, cfg)
         # Evaluation runs eager: a handful of batches per epoch would each pay a compilation of their own.
         self.eval_module = self.raw
+        if cfg.step_graph:
+            step_graph.check_supported(cfg, cuda=dist.cuda, distributed=dist.enabled)
         self.optimizer = self._optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.graphs = (
+            step_graph.StepGraphs(cfg, self.train_module, self._params(), self.optimizer, self.device)
+            if cfg.step_graph
+            else None
+        )
         self.out = TrainOutcome(steps=0, target_steps=self.target_steps, steps_per_epoch=self.steps_per_epoch)
         self.epoch = 0
         self.micro_in_epoch = 0
@@ -188,6 +196,9 @@ class FineTuner:
             world_size=self.dist.world_size,
         )
 
+    def _params(self) -> list[Any]:
+        return [p for p in self.raw.parameters() if p.requires_grad]
+
     def _optimizer(self) -> Any:
         import torch
 
@@ -199,11 +210,21 @@ class FineTuner:
             (
                 no_decay if name.endswith("bias") or "LayerNorm" in name or "layernorm" in name else decay
             ).append(param)
-        groups = [
+        groups: list[dict[str, Any]] = [
             {"params": decay, "weight_decay": self.cfg.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
+        if self.cfg.step_graph:
+            # Captured steps read the learning rate from device memory, which the scheduler fills in place.
+            for group in groups:
+                group["lr"] = torch.tensor(self.cfg.learning_rate, dtype=torch.float32, device=self.device)
+            return torch.optim.AdamW(groups, lr=self.cfg.learning_rate, fused=True, capturable=True)
         return torch.optim.AdamW(groups, lr=self.cfg.learning_rate, fused=True)
+
+    def _current_lr(self) -> float:
+        """The scheduler's current learning rate, computed on the host: under step_graph the optimizer's is a
+        device tensor, and reading it would sync."""
+        return self.cfg.learning_rate * self._lr_lambda(self.scheduler.last_epoch)
 
     def _lr_lambda(self, step: int) -> float:
         """Linear warm-up then linear decay to zero (HF's get_linear_schedule_with_warmup)."""
@@ -259,10 +280,10 @@ class FineTuner:
         pending: list[StepMeta] = []
         window_lrs: list[float] = []
         window_start = out.steps
-        # Under compile a new shape compiles; under CUDA graphs (reduce-overhead) its second step records the
-        # graph too. Those steps are warm-up.
+        # Under compile a new shape compiles; under CUDA graphs (reduce-overhead, step_graph) its second step
+        # records the graph too. Those steps are warm-up.
         seen_shapes: dict[tuple[int, ...], int] = {}
-        warm_calls = 2 if cfg.compile == "reduce-overhead" else 1
+        warm_calls = 2 if cfg.compile == "reduce-overhead" or cfg.step_graph else 1
         steps_this_run = 0
         last_print = 0.0
         t_start = time.perf_counter()
@@ -329,7 +350,7 @@ class FineTuner:
             batches = data.loader(cfg, self.train_data, plan[self.micro_in_epoch :], pin_memory=self.pin)
             for batch in batches:
                 shape = tuple(batch["input_ids"].shape)
-                if cfg.compile and seen_shapes.get(shape, 0) < warm_calls:
+                if (cfg.compile or cfg.step_graph) and seen_shapes.get(shape, 0) < warm_calls:
                     step_meta.warmup = True
                 seen_shapes[shape] = seen_shapes.get(shape, 0) + 1
                 rows = shape[0]
@@ -341,11 +362,15 @@ class FineTuner:
                 last_micro = micro_in_step == cfg.grad_accum or self.micro_in_epoch == self.micro_per_epoch
                 if steps_this_run == 0 and micro_in_step == 1:
                     runtime.oom_hook(rows)
-                loss = self._forward_backward(batch, sync=last_micro)
-                loss_buf[out.steps - window_start] += loss
-                if not last_micro:
-                    continue
-                self._optimizer_step()
+                if self.graphs is not None:
+                    loss_buf[out.steps - window_start] += self.graphs.step(batch, non_blocking=self.pin)
+                    self.scheduler.step()
+                else:
+                    loss = self._forward_backward(batch, sync=last_micro)
+                    loss_buf[out.steps - window_start] += loss
+                    if not last_micro:
+                        continue
+                    self._optimizer_step()
                 out.steps += 1
                 steps_this_run += 1
                 micro_in_step = 0
@@ -354,7 +379,7 @@ class FineTuner:
                 pending.append(step_meta)
                 out.samples += step_meta.samples
                 step_meta = StepMeta(False, 0, 0, 0)
-                window_lrs.append(float(self.scheduler.get_last_lr()[0]))
+                window_lrs.append(self._current_lr())
                 if out.steps - window_start >= cfg.log_every or out.steps >= self.target_steps:
                     flush()
                 epoch_done = self.micro_in_epoch == self.micro_per_epoch

@@ -65,6 +65,14 @@ def test_invalid_setting_is_a_usage_error(tmp_path: Path) -> None:
     assert "precision" in run.stdout
 
 
+def test_step_graph_on_cpu_is_a_usage_error(
+    sst2: Path, token_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = run_job_in_process(tiny_args(sst2, token_cache, "--step-graph"), tmp_path, monkeypatch)
+    assert run.returncode == ExitCode.USAGE
+    assert "step_graph needs a CUDA GPU" in run.stdout
+
+
 def test_inference_benchmark(
     sst2: Path, token_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
