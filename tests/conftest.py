@@ -2,9 +2,10 @@
 
 import pytest
 
+from tests.support.cluster_fixtures import k8s_cluster, k8s_namespace
 from tests.support.mlflow_fixtures import mlflow_server, tracked_sweep
 
-__all__ = ["mlflow_server", "tracked_sweep"]
+__all__ = ["k8s_cluster", "k8s_namespace", "mlflow_server", "tracked_sweep"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

@@ -163,6 +163,15 @@ def gpu_node_manifests(
     return nodes
 
 
+def cpu_node_manifest(name: str) -> dict[str, Any]:
+    """A plain kwok node (no GPU, no taint) for pods such as the operator's and MLflow's."""
+    resources = {"cpu": "32", "memory": "128Gi", "pods": "110"}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                         "labels": {"kubernetes.io/hostname": name, "type": "kwok"}},
+            "status": {"allocatable": resources, "capacity": dict(resources)}}
+
+
 def _gpu_family(compute_capability: str) -> str:
     # GPU Feature Discovery's nvidia.com/gpu.family, from the CUDA compute capability.
     families = {"7.0": "volta", "7.5": "turing", "8.0": "ampere", "8.6": "ampere", "8.9": "ada-lovelace"}

@@ -160,11 +160,7 @@ def installed(k8s_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
                     "pod-security.kubernetes.io/enforce-version=latest")
     # A plain (untainted) node for the operator and MLflow pods, and a volume for MLflow's claim; both are
     # removed again at the end, so other modules see the cluster as the fixture made it.
-    cluster.apply({"apiVersion": "v1", "kind": "Node",
-                   "metadata": {"name": CPU_NODE, "annotations": {"kwok.x-k8s.io/node": "fake"},
-                                "labels": {"kubernetes.io/hostname": CPU_NODE, "type": "kwok"}},
-                   "status": {"allocatable": {"cpu": "32", "memory": "128Gi", "pods": "110"},
-                              "capacity": {"cpu": "32", "memory": "128Gi", "pods": "110"}}})
+    cluster.apply(_kwok().cpu_node_manifest(CPU_NODE))
     storage_class = f"manual-{ns}"
     cluster.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"mlflow-{ns}"},
                    "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],

@@ -18,6 +18,8 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +145,10 @@ def test_operator_image_config_and_help(built_images: Built, buildah: support.Bu
 
 
 @pytest.fixture(scope="module")
-def rendered_job(built_images: Built, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """`sweep render` of a tiny CPU sweep that names the image by its key only: the lock supplies the digest."""
+def tiny_spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny CPU sweep that names the job image by its key only: the lock supplies the digest."""
     work = tmp_path_factory.mktemp("render")
-    spec = write_yaml(work / "tiny.yaml", {
+    return write_yaml(work / "tiny.yaml", {
         "apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "image-smoke"},
         "spec": {
             "image": JOB_KEY,
@@ -159,7 +161,12 @@ def rendered_job(built_images: Built, tmp_path_factory: pytest.TempPathFactory) 
             "resources": {"gpus_per_trial": 0, "cpu": "2", "memory": "4Gi"},
         },
     })
-    proc = _sweep("render", str(spec), lock=built_images.lock_path, cwd=work)
+
+
+@pytest.fixture(scope="module")
+def rendered_job(built_images: Built, tiny_spec: Path) -> dict[str, Any]:
+    """`sweep render` of the tiny sweep."""
+    proc = _sweep("render", str(tiny_spec), lock=built_images.lock_path, cwd=tiny_spec.parent)
     assert proc.returncode == 0, proc.stderr
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     jobs = [d for d in docs if d["kind"] == "Job"]
@@ -245,3 +252,51 @@ def test_chart_renders_the_built_operator_digest(built_images: Built) -> None:
                                          f"docker://{name}@{digest}")["config"]  # type: ignore[assignment]
     assert security["runAsNonRoot"] is True
     assert config["User"] == f"{security['runAsUser']}:{security['runAsGroup']}"
+
+
+@pytest.mark.cluster
+def test_helm_install_and_a_trial_on_the_test_cluster_use_the_built_digests(
+        built_images: Built, tiny_spec: Path, k8s_cluster: Any) -> None:
+    """`helm install` of charts/kubesweep with the operator image just pushed, into a namespace enforcing the
+    restricted Pod Security profile, then `sweep submit` of the tiny sweep onto the same cluster. Real: helm, the
+    API server's admission, the scheduler and the Job controller. kwok runs no containers, so what is proved is
+    that the pods the cluster creates reference exactly the built digests (the container runs are above)."""
+    kc = sys.modules["kubesweep_kwok_cluster"]
+    helm = str(k8s_cluster.bin_dir / "helm") if k8s_cluster.bin_dir else str(kc.build_tools() / "helm")
+    ns, node = f"ksw-images-{uuid.uuid4().hex[:6]}", "kubesweep-images-cpu-0"
+    name, digest = by_digest(built_images.operator).rsplit("@", 1)
+    mlflow_name, mlflow_digest = by_digest(built_images.bases.python).rsplit("@", 1)
+    k8s_cluster.kubectl("create", "namespace", ns)
+    k8s_cluster.kubectl("label", "namespace", ns, "kubesweep.io/test=true",
+                        "pod-security.kubernetes.io/enforce=restricted",
+                        "pod-security.kubernetes.io/enforce-version=latest")
+    k8s_cluster.apply(kc.cpu_node_manifest(node))
+    release = "ksi"
+    try:
+        proc = subprocess.run(
+            [helm, "install", release, str(support.ROOT / "charts" / "kubesweep"), "-n", ns, "--wait",
+             "--timeout", "150s", "--kubeconfig", str(k8s_cluster.kubeconfig),
+             "--set", f"operator.image.repository={name}", "--set", f"operator.image.digest={digest}",
+             "--set", "mlflow.enabled=false", "--set", f"mlflow.image.repository={mlflow_name}",
+             "--set", f"mlflow.image.digest={mlflow_digest}"],
+            capture_output=True, text=True, timeout=200, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        pods = k8s_cluster.get_json("pods", "-l", "app.kubernetes.io/component=operator", namespace=ns)["items"]
+        assert pods, "the operator Deployment made no pod"
+        assert {c["image"] for p in pods for c in p["spec"]["containers"]} == {f"{name}@{digest}"}
+        assert all(p["status"]["phase"] == "Running" for p in pods)
+
+        submitted = _sweep("submit", str(tiny_spec), "--backend", "kubernetes", "--direct", "--detach",
+                           "--no-tracking", "-n", ns, "--kubeconfig", str(k8s_cluster.kubeconfig),
+                           lock=built_images.lock_path, cwd=tiny_spec.parent)
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        jobs = k8s_cluster.get_json("jobs", "-l", "kubesweep.io/sweep=image-smoke", namespace=ns)["items"]
+        assert len(jobs) == 1
+        job_pods = kc.wait_until("the trial's pod", lambda: k8s_cluster.job_pods(ns, jobs[0]["metadata"]["name"]),
+                                 60)
+        assert [c["image"] for c in job_pods[0]["spec"]["containers"]] == [built_images.job]
+    finally:
+        subprocess.run([helm, "uninstall", release, "-n", ns, "--kubeconfig", str(k8s_cluster.kubeconfig)],
+                       capture_output=True, timeout=120, check=False)
+        k8s_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        k8s_cluster.kubectl("delete", "node", node, "--wait=false", check=False)

@@ -1,4 +1,5 @@
-"""pytest fixtures for tests against the real test control plane (see docs/testing.md).
+"""pytest fixtures for tests against the real test control plane (see docs/testing.md); the root conftest
+makes them available to every test directory, so the cluster starts once per session whoever asks first.
 
 - ``k8s_cluster`` (session): a :class:`kwok_cluster.K8sCluster`. With ``KUBESWEEP_TEST_KUBECONFIG`` set,
   the cluster of that kubeconfig is used as it is; otherwise the kwok cluster ``KUBESWEEP_TEST_CLUSTER``
@@ -21,7 +22,7 @@ import pytest
 
 # Loaded by path so it works whatever pytest's import mode, and stays runnable as a script (tests/cluster/up).
 _spec = importlib.util.spec_from_file_location(
-    "kubesweep_kwok_cluster", Path(__file__).with_name("kwok_cluster.py")
+    "kubesweep_kwok_cluster", Path(__file__).parents[1] / "cluster" / "kwok_cluster.py"
 )
 assert _spec and _spec.loader
 kwok_cluster = importlib.util.module_from_spec(_spec)
