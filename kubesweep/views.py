@@ -30,6 +30,7 @@ PHASE_STYLE = {
     Phase.FAILED: "red",
     Phase.SKIPPED: "dim",
     Phase.CANCELLED: "magenta",
+    Phase.STOPPED: "blue",
 }
 
 
