@@ -394,7 +394,7 @@ class LocalBackend(Backend):
             if row.phase.terminal:
                 return
             if self.store.update(sweep, row.trial_id, only_if=row.phase, phase=Phase.STOPPED,
-                                 outcome=Outcome.STOPPED, reason=reason, finished=time.time(), pid=None):
+                                 outcome=Outcome.STOPPED, reason=reason, finished=time.time()):
                 break
         else:
             return
