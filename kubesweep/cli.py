@@ -686,15 +686,52 @@ def results(
         cells = agg.sort_cells(agg.apply_filters(cells, agg.parse_filters(filters or [])), sort, reverse)
     except agg.QueryError as exc:
         fail(str(exc), EXIT_USAGE)
+    found = _search_summary(name, home, loaded.parent_run_id, tracking_uri, backend)
     if fmt == ResultsFormat.json:
-        sys.stdout.write(json.dumps(agg.to_json(cells, sweep=name, source=loaded.source, target=target_accuracy,
-                                                best_by=best_by.value), indent=2, default=str) + "\n")
+        doc = agg.to_json(cells, sweep=name, source=loaded.source, target=target_accuracy, best_by=best_by.value)
+        if found is not None:
+            doc["search"] = found
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     elif fmt == ResultsFormat.csv:
         sys.stdout.write(agg.to_csv(cells))
     elif fmt == ResultsFormat.markdown:
         sys.stdout.write(agg.to_markdown(cells))
     else:
         _print_cells(name, cells, loaded.source, target_accuracy, best_by.value)
+        if found is not None:
+            _print_search(found)
+
+
+def _search_summary(name: str, home: Path | None, parent_run_id: str | None, tracking_uri: str | None,
+                    backend: BackendName) -> dict[str, Any] | None:
+    """What a tune or max-batch search found: its file under the search storage, else the parent run's
+    artifact in MLflow (`tune/tune.json`, `max_batch/max_batch.json`)."""
+    storage = search_storage(home, name)
+    for file in ("tune.json", "max_batch.json"):
+        try:
+            data = json.loads((storage / file).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    if parent_run_id is None:
+        return None
+    import tempfile
+
+    from kubesweep.tracking.runs import SweepRuns, TrackingError
+
+    target = tracking_target(name, None, backend, home, tracking_uri, False)
+    runs = SweepRuns(target, name)
+    for folder, file in (("tune", "tune.json"), ("max_batch", "max_batch.json")):
+        with tempfile.TemporaryDirectory(prefix="kubesweep-search-") as tmp:
+            try:
+                path = runs.client.download_artifacts(parent_run_id, f"{folder}/{file}", tmp)
+                data = json.loads(Path(path).read_text())
+            except (TrackingError, OSError, ValueError, Exception):
+                continue
+            if isinstance(data, dict):
+                return data
+    return None
 
 
 def _print_cells(name: str, cells: list[Any], source: str, target: float, best_by: str) -> None:

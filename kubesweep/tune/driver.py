@@ -29,6 +29,7 @@ from typing import Any
 
 from kubesweep.backends.base import Backend, BackendError, SweepStatus
 from kubesweep.manifests import TrackingEnv
+from kubesweep.outcomes import Outcome
 from kubesweep.plan import make_trial, plan
 from kubesweep.spec import Sweep, TuneSearch
 from kubesweep.tune import metrics as m
@@ -108,8 +109,15 @@ class _Driver:
             self.progress(status)
         return status
 
-    def mark_stopped(self, trial_id: str) -> None:
-        """The trial's MLflow child run: KILLED, tag kubesweep.outcome=stopped (its job was ended mid-run)."""
+    def mark_all_stopped(self) -> None:
+        """Mark the MLflow run of every stopped trial (a tuner killed between stopping a trial and marking its
+        run, or a run the job created as it was ended, is caught here)."""
+        stopped = [t.trial_id for t in self.backend.status(self.sweep.name).trials if t.outcome == Outcome.STOPPED]
+        if stopped:
+            self.mark_stopped(*stopped)
+
+    def mark_stopped(self, *trial_ids: str) -> None:
+        """The trials' MLflow child runs: KILLED, tag kubesweep.outcome=stopped (their jobs were ended mid-run)."""
         if self.tracking is None or not self.tracking.parent_run_id:
             return
         from kubesweep.tracking.mlflow_logger import TRIAL_TAG
@@ -121,11 +129,14 @@ class _Driver:
 
             client = MlflowClient(tracking_uri=self.tracking.uri)
             experiment = client.get_run(self.tracking.parent_run_id).info.experiment_id
-            for run in client.search_runs([experiment], filter_string=f"tags.`{TRIAL_TAG}` = '{trial_id}'"):
-                client.set_tag(run.info.run_id, OUTCOME_TAG, "stopped")
-                client.set_terminated(run.info.run_id, status="KILLED")
+            for trial_id in trial_ids:
+                for run in client.search_runs([experiment],
+                                              filter_string=f"tags.`{TRIAL_TAG}` = '{trial_id}'"):
+                    if run.info.status != "KILLED" or run.data.tags.get(OUTCOME_TAG) != "stopped":
+                        client.set_tag(run.info.run_id, OUTCOME_TAG, "stopped")
+                        client.set_terminated(run.info.run_id, status="KILLED")
         except Exception as exc:  # tracking trouble never stops the search
-            log.warning("tracking: cannot mark trial %s stopped in MLflow: %s", trial_id, exc)
+            log.warning("tracking: cannot mark trials %s stopped in MLflow: %s", ", ".join(trial_ids), exc)
 
 
 def experiment_id(tracking: TrackingEnv | None) -> str | None:
@@ -149,9 +160,7 @@ def init_ray(num_cpus: int) -> None:
 
 def _searcher(search: TuneSearch) -> Any:
     metric: str | list[str] = search.metric
-    mode: str | list[str] = search.mode if isinstance(search.mode, list) else search.mode
-    if isinstance(search.metric, list) and not isinstance(search.mode, list):
-        mode = search.modes
+    mode: str | list[str] = search.modes if isinstance(search.metric, list) else search.modes[0]
     if search.algorithm == "optuna":
         from ray.tune.search.optuna import OptunaSearch
 
@@ -176,7 +185,7 @@ def _scheduler(search: TuneSearch) -> Any:
     if search.scheduler == "median":
         return MedianStoppingRule(time_attr="training_iteration", metric=metric, mode=mode,
                                   grace_period=search.grace_period, min_samples_required=2)
-    return FIFOScheduler()
+    return FIFOScheduler()  # type: ignore[no-untyped-call]
 
 
 def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: TrackingEnv | None = None,
@@ -230,9 +239,11 @@ def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trackin
             if status is not None and status.done:
                 break
             time.sleep(poll_s)
+        driver.mark_all_stopped()
     finally:
         _ray.DRIVERS.pop(sweep.name, None)
-    summary = summarize(sweep, search, [(r.config, r.metrics or {}) for r in grid], driver, resumed)
+    last = [(grid[i].config or {}, grid[i].metrics or {}) for i in range(len(grid))]
+    summary = summarize(sweep, search, last, driver, resumed)
     (storage / SUMMARY).write_text(json.dumps(summary.as_dict(), indent=2, default=str) + "\n")
     log_summary(tracking, storage / SUMMARY)
     return summary

@@ -44,7 +44,7 @@ def axes_from_config(search: TuneSearch, config: dict[str, Any]) -> dict[str, An
         if hasattr(value, "item"):  # numpy scalars
             value = value.item()
         if isinstance(value, float) and axis_is_int(axis):
-            value = int(round(value))
+            value = round(value)
         elif isinstance(value, float):
             value = float(f"{value:.6g}") if math.isfinite(value) else value
         axes[axis] = value
