@@ -4,6 +4,7 @@ the Pareto front, the tuner's Job manifest."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from typing import Any
 
 import pytest
@@ -155,3 +156,26 @@ def test_pareto_front() -> None:
     assert [r["name"] for r in pareto_front(rows, ["speed", "acc"], ["max", "max"])] == ["both"]
     assert [r["name"] for r in pareto_front(rows[:3], ["speed", "acc"], ["max", "max"])] == ["fast", "good"]
     assert [r["name"] for r in pareto_front(rows[:3], ["speed", "acc"], ["min", "max"])] == ["good", "worse"]
+
+
+def test_tuner_job_manifest_is_a_valid_job() -> None:
+    from kubesweep.manifests import ANNOTATION_SWEEP, render_plan, render_tuner_job, tuner_name
+    from kubesweep.plan import plan
+
+    sweep = parse_sweep(sweep_doc({"strategy": "tune", "space": {"batch_size": {"type": "choice", "values": [8]}}},
+                                  image="registry.example/job@sha256:" + "0" * 64,
+                                  storage={"checkpoint_claim": "ckpt"}))
+    job = render_tuner_job(sweep, image="img@sha256:" + "1" * 64, namespace="ns")
+    assert job["metadata"]["name"] == tuner_name("t") == "t-tuner"
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][:4] == ["python", "-m", "kubesweep.tune", "--spec"]
+    assert "/checkpoints/t/search" in container["command"]
+    doc = json.loads(job["spec"]["template"]["metadata"]["annotations"][ANNOTATION_SWEEP])
+    assert parse_sweep(doc).to_document() == sweep.to_document()
+    assert len(tuner_name("x" * 63)) <= 63
+    (rendered,) = render_plan(plan(sweep))  # a search plans no trials: its manifest is the tuner Job
+    assert rendered["metadata"]["name"] == "t-tuner"
+    kv = pytest.importorskip("kubernetes_validate")
+    from tests.unit.test_manifests import K8S_VERSION
+
+    kv.validate(job, K8S_VERSION, strict=True)
