@@ -262,6 +262,8 @@ def submit(
 ) -> None:
     """Expand a spec into trials and run them. Submitting the same spec again starts nothing twice.
 
+    A search (`strategy: tune` or `max_batch`) makes its trials as it runs: here for --backend local or --direct,
+    else as the operator's tuner Job; submitted again, it continues from its saved state.
     Tracking: one MLflow parent run per sweep (found again on a later submit or resume), a child run per trial.
     """
     from kubesweep.backends import BackendError
@@ -529,7 +531,8 @@ def resume(
     tracking_uri: TrackingUriOpt = None,
     no_tracking: NoTrackingOpt = False,
 ) -> None:
-    """Run again only the trials that failed, were cancelled or are missing (into the same MLflow runs)."""
+    """Run again only the trials that failed, were cancelled or are missing (into the same MLflow runs); a search
+    continues from its saved state."""
     from kubesweep.backends import BackendError
 
     b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)

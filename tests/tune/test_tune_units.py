@@ -179,3 +179,13 @@ def test_tuner_job_manifest_is_a_valid_job() -> None:
     from tests.unit.test_manifests import K8S_VERSION
 
     kv.validate(job, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("name", ["tune_example.yaml", "max_batch.yaml"])
+def test_shipped_search_examples_validate(name: str) -> None:
+    from pathlib import Path
+
+    from kubesweep.spec import load_sweep_file
+
+    sweep = load_sweep_file(Path(__file__).parents[2] / "sweeps" / name)
+    assert sweep.spec.search.strategy in ("tune", "max_batch")
