@@ -165,6 +165,8 @@ class _Follower:
 
 class KubernetesBackend(Backend):
     name = "kubernetes"
+    # the trials a search added (its tuner drives them); the operator leaves them to the tuner Job
+    reads_search_trials = True
 
     def __init__(self, namespace: str | None = None, kubeconfig: str | Path | None = None, *,
                  api_client: Any = None, tracking: TrackingEnv | None = None, allow_unpinned: bool = False,
@@ -275,6 +277,8 @@ class KubernetesBackend(Backend):
         return added if isinstance(added, list) else []
 
     def _with_added(self, base: Plan) -> Plan:
+        if not self.reads_search_trials or base.sweep.spec.search.strategy not in ("tune", "max_batch"):
+            return base
         added = self._added(base.sweep.name)
         if not added:
             return base
