@@ -262,16 +262,26 @@ def submit(
 ) -> None:
     """Expand a spec into trials and run them. Submitting the same spec again starts nothing twice.
 
+    A search (`strategy: tune` or `max_batch`) makes its trials as it runs: here for --backend local or --direct,
+    else as the operator's tuner Job; submitted again, it continues from its saved state.
     Tracking: one MLflow parent run per sweep (found again on a later submit or resume), a child run per trial.
     """
     from kubesweep.backends import BackendError
 
     sweep = load(file, allow_unpinned)
     p = make_plan(sweep)
+    searching = sweep.spec.search.strategy in SEARCHES and (backend == BackendName.local or direct)
+    if searching and detach:
+        _spawn_search(file, home, backend, allow_unpinned, tracking_uri, no_tracking, parallel, any_gpu)
+        console.print(f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search detached; follow with "
+                      f"`sweep status {sweep.name}`")
+        return
     target, env = open_tracking(sweep.name, sweep.to_document(), len(p.trials), backend, home, tracking_uri,
                                 no_tracking)
     b = get_backend(backend, home, any_gpu=any_gpu, parallel=parallel, namespace=namespace, kubeconfig=kubeconfig,
                     direct=direct, tracking=env)
+    if searching:
+        _run_search(sweep, b, home, backend, target, env)
     try:
         status = b.submit(p)
     except BackendError as exc:
@@ -280,6 +290,81 @@ def submit(
     if p.dropped:
         console.print(f"{len(p.dropped)} cells dropped (see `sweep plan {file}`)")
     _follow(b, sweep.name, detach, home, backend, target, env)
+
+
+SEARCHES = ("tune", "max_batch")
+
+
+def search_storage(home: Path | None, name: str) -> Path:
+    """Where a search keeps its state (Ray Tune's experiment, the max-batch bisection): under the sweep's
+    local directory, or $KUBESWEEP_TUNE_STORAGE/<sweep>."""
+    root = os.environ.get("KUBESWEEP_TUNE_STORAGE")
+    return Path(root) / name if root else home_dir(home) / "sweeps" / name / "search"
+
+
+def _run_search(sweep: Sweep, b: Backend, home: Path | None, backend: BackendName,
+                target: TrackingTarget | None, env: TrackingEnv | None) -> NoReturn:
+    """Run (or continue) a tune or max-batch search to its end, then print what it found."""
+    from kubesweep import views
+    from kubesweep.backends import BackendError
+
+    storage = search_storage(home, sweep.name)
+    console.print(f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search on the {backend.value} backend "
+                  f"(state in {storage})")
+    view = views.ProgressView(console)
+    try:
+        if sweep.spec.search.strategy == "tune":
+            from kubesweep.tune.driver import run_tune
+
+            summary = run_tune(sweep, b, storage=storage, tracking=env, progress=view.update).as_dict()
+        else:
+            from kubesweep.tune.maxbatch import run_max_batch
+
+            summary = run_max_batch(sweep, b, storage=storage, tracking=env, progress=view.update).as_dict()
+    except KeyboardInterrupt:
+        view.stop()
+        err.print(f"interrupted; the search state is kept. `sweep submit` of the same spec or "
+                  f"`sweep resume {sweep.name}` continues it")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except BackendError as exc:
+        view.stop()
+        fail(str(exc), EXIT_BACKEND)
+    view.stop()
+    status = b.status(sweep.name)
+    code = _exit_for(status)
+    if target is not None:
+        from kubesweep.tracking.sweep import finish_parent
+
+        finish_parent(env, target, sweep.name, failed=code != EXIT_OK)
+    _print_summary(b, sweep.name)
+    _print_search(summary)
+    raise typer.Exit(code)
+
+
+def _print_search(summary: dict[str, Any]) -> None:
+    from kubesweep import views
+
+    for line in views.search_lines(summary):
+        console.print(line)
+
+
+def _spawn_search(file: Path, home: Path | None, backend: BackendName, allow_unpinned: bool,
+                  tracking_uri: str | None, no_tracking: bool, parallel: int, any_gpu: bool) -> None:
+    from kubesweep.backends.local import default_home
+
+    home_path = home or default_home()
+    sweep = load(file, allow_unpinned)
+    log = home_path / "sweeps" / sweep.name / "driver.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "kubesweep", "submit", str(file.resolve()), "--home", str(home_path),
+            "--backend", backend.value, "--parallel", str(parallel)]
+    argv += ["--allow-unpinned"] if allow_unpinned else []
+    argv += ["--any-gpu"] if any_gpu else []
+    argv += ["--tracking-uri", tracking_uri] if tracking_uri else []
+    argv += ["--no-tracking"] if no_tracking else []
+    with log.open("ab") as out:
+        subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         start_new_session=True)
 
 
 def _follow(b: Backend, name: str, detach: bool, home: Path | None, backend: BackendName,
@@ -446,7 +531,8 @@ def resume(
     tracking_uri: TrackingUriOpt = None,
     no_tracking: NoTrackingOpt = False,
 ) -> None:
-    """Run again only the trials that failed, were cancelled or are missing (into the same MLflow runs)."""
+    """Run again only the trials that failed, were cancelled or are missing (into the same MLflow runs); a search
+    continues from its saved state."""
     from kubesweep.backends import BackendError
 
     b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
@@ -457,6 +543,15 @@ def resume(
     b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct, tracking=env)
     if backend == BackendName.local:
         _record_tracking(b, name, env)
+    strategy = ((spec.get("spec") or {}).get("search") or {}).get("strategy")
+    if strategy in SEARCHES and (backend == BackendName.local or direct):
+        from kubesweep.spec import parse_sweep
+
+        try:
+            sweep = parse_sweep(spec, source=f"sweep {name}", allow_unpinned=True)
+        except SpecError as exc:
+            fail(str(exc), EXIT_USAGE)
+        _run_search(sweep, b, home, backend, target, env)
     try:
         b.resume(name)
     except BackendError as exc:
@@ -594,15 +689,52 @@ def results(
         cells = agg.sort_cells(agg.apply_filters(cells, agg.parse_filters(filters or [])), sort, reverse)
     except agg.QueryError as exc:
         fail(str(exc), EXIT_USAGE)
+    found = _search_summary(name, home, loaded.parent_run_id, tracking_uri, backend)
     if fmt == ResultsFormat.json:
-        sys.stdout.write(json.dumps(agg.to_json(cells, sweep=name, source=loaded.source, target=target_accuracy,
-                                                best_by=best_by.value), indent=2, default=str) + "\n")
+        doc = agg.to_json(cells, sweep=name, source=loaded.source, target=target_accuracy, best_by=best_by.value)
+        if found is not None:
+            doc["search"] = found
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     elif fmt == ResultsFormat.csv:
         sys.stdout.write(agg.to_csv(cells))
     elif fmt == ResultsFormat.markdown:
         sys.stdout.write(agg.to_markdown(cells))
     else:
         _print_cells(name, cells, loaded.source, target_accuracy, best_by.value)
+        if found is not None:
+            _print_search(found)
+
+
+def _search_summary(name: str, home: Path | None, parent_run_id: str | None, tracking_uri: str | None,
+                    backend: BackendName) -> dict[str, Any] | None:
+    """What a tune or max-batch search found: its file under the search storage, else the parent run's
+    artifact in MLflow (`tune/tune.json`, `max_batch/max_batch.json`)."""
+    storage = search_storage(home, name)
+    for file in ("tune.json", "max_batch.json"):
+        try:
+            data = json.loads((storage / file).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    if parent_run_id is None:
+        return None
+    import tempfile
+
+    from kubesweep.tracking.runs import SweepRuns, TrackingError
+
+    target = tracking_target(name, None, backend, home, tracking_uri, False)
+    runs = SweepRuns(target, name)
+    for folder, file in (("tune", "tune.json"), ("max_batch", "max_batch.json")):
+        with tempfile.TemporaryDirectory(prefix="kubesweep-search-") as tmp:
+            try:
+                path = runs.client.download_artifacts(parent_run_id, f"{folder}/{file}", tmp)
+                data = json.loads(Path(path).read_text())
+            except (TrackingError, OSError, ValueError, Exception):
+                continue
+            if isinstance(data, dict):
+                return data
+    return None
 
 
 def _print_cells(name: str, cells: list[Any], source: str, target: float, best_by: str) -> None:

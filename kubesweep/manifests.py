@@ -224,6 +224,75 @@ def render_rendezvous_service(trial: Trial, *, namespace: str | None = None,
     }
 
 
+ANNOTATION_SWEEP = f"{GROUP}/sweep-spec"
+TUNER_COMPONENT = "tuner"
+TUNER_STATE_DIR = "/tune-state"
+
+
+def tuner_name(sweep: str) -> str:
+    return f"{sweep[:MAX_TUNER_PREFIX].rstrip('-')}-tuner"
+
+
+MAX_TUNER_PREFIX = 63 - len("-tuner")
+
+
+def render_tuner_job(sweep: Sweep, *, image: str, namespace: str | None = None,
+                     tracking: TrackingEnv | None = None, owner: Mapping[str, Any] | None = None,
+                     service_account: str | None = None) -> dict[str, Any]:
+    """The Job that runs a search (`strategy: tune` or `max_batch`) in the cluster: `python -m kubesweep.tune`
+    with the sweep's spec (from a pod annotation, through the downward API), driving the trial Jobs with the
+    kubernetes backend. Its state (Ray Tune's experiment) is kept on the checkpoint claim when the spec names
+    one, so a restarted tuner pod resumes; otherwise on a scratch volume. A failed pod is retried (backoffLimit 3)
+    and the new one resumes from that state."""
+    spec = sweep.spec
+    labels = {**sweep_labels(sweep.name), "app.kubernetes.io/component": TUNER_COMPONENT}
+    state_dir = (f"{CHECKPOINT_DIR}/{sweep.name}/search" if spec.storage.checkpoint_claim else TUNER_STATE_DIR)
+    command = ["python", "-m", "kubesweep.tune", "--spec", f"{CONFIG_DIR}/sweep.json", "--backend", "kubernetes",
+               "--storage", state_dir]
+    if namespace:
+        command += ["--namespace", namespace]
+    env = [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONUNBUFFERED", "value": "1"},
+           {"name": "KUBESWEEP_RAY_TMP", "value": "/tmp/ray"}, {"name": "KUBESWEEP_IMAGE", "value": image},
+           *(tracking.env() if tracking else [])]
+    if tracking and tracking.parent_run_id:
+        env.append({"name": "KUBESWEEP_PARENT_RUN_ID", "value": tracking.parent_run_id})
+    mounts = [{"name": "sweep-spec", "mountPath": CONFIG_DIR, "readOnly": True},
+              {"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "sweep-spec", "downwardAPI": {"items": [
+            {"path": "sweep.json", "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_SWEEP}']"}}]}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if spec.storage.checkpoint_claim:
+        mounts.append({"name": "state", "mountPath": CHECKPOINT_DIR})
+        volumes.append({"name": "state", "persistentVolumeClaim": {"claimName": spec.storage.checkpoint_claim}})
+    else:
+        mounts.append({"name": "state", "mountPath": TUNER_STATE_DIR})
+        volumes.append({"name": "state", "emptyDir": {}})
+    container = {
+        "name": "tuner", "image": image, "imagePullPolicy": "IfNotPresent", "command": command, "env": env,
+        "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+        "volumeMounts": mounts,
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never", "containers": [container], "volumes": volumes, "enableServiceLinks": False,
+        "serviceAccountName": service_account or spec.service_account or "kubesweep-tuner",
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    annotations = {ANNOTATION_SWEEP: json.dumps(sweep.to_document(), sort_keys=True)}
+    metadata: dict[str, Any] = {"name": tuner_name(sweep.name), "labels": labels}
+    if namespace:
+        metadata["namespace"] = namespace
+    if owner:
+        metadata["ownerReferences"] = [dict(owner)]
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": {
+        "backoffLimit": 3, "ttlSecondsAfterFinished": spec.resources.ttl_seconds_after_finished,
+        "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}}}
+
+
 def render_trial(trial: Trial, sweep: Sweep, *, image: str, **kwargs: Any) -> list[dict[str, Any]]:
     objects = [render_job(trial, sweep, image=image, **kwargs)]
     if trial.num_nodes > 1:
@@ -240,6 +309,8 @@ def render_plan(plan: Plan, *, allow_unpinned: bool = False, namespace: str | No
     out: list[dict[str, Any]] = []
     for trial in plan.trials:
         out += render_trial(trial, plan.sweep, image=image, namespace=namespace, tracking=tracking, catalog=catalog)
+    if plan.sweep.spec.search.strategy in ("tune", "max_batch"):  # the search makes its trials as it runs
+        out.append(render_tuner_job(plan.sweep, image=image, namespace=namespace, tracking=tracking))
     return out
 
 

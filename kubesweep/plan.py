@@ -24,7 +24,7 @@ from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.jobs.config import JOB_FIELDS, JobConfig, TrialConfig
-from kubesweep.spec import RandomSearch, Sweep, TuneSearch, set_axes
+from kubesweep.spec import MaxBatchSearch, RandomSearch, Sweep, TuneSearch, set_axes
 
 MAX_NAME = 63
 ID_LENGTH = 10
@@ -207,6 +207,11 @@ def plan(sweep: Sweep, catalog: Catalog | None = None) -> Plan:
     if isinstance(search, TuneSearch):
         note = (f"search strategy 'tune': the tuner proposes up to {search.num_samples} trials "
                 f"({search.algorithm} + {search.scheduler}) while it runs")
+        return Plan(sweep=sweep, trials=[], dropped=[], notes=[note])
+    if isinstance(search, MaxBatchSearch):
+        kept_cells = [c for c in cells(sweep) if not drop_reason(sweep, c, catalog)]
+        note = (f"search strategy 'max_batch': bisects batch sizes {search.low}..{search.high} (step {search.step}) "
+                f"on OOM for each of {len(kept_cells)} cells (GPU type x precision); probe trials are made as it runs")
         return Plan(sweep=sweep, trials=[], dropped=[], notes=[note])
     kept: list[dict[str, Any]] = []
     dropped: list[Dropped] = []

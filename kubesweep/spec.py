@@ -140,6 +140,9 @@ class RandomSearch(StrictModel):
 
 
 class Distribution(StrictModel):
+    """A typed distribution of one axis: `choice` (values), `uniform`/`loguniform` (low, high), `randint`
+    (integers low..high-1), `quniform`/`qloguniform` (low, high rounded to multiples of q)."""
+
     type: Literal["choice", "uniform", "loguniform", "randint", "quniform", "qloguniform"]
     values: list[Any] | None = Field(None, min_length=1, description="for choice")
     low: float | None = None
@@ -164,10 +167,30 @@ class TuneSearch(StrictModel):
     space: dict[str, Distribution] = Field(default_factory=dict)
     constraints: list[Constraint] = Field(default_factory=list)
     grace_period: int = Field(1, ge=1, description="reports before a scheduler may stop a trial")
+    reduction_factor: int = Field(2, ge=2, description="ASHA: a rung keeps the best 1/reduction_factor")
     seed: int = 0
 
+    @property
+    def metrics(self) -> list[str]:
+        return self.metric if isinstance(self.metric, list) else [self.metric]
 
-Search = Annotated[GridSearch | RandomSearch | TuneSearch, Field(discriminator="strategy")]
+    @property
+    def modes(self) -> list[str]:
+        return list(self.mode) if isinstance(self.mode, list) else [self.mode] * len(self.metrics)
+
+
+class MaxBatchSearch(StrictModel):
+    """Per GPU type and precision of the matrix, the largest batch size that fits, by bisection on OOM."""
+
+    strategy: Literal["max_batch"]
+    low: int = Field(1, ge=1, description="smallest batch size tried")
+    high: int = Field(4096, ge=1, description="largest batch size tried")
+    step: int = Field(1, ge=1, description="answer is a multiple of step (8: 8, 16, 24, ...)")
+    probes: int = Field(1, ge=1, le=8, description="batch sizes tried at once per cell (k-ary search)")
+    max_steps: int = Field(3, ge=1, description="optimizer steps a probe trial runs")
+
+
+Search = Annotated[GridSearch | RandomSearch | TuneSearch | MaxBatchSearch, Field(discriminator="strategy")]
 
 
 class SweepSpec(StrictModel):
@@ -364,7 +387,7 @@ def _is_tag(part: str) -> bool:
     return (
         "[" in part
         or part in ("int", "str", "bool", "float", "list", "dict", "none", "function-after", "function-before")
-        or part in ("grid", "random", "tune")
+        or part in ("grid", "random", "tune", "max_batch")
     )
 
 
@@ -490,11 +513,9 @@ def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> 
     if isinstance(spec.search, RandomSearch) and not matrix_axes:
         yield Problem(("spec", "search", "strategy"), "random search draws from the matrix, which is empty")
     if isinstance(spec.search, TuneSearch):
-        for axis in spec.search.space:
-            if axis not in AXES:
-                hint = difflib.get_close_matches(axis, AXES, n=1)
-                known = f"did you mean {hint[0]!r}?" if hint else f"axes: {', '.join(AXES)}"
-                yield Problem(("spec", "search", "space", axis), f"not an axis; {known}")
+        yield from _tune_problems(spec.search, matrix_axes, catalog)
+    if isinstance(spec.search, MaxBatchSearch):
+        yield from _max_batch_problems(spec.search, matrix_axes)
     if spec.image:
         from kubesweep.images import LockError, lock_keys
 
@@ -512,6 +533,137 @@ def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> 
                 "spec", "image")
             yield Problem(path, f"{ref!r} is not pinned by digest (expected NAME@sha256:<64 hex>; "
                                 "pass --allow-unpinned to accept a tag)")
+
+
+# Tune metrics: a name here (see kubesweep.tune.metrics for what each reads) or an MLflow metric key with "/".
+TUNE_METRICS: tuple[str, ...] = ("samples_per_second", "samples_per_s", "tokens_per_s", "accuracy", "eval_loss",
+                                 "train_loss", "step_time_p50_s", "train_s", "inference_samples_per_s",
+                                 "latency_p99_s")
+_INT_TYPES = ("randint",)
+_NUMERIC_TYPES = ("uniform", "loguniform", "randint", "quniform", "qloguniform")
+
+
+def _tune_problems(search: TuneSearch, matrix_axes: Mapping[str, Any], catalog: Catalog) -> Iterable[Problem]:
+    base = ("spec", "search")
+    if not search.space:
+        yield Problem((*base, "space"), "a tune search needs at least one axis in space")
+    for axis, dist in search.space.items():
+        path = (*base, "space", axis)
+        if axis not in AXES:
+            hint = difflib.get_close_matches(axis, AXES, n=1)
+            known = f"did you mean {hint[0]!r}?" if hint else f"axes: {', '.join(AXES)}"
+            yield Problem(path, f"not an axis; {known}")
+            continue
+        if axis in matrix_axes:
+            yield Problem(path, f"{axis!r} is also a matrix axis; a tune search draws every axis from space, "
+                                "and takes the other settings from job and resources")
+        yield from _distribution_problems(path, axis, dist, catalog)
+    metrics, modes = search.metrics, search.modes
+    if isinstance(search.metric, list) != isinstance(search.mode, list) and isinstance(search.mode, list):
+        yield Problem((*base, "mode"), "a list of modes needs a list of metrics")
+    elif len(metrics) != len(modes):
+        yield Problem((*base, "mode"), f"{len(modes)} modes for {len(metrics)} metrics; give one mode per metric")
+    if not metrics:
+        yield Problem((*base, "metric"), "must not be empty")
+    for i, name in enumerate(metrics):
+        if name not in TUNE_METRICS and "/" not in name:
+            where = (*base, "metric", i) if isinstance(search.metric, list) else (*base, "metric")
+            yield Problem(where, f"{name!r} is not a tune metric (one of {', '.join(TUNE_METRICS)}, "
+                                 "or an MLflow metric key such as result/tokens_per_s)")
+    if len(set(metrics)) != len(metrics):
+        yield Problem((*base, "metric"), "a metric is listed twice")
+    if len(metrics) > 1 and search.algorithm != "optuna":
+        yield Problem((*base, "algorithm"), f"multi-objective search ({len(metrics)} metrics) needs algorithm "
+                                            f"optuna, got {search.algorithm!r}")
+    for i, constraint in enumerate(search.constraints):
+        if constraint.metric not in TUNE_METRICS and "/" not in constraint.metric:
+            yield Problem((*base, "constraints", i, "metric"),
+                          f"{constraint.metric!r} is not a tune metric (one of {', '.join(TUNE_METRICS)}, "
+                          "or an MLflow metric key)")
+    if search.algorithm == "grid":
+        for axis, dist in search.space.items():
+            if dist.type != "choice":
+                yield Problem((*base, "space", axis, "type"),
+                              f"algorithm grid needs choice distributions, got {dist.type!r}")
+    if search.algorithm == "hyperopt":
+        import importlib.util
+
+        if importlib.util.find_spec("hyperopt") is None:
+            yield Problem((*base, "algorithm"), "hyperopt is not installed (pip install hyperopt); "
+                                                "use optuna, random or grid")
+
+
+def _distribution_problems(path: tuple[str | int, ...], axis: str, dist: Distribution,
+                           catalog: Catalog) -> Iterable[Problem]:
+    if dist.type == "choice":
+        if dist.values is None:
+            yield Problem((*path, "values"), "choice needs values")
+            return
+        for extra in ("low", "high", "q"):
+            if getattr(dist, extra) is not None:
+                yield Problem((*path, extra), f"choice takes values, not {extra}")
+        annotation, _ = AXIS_TYPES[axis]
+        from pydantic import TypeAdapter
+
+        adapter: TypeAdapter[Any] = TypeAdapter(annotation)
+        for i, value in enumerate(dist.values):
+            try:
+                adapter.validate_python(value)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                yield Problem((*path, "values", i), _message(first, (*path, "values", i)))
+            if axis == "gpu" and isinstance(value, str) and value not in catalog:
+                yield _unknown_gpu((*path, "values", i), value, catalog)
+        return
+    if dist.values is not None:
+        yield Problem((*path, "values"), f"{dist.type} takes low and high, not values")
+    if dist.low is None or dist.high is None:
+        yield Problem(path, f"{dist.type} needs low and high")
+        return
+    if dist.low >= dist.high:
+        yield Problem((*path, "high"), f"must be > low ({dist.low:g}), got {dist.high:g}")
+    if dist.type in ("loguniform", "qloguniform") and dist.low <= 0:
+        yield Problem((*path, "low"), f"{dist.type} needs low > 0, got {dist.low:g}")
+    if dist.type.startswith("q") and dist.q is None:
+        yield Problem((*path, "q"), f"{dist.type} needs q (the step)")
+    if not dist.type.startswith("q") and dist.q is not None:
+        yield Problem((*path, "q"), f"q is for quniform and qloguniform, not {dist.type}")
+    kind = _axis_kind(axis)
+    if kind not in ("int", "float"):
+        yield Problem((*path, "type"), f"axis {axis!r} is not numeric; use choice")
+    elif kind == "int" and dist.type in ("uniform", "loguniform"):
+        yield Problem((*path, "type"), f"axis {axis!r} takes integers; use randint, quniform or qloguniform")
+    elif kind == "int" and dist.q is not None and dist.q != int(dist.q):
+        yield Problem((*path, "q"), f"axis {axis!r} takes integers; q must be a whole number, got {dist.q:g}")
+    elif kind == "int" and (dist.low != int(dist.low) or dist.high != int(dist.high)):
+        yield Problem(path, f"axis {axis!r} takes integers; low and high must be whole numbers")
+
+
+def _axis_kind(axis: str) -> str:
+    """'int', 'float' or 'other': what numeric distributions an axis accepts."""
+    annotation, _ = AXIS_TYPES[axis]
+    text = str(annotation)
+    if "bool" in text or "str" in text or "Literal" in text or "dict" in text or "list" in text:
+        return "other"
+    if "float" in text:
+        return "float"
+    if "int" in text:
+        return "int"
+    return "other"
+
+
+def axis_is_int(axis: str) -> bool:
+    return _axis_kind(axis) == "int"
+
+
+def _max_batch_problems(search: MaxBatchSearch, matrix_axes: Mapping[str, Any]) -> Iterable[Problem]:
+    if search.low > search.high:
+        yield Problem(("spec", "search", "high"), f"must be >= low ({search.low}), got {search.high}")
+    if "batch_size" in matrix_axes:
+        yield Problem(("spec", "matrix", "batch_size"), "a max_batch search chooses the batch size; "
+                                                        "leave batch_size out of the matrix")
+    if search.step > search.high:
+        yield Problem(("spec", "search", "step"), f"must be <= high ({search.high}), got {search.step}")
 
 
 def _is_image_key(image: str) -> bool:

@@ -30,6 +30,7 @@ PHASE_STYLE = {
     Phase.FAILED: "red",
     Phase.SKIPPED: "dim",
     Phase.CANCELLED: "magenta",
+    Phase.STOPPED: "blue",
 }
 
 
@@ -246,3 +247,41 @@ def format_rows(rows: Sequence[ResultRow], fmt: str) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(_fmt(d.get(k)) for k in keys) + " |" for d in dicts]
     return "\n".join(lines) + "\n"
+
+
+def search_lines(summary: dict[str, Any]) -> list[str]:
+    """What a tune or max-batch search found, as lines of text."""
+    lines: list[str] = []
+    if "cells" in summary:  # max-batch
+        for cell in summary["cells"]:
+            found = cell.get("max_batch")
+            text = f"{found}" if found is not None else f"none fits (smallest tried: {cell.get('low')})"
+            lines.append(f"max batch size {cell.get('gpu') or 'cpu'} {cell.get('precision')}: {text} "
+                         f"({cell.get('probes')} probes)")
+        return lines
+    trials = summary.get("trials") or []
+    outcomes: dict[str, int] = {}
+    for t in trials:
+        outcomes[t["outcome"]] = outcomes.get(t["outcome"], 0) + 1
+    counts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+    metrics = summary.get("metrics") or []
+    lines.append(f"tune: {len(trials)} trials ({counts}); metric {', '.join(metrics)} "
+                 f"({', '.join(summary.get('modes') or [])})" + ("; resumed" if summary.get("resumed") else ""))
+    best = summary.get("best")
+    if best:
+        values = ", ".join(f"{k} {_fmt_num(v)}" for k, v in best["metrics"].items())
+        lines.append(f"best: {best['name']} ({values}) with {_axes_text(best['axes'])}")
+    elif trials:
+        lines.append("best: none (no trial succeeded within the constraints)")
+    for row in summary.get("pareto") or []:
+        values = ", ".join(f"{k} {_fmt_num(v)}" for k, v in row["metrics"].items())
+        lines.append(f"pareto: {row['name']} ({values}) with {_axes_text(row['axes'])}")
+    return lines
+
+
+def _fmt_num(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _axes_text(axes: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_fmt_num(v)}" for k, v in axes.items())

@@ -13,7 +13,7 @@ def pytest_collection_modifyitems(config: object, items: list[object]) -> None:
     """Under pytest-xdist (`-n N --dist loadgroup`), tests that share a session-scoped real component run on
     one worker, so each component starts once: the Kubernetes control plane, the image registry, the MLflow
     server with its tracked sweep."""
-    groups = {"cluster": "k8s", "images": "images", "tracking": "mlflow", "browser": "mlflow"}
+    groups = {"cluster": "k8s", "images": "images", "tracking": "mlflow", "browser": "mlflow", "tune": "mlflow"}
     for item in items:
         folder = item.path.parent.name  # type: ignore[attr-defined]
         if folder in groups:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from kubesweep.outcomes import Outcome
-from kubesweep.plan import Plan
+from kubesweep.plan import Plan, Trial
 
 
 class Phase(StrEnum):
@@ -27,16 +27,19 @@ class Phase(StrEnum):
     FAILED = "Failed"
     SKIPPED = "Skipped"
     CANCELLED = "Cancelled"
+    STOPPED = "Stopped"  # ended early by a search scheduler (ASHA, median); a result, not a failure
 
     @property
     def terminal(self) -> bool:
         return self in TERMINAL
 
 
-TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPPED, Phase.CANCELLED})
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPPED, Phase.CANCELLED, Phase.STOPPED})
 
-# Outcomes that are results, not failures: rerunning them would give the same answer.
-SETTLED_OUTCOMES = frozenset({Outcome.SUCCEEDED, Outcome.OOM, Outcome.GPU_MISMATCH})
+# Outcomes that are results, not failures: rerunning them would give the same answer (a trial a search
+# scheduler stopped early was judged by the search; rerunning it would undo the search's decision).
+SETTLED_OUTCOMES = frozenset({Outcome.SUCCEEDED, Outcome.OOM, Outcome.GPU_MISMATCH, Outcome.STOPPED})
+STOPPED_REASON = "stopped early by the search scheduler"
 
 
 class BackendError(RuntimeError):
@@ -157,6 +160,35 @@ class Backend(ABC):
 
     def list_sweeps(self) -> list[str]:
         return self._list_impl()
+
+    # -- searches: trials made while the sweep runs ---------------------------------------------------
+
+    def add_trials(self, plan: Plan, trials: Sequence[Trial]) -> SweepStatus:
+        """Add trials to a sweep while it runs (a tuner's suggestions, max-batch probes); `plan` is the sweep's
+        plan (it is created from it when new). A trial already in the sweep is left as it is, so adding the
+        same suggestion twice starts it once. The trials start on the next `advance` or `wait` step."""
+        if any(t.config.sweep != plan.sweep.name for t in trials):
+            raise BackendError(f"trials of another sweep cannot be added to {plan.sweep.name!r}")
+        self._add_trials_impl(plan, list(trials))
+        return self.status(plan.sweep.name)
+
+    def stop_trial(self, sweep: str, trial: str, reason: str = STOPPED_REASON) -> TrialStatus:
+        """End one trial early and mark it Stopped (outcome `stopped`): its process is ended or its Job deleted.
+        A trial that is already terminal keeps its phase and outcome."""
+        status = self.status(sweep).trial(trial)
+        if not status.phase.terminal:
+            self._stop_trial_impl(sweep, status, reason)
+        return self.status(sweep).trial(status.trial_id)
+
+    def advance(self, sweep: str) -> SweepStatus:
+        """One step of driving the sweep, without waiting: start pending trials, collect ended ones."""
+        return self._wait_step(sweep, 0.0)
+
+    def _add_trials_impl(self, plan: Plan, trials: list[Trial]) -> None:
+        raise BackendError(f"the {self.name} backend cannot add trials to a running sweep")
+
+    def _stop_trial_impl(self, sweep: str, trial: TrialStatus, reason: str) -> None:
+        raise BackendError(f"the {self.name} backend cannot stop a single trial")
 
     # -- what a backend implements ------------------------------------------------------------------
 

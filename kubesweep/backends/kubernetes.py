@@ -44,10 +44,11 @@ from kubesweep.manifests import (
     sweep_labels,
 )
 from kubesweep.outcomes import Outcome
-from kubesweep.plan import Plan, Trial, plan
+from kubesweep.plan import Plan, Trial, make_trial, plan
 from kubesweep.spec import SpecError, Sweep, parse_sweep
 
 STATE_PREFIX = "kubesweep-sweep-"
+SEARCH_SUFFIX = "-search"  # ConfigMap of the trials a search added while the sweep runs
 STATE_COMPONENT = "sweep-state"
 APPLY = "application/apply-patch+yaml"
 WRITE_THREADS = 8
@@ -164,6 +165,8 @@ class _Follower:
 
 class KubernetesBackend(Backend):
     name = "kubernetes"
+    # the trials a search added (its tuner drives them); the operator leaves them to the tuner Job
+    reads_search_trials = True
 
     def __init__(self, namespace: str | None = None, kubeconfig: str | Path | None = None, *,
                  api_client: Any = None, tracking: TrackingEnv | None = None, allow_unpinned: bool = False,
@@ -257,8 +260,67 @@ class KubernetesBackend(Backend):
     def _plan_for(self, state: SweepState) -> Plan:
         cached = self._plans.get(state.sweep.name)
         if cached is None or cached.sweep.to_document() != state.sweep.to_document():
-            cached = self._plans[state.sweep.name] = plan(state.sweep)
+            cached = self._plans[state.sweep.name] = self._with_added(plan(state.sweep))
         return cached
+
+    # -- trials added while the sweep runs (a search's suggestions): ConfigMap <state>-search ---------------
+
+    def _search_name(self, sweep: str) -> str:
+        return f"{self._state_name(sweep)}{SEARCH_SUFFIX}"
+
+    def _added(self, sweep: str) -> list[dict[str, Any]]:
+        try:
+            cm = self._call(self.core.read_namespaced_config_map, self._search_name(sweep), self.namespace)
+        except self.ApiException:
+            return []
+        added = json.loads((cm.data or {}).get("trials.json", "[]"))
+        return added if isinstance(added, list) else []
+
+    def _with_added(self, base: Plan) -> Plan:
+        if not self.reads_search_trials or base.sweep.spec.search.strategy not in ("tune", "max_batch"):
+            return base
+        added = self._added(base.sweep.name)
+        if not added:
+            return base
+        known = {t.id for t in base.trials}
+        trials = list(base.trials)
+        for entry in added:
+            trial = make_trial(base.sweep, entry["axes"], int(entry.get("repeat", 0)))
+            if trial.id not in known:
+                known.add(trial.id)
+                trials.append(trial)
+        return replace(base, trials=trials)
+
+    def _add_trials_impl(self, plan: Plan, trials: list[Trial]) -> None:
+        sweep = plan.sweep
+        try:
+            state = self._load_state(sweep.name)
+        except SweepNotFound:
+            self._submit_impl(plan)
+            state = self._load_state(sweep.name)
+        if state.sweep.to_document() != sweep.to_document():
+            raise SweepConflict(f"a sweep named {sweep.name!r} already exists in namespace {self.namespace} with a "
+                                "different spec")
+        current = self._plan_for(state)
+        known = {t.id for t in current.trials}
+        new = [t for t in trials if t.id not in known]
+        if not new:
+            return
+        added = self._added(sweep.name) + [{"axes": t.axes, "repeat": t.repeat} for t in new]
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": self._search_name(sweep.name), "namespace": self.namespace,
+                             "labels": sweep_labels(sweep.name)},
+                "data": {"trials.json": json.dumps(added, sort_keys=True)}}
+        self._apply(self.core.patch_namespaced_config_map, body)
+        self._plans[sweep.name] = replace(current, trials=[*current.trials, *new])
+        self.reconcile(sweep.name)
+
+    def _stop_trial_impl(self, sweep: str, trial: TrialStatus, reason: str) -> None:
+        """Record the trial stopped, then delete its Job (its pods go with it: background propagation)."""
+        state = self._load_state(sweep)
+        state.outcomes[trial.trial_id] = Recorded(Outcome.STOPPED, reason, trial.started_at, time.time())
+        self._save_state(state.sweep, outcomes=state.outcomes, cancelled=state.cancelled)
+        self._delete_jobs(sweep, {trial.trial_id})
 
     # -- observing ----------------------------------------------------------------------------------------
 
@@ -291,7 +353,7 @@ class KubernetesBackend(Backend):
         for trial in p.trials:
             observed, exists = seen[trial.id]
             recorded = state.outcomes.get(trial.id)
-            if recorded and not (exists and not observed.phase.terminal):
+            if recorded and (recorded.outcome == Outcome.STOPPED or not (exists and not observed.phase.terminal)):
                 phase = _phase_for(recorded.outcome)
                 statuses.append(TrialStatus(trial.id, trial.name, trial.label(), trial.gpu, phase, recorded.outcome,
                                             recorded.reason, 1, recorded.started_at, recorded.finished_at,
@@ -472,11 +534,13 @@ class KubernetesBackend(Backend):
         self._load_state(sweep)
         self._unfollow(sweep)
         self._delete_jobs(sweep)
-        try:
-            self.core.delete_namespaced_config_map(self._state_name(sweep), self.namespace)
-        except self.ApiException as exc:
-            if exc.status != 404:
-                raise BackendError(_api_error(exc)) from None
+        for name in (self._search_name(sweep), self._state_name(sweep)):
+            try:
+                self.core.delete_namespaced_config_map(name, self.namespace)
+            except self.ApiException as exc:
+                if exc.status != 404:
+                    raise BackendError(_api_error(exc)) from None
+        self._plans.pop(sweep, None)
 
     def _list_impl(self) -> list[str]:
         selector = f"app.kubernetes.io/component={STATE_COMPONENT}"
@@ -506,7 +570,7 @@ class KubernetesBackend(Backend):
 
 def _phase_for(outcome: Outcome) -> Phase:
     return {Outcome.SUCCEEDED: Phase.SUCCEEDED, Outcome.CANCELLED: Phase.CANCELLED,
-            Outcome.SKIPPED: Phase.SKIPPED}.get(outcome, Phase.FAILED)
+            Outcome.SKIPPED: Phase.SKIPPED, Outcome.STOPPED: Phase.STOPPED}.get(outcome, Phase.FAILED)
 
 
 def _api_error(exc: Any) -> str:

@@ -39,7 +39,7 @@ from kubesweep.gpus import load_catalog, product_from_device_name
 from kubesweep.jobs.command import JOB_MODULE, job_argv
 from kubesweep.manifests import TrackingEnv
 from kubesweep.outcomes import Outcome, outcome_for_exit
-from kubesweep.plan import Plan
+from kubesweep.plan import Plan, Trial
 
 HOME_ENV = "KUBESWEEP_HOME"
 JOB_COMMAND_ENV = "KUBESWEEP_JOB_COMMAND"
@@ -143,6 +143,12 @@ class LocalBackend(Backend):
     # -- submit ------------------------------------------------------------------------------------
 
     def _submit_impl(self, plan: Plan) -> None:
+        self._record(plan, plan.trials)
+
+    def _add_trials_impl(self, plan: Plan, trials: list[Trial]) -> None:
+        self._record(plan, trials)
+
+    def _record(self, plan: Plan, trials: list[Trial]) -> None:
         sweep = plan.sweep
         document = sweep.to_document()
         existing = self.store.get_sweep(sweep.name)
@@ -151,10 +157,12 @@ class LocalBackend(Backend):
                 f"a sweep named {sweep.name!r} already exists with a different spec; "
                 f"`sweep resume {sweep.name}` continues it, `sweep delete {sweep.name}` forgets it"
             )
+        known = {r.trial_id for r in self.store.trials(sweep.name)} if existing is not None else set()
+        trials = [t for t in trials if t.id not in known]
         products = {d.product for d in self.devices}
         catalog = load_catalog()
         rows = []
-        for position, trial in enumerate(plan.trials):
+        for position, trial in enumerate(trials, start=len(known)):
             phase, reason = Phase.PENDING, ""
             if trial.gpu and not self.any_gpu and catalog[trial.gpu].product not in products:
                 have = ", ".join(sorted(products)) or "none"
@@ -166,7 +174,8 @@ class LocalBackend(Backend):
                          "axes": json.dumps(trial.axes), "phase": phase.value, "reason": reason})
         command = self.job_command or [sys.executable, "-m", JOB_MODULE]
         self.store.add_sweep(sweep.name, document, sweep.source, command, self.any_gpu, rows)
-        self.record_tracking(sweep.name, self.tracking)
+        if existing is None or self.tracking is not None:
+            self.record_tracking(sweep.name, self.tracking)
         for row in rows:
             trial_dir = self.store.trial_dir(sweep.name, str(row["name"]))
             trial_dir.mkdir(parents=True, exist_ok=True)
@@ -377,6 +386,34 @@ class LocalBackend(Backend):
             if _alive(pid):
                 _kill_group(pid, signal.SIGKILL)
         if supervisor:
+            self._reap(sweep, supervisor)
+
+    def _stop_trial_impl(self, sweep: str, trial: TrialStatus, reason: str) -> None:
+        for _ in range(3):  # the trial may start or end between the read and the update
+            row = next(r for r in self.store.trials(sweep) if r.trial_id == trial.trial_id)
+            if row.phase.terminal:
+                return
+            if self.store.update(sweep, row.trial_id, only_if=row.phase, phase=Phase.STOPPED,
+                                 outcome=Outcome.STOPPED, reason=reason, finished=time.time()):
+                break
+        else:
+            return
+        if row.phase != Phase.RUNNING or not row.pid:
+            return
+        supervisor = self._supervisors.get(sweep)
+        run = supervisor.running.get(row.trial_id) if supervisor else None
+        _kill_group(row.pid, signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE_S
+        while _alive(row.pid) and time.monotonic() < deadline:
+            if run is not None and run.proc is not None:
+                run.proc.poll()  # reap our own child so it does not linger as a zombie
+            time.sleep(0.05)
+        if _alive(row.pid):
+            _kill_group(row.pid, signal.SIGKILL)
+        if run is not None and run.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                run.proc.wait(timeout=5)
+        if supervisor is not None:
             self._reap(sweep, supervisor)
 
     def _resume_impl(self, sweep: str) -> None:

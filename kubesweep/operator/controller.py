@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
 from kubesweep.backends.kubernetes import Recorded, SweepState
-from kubesweep.manifests import LABEL_TRIAL, TrackingEnv
+from kubesweep.manifests import LABEL_TRIAL, TrackingEnv, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
 from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest
 from kubesweep.operator.store import (
@@ -125,6 +126,8 @@ class OperatorBackend(SweepStore):
                 return None
             self._save_state(state.sweep, parent_run_id=run_id)
 
+        if state.sweep.spec.search.strategy in ("tune", "max_batch"):
+            message = self._ensure_tuner(state, tracking)
         status = self.reconcile(name)
         self._record_late(state.sweep, status)
         if state.sweep.spec.suspend and not status.done:
@@ -133,6 +136,20 @@ class OperatorBackend(SweepStore):
             self.patch_status(name, {})
         self.publish(name, state.sweep, status, message)
         return status
+
+    def _ensure_tuner(self, state: SweepState, tracking: TrackingEnv | None) -> str:
+        """A search sweep's trials are made by its tuner Job (`python -m kubesweep.tune`), which drives them
+        with the kubernetes backend; the operator creates that Job once."""
+        name = tuner_name(state.sweep.name)
+        jobs, _ = self._objects(state.sweep.name)
+        if not any(j["metadata"]["name"] == name for j in jobs):
+            image = resolve_image(state.sweep, allow_unpinned=self.allow_unpinned)
+            if tracking is not None and state.parent_run_id and not tracking.parent_run_id:
+                tracking = replace(tracking, parent_run_id=state.parent_run_id)
+            self._apply(self.batch.patch_namespaced_job,
+                        render_tuner_job(state.sweep, image=image, namespace=self.namespace, tracking=tracking,
+                                         owner=self._owner(state)))
+        return f"{state.sweep.spec.search.strategy} search: tuner Job {name} makes and runs the trials"
 
     def _record_late(self, sweep: Sweep, status: SweepStatus) -> None:
         """Record outcomes that finished between reconcile's two looks at the cluster, so a published terminal

@@ -96,6 +96,8 @@ def counts_for(status: SweepStatus) -> Counts:
 class SweepStore(KubernetesBackend):
     """`KubernetesBackend` whose `_load_state`/`_save_state` read and write the Sweep resource."""
 
+    reads_search_trials = False  # a search sweep's trials belong to its tuner Job
+
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         k8s = _import_client()

@@ -16,7 +16,7 @@ import pytest
 
 from kubesweep.backends import Backend, Phase, SweepConflict, SweepNotFound, SweepStatus
 from kubesweep.outcomes import Outcome
-from kubesweep.plan import Plan, Trial, plan
+from kubesweep.plan import Plan, Trial, make_trial, plan
 from kubesweep.spec import parse_sweep
 
 CRASH_LR = 0.123
@@ -28,6 +28,8 @@ class Harness:
     starts: Callable[[str, str], int]  # (sweep, trial_id) -> how many times the trial's workload started
     timeout: float = 60.0
     log_marker: Callable[[Trial], str] = lambda trial: trial.name  # text a trial's log must contain
+    # (sweep, trial_id) -> True once nothing of the trial runs any more (its process, its Job)
+    gone: Callable[[str, str], bool] = lambda sweep, trial_id: True
 
 
 def make_plan(name: str, matrix: dict[str, Any], **spec: Any) -> Plan:
@@ -132,6 +134,45 @@ class BackendContract:
         self.run(harness, make_plan("contract-conflict", {"batch_size": [8]}))
         with pytest.raises(SweepConflict):
             harness.backend.submit(make_plan("contract-conflict", {"batch_size": [8, 16]}))
+
+
+    def test_trials_added_while_the_sweep_runs_start_once(self, harness: Harness) -> None:
+        p = make_plan("contract-add", {"batch_size": [8]})
+        harness.backend.submit(p)
+        extra = [make_trial(p.sweep, {"batch_size": b}) for b in (16, 256)]
+        harness.backend.add_trials(p, extra)
+        harness.backend.add_trials(p, extra)  # the same suggestions again: nothing starts twice
+        status = harness.backend.wait(p.sweep.name, timeout=harness.timeout)
+        assert [t.trial_id for t in status.trials] == [p.trials[0].id, *(t.id for t in extra)]
+        assert [t.outcome for t in status.trials] == [Outcome.SUCCEEDED, Outcome.SUCCEEDED, Outcome.OOM]
+        assert [harness.starts(p.sweep.name, t.trial_id) for t in status.trials] == [1, 1, 1]
+
+    def test_stop_trial_ends_one_running_trial(self, harness: Harness) -> None:
+        p = make_plan("contract-stop", {"batch_size": [8, 16]}, job={"max_steps": 600},
+                      concurrency={"max_parallel": 2})
+        harness.backend.submit(p)
+        victim = p.trials[0]
+
+        def until_running(status: SweepStatus) -> None:
+            if status.trial(victim.id).phase == Phase.RUNNING:
+                raise _Stop
+
+        with pytest.raises(_Stop):
+            harness.backend.wait(p.sweep.name, timeout=harness.timeout, progress=until_running, interval=0.1)
+        stopped = harness.backend.stop_trial(p.sweep.name, victim.id)
+        assert (stopped.phase, stopped.outcome) == (Phase.STOPPED, Outcome.STOPPED)
+        assert harness.gone(p.sweep.name, victim.id)
+        status = harness.backend.status(p.sweep.name)
+        assert status.trial(p.trials[1].id).phase != Phase.STOPPED  # the other trial is left alone
+        harness.backend.stop_trial(p.sweep.name, p.trials[1].id)
+        status = harness.backend.wait(p.sweep.name, timeout=harness.timeout)
+        assert {t.outcome for t in status.trials} == {Outcome.STOPPED}
+        assert status.phase == "Succeeded"  # stopped early by a search: a result, not a failure
+        harness.backend.resume(p.sweep.name)  # a stopped trial is settled: resume does not rerun it
+        status = harness.backend.wait(p.sweep.name, timeout=harness.timeout)
+        assert [harness.starts(p.sweep.name, t.id) for t in p.trials] == [1, 1]
+        again = harness.backend.stop_trial(p.sweep.name, victim.id)  # terminal: left as it is
+        assert again.outcome == Outcome.STOPPED
 
 
 class _Stop(Exception):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.backends.local import LocalBackend
+from kubesweep.backends.local import LocalBackend, _alive
 from tests.backends.contract import BackendContract, Harness
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
@@ -25,10 +25,22 @@ def count_starts(home: Path) -> object:
     return starts
 
 
+def processes_gone(home: Path) -> object:
+    """Every process a trial started (pids in starts.log) has ended."""
+
+    def gone(sweep: str, trial_id: str) -> bool:
+        log = home / "sweeps" / sweep / "starts.log"
+        pids = [int(line.split()[1]) for line in log.read_text().splitlines() if line.split()[0] == trial_id]
+        return bool(pids) and not any(_alive(pid) for pid in pids)
+
+    return gone
+
+
 @pytest.fixture
 def harness(tmp_path: Path) -> Harness:
     backend = LocalBackend(tmp_path, job_command=[sys.executable, str(STAND_IN)], cpu_slots=4, devices=[])
-    return Harness(backend=backend, starts=count_starts(tmp_path))  # type: ignore[arg-type]
+    return Harness(backend=backend, starts=count_starts(tmp_path),  # type: ignore[arg-type]
+                   gone=processes_gone(tmp_path))  # type: ignore[arg-type]
 
 
 class TestLocalBackend(BackendContract):

@@ -7,6 +7,7 @@ have produced (docs/testing.md), so the real API server, Job controller and sche
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -57,8 +58,18 @@ def harness(k8s_cluster: Any, k8s_namespace: str) -> Iterator[Harness]:
     def starts(sweep: str, trial_id: str) -> int:
         return backend.created.get(trial_id, 0)
 
+    def gone(sweep: str, trial_id: str) -> bool:
+        """The trial's Job is deleted (background propagation: its pods follow)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            jobs = backend.batch.list_namespaced_job(k8s_namespace, label_selector=f"kubesweep.io/trial={trial_id}")
+            if not jobs.items:
+                return True
+            time.sleep(0.2)
+        return False
+
     marker = sys.modules["kubesweep_kwok_cluster"].POD_LOG_MARKER  # kwok serves one log file for every pod
-    yield Harness(backend=backend, starts=starts, timeout=90, log_marker=lambda trial: marker)
+    yield Harness(backend=backend, starts=starts, timeout=90, log_marker=lambda trial: marker, gone=gone)
     backend.close()
 
 

@@ -1,0 +1,306 @@
+"""The tune driver: Ray Tune suggests, the planner names, a backend runs, MLflow carries the metrics back.
+
+    run_tune(sweep, backend, storage=..., tracking=...)
+
+- Every suggestion becomes a trial through `plan.make_trial` (same ids and names as grid trials) and is added
+  to the sweep with `Backend.add_trials`; a suggestion equal to an earlier one is that trial (nothing runs
+  twice).
+- Trainables poll the trial's MLflow child run and call `tune.report` with each new value of the first metric's
+  intermediate series, so ASHA or the median rule can stop a trial; the driver then ends the trial
+  (`Backend.stop_trial`: its process ended, its Job deleted) and marks its MLflow run KILLED with tag
+  `kubesweep.outcome=stopped`.
+- Tuner state lives under `storage/<sweep>`: a tuner killed and started again (`sweep submit` or `sweep resume`)
+  restores it and reruns no finished trial; trials still running in the backend are picked up where they are.
+- The summary (`tune.json` under the storage path, and artifact `tune/summary.json` of the parent run) lists
+  every trial's last report, the best trial and, for several metrics, the Pareto front.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubesweep.backends.base import Backend, BackendError, SweepStatus
+from kubesweep.manifests import TrackingEnv
+from kubesweep.outcomes import Outcome
+from kubesweep.plan import make_trial, plan
+from kubesweep.spec import Sweep, TuneSearch
+from kubesweep.tune import metrics as m
+from kubesweep.tune.space import axes_from_config
+
+log = logging.getLogger(__name__)
+
+SUMMARY = "tune.json"
+ASHA_MAX_T = 100_000  # reports; trials end on their own long before
+
+
+class TuneError(RuntimeError):
+    pass
+
+
+@dataclass
+class TuneSummary:
+    sweep: str
+    metrics: list[str]
+    modes: list[str]
+    trials: list[dict[str, Any]]
+    best: dict[str, Any] | None
+    pareto: list[dict[str, Any]] = field(default_factory=list)
+    resumed: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sweep": self.sweep, "metrics": self.metrics, "modes": self.modes, "trials": self.trials,
+                "best": self.best, "pareto": self.pareto, "resumed": self.resumed}
+
+
+class _Driver:
+    """The backend side of the tuner, called from Ray's main loop (one thread)."""
+
+    def __init__(self, sweep: Sweep, backend: Backend, snapshot: Path, tracking: TrackingEnv | None,
+                 progress: Callable[[SweepStatus], None] | None, tick_s: float = 0.5):
+        self.sweep = sweep
+        self.plan = plan(sweep)
+        self.backend = backend
+        self.snapshot = snapshot
+        self.tracking = tracking
+        self.progress = progress
+        self.tick_s = tick_s
+        self._last = 0.0
+        search = sweep.spec.search
+        assert isinstance(search, TuneSearch)
+        self.search = search
+
+    def trial_for(self, config: dict[str, Any]) -> Any:
+        return make_trial(self.sweep, axes_from_config(self.search, config))
+
+    def add(self, config: dict[str, Any]) -> None:
+        self.backend.add_trials(self.plan, [self.trial_for(config)])
+        self.tick(force=True)
+
+    def finish(self, config: dict[str, Any]) -> None:
+        trial = self.trial_for(config)
+        try:
+            status = self.backend.status(self.sweep.name).trial(trial.id)
+        except BackendError:
+            return
+        if not status.phase.terminal:
+            self.backend.stop_trial(self.sweep.name, trial.id)
+            self.mark_stopped(trial.id)
+        self.tick(force=True)
+
+    def tick(self, force: bool = False) -> SweepStatus | None:
+        now = time.monotonic()
+        if not force and now - self._last < self.tick_s:
+            return None
+        self._last = now
+        status = self.backend.advance(self.sweep.name)
+        m.write_snapshot(self.snapshot, {
+            t.trial_id: {"name": t.name, "phase": t.phase.value, "terminal": t.phase.terminal,
+                         "outcome": t.outcome.value if t.outcome else None, "results_path": t.results_path}
+            for t in status.trials})
+        if self.progress is not None:
+            self.progress(status)
+        return status
+
+    def mark_all_stopped(self) -> None:
+        """Mark the MLflow run of every stopped trial (a tuner killed between stopping a trial and marking its
+        run, or a run the job created as it was ended, is caught here)."""
+        stopped = [t.trial_id for t in self.backend.status(self.sweep.name).trials if t.outcome == Outcome.STOPPED]
+        if stopped:
+            self.mark_stopped(*stopped)
+
+    def mark_stopped(self, *trial_ids: str) -> None:
+        """The trials' MLflow child runs: KILLED, tag kubesweep.outcome=stopped (their jobs were ended mid-run)."""
+        if self.tracking is None or not self.tracking.parent_run_id:
+            return
+        from kubesweep.tracking.mlflow_logger import TRIAL_TAG
+        from kubesweep.tracking.runs import OUTCOME_TAG, _quiet
+
+        _quiet()
+        try:
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(tracking_uri=self.tracking.uri)
+            experiment = client.get_run(self.tracking.parent_run_id).info.experiment_id
+            for trial_id in trial_ids:
+                for run in client.search_runs([experiment],
+                                              filter_string=f"tags.`{TRIAL_TAG}` = '{trial_id}'"):
+                    if run.info.status != "KILLED" or run.data.tags.get(OUTCOME_TAG) != "stopped":
+                        client.set_tag(run.info.run_id, OUTCOME_TAG, "stopped")
+                        client.set_terminated(run.info.run_id, status="KILLED")
+        except Exception as exc:  # tracking trouble never stops the search
+            log.warning("tracking: cannot mark trials %s stopped in MLflow: %s", ", ".join(trial_ids), exc)
+
+
+def experiment_id(tracking: TrackingEnv | None) -> str | None:
+    if tracking is None or not tracking.parent_run_id:
+        return None
+    from mlflow.tracking import MlflowClient
+
+    return str(MlflowClient(tracking_uri=tracking.uri).get_run(tracking.parent_run_id).info.experiment_id)
+
+
+def init_ray(num_cpus: int) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    temp = Path(os.environ.get("KUBESWEEP_RAY_TMP") or f"/tmp/ks-ray-{os.getuid()}")
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             object_store_memory=100 * 1024 * 1024, _temp_dir=str(temp))
+
+
+def _searcher(search: TuneSearch) -> Any:
+    metric: str | list[str] = search.metric
+    mode: str | list[str] = search.modes if isinstance(search.metric, list) else search.modes[0]
+    if search.algorithm == "optuna":
+        from ray.tune.search.optuna import OptunaSearch
+
+        return OptunaSearch(metric=metric, mode=mode, seed=search.seed)
+    if search.algorithm == "hyperopt":
+        from ray.tune.search.hyperopt import HyperOptSearch
+
+        return HyperOptSearch(metric=search.metrics[0], mode=search.modes[0], random_state_seed=search.seed)
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    return BasicVariantGenerator(random_state=search.seed)
+
+
+def _scheduler(search: TuneSearch) -> Any:
+    """Schedulers judge one metric: the first (its intermediate series)."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+
+    metric, mode = search.metrics[0], search.modes[0]
+    if search.scheduler == "asha":
+        return ASHAScheduler(time_attr="training_iteration", metric=metric, mode=mode, max_t=ASHA_MAX_T,
+                             grace_period=search.grace_period, reduction_factor=search.reduction_factor)
+    if search.scheduler == "median":
+        return MedianStoppingRule(time_attr="training_iteration", metric=metric, mode=mode,
+                                  grace_period=search.grace_period, min_samples_required=2)
+    return FIFOScheduler()  # type: ignore[no-untyped-call]
+
+
+def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: TrackingEnv | None = None,
+             progress: Callable[[SweepStatus], None] | None = None, poll_s: float = 0.5) -> TuneSummary:
+    """Run (or resume) the sweep's tune search to the end; returns its summary."""
+    search = sweep.spec.search
+    if not isinstance(search, TuneSearch):
+        raise TuneError(f"sweep {sweep.name!r} is not a tune search (strategy {search.strategy!r})")
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "1")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    p = plan(sweep)
+    backend.submit(p)  # the sweep, with no trials yet (or, resumed, those it has)
+    storage = storage.expanduser().resolve()
+    storage.mkdir(parents=True, exist_ok=True)
+    init_ray(search.max_concurrent)
+
+    from ray import tune
+
+    from kubesweep.tune import _ray
+    from kubesweep.tune.space import ray_space
+
+    ctx = _ray.Context(sweep_doc=sweep.to_document(), snapshot=str(storage / m.SNAPSHOT),
+                       tracking_uri=tracking.uri if tracking else None, experiment_id=experiment_id(tracking),
+                       poll_s=poll_s)
+    driver = _Driver(sweep, backend, Path(ctx.snapshot), tracking, progress)
+    _ray.DRIVERS[sweep.name] = driver
+    driver.tick(force=True)
+    fn = tune.with_resources(tune.with_parameters(_ray.trainable, ctx=ctx), {"cpu": 1})
+    path = storage / sweep.name
+    resumed = tune.Tuner.can_restore(str(path))
+    try:
+        if resumed:
+            tuner = tune.Tuner.restore(str(path), trainable=fn, resume_unfinished=True, resume_errored=False,
+                                       restart_errored=True, param_space=ray_space(search))
+        else:
+            tuner = tune.Tuner(
+                fn,
+                param_space=ray_space(search),
+                tune_config=tune.TuneConfig(
+                    search_alg=_searcher(search), scheduler=_scheduler(search),
+                    num_samples=1 if search.algorithm == "grid" else search.num_samples,
+                    max_concurrent_trials=search.max_concurrent, reuse_actors=True),
+                run_config=tune.RunConfig(name=sweep.name, storage_path=str(storage), verbose=0,
+                                          callbacks=[_ray.BackendCallback(sweep.name)],
+                                          failure_config=tune.FailureConfig(max_failures=0)),
+            )
+        grid = tuner.fit()
+        # every suggestion has ended; let the backend collect what it still runs
+        while True:
+            status = driver.tick(force=True)
+            if status is not None and status.done:
+                break
+            time.sleep(poll_s)
+        driver.mark_all_stopped()
+    finally:
+        _ray.DRIVERS.pop(sweep.name, None)
+    last = [(grid[i].config or {}, grid[i].metrics or {}) for i in range(len(grid))]
+    summary = summarize(sweep, search, last, driver, resumed)
+    (storage / SUMMARY).write_text(json.dumps(summary.as_dict(), indent=2, default=str) + "\n")
+    log_summary(tracking, storage / SUMMARY)
+    return summary
+
+
+def summarize(sweep: Sweep, search: TuneSearch, results: list[tuple[dict[str, Any], dict[str, Any]]],
+              driver: _Driver, resumed: bool) -> TuneSummary:
+    statuses = {t.trial_id: t for t in driver.backend.status(sweep.name).trials}
+    names, modes = search.metrics, search.modes
+    rows: dict[str, dict[str, Any]] = {}
+    for config, last in results:
+        trial = driver.trial_for(config)
+        status = statuses.get(trial.id)
+        outcome = status.outcome.value if status is not None and status.outcome else "unknown"
+        rows[trial.id] = {
+            "trial_id": trial.id, "name": trial.name, "axes": trial.axes, "outcome": outcome,
+            "metrics": {n: last.get(n) for n in names}, "feasible": bool(last.get("feasible")),
+            "violations": last.get("violations") or "", "reports": last.get("training_iteration"),
+        }
+    trials = list(rows.values())
+    ok = [t for t in trials if t["outcome"] == "succeeded" and t["feasible"]]
+    best = None
+    if ok:
+        sign = 1.0 if modes[0] == "max" else -1.0
+        best = max(ok, key=lambda t: sign * float(t["metrics"][names[0]]))
+    pareto = pareto_front(ok, names, modes) if len(names) > 1 else []
+    return TuneSummary(sweep.name, names, modes, trials, best, pareto, resumed)
+
+
+def pareto_front(rows: list[dict[str, Any]], names: list[str], modes: list[str]) -> list[dict[str, Any]]:
+    """Rows no other row is at least as good as on every metric and better on one."""
+    def key(row: dict[str, Any]) -> list[float]:
+        return [float(row["metrics"][n]) * (1.0 if mode == "max" else -1.0) for n, mode in zip(names, modes,
+                                                                                              strict=True)]
+
+    front = []
+    for row in rows:
+        mine = key(row)
+        dominated = any(all(o >= s for o, s in zip(key(other), mine, strict=True)) and key(other) != mine
+                        for other in rows if other is not row)
+        if not dominated:
+            front.append(row)
+    return front
+
+
+def log_summary(tracking: TrackingEnv | None, path: Path) -> None:
+    if tracking is None or not tracking.parent_run_id:
+        return
+    with contextlib.suppress(Exception):
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(tracking_uri=tracking.uri).log_artifact(tracking.parent_run_id, str(path), "tune")
+
+
+def load_summary(storage: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((storage / SUMMARY).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

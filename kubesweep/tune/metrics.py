@@ -1,0 +1,144 @@
+"""What a tune `metric` reads, how trials' metrics reach the tuner, and constraints.
+
+Each tune metric has an intermediate MLflow key (logged while the trial runs: ASHA and the median rule judge
+trials on it), a final MLflow key (logged once at the end) and a place in `results.json`. A metric given as an
+MLflow key (with a "/") is both its intermediate and its final key.
+
+A trial that breaks a constraint, or that ended without a value (OOM, failed), reports `PENALTY` in the
+direction that makes it the worst for the searcher, so the search learns to avoid it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubesweep.spec import Constraint
+
+PENALTY = 1.0e12
+
+
+@dataclass(frozen=True)
+class Source:
+    intermediate: str | None
+    final: str | None
+    results: tuple[str, ...] = ()
+
+
+SOURCES: dict[str, Source] = {
+    "samples_per_second": Source("train/samples_per_s", "result/samples_per_s", ("train", "samples_per_s")),
+    "samples_per_s": Source("train/samples_per_s", "result/samples_per_s", ("train", "samples_per_s")),
+    "tokens_per_s": Source(None, "result/tokens_per_s", ("train", "tokens_per_s")),
+    "accuracy": Source("eval/accuracy", "result/final_accuracy", ("final_accuracy",)),
+    "eval_loss": Source("eval/loss", "eval/loss", ()),
+    "train_loss": Source("train/loss", "train/loss", ()),
+    "step_time_p50_s": Source(None, "result/step_time_p50_s", ("train", "step_time_s", "p50")),
+    "train_s": Source(None, "result/train_s", ("timings", "train_s")),
+    "inference_samples_per_s": Source(None, "inference/samples_per_s", ("inference", "samples_per_s")),
+    "latency_p99_s": Source(None, "inference/latency_p99_s", ("inference", "latency_s", "p99")),
+}
+
+
+def source(metric: str) -> Source:
+    return SOURCES.get(metric) or Source(metric, metric, ())
+
+
+def worst(mode: str) -> float:
+    return -PENALTY if mode == "max" else PENALTY
+
+
+def from_results(metric: str, results: dict[str, Any] | None) -> float | None:
+    value: Any = results
+    path = source(metric).results
+    if not path or results is None:
+        return None
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def violations(constraints: list[Constraint], values: dict[str, float | None]) -> list[str]:
+    """The constraints the values break (a missing value breaks its constraint), as text."""
+    out = []
+    for c in constraints:
+        value = values.get(c.metric)
+        ok = value is not None and {">=": value >= c.value, "<=": value <= c.value, ">": value > c.value,
+                                    "<": value < c.value}[c.op]
+        if not ok:
+            shown = "missing" if value is None else f"{value:.4g}"
+            out.append(f"{c.metric} {c.op} {c.value:g} (got {shown})")
+    return out
+
+
+@dataclass
+class RunPoller:
+    """New points of a trial's MLflow metrics, read from its child run (found by the trial id tag)."""
+
+    uri: str
+    experiment_id: str
+    trial_id: str
+    keys: list[str]
+    run_id: str | None = None
+    seen: dict[str, int] = field(default_factory=dict)
+    latest: dict[str, float] = field(default_factory=dict)
+    _client: Any = None
+
+    def client(self) -> Any:
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    def find_run(self) -> str | None:
+        if self.run_id is None:
+            from kubesweep.tracking.mlflow_logger import TRIAL_TAG
+
+            runs = self.client().search_runs([self.experiment_id],
+                                             filter_string=f"tags.`{TRIAL_TAG}` = '{self.trial_id}'",
+                                             max_results=1)
+            self.run_id = runs[0].info.run_id if runs else None
+        return self.run_id
+
+    def poll(self) -> dict[str, list[tuple[int, float]]]:
+        """key -> new (step, value) points, in step order; latest values are kept in `latest`."""
+        out: dict[str, list[tuple[int, float]]] = {}
+        try:
+            run_id = self.find_run()
+            if run_id is None:
+                return out
+            for key in self.keys:
+                history = sorted(self.client().get_metric_history(run_id, key),
+                                 key=lambda m: (m.step, m.timestamp))
+                fresh = history[self.seen.get(key, 0):]
+                if fresh:
+                    self.seen[key] = len(history)
+                    out[key] = [(int(m.step), float(m.value)) for m in fresh]
+                    self.latest[key] = float(fresh[-1].value)
+        except Exception:  # the server is away for a moment: the next poll reads the same points
+            return out
+        return out
+
+
+SNAPSHOT = "trials.json"
+
+
+def write_snapshot(path: Path, statuses: dict[str, dict[str, Any]]) -> None:
+    """The tuner's view of the backend's trials, for the trainables (atomic replace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{time.monotonic_ns()}.tmp")
+    tmp.write_text(json.dumps(statuses))
+    tmp.replace(path)
+
+
+def read_snapshot(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,121 @@
+"""A tune sweep on the local backend with the real BERT job (tiny, random-init, CPU) and a real MLflow server:
+Optuna suggests 8 trials, ASHA judges them on the samples/s they report every 10 steps and stops the slow
+ones, whose processes are ended and whose MLflow runs are marked stopped. The tuner is killed (its whole
+process group, Ray included) once two trials have ended and is started again: it restores Ray Tune's state
+from the storage path, runs only the rest of the 8 suggestions, and reruns no trial."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from kubesweep.backends.local import LocalBackend, _alive
+from kubesweep.outcomes import Outcome
+from tests.support.mlflow_fixtures import MlflowServer
+from tests.tune.support import SST2, search_env, sweep_argv, tiny_job
+
+NAME = "tune-asha"
+SPEC = f"""\
+apiVersion: kubesweep.io/v1alpha1
+kind: Sweep
+metadata: {{name: {NAME}}}
+spec:
+  job: {tiny_job(max_steps=120, log_every=5)}
+  resources: {{gpus_per_trial: 0, retries: 0}}
+  concurrency: {{max_parallel: 4}}
+  search:
+    strategy: tune
+    algorithm: optuna
+    scheduler: asha
+    metric: samples_per_second
+    mode: max
+    num_samples: 8
+    max_concurrent: 4
+    grace_period: 1
+    space:
+      batch_size: {{type: choice, values: [2, 4, 8, 32]}}
+      learning_rate: {{type: loguniform, low: 1.0e-4, high: 1.0e-2}}
+"""
+
+
+@pytest.mark.slow
+def test_optuna_asha_search_stops_trials_and_resumes_after_a_kill(mlflow_server: MlflowServer,
+                                                                   tmp_path: Path) -> None:
+    assert SST2.is_dir(), f"SST-2 TSVs expected at {SST2}"
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(SPEC)
+    home = tmp_path / "home"
+    env = search_env(mlflow_server, home)
+    argv = sweep_argv("submit", str(spec), "--parallel", "4")
+
+    # first tuner: killed with its Ray processes once two trials have ended
+    log = (tmp_path / "first.log").open("wb")
+    first = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    backend = LocalBackend(home, devices=[])
+    deadline = time.monotonic() + 300
+    ended: list[str] = []
+    while time.monotonic() < deadline and first.poll() is None:
+        if (home / "state.db").exists() and NAME in backend.list_sweeps():
+            ended = [t.trial_id for t in backend.status(NAME).trials if t.phase.terminal]
+            if len(ended) >= 2:
+                break
+        time.sleep(0.5)
+    assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+    assert len(ended) >= 2, "no trial ended within 300 s"
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+
+    # second tuner: restores the search and finishes it
+    second = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    output = second.stdout + second.stderr
+    assert second.returncode == 0, output[-5000:]
+
+    status = backend.status(NAME)
+    assert len(status.trials) == 8, [t.label for t in status.trials]
+    assert all(t.phase.terminal for t in status.trials)
+    assert all(t.attempts == 1 for t in status.trials), {t.name: t.attempts for t in status.trials}
+    stopped = [t for t in status.trials if t.outcome == Outcome.STOPPED]
+    assert stopped, f"ASHA stopped no trial: {[(t.name, t.outcome) for t in status.trials]}"
+    assert {t.outcome for t in status.trials} <= {Outcome.SUCCEEDED, Outcome.STOPPED}
+    rows = {r.trial_id: r for r in backend.store.trials(NAME)}
+    for t in stopped:
+        assert rows[t.trial_id].pid and not _alive(rows[t.trial_id].pid), t.name
+        trial_log = (home / "sweeps" / NAME / "trials" / t.name / "log.txt").read_text()
+        assert "succeeded (exit 0)" not in trial_log, t.name  # ended mid-run, not after
+        assert not (home / "sweeps" / NAME / "trials" / t.name / "results.json").exists()
+
+    summary = json.loads((home / "sweeps" / NAME / "search" / "tune.json").read_text())
+    assert summary["resumed"] is True
+    assert len(summary["trials"]) == 8
+    assert summary["best"]["outcome"] == "succeeded"
+
+    client = MlflowClient(tracking_uri=mlflow_server.url)
+    experiment = client.get_experiment_by_name(NAME)
+    assert experiment is not None
+    (parent,) = client.search_runs([experiment.experiment_id], "tags.`kubesweep.role` = 'parent'")
+    children = client.search_runs([experiment.experiment_id],
+                                  f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    by_trial = {c.data.tags["kubesweep.trial_id"]: c for c in children}
+    assert set(by_trial) == {t.trial_id for t in status.trials}
+    for t in stopped:
+        run = by_trial[t.trial_id]
+        assert run.info.status == "KILLED" and run.data.tags["kubesweep.outcome"] == "stopped", t.name
+        assert client.get_metric_history(run.info.run_id, "train/samples_per_s"), t.name  # it had reported
+    for t in status.trials:
+        if t.outcome == Outcome.SUCCEEDED:
+            assert by_trial[t.trial_id].info.status == "FINISHED"
+
+    results = subprocess.run(sweep_argv("results", NAME, "--format", "json"), env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    assert results.returncode == 0, results.stderr
+    doc = json.loads(results.stdout)
+    assert sum(1 for c in doc["cells"] if c["outcomes"] == {"stopped": 1}) == len(stopped)
+    assert doc["search"]["best"]["trial_id"] == summary["best"]["trial_id"]
