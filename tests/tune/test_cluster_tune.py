@@ -1,0 +1,163 @@
+"""A tune sweep on the Kubernetes backend against the real test control plane: every suggestion is a Job.
+
+Real: the API server, scheduler and Job controller (kwok GPU nodes), a real `mlflow server`, Ray Tune with
+ASHA, and the tuner driving the backend exactly as `sweep submit --direct` does.
+
+Stand-in: kwok runs no containers, so no BERT job runs in the trial pods. This test does the part of the job
+the tuner reads: for every trial Job that appears, it logs what the job would log into the trial's MLflow child
+run, through the job's own MLflow logger — an `eval/accuracy` point every 0.3 s (better for larger learning
+rates, so ASHA has something to judge) and, at the end, `result/final_accuracy`. Each pod's kwok Stage ends
+it after 9 s, well after its last point; the trials ASHA stops before that must have their Jobs deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from kubesweep.backends.kubernetes import KubernetesBackend
+from kubesweep.manifests import ANNOTATION_CONFIG, LABEL_SWEEP, LABEL_TRIAL
+from kubesweep.outcomes import Outcome
+from kubesweep.spec import Sweep
+from kubesweep.tracking.mlflow_logger import TRIAL_TAG, MlflowTrialLogger
+from kubesweep.tracking.runs import OUTCOME_TAG
+from kubesweep.tracking.sweep import open_parent
+from kubesweep.tracking.target import resolve
+from tests.support.mlflow_fixtures import MlflowServer
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+NAME = "tune-kwok"
+DIGEST = "registry.example/kubesweep-job@sha256:" + "0" * 64
+POINTS = 10
+POINT_S = 0.3
+SPEC: dict[str, Any] = {
+    "apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": NAME},
+    "spec": {
+        "image": DIGEST,
+        "job": {"max_steps": 100},
+        "resources": {"gpus_per_trial": 1, "retries": 0},
+        "concurrency": {"max_parallel": 4},
+        "search": {"strategy": "tune", "algorithm": "random", "scheduler": "asha", "metric": "accuracy",
+                   "mode": "max", "num_samples": 8, "max_concurrent": 4, "grace_period": 1,
+                   "reduction_factor": 2, "seed": 7,
+                   "space": {"learning_rate": {"type": "loguniform", "low": 1.0e-5, "high": 1.0e-2}}},
+    },
+}
+
+
+def accuracy(learning_rate: float, point: int) -> float:
+    """The stand-in job's dev accuracy after `point` of POINTS evaluations: larger rates learn faster."""
+    quality = (math.log10(learning_rate) + 5) / 3  # 0 at 1e-5, 1 at 1e-2
+    return 0.5 + 0.45 * quality * point / POINTS
+
+
+class StandInPods(threading.Thread):
+    """Logs, for every trial Job of the sweep, what its job would log to MLflow (see the module docstring)."""
+
+    def __init__(self, backend: KubernetesBackend, namespace: str, uri: str, experiment: str, parent: str):
+        super().__init__(name="stand-in-pods", daemon=True)
+        self.backend, self.namespace = backend, namespace
+        self.uri, self.experiment, self.parent = uri, experiment, parent
+        self.halt = threading.Event()
+        self.trials: dict[str, dict[str, Any]] = {}
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.halt.wait(POINT_S):
+                self._step()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _step(self) -> None:
+        jobs = self.backend.batch.list_namespaced_job(self.namespace, label_selector=f"{LABEL_SWEEP}={NAME}").items
+        alive = set()
+        for job in jobs:
+            trial_id = job.metadata.labels[LABEL_TRIAL]
+            alive.add(trial_id)
+            if trial_id not in self.trials:
+                config = json.loads(job.spec.template.metadata.annotations[ANNOTATION_CONFIG])
+                logger = MlflowTrialLogger(uri=self.uri, trial_id=trial_id, run_name=config["name"],
+                                           experiment=self.experiment, parent_run_id=self.parent)
+                logger.start()
+                self.trials[trial_id] = {"lr": config["job"]["learning_rate"], "logger": logger, "point": 0}
+        for trial_id, state in self.trials.items():
+            logger = state["logger"]
+            if state["point"] >= POINTS or trial_id not in alive:
+                continue  # done, or its Job was deleted: a stopped job logs no more
+            state["point"] += 1
+            logger.log_metrics({"eval/accuracy": accuracy(state["lr"], state["point"])}, step=state["point"])
+            if state["point"] == POINTS:
+                logger.log_metrics({"result/final_accuracy": accuracy(state["lr"], POINTS)}, step=POINTS)
+                logger.close()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
+        for state in self.trials.values():
+            if state["point"] < POINTS:
+                state["logger"].close(status="KILLED")
+
+
+def test_tune_trials_are_jobs_and_asha_stops_delete_them(k8s_cluster: Any, k8s_namespace: str,
+                                                         mlflow_server: MlflowServer, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubesweep.tune.driver import run_tune
+
+    monkeypatch.setenv("KUBESWEEP_RAY_TMP", f"/tmp/ks-ray-kwok-{tmp_path.name[-8:]}")
+    sweep = Sweep.model_validate(SPEC)
+    target = resolve(experiment=NAME, home=tmp_path / "home", flag=mlflow_server.url, backend="kubernetes")
+    opened = open_parent(target, NAME, backend="kubernetes", trials=0, spec=SPEC)
+    assert opened.env is not None and opened.env.parent_run_id, opened.message
+    backend = KubernetesBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client(),
+                                pod_annotations=lambda trial: {"kubesweep.io/test-duration": "9s"})
+    pods = StandInPods(backend, k8s_namespace, mlflow_server.url, NAME, opened.env.parent_run_id)
+    pods.start()
+    try:
+        summary = run_tune(sweep, backend, storage=tmp_path / "tune", tracking=opened.env, poll_s=0.3)
+    finally:
+        pods.stop()
+        import ray
+
+        ray.shutdown()
+    assert pods.error is None, pods.error
+
+    status = {t.trial_id: t for t in backend.status(NAME).trials}
+    backend.close()
+    assert len(summary.trials) == len(status) == 8, summary.as_dict()
+    stopped = {tid for tid, t in status.items() if t.outcome == Outcome.STOPPED}
+    succeeded = {tid for tid, t in status.items() if t.outcome == Outcome.SUCCEEDED}
+    assert stopped, f"ASHA stopped no trial: {summary.as_dict()}"
+    assert stopped | succeeded == set(status), {tid: t.outcome for tid, t in status.items()}
+    assert set(pods.trials) == set(status)  # every suggestion became a Job
+    # stopped trials (before their pods ended: else they would have succeeded): Jobs deleted, runs marked stopped
+    for trial_id in stopped:
+        jobs = backend_jobs(k8s_cluster, k8s_namespace, trial_id)
+        assert jobs == [], f"the Job of stopped trial {trial_id} still exists"
+    client = MlflowClient(tracking_uri=mlflow_server.url)
+    experiment = client.get_run(opened.env.parent_run_id).info.experiment_id
+    runs = {r.data.tags[TRIAL_TAG]: r for r in client.search_runs([experiment], f"tags.`{TRIAL_TAG}` != ''")}
+    for trial_id in stopped:
+        assert runs[trial_id].info.status == "KILLED"
+        assert runs[trial_id].data.tags.get(OUTCOME_TAG) == "stopped"
+    # the best trial is a finished one, with the stand-in's best accuracy among them
+    assert summary.best is not None and summary.best["trial_id"] in succeeded
+    best_lr = max(pods.trials[t]["lr"] for t in succeeded)
+    assert summary.best["metrics"]["accuracy"] == pytest.approx(accuracy(best_lr, POINTS))
+
+
+def backend_jobs(cluster: Any, namespace: str, trial_id: str) -> list[Any]:
+    deadline = time.monotonic() + 30  # deletion with background propagation takes a moment
+    while True:
+        items: list[Any] = cluster.get_json("jobs", "-l", f"{LABEL_TRIAL}={trial_id}", namespace=namespace)["items"]
+        if not items or time.monotonic() > deadline:
+            return items
+        time.sleep(0.3)
