@@ -278,7 +278,7 @@ def test_helm_install_restricted_and_least_privilege(installed: Installed) -> No
 
     who = f"system:serviceaccount:{ns}:{OPERATOR}"
 
-    def can(verb: str, resource: str, namespace: str | None = ns, *extra: str) -> bool:
+    def can(verb: str, resource: str, namespace: str | None = ns, *extra: str, who: str = who) -> bool:
         args = ["auth", "can-i", verb, resource, "--as", who, *extra]
         args += ["-n", namespace] if namespace else []
         return cluster.kubectl(*args, check=False).stdout.strip() == "yes"
@@ -296,6 +296,15 @@ def test_helm_install_restricted_and_least_privilege(installed: Installed) -> No
               ("create", "clusterrolebindings.rbac.authorization.k8s.io", None)]
     assert [a for a in allowed if not can(*a)] == []
     assert [d for d in denied if can(*d)] == []
+
+    # the identity of search sweeps' tuner Jobs: drives trial Jobs and its state ConfigMap, nothing more
+    tuner = f"system:serviceaccount:{ns}:kubesweep-tuner"
+    allowed = [("create", "jobs.batch"), ("delete", "jobs.batch"), ("watch", "pods"), ("create", "services"),
+               ("patch", "configmaps"), ("delete", "configmaps"), ("list", "events")]
+    denied = [("get", "secrets"), ("list", "sweeps.kubesweep.io"), ("create", "pods"), ("list", "nodes", None),
+              ("create", "jobs.batch", "default")]
+    assert [a for a in allowed if not can(*a, who=tuner)] == []
+    assert [d for d in denied if can(*d, who=tuner)] == []
 
 
 def test_gpu_matrix_through_the_cli_reaches_succeeded(installed: Installed, operator: OperatorProcess,

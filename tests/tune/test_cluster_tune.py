@@ -82,7 +82,8 @@ class StandInPods(threading.Thread):
         alive = set()
         for job in jobs:
             trial_id = job.metadata.labels[LABEL_TRIAL]
-            alive.add(trial_id)
+            if job.metadata.deletion_timestamp is None:
+                alive.add(trial_id)
             if trial_id not in self.trials:
                 config = json.loads(job.spec.template.metadata.annotations[ANNOTATION_CONFIG])
                 logger = MlflowTrialLogger(uri=self.uri, trial_id=trial_id, run_name=config["name"],
