@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kubesweep.backends.base import Backend, TrialStatus
+from kubesweep.tracking.records import dig
 
 GIB = 1024**3
 
@@ -31,14 +32,6 @@ class ResultRow:
         return asdict(self)
 
 
-def _dig(data: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(data, dict) or key not in data:
-            return None
-        data = data[key]
-    return data
-
-
 def _num(value: Any, scale: float = 1.0) -> float | None:
     return float(value) / scale if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -46,27 +39,27 @@ def _num(value: Any, scale: float = 1.0) -> float | None:
 def row_from(trial: TrialStatus, results: dict[str, Any] | None, config: dict[str, Any] | None = None) -> ResultRow:
     """Headline figures from a results file (schema: docs/results-schema.md)."""
     r = results or {}
-    job = r.get("config") or _dig(config, "job") or {}
+    job = r.get("config") or dig(config, "job") or {}
     outcome = r.get("outcome") or (trial.outcome.value if trial.outcome else trial.phase.value.lower())
     inference = r.get("inference")
     if inference:
-        rate, p50 = _num(inference.get("samples_per_s")), _num(_dig(inference, "latency_s", "p50"))
+        rate, p50 = _num(inference.get("samples_per_s")), _num(dig(inference, "latency_s", "p50"))
     else:
-        rate, p50 = _num(_dig(r, "train", "samples_per_s")), _num(_dig(r, "train", "step_time_s", "p50"))
+        rate, p50 = _num(dig(r, "train", "samples_per_s")), _num(dig(r, "train", "step_time_s", "p50"))
     return ResultRow(
         trial=trial.name,
         gpu=trial.gpu,
         batch_size=job.get("batch_size", trial.axes.get("batch_size")),
         precision=job.get("precision", trial.axes.get("precision")),
         compile=job.get("compile", trial.axes.get("compile")),
-        repeat=int(_dig(r, "trial", "repeat") or 0),
+        repeat=int(dig(r, "trial", "repeat") or 0),
         outcome=str(outcome),
         samples_per_s=rate,
         step_p50_ms=p50 * 1000 if p50 is not None else None,
-        peak_mem_gib=_num(_dig(r, "memory", "torch_peak_allocated_bytes"), GIB),
+        peak_mem_gib=_num(dig(r, "memory", "torch_peak_allocated_bytes"), GIB),
         accuracy=_num(r.get("final_accuracy")),
-        train_s=_num(_dig(r, "timings", "train_s")),
-        warmup_s=_num(_dig(r, "timings", "compile_warmup_s")),
+        train_s=_num(dig(r, "timings", "train_s")),
+        warmup_s=_num(dig(r, "timings", "compile_warmup_s")),
         reason=trial.reason if trial.outcome and trial.outcome.value != "succeeded" else "",
     )
 

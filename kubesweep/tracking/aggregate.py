@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.tracking.records import TrialRecord
+from kubesweep.tracking.records import TrialRecord, dig
 
 GIB = 1024**3
 DEFAULT_TARGET_ACCURACY = 0.90
@@ -55,14 +55,6 @@ OUTCOME_TEXT = {"oom": "OOM", "gpu_mismatch": "GPU mismatch", "failed": "failed"
                 "unschedulable": "unschedulable"}
 
 
-def _dig(data: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(data, dict) or key not in data:
-            return None
-        data = data[key]
-    return data
-
-
 def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -72,7 +64,7 @@ def _num(value: Any) -> float | None:
 def time_to_accuracy(results: dict[str, Any], target: float) -> float | None:
     """Seconds of training until the first evaluation at or above `target` (see the module docstring)."""
     train = results.get("train") or {}
-    train_s = _num(_dig(results, "timings", "train_s"))
+    train_s = _num(dig(results, "timings", "train_s"))
     steps = _num(train.get("steps"))
     warm_steps = _num(train.get("warmup_steps")) or 0.0
     warm_s = _num(train.get("warmup_time_s")) or 0.0
@@ -103,18 +95,18 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
     inference = r.get("inference")
     if inference:
         out["samples_per_s"] = _num(inference.get("samples_per_s"))
-        p50, p99 = _num(_dig(inference, "latency_s", "p50")), _num(_dig(inference, "latency_s", "p99"))
+        p50, p99 = _num(dig(inference, "latency_s", "p50")), _num(dig(inference, "latency_s", "p99"))
         out["step_p50_ms"] = p50 * 1000 if p50 is not None else None
         out["latency_p99_ms"] = p99 * 1000 if p99 is not None else None
     else:
-        out["samples_per_s"] = _num(_dig(r, "train", "samples_per_s"))
-        p50 = _num(_dig(r, "train", "step_time_s", "p50"))
+        out["samples_per_s"] = _num(dig(r, "train", "samples_per_s"))
+        p50 = _num(dig(r, "train", "step_time_s", "p50"))
         out["step_p50_ms"] = p50 * 1000 if p50 is not None else None
-    peak = _num(_dig(r, "memory", "torch_peak_allocated_bytes"))
+    peak = _num(dig(r, "memory", "torch_peak_allocated_bytes"))
     out["peak_mem_gib"] = peak / GIB if peak is not None else None
     out["accuracy"] = _num(r.get("final_accuracy"))
     out["tta_s"] = time_to_accuracy(r, target) if not inference else None
-    train_s, epochs = _num(_dig(r, "timings", "train_s")), _num(_dig(r, "train", "epochs_completed"))
+    train_s, epochs = _num(dig(r, "timings", "train_s")), _num(dig(r, "train", "epochs_completed"))
     if train_s is not None and epochs:
         epoch_s = out["epoch_s"] = train_s / epochs
         gpu = record.gpu

@@ -20,6 +20,15 @@ from kubesweep.backends.base import Backend, BackendError, TrialStatus
 _TRIAL_PARAMS = frozenset({"sweep", "trial_id", "repeat", "gpu", "gpus_per_trial"})
 
 
+def dig(data: Any, *path: str) -> Any:
+    """`data[path[0]][path[1]]...` of a parsed results file, or None where a key is missing."""
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
 @dataclass
 class TrialRecord:
     trial_id: str

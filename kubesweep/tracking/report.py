@@ -32,6 +32,7 @@ from kubesweep.tracking.aggregate import (
     to_json,
     to_markdown,
 )
+from kubesweep.tracking.records import dig
 
 SEED_BATCH = 16
 
@@ -106,7 +107,7 @@ def epochs_table(cells: list[Cell]) -> Table | None:
     epochs = float(first_job.get("epochs") or 3)
     epochs_text = f"{epochs:g}"
     dataset = str(first_job.get("dataset") or "the dataset")
-    rows_n = {str(_dig(t.results, "data", "train_rows")) for c in chosen for t in c.trials if t.results}
+    rows_n = {str(dig(t.results, "data", "train_rows")) for c in chosen for t in c.trials if t.results}
     rows_n.discard("None")
     note = (f"epoch time = training-loop wall time / epochs completed (warm-up included, evaluation excluded), x "
             f"{epochs_text}; training rows per epoch: {', '.join(sorted(rows_n)) or 'unknown'}.")
@@ -177,14 +178,6 @@ def ddp_table(cells: list[Cell]) -> Table | None:
             "runs multi-GPU trials as DistributedDataParallel (one process per GPU).")
     return Table("One GPU vs DDP", ["GPU", "GPUs", "strategy", "batch", "precision", "compile", "samples/s",
                                     "scaling", "epoch s", "$/epoch"], rows, note)
-
-
-def _dig(data: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(data, dict) or key not in data:
-            return None
-        data = data[key]
-    return data
 
 
 # -- figures ---------------------------------------------------------------------------------------------------
