@@ -243,14 +243,46 @@ def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trackin
     finally:
         _ray.DRIVERS.pop(sweep.name, None)
     last = [(grid[i].config or {}, grid[i].metrics or {}) for i in range(len(grid))]
-    summary = summarize(sweep, search, last, driver, resumed)
+    summary = summarize(sweep, search, last, driver, resumed, finals=_FinalReader(ctx.tracking_uri,
+                                                                                  ctx.experiment_id, search))
     (storage / SUMMARY).write_text(json.dumps(summary.as_dict(), indent=2, default=str) + "\n")
     log_summary(tracking, storage / SUMMARY)
     return summary
 
 
+class _FinalReader:
+    """A finished trial's final metrics (its results file, else its MLflow run) and the constraints they break,
+    as the trainable computes them: for a trial the scheduler stopped only after it had finished, Ray's last
+    result is an intermediate one."""
+
+    def __init__(self, uri: str | None, experiment: str | None, search: TuneSearch):
+        self.uri, self.experiment, self.search = uri, experiment, search
+        self.wanted = [*search.metrics, *(c.metric for c in search.constraints if c.metric not in search.metrics)]
+
+    def __call__(self, trial_id: str, results_path: str | None) -> dict[str, Any]:
+        results = None
+        if results_path:
+            with contextlib.suppress(OSError, ValueError):
+                results = json.loads(Path(results_path).read_text())
+        keys = sorted({k for n in self.wanted if (k := m.source(n).final)})
+        poller = (m.RunPoller(self.uri, self.experiment, trial_id, keys) if self.uri and self.experiment else None)
+        if poller is not None:
+            poller.poll()
+        values: dict[str, float | None] = {}
+        for name in self.wanted:
+            value = m.from_results(name, results if isinstance(results, dict) else None)
+            final_key = m.source(name).final
+            if value is None and poller is not None and final_key:
+                value = poller.latest.get(final_key)
+            values[name] = value
+        broken = m.violations(self.search.constraints, values)
+        return {"metrics": {n: values.get(n) for n in self.search.metrics}, "feasible": not broken,
+                "violations": "; ".join(broken)}
+
+
 def summarize(sweep: Sweep, search: TuneSearch, results: list[tuple[dict[str, Any], dict[str, Any]]],
-              driver: _Driver, resumed: bool) -> TuneSummary:
+              driver: _Driver, resumed: bool,
+              finals: Callable[[str, str | None], dict[str, Any]] | None = None) -> TuneSummary:
     statuses = {t.trial_id: t for t in driver.backend.status(sweep.name).trials}
     names, modes = search.metrics, search.modes
     rows: dict[str, dict[str, Any]] = {}
@@ -258,6 +290,10 @@ def summarize(sweep: Sweep, search: TuneSearch, results: list[tuple[dict[str, An
         trial = driver.trial_for(config)
         status = statuses.get(trial.id)
         outcome = status.outcome.value if status is not None and status.outcome else "unknown"
+        if outcome == "succeeded" and last.get("outcome") != "succeeded" and finals is not None:
+            # stopped by the scheduler after it had finished: report what it finished with
+            last = {**last, **finals(trial.id, status.results_path if status else None)}
+            last.update(last.pop("metrics"))
         rows[trial.id] = {
             "trial_id": trial.id, "name": trial.name, "axes": trial.axes, "outcome": outcome,
             "metrics": {n: last.get(n) for n in names}, "feasible": bool(last.get("feasible")),

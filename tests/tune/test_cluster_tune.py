@@ -5,9 +5,13 @@ ASHA, and the tuner driving the backend exactly as `sweep submit --direct` does.
 
 Stand-in: kwok runs no containers, so no BERT job runs in the trial pods. This test does the part of the job
 the tuner reads: for every trial Job that appears, it logs what the job would log into the trial's MLflow child
-run, through the job's own MLflow logger — an `eval/accuracy` point every 0.3 s (better for larger learning
-rates, so ASHA has something to judge) and, at the end, `result/final_accuracy`. Each pod's kwok Stage ends
-it after 9 s, well after its last point; the trials ASHA stops before that must have their Jobs deleted.
+run, through the job's own MLflow logger — an `eval/accuracy` and a `train/samples_per_s` point every 0.3 s
+(larger learning rates learn faster and, here, run slower: a trade-off for the two objectives) and, at the end,
+`result/final_accuracy` and `result/samples_per_s`. Each pod's kwok Stage ends it after 9 s, well after its last
+point; the trials ASHA stops before that must have their Jobs deleted.
+
+The search is Optuna's multi-objective one (accuracy and samples/s, both maximised) under a constraint
+(accuracy >= 0.6); ASHA judges the first objective.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ NAME = "tune-kwok"
 DIGEST = "registry.example/kubesweep-job@sha256:" + "0" * 64
 POINTS = 10
 POINT_S = 0.3
+MIN_ACCURACY = 0.6
 SPEC: dict[str, Any] = {
     "apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": NAME},
     "spec": {
@@ -45,9 +50,10 @@ SPEC: dict[str, Any] = {
         "job": {"max_steps": 100},
         "resources": {"gpus_per_trial": 1, "retries": 0},
         "concurrency": {"max_parallel": 4},
-        "search": {"strategy": "tune", "algorithm": "random", "scheduler": "asha", "metric": "accuracy",
-                   "mode": "max", "num_samples": 8, "max_concurrent": 4, "grace_period": 1,
-                   "reduction_factor": 2, "seed": 7,
+        "search": {"strategy": "tune", "algorithm": "optuna", "scheduler": "asha",
+                   "metric": ["accuracy", "samples_per_second"], "mode": ["max", "max"],
+                   "constraints": [{"metric": "accuracy", "op": ">=", "value": MIN_ACCURACY}],
+                   "num_samples": 8, "max_concurrent": 4, "grace_period": 1, "reduction_factor": 2, "seed": 7,
                    "space": {"learning_rate": {"type": "loguniform", "low": 1.0e-5, "high": 1.0e-2}}},
     },
 }
@@ -57,6 +63,11 @@ def accuracy(learning_rate: float, point: int) -> float:
     """The stand-in job's dev accuracy after `point` of POINTS evaluations: larger rates learn faster."""
     quality = (math.log10(learning_rate) + 5) / 3  # 0 at 1e-5, 1 at 1e-2
     return 0.5 + 0.45 * quality * point / POINTS
+
+
+def speed(learning_rate: float) -> float:
+    """The stand-in job's samples/s: slower for larger rates (the other side of the trade-off)."""
+    return 1000.0 * (1.5 - (math.log10(learning_rate) + 5) / 3)
 
 
 class StandInPods(threading.Thread):
@@ -95,9 +106,11 @@ class StandInPods(threading.Thread):
             if state["point"] >= POINTS or trial_id not in alive:
                 continue  # done, or its Job was deleted: a stopped job logs no more
             state["point"] += 1
-            logger.log_metrics({"eval/accuracy": accuracy(state["lr"], state["point"])}, step=state["point"])
+            logger.log_metrics({"eval/accuracy": accuracy(state["lr"], state["point"]),
+                                "train/samples_per_s": speed(state["lr"])}, step=state["point"])
             if state["point"] == POINTS:
-                logger.log_metrics({"result/final_accuracy": accuracy(state["lr"], POINTS)}, step=POINTS)
+                logger.log_metrics({"result/final_accuracy": accuracy(state["lr"], POINTS),
+                                    "result/samples_per_s": speed(state["lr"])}, step=POINTS)
                 logger.close()
 
     def stop(self) -> None:
@@ -149,10 +162,24 @@ def test_tune_trials_are_jobs_and_asha_stops_delete_them(k8s_cluster: Any, k8s_n
     for trial_id in stopped:
         assert runs[trial_id].info.status == "KILLED"
         assert runs[trial_id].data.tags.get(OUTCOME_TAG) == "stopped"
-    # the best trial is a finished one, with the stand-in's best accuracy among them
-    assert summary.best is not None and summary.best["trial_id"] in succeeded
-    best_lr = max(pods.trials[t]["lr"] for t in succeeded)
+    # finished trials: feasible exactly when they meet the constraint; the best and the Pareto front among those
+    rows = {t["trial_id"]: t for t in summary.trials}
+    feasible = set()
+    for trial_id in succeeded:
+        final = accuracy(pods.trials[trial_id]["lr"], POINTS)
+        assert rows[trial_id]["metrics"]["accuracy"] == pytest.approx(final)
+        assert rows[trial_id]["metrics"]["samples_per_second"] == pytest.approx(speed(pods.trials[trial_id]["lr"]))
+        assert rows[trial_id]["feasible"] is (final >= MIN_ACCURACY), rows[trial_id]
+        if final >= MIN_ACCURACY:
+            feasible.add(trial_id)
+        else:
+            assert "accuracy >= 0.6" in rows[trial_id]["violations"]
+    assert feasible, f"no finished trial met the constraint: {summary.as_dict()}"
+    assert summary.best is not None and summary.best["trial_id"] in feasible
+    best_lr = max(pods.trials[t]["lr"] for t in feasible)
     assert summary.best["metrics"]["accuracy"] == pytest.approx(accuracy(best_lr, POINTS))
+    # accuracy rises and speed falls with the rate, so every feasible finished trial is Pareto-optimal
+    assert {row["trial_id"] for row in summary.pareto} == feasible
 
 
 def backend_jobs(cluster: Any, namespace: str, trial_id: str) -> list[Any]:
