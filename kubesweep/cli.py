@@ -272,7 +272,8 @@ def submit(
     p = make_plan(sweep)
     searching = sweep.spec.search.strategy in SEARCHES and (backend == BackendName.local or direct)
     if searching and detach:
-        _spawn_search(file, home, backend, allow_unpinned, tracking_uri, no_tracking, parallel, any_gpu)
+        _spawn_search(file, home, backend, allow_unpinned, tracking_uri, no_tracking, parallel, any_gpu,
+                      namespace, kubeconfig, direct)
         console.print(f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search detached; follow with "
                       f"`sweep status {sweep.name}`")
         return
@@ -349,7 +350,10 @@ def _print_search(summary: dict[str, Any]) -> None:
 
 
 def _spawn_search(file: Path, home: Path | None, backend: BackendName, allow_unpinned: bool,
-                  tracking_uri: str | None, no_tracking: bool, parallel: int, any_gpu: bool) -> None:
+                  tracking_uri: str | None, no_tracking: bool, parallel: int, any_gpu: bool,
+                  namespace: str | None, kubeconfig: Path | None, direct: bool) -> None:
+    """`sweep submit` of the same spec, in the foreground of a new session with its output in driver.log: the
+    search runs on after this shell returns."""
     from kubesweep.backends.local import default_home
 
     home_path = home or default_home()
@@ -362,6 +366,9 @@ def _spawn_search(file: Path, home: Path | None, backend: BackendName, allow_unp
     argv += ["--any-gpu"] if any_gpu else []
     argv += ["--tracking-uri", tracking_uri] if tracking_uri else []
     argv += ["--no-tracking"] if no_tracking else []
+    argv += ["--namespace", namespace] if namespace else []
+    argv += ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
+    argv += ["--direct"] if direct else []
     with log.open("ab") as out:
         subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                          start_new_session=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -34,16 +35,26 @@ def test_max_batch_bisects_to_the_oom_threshold(mlflow_server: MlflowServer, tmp
     (tmp_path / "mb.yaml").write_text(SPEC)
     home = tmp_path / "home"
     env = search_env(mlflow_server, home, KUBESWEEP_TEST_OOM_ABOVE_BATCH="40")
-    proc = subprocess.run(sweep_argv("submit", "mb.yaml", "--parallel", "2"), env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    # detached: the search goes on in the background, its output in the sweep's driver.log
+    proc = subprocess.run(sweep_argv("submit", "mb.yaml", "--parallel", "2", "--detach"), env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
-    assert "max batch size cpu fp32: 40" in proc.stdout
+    assert "max_batch search detached" in proc.stdout
+    driver_log = home / "sweeps" / NAME / "driver.log"
+    summary_file = home / "sweeps" / NAME / "search" / "max_batch.json"
+    deadline = time.monotonic() + 600
+    while not (summary_file.exists() and "max batch size cpu fp32: 40" in driver_log.read_text()):
+        assert time.monotonic() < deadline, driver_log.read_text()[-5000:]
+        time.sleep(1)
+    while _submitting(home):  # the detached driver prints its summary last, then exits
+        assert time.monotonic() < deadline, "the detached search did not exit"
+        time.sleep(0.2)
 
     status = LocalBackend(home, devices=[]).status(NAME)
     tried = {t.axes["batch_size"]: t.outcome for t in status.trials}
     # candidates 8..64 by 8, two probes a round: (24, 48), then (32, 40)
     assert tried == {24: Outcome.SUCCEEDED, 48: Outcome.OOM, 32: Outcome.SUCCEEDED, 40: Outcome.SUCCEEDED}
-    summary = json.loads((home / "sweeps" / NAME / "search" / "max_batch.json").read_text())
+    summary = json.loads(summary_file.read_text())
     (cell,) = summary["cells"]
     assert (cell["max_batch"], cell["smallest_oom"], cell["probes"]) == (40, 48, 4)
 
@@ -57,3 +68,15 @@ def test_max_batch_bisects_to_the_oom_threshold(mlflow_server: MlflowServer, tmp
                              timeout=120)
     assert results.returncode == 0, results.stderr
     assert "max batch size cpu fp32: 40" in results.stdout
+
+
+def _submitting(home: Path) -> bool:
+    """A `sweep submit --home HOME` process is alive."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"submit" in argv and str(home).encode() in argv:
+            return True
+    return False
