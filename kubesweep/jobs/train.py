@@ -234,7 +234,13 @@ class FineTuner:
         return max(0.0, (self.target_steps - step) / max(1, self.target_steps - warmup))
 
     def _restore(self, state: dict[str, Any]) -> None:
+        import torch
+
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.cfg.step_graph:  # a checkpoint of an eager run holds the learning rates as numbers
+            for group in self.optimizer.param_groups:
+                if not isinstance(group["lr"], torch.Tensor):
+                    group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=self.device)
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.out.steps = state["step"]
