@@ -1,7 +1,8 @@
 """A tune sweep on the Kubernetes backend against the real test control plane: every suggestion is a Job.
 
 Real: the API server, scheduler and Job controller (kwok GPU nodes), a real `mlflow server`, Ray Tune with
-ASHA, and the tuner driving the backend exactly as `sweep submit --direct` does.
+ASHA, and the tuner driving the backend exactly as `sweep submit --direct` does (`tests/tune/kwok_tuner.py`, in a
+process of its own).
 
 Stand-in: kwok runs no containers, so no BERT job runs in the trial pods. This test does the part of the job
 the tuner reads: for every trial Job that appears, it logs what the job would log into the trial's MLflow child
@@ -18,6 +19,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -29,12 +33,11 @@ from mlflow.tracking import MlflowClient
 from kubesweep.backends.kubernetes import KubernetesBackend
 from kubesweep.manifests import ANNOTATION_CONFIG, LABEL_SWEEP, LABEL_TRIAL
 from kubesweep.outcomes import Outcome
-from kubesweep.spec import Sweep
 from kubesweep.tracking.mlflow_logger import TRIAL_TAG, MlflowTrialLogger
 from kubesweep.tracking.runs import OUTCOME_TAG
 from kubesweep.tracking.sweep import open_parent
 from kubesweep.tracking.target import resolve
-from tests.support.mlflow_fixtures import MlflowServer
+from tests.support.mlflow_fixtures import ROOT, MlflowServer, quiet_mlflow_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -122,34 +125,34 @@ class StandInPods(threading.Thread):
 
 
 def test_tune_trials_are_jobs_and_asha_stops_delete_them(k8s_cluster: Any, k8s_namespace: str,
-                                                         mlflow_server: MlflowServer, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from kubesweep.tune.driver import run_tune
-
-    monkeypatch.setenv("KUBESWEEP_RAY_TMP", f"/tmp/ks-ray-kwok-{tmp_path.name[-8:]}")
-    sweep = Sweep.model_validate(SPEC)
+                                                         mlflow_server: MlflowServer, tmp_path: Path) -> None:
     target = resolve(experiment=NAME, home=tmp_path / "home", flag=mlflow_server.url, backend="kubernetes")
     opened = open_parent(target, NAME, backend="kubernetes", trials=0, spec=SPEC)
     assert opened.env is not None and opened.env.parent_run_id, opened.message
-    backend = KubernetesBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client(),
-                                pod_annotations=lambda trial: {"kubesweep.io/test-duration": "9s"})
+    backend = KubernetesBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client())
     pods = StandInPods(backend, k8s_namespace, mlflow_server.url, NAME, opened.env.parent_run_id)
+    spec_file, out = tmp_path / "sweep.json", tmp_path / "summary.json"
+    spec_file.write_text(json.dumps(SPEC))
+    env = {**os.environ, **quiet_mlflow_env(), "KUBESWEEP_RAY_TMP": f"/tmp/ks-ray-kwok-{os.getpid()}",
+           "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "tests.tune.kwok_tuner", str(spec_file), k8s_namespace,
+            str(k8s_cluster.kubeconfig), str(tmp_path / "tune"), mlflow_server.url, NAME, opened.env.parent_run_id,
+            str(out)]
     pods.start()
     try:
-        summary = run_tune(sweep, backend, storage=tmp_path / "tune", tracking=opened.env, poll_s=0.3)
+        tuner = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     finally:
         pods.stop()
-        import ray
-
-        ray.shutdown()
+    assert tuner.returncode == 0, (tuner.stdout + tuner.stderr)[-5000:]
     assert pods.error is None, pods.error
+    summary: dict[str, Any] = json.loads(out.read_text())  # TuneSummary.as_dict()
 
     status = {t.trial_id: t for t in backend.status(NAME).trials}
     backend.close()
-    assert len(summary.trials) == len(status) == 8, summary.as_dict()
+    assert len(summary["trials"]) == len(status) == 8, summary
     stopped = {tid for tid, t in status.items() if t.outcome == Outcome.STOPPED}
     succeeded = {tid for tid, t in status.items() if t.outcome == Outcome.SUCCEEDED}
-    assert stopped, f"ASHA stopped no trial: {summary.as_dict()}"
+    assert stopped, f"ASHA stopped no trial: {summary}"
     assert stopped | succeeded == set(status), {tid: t.outcome for tid, t in status.items()}
     assert set(pods.trials) == set(status)  # every suggestion became a Job
     # stopped trials (before their pods ended: else they would have succeeded): Jobs deleted, runs marked stopped
@@ -163,7 +166,7 @@ def test_tune_trials_are_jobs_and_asha_stops_delete_them(k8s_cluster: Any, k8s_n
         assert runs[trial_id].info.status == "KILLED"
         assert runs[trial_id].data.tags.get(OUTCOME_TAG) == "stopped"
     # finished trials: feasible exactly when they meet the constraint; the best and the Pareto front among those
-    rows = {t["trial_id"]: t for t in summary.trials}
+    rows = {t["trial_id"]: t for t in summary["trials"]}
     feasible = set()
     for trial_id in succeeded:
         final = accuracy(pods.trials[trial_id]["lr"], POINTS)
@@ -174,12 +177,12 @@ def test_tune_trials_are_jobs_and_asha_stops_delete_them(k8s_cluster: Any, k8s_n
             feasible.add(trial_id)
         else:
             assert "accuracy >= 0.6" in rows[trial_id]["violations"]
-    assert feasible, f"no finished trial met the constraint: {summary.as_dict()}"
-    assert summary.best is not None and summary.best["trial_id"] in feasible
+    assert feasible, f"no finished trial met the constraint: {summary}"
+    assert summary["best"] is not None and summary["best"]["trial_id"] in feasible
     best_lr = max(pods.trials[t]["lr"] for t in feasible)
-    assert summary.best["metrics"]["accuracy"] == pytest.approx(accuracy(best_lr, POINTS))
+    assert summary["best"]["metrics"]["accuracy"] == pytest.approx(accuracy(best_lr, POINTS))
     # accuracy rises and speed falls with the rate, so every feasible finished trial is Pareto-optimal
-    assert {row["trial_id"] for row in summary.pareto} == feasible
+    assert {row["trial_id"] for row in summary["pareto"]} == feasible
 
 
 def backend_jobs(cluster: Any, namespace: str, trial_id: str) -> list[Any]:

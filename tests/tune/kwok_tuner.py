@@ -1,0 +1,35 @@
+"""The tuner of tests/tune/test_cluster_tune.py, in a process of its own (Ray then lives and dies with it):
+
+    python -m tests.tune.kwok_tuner SPEC.json NAMESPACE KUBECONFIG STORAGE URI EXPERIMENT PARENT_RUN_ID SUMMARY.json
+
+what `sweep submit --direct` runs, plus the kwok Stage annotation that ends each trial pod after 9 s.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from kubesweep.backends.kubernetes import KubernetesBackend
+from kubesweep.manifests import TrackingEnv
+from kubesweep.spec import Sweep
+from kubesweep.tune.driver import run_tune
+
+POD_SECONDS = 9
+
+
+def main(argv: list[str]) -> int:
+    spec, namespace, kubeconfig, storage, uri, experiment, parent, out = argv
+    sweep = Sweep.model_validate(json.loads(Path(spec).read_text()))
+    backend = KubernetesBackend(namespace=namespace, kubeconfig=kubeconfig,
+                                pod_annotations=lambda trial: {"kubesweep.io/test-duration": f"{POD_SECONDS}s"})
+    tracking = TrackingEnv(uri=uri, experiment=experiment, parent_run_id=parent)
+    summary = run_tune(sweep, backend, storage=Path(storage), tracking=tracking, poll_s=0.3)
+    Path(out).write_text(json.dumps(summary.as_dict(), default=str))
+    backend.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
