@@ -79,13 +79,7 @@ def trainable(config: dict[str, Any], ctx: Context) -> None:
             if outcome == "stopped":
                 return  # stopped on the scheduler's word: its last report stands
             results = _read_json(state.get("results_path"))
-            finals: dict[str, float | None] = {}
-            for name in wanted:
-                value = m.from_results(name, results)
-                final_key = m.source(name).final
-                if value is None and poller is not None and final_key:
-                    value = poller.latest.get(final_key)
-                finals[name] = value
+            finals = m.final_values(wanted, results, poller.latest if poller is not None else {})
             broken = m.violations(search.constraints, finals)
             if outcome != "succeeded" or broken:
                 report({}, outcome=outcome, feasible=False, violations="; ".join(broken))

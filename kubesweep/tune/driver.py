@@ -268,13 +268,8 @@ class _FinalReader:
         poller = (m.RunPoller(self.uri, self.experiment, trial_id, keys) if self.uri and self.experiment else None)
         if poller is not None:
             poller.poll()
-        values: dict[str, float | None] = {}
-        for name in self.wanted:
-            value = m.from_results(name, results if isinstance(results, dict) else None)
-            final_key = m.source(name).final
-            if value is None and poller is not None and final_key:
-                value = poller.latest.get(final_key)
-            values[name] = value
+        values = m.final_values(self.wanted, results if isinstance(results, dict) else None,
+                                poller.latest if poller is not None else {})
         broken = m.violations(self.search.constraints, values)
         return {"metrics": {n: values.get(n) for n in self.search.metrics}, "feasible": not broken,
                 "violations": "; ".join(broken)}

@@ -62,6 +62,18 @@ def from_results(metric: str, results: dict[str, Any] | None) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def final_values(names: list[str], results: dict[str, Any] | None, latest: dict[str, float]) -> dict[str, float | None]:
+    """A finished trial's value of each metric: from its results file, else the final MLflow key's latest value."""
+    values: dict[str, float | None] = {}
+    for name in names:
+        value = from_results(name, results)
+        final_key = source(name).final
+        if value is None and final_key:
+            value = latest.get(final_key)
+        values[name] = value
+    return values
+
+
 def violations(constraints: list[Constraint], values: dict[str, float | None]) -> list[str]:
     """The constraints the values break (a missing value breaks its constraint), as text."""
     out = []
