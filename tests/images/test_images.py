@@ -225,20 +225,25 @@ def test_job_image_runs_a_tiny_cpu_trial_as_the_job_would(rendered_job: dict[str
     assert denied.returncode != 0, "uid 1000 can write into the image's Python prefix"
 
 
+def chart_image_sets(built: Built) -> list[str]:
+    """helm --set flags: the operator image just pushed, MLflow off. The chart's schema still wants MLflow's image
+    by digest, so it gets a real one from this registry (the python stand-in), which nothing renders."""
+    name, digest = by_digest(built.operator).rsplit("@", 1)
+    mlflow_name, mlflow_digest = by_digest(built.bases.python).rsplit("@", 1)
+    return ["--set", f"operator.image.repository={name}", "--set", f"operator.image.digest={digest}",
+            "--set", "mlflow.enabled=false", "--set", f"mlflow.image.repository={mlflow_name}",
+            "--set", f"mlflow.image.digest={mlflow_digest}"]
+
+
 def test_chart_renders_the_built_operator_digest(built_images: Built) -> None:
     """`helm template` of charts/kubesweep with the operator image just pushed: the Deployment runs that digest."""
     from tests.cluster.kwok_cluster import build_tools
 
     helm = build_tools() / "helm"  # the pinned helm the cluster tests build (cached)
     name, digest = by_digest(built_images.operator).rsplit("@", 1)
-    # MLflow is off here; the chart's schema still wants its image by digest, so it gets a real one from this
-    # registry (the python stand-in), which nothing renders
-    mlflow_name, mlflow_digest = by_digest(built_images.bases.python).rsplit("@", 1)
     proc = subprocess.run(
         [str(helm), "template", "ks", str(support.ROOT / "charts" / "kubesweep"), "-n", "kubesweep",
-         "--set", f"operator.image.repository={name}", "--set", f"operator.image.digest={digest}",
-         "--set", "mlflow.enabled=false", "--set", f"mlflow.image.repository={mlflow_name}",
-         "--set", f"mlflow.image.digest={mlflow_digest}"],
+         *chart_image_sets(built_images)],
         capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
@@ -265,7 +270,6 @@ def test_helm_install_and_a_trial_on_the_test_cluster_use_the_built_digests(
     helm = str(k8s_cluster.bin_dir / "helm") if k8s_cluster.bin_dir else str(kc.build_tools() / "helm")
     ns, node = f"ksw-images-{uuid.uuid4().hex[:6]}", "kubesweep-images-cpu-0"
     name, digest = by_digest(built_images.operator).rsplit("@", 1)
-    mlflow_name, mlflow_digest = by_digest(built_images.bases.python).rsplit("@", 1)
     k8s_cluster.kubectl("create", "namespace", ns)
     k8s_cluster.kubectl("label", "namespace", ns, "kubesweep.io/test=true",
                         "pod-security.kubernetes.io/enforce=restricted",
@@ -275,10 +279,7 @@ def test_helm_install_and_a_trial_on_the_test_cluster_use_the_built_digests(
     try:
         proc = subprocess.run(
             [helm, "install", release, str(support.ROOT / "charts" / "kubesweep"), "-n", ns, "--wait",
-             "--timeout", "150s", "--kubeconfig", str(k8s_cluster.kubeconfig),
-             "--set", f"operator.image.repository={name}", "--set", f"operator.image.digest={digest}",
-             "--set", "mlflow.enabled=false", "--set", f"mlflow.image.repository={mlflow_name}",
-             "--set", f"mlflow.image.digest={mlflow_digest}"],
+             "--timeout", "150s", "--kubeconfig", str(k8s_cluster.kubeconfig), *chart_image_sets(built_images)],
             capture_output=True, text=True, timeout=200, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         pods = k8s_cluster.get_json("pods", "-l", "app.kubernetes.io/component=operator", namespace=ns)["items"]
