@@ -143,12 +143,14 @@ def load(cfg: JobConfig) -> LoadedModel:
     tokenizer, tokenizer_ref = load_tokenizer(cfg, notes)
     config = load_config(cfg, notes)
     torch.manual_seed(cfg.seed)  # the classifier head (and a random-init body) start from the trial's seed
+    # fp32 master weights whatever dtype the checkpoint or its config names; bf16/fp16 come from autocast
     if cfg.random_init:
-        model = AutoModelForSequenceClassification.from_config(config)  # type: ignore[no-untyped-call]
+        model = AutoModelForSequenceClassification.from_config(  # type: ignore[no-untyped-call]
+            config, dtype=torch.float32
+        )
     else:
         source = resolve(cfg.model).source
         try:
-            # fp32 master weights whatever the checkpoint's dtype; bf16/fp16 come from autocast
             model = AutoModelForSequenceClassification.from_pretrained(source, config=config, dtype=torch.float32)
         except OSError as err:
             raise RuntimeError(f"cannot load the weights of model {cfg.model!r}: {_first_line(err)}") from err

