@@ -200,7 +200,13 @@ def plan_batches(
     if padding == "bucketed":
         batches = _bucketed(order, lengths, batch_size, max_seq_len, bucket_multiple)
         if shuffle:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
+            # Rank r takes batches r, r + world_size, ...: shuffling whole groups of world_size consecutive
+            # batches of the bucket-ordered list hands every rank a batch of the same bucket at each step, so
+            # no rank waits at the gradient all-reduce for another's longer sequences.
+            if world_size > 1 and drop_uneven:
+                batches = batches[: len(batches) - len(batches) % world_size]
+            groups = [batches[i : i + world_size] for i in range(0, len(batches), world_size)]
+            batches = [batch for g in rng.permutation(len(groups)) for batch in groups[g]]
     else:
         if not shuffle and padding == "dynamic":  # evaluation: similar lengths together, less padding
             order = order[np.argsort(lengths[order], kind="stable")]
