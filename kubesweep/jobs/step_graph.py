@@ -6,15 +6,19 @@ launches, no allocator work per step. That matters for small models and batches,
 takes longer than running them.
 
 What stays static across replays, and why it is safe:
-- parameters, gradients (allocated once by the first step, then zeroed in place inside the graph), AdamW's
-  state (capturable: its step counter lives on the device) and the learning rate (a device tensor per
-  parameter group, which the LR scheduler fills in place before each step);
+- parameters; gradients, which live in one flat buffer (each parameter's `.grad` a view into it, filled in
+  place by backward and zeroed in place inside the graph); AdamW's state (capturable: its step counter lives
+  on the device) and the learning rate (a device tensor per parameter group, which the LR scheduler fills in
+  place before each step);
 - one set of input buffers per batch shape; the activations of all shapes' graphs share one memory pool,
   which is safe because graphs replay one at a time on one stream and nothing they allocate outlives a step
   except the loss, which is read (enqueued) before the next replay.
 
-Per shape, the first step runs eagerly on a side stream (it compiles under torch.compile and creates the
-optimizer state), the second captures the graph and replays it: both are warm-up steps. Later steps replay.
+Gradient clipping works on the flat buffer: one norm, one scale.
+
+Per shape, the first step runs eagerly (it compiles under torch.compile and creates the optimizer state) on
+the stream the graph is then captured on, the second captures the graph and replays it: both are warm-up
+steps. Later steps replay.
 
 Not supported, with a clear error: CPU, DDP, fp16 (GradScaler's inf checks read the device), gradient
 accumulation, and `compile: reduce-overhead` (whose own CUDA graphs cannot nest in this one).
@@ -31,7 +35,7 @@ from kubesweep.jobs.errors import UsageError
 INPUTS = ("input_ids", "attention_mask", "labels")
 
 
-def check_supported(cfg: JobConfig, *, cuda: bool, distributed: bool) -> None:
+def check_supported(*, cuda: bool, distributed: bool) -> None:
     if not cuda:
         raise UsageError("step_graph needs a CUDA GPU (it captures the step as a CUDA graph)")
     if distributed:
@@ -49,7 +53,16 @@ class StepGraphs:
         self.params = params
         self.optimizer = optimizer
         self.device = device
+        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=device)
+        offset = 0
+        for p in params:
+            p.grad = self.flat[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
         self.pool = torch.cuda.graph_pool_handle()
+        # Warm-up and capture share one stream: libraries that keep per-stream state (cuBLAS/cuBLASLt
+        # workspaces) set it up during the eager warm-up, never while a graph is being captured.
+        cuda: Any = torch.cuda  # Stream() is untyped
+        self.stream = cuda.Stream(device)
         self.graphs: dict[tuple[int, ...], Any] = {}
         self.inputs: dict[tuple[int, ...], dict[str, Any]] = {}
         self.losses: dict[tuple[int, ...], Any] = {}
@@ -61,12 +74,19 @@ class StepGraphs:
         with runtime.autocast(self.cfg, self.device.type, cache_enabled=False):
             loss = self.module(**inputs).loss
         loss.backward()
-        if self.cfg.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm, foreach=True)
+        if self.cfg.max_grad_norm is not None:  # clip_grad_norm_'s arithmetic, on the one buffer
+            norm = torch.linalg.vector_norm(self.flat)
+            self.flat.mul_(torch.clamp(self.cfg.max_grad_norm / (norm + 1e-6), max=1.0))
         self.optimizer.step()
-        grads = [p.grad for p in self.params if p.grad is not None]
-        torch._foreach_zero_(grads)
+        self.flat.zero_()
         return loss.detach().float()
+
+    def _check_views(self) -> None:
+        """Backward must have accumulated into the flat buffer's views, not replaced them."""
+        for p in self.params:
+            if p.grad is None or p.grad.untyped_storage().data_ptr() != self.flat.untyped_storage().data_ptr():
+                raise RuntimeError("step_graph: a gradient left the flat gradient buffer (replaced, not "
+                                   "accumulated in place); this model is not supported")
 
     def step(self, batch: dict[str, Any], *, non_blocking: bool) -> Any:
         """Run one optimizer step on `batch` (host tensors); returns the loss as a device tensor."""
@@ -77,22 +97,24 @@ class StepGraphs:
         if static is None:
             static = {k: batch[k].to(self.device) for k in INPUTS}
             self.inputs[shape] = static
-            # Warm-up on a side stream, as CUDA graph capture requires: compiles this shape and, the first
-            # time, creates the gradients and the optimizer state that every graph then reuses.
-            cuda: Any = torch.cuda
-            side = cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
+            # Warm-up on the capture stream, off the default one, as CUDA graph capture requires: compiles
+            # this shape and, the first time, creates the optimizer state that every graph then reuses.
+            current = torch.cuda.current_stream(self.device)
+            self.stream.wait_stream(current)
+            with torch.cuda.stream(self.stream):
                 loss = self._step(static)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            loss.record_stream(torch.cuda.current_stream(self.device))
+            self._check_views()
+            current.wait_stream(self.stream)
+            loss.record_stream(current)
             return loss
         for k in INPUTS:
             static[k].copy_(batch[k], non_blocking=non_blocking)
         graph = self.graphs.get(shape)
         if graph is None:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
+            # thread_local: the DataLoader's pin-memory thread keeps calling CUDA (pinned allocations, event
+            # queries) while this thread captures; in the default global mode those calls void the capture.
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
                 self.losses[shape] = self._step(static)
             self.graphs[shape] = graph
         graph.replay()

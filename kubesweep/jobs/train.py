@@ -143,6 +143,8 @@ class FineTuner:
         self.target_steps = cfg.max_steps or math.ceil(cfg.epochs * self.steps_per_epoch)
 
         runtime.setup_precision(cfg)
+        if cfg.step_graph:
+            step_graph.check_supported(cuda=dist.cuda, distributed=dist.enabled)
         self.state = checkpoint.latest(checkpoint_dir) if checkpoint_dir is not None and cfg.resume else None
         restored = checkpoint.load(self.state) if self.state is not None else None
         if restored is not None:
@@ -164,8 +166,6 @@ class FineTuner:
         self.train_module = runtime.compile_model(self.train_module, cfg)
         # Evaluation runs eager: a handful of batches per epoch would each pay a compilation of their own.
         self.eval_module = self.raw
-        if cfg.step_graph:
-            step_graph.check_supported(cfg, cuda=dist.cuda, distributed=dist.enabled)
         self.optimizer = self._optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")

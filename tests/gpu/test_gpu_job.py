@@ -139,7 +139,8 @@ def test_step_graph_trains_like_eager(tmp_path: Path) -> None:
     losses_e = [p["loss"] for p in eager["loss_curve"]]
     losses_g = [p["loss"] for p in graph["loss_curve"]]
     assert len(losses_e) == len(losses_g) == 60
-    assert max(abs(a - b) for a, b in zip(losses_e, losses_g, strict=True)) < 2e-3
+    diffs = [round(abs(a - b), 5) for a, b in zip(losses_e, losses_g, strict=True)]
+    assert max(diffs) < 2e-3, f"loss differences per step: {diffs}"
     lrs_e = [p["learning_rate"] for p in eager["loss_curve"]]
     assert lrs_e == [p["learning_rate"] for p in graph["loss_curve"]]
     # each bucket shape: one eager warm-up step, one capture; the rest replay and are measured
