@@ -5,7 +5,10 @@ background thread sends it: consecutive metrics go in `log_batch` calls of up to
 batches of 100. When the server is unreachable the thread backs off (0.5 s doubling to 10 s) and retries the
 same request, so nothing is dropped or reordered; `close()` waits for the queue to drain (up to
 `KUBESWEEP_MLFLOW_FLUSH_TIMEOUT_S`, default 300 s) and writes whatever is still unsent to a spool file (JSON
-lines) rather than lose it. Requests the server rejects as invalid (e.g. a param changed on a re-run) are
+lines) rather than lose it. The trial's next attempt in the same output directory sends a spool it finds
+there first, into the same run, before anything of its own (the earlier attempt's end-of-run status is left
+out: the new attempt ends the run itself); the spool is renamed `*.replaying` while that happens, and removed
+once everything is sent. Requests the server rejects as invalid (e.g. a param changed on a re-run) are
 logged and skipped; they would never succeed.
 
 The run: one child run per trial under the sweep's parent run (tag `mlflow.parentRunId`), found again by the
@@ -111,6 +114,7 @@ class MlflowTrialLogger:
     _closing: bool = False
     _thread: threading.Thread | None = None
     _client: Any = None
+    _replaying: Path | None = None
 
     @classmethod
     def from_env(
@@ -146,6 +150,7 @@ class MlflowTrialLogger:
         # our own retry loop replaces mlflow's long blocking retries; a request fails fast and is retried here
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        self._queue.extendleft(reversed(self._take_spool()))
         self._thread = threading.Thread(target=self._run, name="mlflow-logger", daemon=True)
         self._thread.start()
 
@@ -178,7 +183,9 @@ class MlflowTrialLogger:
             left = list(self._queue)
         self.stats.pending = len(left)
         if left:
-            self._spool(left)
+            self._spool(left)  # the replayed requests still unsent are among them
+        if self._replaying is not None:
+            self._replaying.unlink(missing_ok=True)
         print(
             f"tracking: {self.stats.sent_requests} requests, {self.stats.sent_metrics} metric values sent, "
             f"{self.stats.retries} retries, {self.stats.pending} pending, run {self.run_id}",
@@ -296,6 +303,37 @@ class MlflowTrialLogger:
             run_id = client.create_run(experiment_id, tags=tags, run_name=self.run_name).info.run_id
         self.run_id = self.stats.run_id = run_id
         return client
+
+    def _take_spool(self) -> list[_Op]:
+        """Requests an earlier attempt of this trial spooled, oldest first, without its end-of-run status."""
+        if self.spool_path is None:
+            return []
+        replaying = self.spool_path.with_name(self.spool_path.name + ".replaying")
+        if not replaying.exists() and not self.spool_path.exists():
+            return []
+        ops: list[_Op] = []
+        for path in (replaying, self.spool_path):  # a .replaying file is older: its attempt died replaying
+            if not path.exists():
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                try:
+                    record = json.loads(line)
+                    op = _Op(record["kind"], record["payload"])
+                except (ValueError, KeyError, TypeError):
+                    log.warning("tracking: %s:%d: not a spooled request, skipped", path, number)
+                    continue
+                if op.kind != "terminate":
+                    ops.append(op)
+        if not ops:
+            replaying.unlink(missing_ok=True)
+            self.spool_path.unlink(missing_ok=True)
+            return []
+        with replaying.open("w", encoding="utf-8") as handle:  # one file holds them until they are sent
+            handle.writelines(json.dumps({"kind": op.kind, "payload": op.payload}) + "\n" for op in ops)
+        self.spool_path.unlink(missing_ok=True)
+        self._replaying = replaying
+        log.info("tracking: sending %d requests spooled by an earlier attempt (%s)", len(ops), self.spool_path)
+        return ops
 
     def _spool(self, ops: list[_Op]) -> None:
         if self.spool_path is None:

@@ -217,3 +217,31 @@ def test_job_logs_everything_through_a_server_outage(
     assert run.data.params["batch_size"] == "16" and run.data.params["max_steps"] == str(steps)
     artifacts = {a.path for a in c.list_artifacts(run_id)}
     assert {"results.json", "environment.json", "trial.json", "loss_curve.png", "export"} <= artifacts
+
+
+def test_a_spool_left_by_an_outage_is_sent_by_the_next_attempt(server: MlflowServer, tmp_path: Path) -> None:
+    """An attempt that ends while MLflow is away spools its requests; the trial's next attempt in the same
+    output directory sends them into the same run first, then its own, and removes the spool."""
+    spool = tmp_path / "mlflow-spool.jsonl"
+    common = {"trial_id": "trial-spooled", "run_name": "spooled", "experiment": "spool", "spool_path": spool}
+    away = MlflowTrialLogger(uri=f"http://127.0.0.1:{free_port()}", flush_timeout_s=1.0, **common)
+    away.start()
+    away.log_params({"batch_size": 16})
+    for step in range(1, 6):
+        away.log_metrics({"train/loss": 1.0 / step}, step)
+    stats = away.close("FAILED")
+    assert stats.pending == 7 and stats.spool == str(spool)  # params, 5 metric points, the end of the run
+
+    again = MlflowTrialLogger(uri=server.uri, **common)
+    again.start()
+    again.log_metrics({"train/loss": 0.1}, 6)
+    stats = again.close("FINISHED")
+    assert stats.pending == 0 and stats.dropped == 0
+    assert not spool.exists() and not list(tmp_path.glob("*.replaying"))
+
+    c = client(server)
+    exp = c.get_experiment_by_name("spool")
+    (run,) = c.search_runs([exp.experiment_id], filter_string="tags.`kubesweep.trial_id` = 'trial-spooled'")
+    assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "train/loss")) == [1, 2, 3, 4, 5, 6]
+    assert run.data.params["batch_size"] == "16"
+    assert run.info.status == "FINISHED"  # the spooled FAILED was the earlier attempt's, not this one's
