@@ -328,30 +328,24 @@ class MlflowTrialLogger:
             replaying.unlink(missing_ok=True)
             self.spool_path.unlink(missing_ok=True)
             return []
-        with replaying.open("w", encoding="utf-8") as handle:  # one file holds them until they are sent
-            handle.writelines(json.dumps({"kind": op.kind, "payload": op.payload}) + "\n" for op in ops)
+        self._write_ops(replaying, ops, mode="w")  # one file holds them until they are sent
         self.spool_path.unlink(missing_ok=True)
         self._replaying = replaying
         log.info("tracking: sending %d requests spooled by an earlier attempt (%s)", len(ops), self.spool_path)
         return ops
 
+    def _write_ops(self, path: Path, ops: list[_Op], *, mode: str) -> None:
+        """Requests as JSON lines, the format `_take_spool` reads back."""
+        with path.open(mode, encoding="utf-8") as handle:
+            for op in ops:
+                record = {"run_id": self.run_id, "trial_id": self.trial_id, "kind": op.kind, "payload": op.payload}
+                handle.write(json.dumps(record) + "\n")
+
     def _spool(self, ops: list[_Op]) -> None:
         if self.spool_path is None:
             log.error("tracking: %d unsent MLflow requests lost (no spool path)", len(ops))
             return
-        with self.spool_path.open("a", encoding="utf-8") as handle:
-            for op in ops:
-                handle.write(
-                    json.dumps(
-                        {
-                            "run_id": self.run_id,
-                            "trial_id": self.trial_id,
-                            "kind": op.kind,
-                            "payload": op.payload,
-                        }
-                    )
-                    + "\n"
-                )
+        self._write_ops(self.spool_path, ops, mode="a")
         self.stats.spool = str(self.spool_path)
         log.error(
             "tracking: MLflow unreachable at exit; %d requests written to %s", len(ops), self.spool_path

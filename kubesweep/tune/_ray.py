@@ -9,7 +9,6 @@ trial of a suggestion the scheduler stopped.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ def trainable(config: dict[str, Any], ctx: Context) -> None:
     assert isinstance(search, TuneSearch)
     trial = make_trial(sweep, axes_from_config(search, config))
     names = search.metrics
-    wanted = [*names, *(c.metric for c in search.constraints if c.metric not in names)]
+    wanted = m.wanted(search)
     keys = sorted({k for n in wanted for k in (m.source(n).intermediate, m.source(n).final) if k})
     poller = (m.RunPoller(ctx.tracking_uri, ctx.experiment_id, trial.id, keys)
               if ctx.tracking_uri and ctx.experiment_id else None)
@@ -78,7 +77,7 @@ def trainable(config: dict[str, Any], ctx: Context) -> None:
             outcome = str(state.get("outcome") or "failed")
             if outcome == "stopped":
                 return  # stopped on the scheduler's word: its last report stands
-            results = _read_json(state.get("results_path"))
+            results = m.read_results(state.get("results_path"))
             finals = m.final_values(wanted, results, poller.latest if poller is not None else {})
             broken = m.violations(search.constraints, finals)
             if outcome != "succeeded" or broken:
@@ -87,16 +86,6 @@ def trainable(config: dict[str, Any], ctx: Context) -> None:
                 report(finals, outcome=outcome, feasible=True, violations="")
             return
         time.sleep(ctx.poll_s)
-
-
-def _read_json(path: Any) -> dict[str, Any] | None:
-    if not path:
-        return None
-    try:
-        data = json.loads(Path(str(path)).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 # The tuner registers its driver here under the sweep's name; the callback (pickled with Ray's experiment

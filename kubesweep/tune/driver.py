@@ -257,21 +257,16 @@ class _FinalReader:
 
     def __init__(self, uri: str | None, experiment: str | None, search: TuneSearch):
         self.uri, self.experiment, self.search = uri, experiment, search
-        self.wanted = [*search.metrics, *(c.metric for c in search.constraints if c.metric not in search.metrics)]
+        self.wanted = m.wanted(search)
 
     def __call__(self, trial_id: str, results_path: str | None) -> dict[str, Any]:
-        results = None
-        if results_path:
-            with contextlib.suppress(OSError, ValueError):
-                results = json.loads(Path(results_path).read_text())
         keys = sorted({k for n in self.wanted if (k := m.source(n).final)})
         poller = (m.RunPoller(self.uri, self.experiment, trial_id, keys) if self.uri and self.experiment else None)
         if poller is not None:
             poller.poll()
-        values = m.final_values(self.wanted, results if isinstance(results, dict) else None,
-                                poller.latest if poller is not None else {})
+        values = m.final_values(self.wanted, m.read_results(results_path), poller.latest if poller is not None else {})
         broken = m.violations(self.search.constraints, values)
-        return {"metrics": {n: values.get(n) for n in self.search.metrics}, "feasible": not broken,
+        return {**{n: values.get(n) for n in self.search.metrics}, "feasible": not broken,
                 "violations": "; ".join(broken)}
 
 
@@ -288,7 +283,6 @@ def summarize(sweep: Sweep, search: TuneSearch, results: list[tuple[dict[str, An
         if outcome == "succeeded" and last.get("outcome") != "succeeded" and finals is not None:
             # stopped by the scheduler after it had finished: report what it finished with
             last = {**last, **finals(trial.id, status.results_path if status else None)}
-            last.update(last.pop("metrics"))
         rows[trial.id] = {
             "trial_id": trial.id, "name": trial.name, "axes": trial.axes, "outcome": outcome,
             "metrics": {n: last.get(n) for n in names}, "feasible": bool(last.get("feasible")),

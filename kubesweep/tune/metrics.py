@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubesweep.spec import Constraint
+from kubesweep.spec import Constraint, TuneSearch
 
 PENALTY = 1.0e12
 
@@ -60,6 +60,22 @@ def from_results(metric: str, results: dict[str, Any] | None) -> float | None:
             return None
         value = value.get(key)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def wanted(search: TuneSearch) -> list[str]:
+    """The metrics a trial's values are read for: the objectives, then the constrained metrics not among them."""
+    return [*search.metrics, *(c.metric for c in search.constraints if c.metric not in search.metrics)]
+
+
+def read_results(path: Any) -> dict[str, Any] | None:
+    """A trial's results.json, or None where there is none (yet) or it is not a JSON object."""
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(str(path)).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def final_values(names: list[str], results: dict[str, Any] | None, latest: dict[str, float]) -> dict[str, float | None]:

@@ -15,7 +15,7 @@ from kubesweep.jobs.model import resolve
 LENGTHS = np.random.default_rng(0).integers(3, 70, size=1000)
 
 
-def plan(padding: str, **kw: object) -> list[np.ndarray]:
+def plan(padding: str, lengths: np.ndarray = LENGTHS, **kw: object) -> list[np.ndarray]:
     options: dict[str, object] = {
         "padding": padding,
         "max_seq_len": 64,
@@ -25,7 +25,7 @@ def plan(padding: str, **kw: object) -> list[np.ndarray]:
         "epoch": 0,
         **kw,
     }
-    return data.plan_batches(LENGTHS, 32, **options)  # type: ignore[arg-type]
+    return data.plan_batches(lengths, 32, **options)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("padding", ["max_length", "dynamic", "bucketed"])
@@ -59,18 +59,16 @@ def test_ddp_ranks_get_the_same_bucket_at_each_step() -> None:
     longer sequences; a single GPU's plan is the shuffle it always was."""
     world = 4
     lengths = np.random.default_rng(1).integers(3, 70, size=20_000)
-    options = {"padding": "bucketed", "max_seq_len": 64, "bucket_multiple": 16, "shuffle": True, "seed": 1,
-               "epoch": 0}
 
     def width(batch: np.ndarray) -> int:
         return data.pad_length(int(np.minimum(lengths[batch], 64).max()), "bucketed", 64, 16)
 
-    batches = data.plan_batches(lengths, 32, world_size=world, **options)  # type: ignore[arg-type]
+    batches = plan("bucketed", lengths, world_size=world)
     assert len(batches) % world == 0
     steps = [{width(b) for b in batches[i : i + world]} for i in range(0, len(batches), world)]
     # only the groups that straddle two buckets (and the merged leftovers) mix shapes
     assert sum(len(widths) > 1 for widths in steps) <= 4 < len(steps) // 10
-    one = data.plan_batches(lengths, 32, **options)  # type: ignore[arg-type]
+    one = plan("bucketed", lengths)
     assert len({width(b) for b in one[:8]}) > 1  # one GPU: shapes still shuffled
 
 
