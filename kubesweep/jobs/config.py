@@ -14,6 +14,8 @@ Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
+CompileScope = Literal["model", "layers"]
+SdpaBackend = Literal["auto", "flash", "efficient", "cudnn", "math"]
 Padding = Literal["max_length", "dynamic", "bucketed"]
 Task = Literal["finetune", "inference"]
 Engine = Literal["kubesweep", "hf-trainer"]
@@ -80,6 +82,15 @@ class JobConfig(StrictModel):
     grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
     precision: Precision = "fp32"
     compile: bool | str = Field(False, description="false, true, or default | reduce-overhead | max-autotune")
+    compile_scope: CompileScope = Field(
+        "model",
+        description="what compile covers: model (the whole model, static shapes, one compilation per padded "
+        "shape) or layers (the repeated transformer layer, compiled once for every layer and shape)",
+    )
+    sdpa_backend: SdpaBackend = Field(
+        "auto",
+        description="attention kernels: auto (PyTorch picks per call) or only flash | efficient | cudnn | math",
+    )
     step_graph: bool = Field(
         False,
         description="capture the whole optimizer step (forward, backward, clipping, AdamW) as one CUDA graph "
@@ -132,6 +143,9 @@ class JobConfig(StrictModel):
                 raise ValueError("step_graph replaces reduce-overhead's CUDA graphs; use compile: default")
             if self.engine != "kubesweep" or self.task != "finetune":
                 raise ValueError("step_graph applies to kubesweep's own fine-tuning loop only")
+        if self.compile and self.compile_scope == "layers" and self.engine != "kubesweep":
+            raise ValueError("compile_scope layers applies to kubesweep's engine only (HF Trainer compiles the "
+                             "whole model)")
         if self.model_overrides and not self.random_init:
             raise ValueError("model_overrides needs random_init: pretrained weights fix the shapes")
         return self

@@ -168,6 +168,8 @@ def load(cfg: JobConfig) -> LoadedModel:
         "hidden_size": getattr(config, "hidden_size", None),
         "num_hidden_layers": getattr(config, "num_hidden_layers", None),
         "overrides": dict(cfg.model_overrides),
+        # the attention code path (sdpa: torch's scaled_dot_product_attention, whose kernels sdpa_backend picks)
+        "attention": getattr(model.config, "_attn_implementation", None),
     }
     return LoadedModel(model=model, tokenizer=tokenizer, info=info, notes=notes)
 

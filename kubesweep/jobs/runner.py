@@ -88,6 +88,9 @@ class TrialRun:
                 self._end(Outcome.GPU_MISMATCH, ExitCode.GPU_MISMATCH, "GpuMismatch", mismatch)
             else:
                 sampler.start()
+                if cfg.sdpa_backend in runtime.CUDA_ONLY_SDPA and not dist.cuda:
+                    raise UsageError(f"sdpa_backend {cfg.sdpa_backend} needs a CUDA GPU; on the CPU use auto, "
+                                     "math or flash")
                 self._execute()
         except UsageError as err:
             self._end(Outcome.FAILED, ExitCode.USAGE, "UsageError", str(err))
@@ -159,7 +162,8 @@ class TrialRun:
         if cfg.task == "inference":
             self.timings["model_s"] = t1 - t0
             t3 = time.perf_counter()
-            stats = inference.run(cfg, loaded.model, eval_data, dist)
+            with runtime.attention_kernels(cfg):
+                stats = inference.run(cfg, loaded.model, eval_data, dist)
             self.fields["inference"] = stats
             self.timings["compile_warmup_s"] = stats["warmup_s"]
             self.timings["eval_s"] = time.perf_counter() - t3
@@ -180,9 +184,10 @@ class TrialRun:
         if cfg.engine == "hf-trainer":
             from kubesweep.jobs import hf_trainer
 
-            outcome, setup_s = hf_trainer.run(
-                cfg, loaded, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics
-            )
+            with runtime.attention_kernels(cfg):
+                outcome, setup_s = hf_trainer.run(
+                    cfg, loaded, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics
+                )
             self.timings["model_s"] = (t1 - t0) + setup_s
             self._record_training(outcome)
             model = loaded.model
@@ -192,7 +197,8 @@ class TrialRun:
                 cfg, loaded.model, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics
             )
             self.timings["model_s"] = (t1 - t0) + (time.perf_counter() - t3)
-            outcome = tuner.run()
+            with runtime.attention_kernels(cfg):
+                outcome = tuner.run()
             self._record_training(outcome)
             model = tuner.raw
         if dist.is_main:
@@ -208,9 +214,11 @@ class TrialRun:
                 epoch=0,
             )
             probe = data_mod.BatchDataset(eval_data, probe_plan[:1], "dynamic", cfg.max_seq_len, 1)[0]
-            records = export.export_all(
-                model, loaded.tokenizer, probe, self.output_dir / "export", list(cfg.export)
-            )
+            # on the CPU, with PyTorch's own attention kernels; layers compiled in place export as written
+            with runtime.eager():
+                records = export.export_all(
+                    model, loaded.tokenizer, probe, self.output_dir / "export", list(cfg.export)
+                )
             self.fields["exports"] = records
             for record in records:
                 self.artifacts[f"export_{record['format']}"] = os.path.relpath(

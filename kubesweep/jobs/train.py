@@ -49,6 +49,8 @@ RESUME_NEUTRAL = frozenset(
         "eval_batch_size",
         "eval_every_epoch",
         "compile",
+        "compile_scope",
+        "sdpa_backend",
         "step_graph",
     }
 )
@@ -162,9 +164,12 @@ class FineTuner:
                 self.raw,
                 device_ids=[self.device.index] if dist.cuda else None,
                 broadcast_buffers=False,  # BERT's buffers (position ids) are constants
+                # gradients live in the all-reduce buckets: no copy into the buckets and back per step
+                gradient_as_bucket_view=True,
             )
         self.train_module = runtime.compile_model(self.train_module, cfg)
-        # Evaluation runs eager: a handful of batches per epoch would each pay a compilation of their own.
+        # Evaluation runs eager (the raw model; under compile_scope layers, whose layers are compiled in place,
+        # with compilation switched off): a few batches per epoch would each pay a compilation of their own.
         self.eval_module = self.raw
         self.optimizer = self._optimizer()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
@@ -446,7 +451,8 @@ class FineTuner:
             torch.nn.utils.clip_grad_norm_(self.raw.parameters(), self.cfg.max_grad_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        # under DDP the gradients are views into its buckets: zeroed in place, kept
+        self.optimizer.zero_grad(set_to_none=not self.dist.enabled)
         self.scheduler.step()
 
     # ------------------------------------------------------------------------------------------------ eval
@@ -470,7 +476,7 @@ class FineTuner:
         )[self.dist.rank :: self.dist.world_size]
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # correct, loss sum, rows
         self.raw.eval()
-        with torch.no_grad():
+        with torch.no_grad(), runtime.eager():
             for batch in data.loader(cfg, self.eval_data, plan, pin_memory=self.pin, workers=0):
                 ids = batch["input_ids"].to(self.device, non_blocking=self.pin)
                 mask = batch["attention_mask"].to(self.device, non_blocking=self.pin)

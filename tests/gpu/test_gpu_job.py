@@ -146,3 +146,22 @@ def test_step_graph_trains_like_eager(tmp_path: Path) -> None:
     # each bucket shape: one eager warm-up step, one capture; the rest replay and are measured
     assert graph["train"]["warmup_steps"] >= 2 and graph["train"]["measured_steps"] > 30
     assert abs(graph["final_accuracy"] - eager["final_accuracy"]) < 0.02
+
+
+def test_step_graph_with_compiled_layers_trains_like_eager(tmp_path: Path) -> None:
+    """The fastest settings (compiled layers, memory-efficient attention, the step as CUDA graphs) compute what
+    plain eager training computes, up to Inductor's and the attention kernels' rounding (fp32, no dropout)."""
+    common = ["--precision", "fp32", "--padding", "bucketed", "--bucket-multiple", "8", "--batch-size", "32",
+              "--max-steps", "60", "--log-every", "5", "--no-eval-every-epoch", "--model-overrides",
+              '{"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}']
+    code_e, eager, out_e = job(tmp_path / "eager", *common)
+    code_f, fast, out_f = job(tmp_path / "fast", *common, "--step-graph", "--compile", "default",
+                              "--compile-scope", "layers", "--sdpa-backend", "efficient")
+    assert code_e == 0, out_e[-4000:]
+    assert code_f == 0, out_f[-4000:]
+    losses_e = [p["loss"] for p in eager["loss_curve"]]
+    losses_f = [p["loss"] for p in fast["loss_curve"]]
+    diffs = [round(abs(a - b), 5) for a, b in zip(losses_e, losses_f, strict=True)]
+    assert max(diffs) < 1e-2, f"loss differences per step: {diffs}"
+    assert fast["model"]["attention"] == "sdpa"
+    assert fast["train"]["measured_steps"] > 20 and abs(fast["final_accuracy"] - eager["final_accuracy"]) < 0.02

@@ -99,3 +99,11 @@ def test_hf_trainer_engine(sst2: Path, token_cache: Path, tmp_path: Path) -> Non
     assert results.train.samples_per_s and results.train.measured_steps == 29
     assert results.eval and results.eval[-1].step == 32
     assert results.loss_curve and results.loss_curve[-1].step == 32
+
+
+def test_cuda_only_attention_kernels_on_cpu_are_a_usage_error(
+    sst2: Path, token_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = run_job_in_process(tiny_args(sst2, token_cache, "--sdpa-backend", "efficient"), tmp_path, monkeypatch)
+    assert run.returncode == ExitCode.USAGE
+    assert "sdpa_backend efficient needs a CUDA GPU" in run.stdout

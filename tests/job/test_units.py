@@ -211,3 +211,56 @@ def test_gpu_identity_check() -> None:
     assert env.check_gpu("NVIDIA-L40S", ["NVIDIA L40S"]) is None
     assert env.check_gpu("NVIDIA-L4", ["NVIDIA L40S"]) is not None  # exact match only
     assert "no GPU" in (env.check_gpu("NVIDIA-L4", []) or "")
+
+
+def test_compile_scope_layers_compiles_one_layer_for_all_layers_and_shapes() -> None:
+    """compile_scope layers: the repeated layer compiles once (static), then once more with dynamic shapes, and
+    that serves all layers and every later shape; outputs and state_dict keys stay the model's; under
+    `runtime.eager()` nothing compiles."""
+    import copy
+
+    import torch
+    from torch._dynamo.utils import counters
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from kubesweep.jobs import runtime
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(
+        BertConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64)
+    ).eval()
+    reference = copy.deepcopy(model)
+    keys = list(model.state_dict())
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        compiled = runtime.compile_model(model, JobConfig(compile=True, compile_scope="layers"))
+        assert compiled is model and list(model.state_dict()) == keys
+        ids = torch.randint(0, 1000, (4, 40))
+        mask = torch.ones_like(ids)
+        for length in (8, 16, 24, 40):
+            got = compiled(input_ids=ids[:, :length], attention_mask=mask[:, :length]).logits
+            want = reference(input_ids=ids[:, :length], attention_mask=mask[:, :length]).logits
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        assert counters["stats"]["unique_graphs"] == 2
+        with torch.no_grad(), runtime.eager():
+            compiled(input_ids=ids[:, :32], attention_mask=mask[:, :32])
+        assert counters["stats"]["unique_graphs"] == 2
+    finally:
+        torch._dynamo.reset()
+    with pytest.raises(UsageError, match="no stack of repeated layers"):
+        runtime.repeated_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_attention_kernel_choice() -> None:
+    import torch
+
+    from kubesweep.jobs import runtime
+
+    with runtime.attention_kernels(JobConfig(sdpa_backend="math")):
+        assert torch.backends.cuda.math_sdp_enabled()
+        assert not torch.backends.cuda.flash_sdp_enabled()
+        assert not torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.flash_sdp_enabled()  # restored
+    with pytest.raises(ValueError, match="HF Trainer compiles the whole model"):
+        JobConfig(engine="hf-trainer", compile=True, compile_scope="layers")
