@@ -19,6 +19,7 @@ from kubesweep.jobs import data as data_mod
 from kubesweep.jobs import distributed, env, export, inference, plot, runtime
 from kubesweep.jobs import model as model_mod
 from kubesweep.jobs.config import JobConfig, TrialConfig
+from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.metrics import NvmlSampler, host_peak_rss_bytes, system_metrics, torch_memory_peaks
 from kubesweep.jobs.results import Results
@@ -159,72 +160,80 @@ class TrialRun:
         for note in loaded.notes:
             print(f"note: {note}", flush=True)
 
-        if cfg.task == "inference":
-            self.timings["model_s"] = t1 - t0
-            t3 = time.perf_counter()
-            with runtime.attention_kernels(cfg):
-                stats = inference.run(cfg, loaded.model, eval_data, dist)
-            self.fields["inference"] = stats
-            self.timings["compile_warmup_s"] = stats["warmup_s"]
-            self.timings["eval_s"] = time.perf_counter() - t3
-            self._metrics_summary(
-                {
-                    "inference/samples_per_s": stats["samples_per_s"],
-                    "inference/latency_p50_s": stats["latency_s"]["p50"],
-                    "inference/latency_p99_s": stats["latency_s"]["p99"],
-                },
-                0,
-            )
-            return
+        # the measured work on sdpa_backend's attention kernels; exports are checked on the CPU with PyTorch's own
+        with runtime.attention_kernels(cfg):
+            if cfg.task == "inference":
+                self._inference(loaded, eval_data, load_s=t1 - t0)
+                return
+            assert train_data is not None
+            model = self._finetune(loaded, train_data, eval_data, load_s=t1 - t0)
+        if dist.is_main:
+            self._export(model, loaded.tokenizer, eval_data)
 
-        assert train_data is not None
+    def _inference(self, loaded: model_mod.LoadedModel, eval_data: TokenizedSplit, *, load_s: float) -> None:
+        self.timings["model_s"] = load_s
+        t0 = time.perf_counter()
+        stats = inference.run(self.cfg, loaded.model, eval_data, self.dist)
+        self.fields["inference"] = stats
+        self.timings["compile_warmup_s"] = stats["warmup_s"]
+        self.timings["eval_s"] = time.perf_counter() - t0
+        self._metrics_summary(
+            {
+                "inference/samples_per_s": stats["samples_per_s"],
+                "inference/latency_p50_s": stats["latency_s"]["p50"],
+                "inference/latency_p99_s": stats["latency_s"]["p99"],
+            },
+            0,
+        )
+
+    def _finetune(
+        self,
+        loaded: model_mod.LoadedModel,
+        train_data: TokenizedSplit,
+        eval_data: TokenizedSplit,
+        *,
+        load_s: float,
+    ) -> Any:
+        """Train with the configured engine; returns the trained (unwrapped) model."""
+        cfg, dist = self.cfg, self.dist
         checkpoint_dir = None
         if cfg.checkpoint_every:
             checkpoint_dir = Path(cfg.checkpoint_dir or self.output_dir / "checkpoints").expanduser()
         if cfg.engine == "hf-trainer":
             from kubesweep.jobs import hf_trainer
 
-            with runtime.attention_kernels(cfg):
-                outcome, setup_s = hf_trainer.run(
-                    cfg, loaded, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics
-                )
-            self.timings["model_s"] = (t1 - t0) + setup_s
-            self._record_training(outcome)
-            model = loaded.model
-        else:
-            t3 = time.perf_counter()
-            tuner = FineTuner(
-                cfg, loaded.model, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics
+            outcome, setup_s = hf_trainer.run(
+                cfg, loaded, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics
             )
-            self.timings["model_s"] = (t1 - t0) + (time.perf_counter() - t3)
-            with runtime.attention_kernels(cfg):
-                outcome = tuner.run()
+            self.timings["model_s"] = load_s + setup_s
             self._record_training(outcome)
-            model = tuner.raw
-        if dist.is_main:
-            t4 = time.perf_counter()
-            probe_plan = data_mod.plan_batches(
-                eval_data.lengths,
-                min(8, len(eval_data)),
-                padding="dynamic",
-                max_seq_len=cfg.max_seq_len,
-                bucket_multiple=cfg.bucket_multiple,
-                shuffle=True,
-                seed=cfg.seed,
-                epoch=0,
-            )
-            probe = data_mod.BatchDataset(eval_data, probe_plan[:1], "dynamic", cfg.max_seq_len, 1)[0]
-            # on the CPU, with PyTorch's own attention kernels; layers compiled in place export as written
-            with runtime.eager():
-                records = export.export_all(
-                    model, loaded.tokenizer, probe, self.output_dir / "export", list(cfg.export)
-                )
-            self.fields["exports"] = records
-            for record in records:
-                self.artifacts[f"export_{record['format']}"] = os.path.relpath(
-                    record["path"], self.output_dir
-                )
-            self.timings["export_s"] = time.perf_counter() - t4
+            return loaded.model
+        t0 = time.perf_counter()
+        tuner = FineTuner(cfg, loaded.model, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics)
+        self.timings["model_s"] = load_s + (time.perf_counter() - t0)
+        self._record_training(tuner.run())
+        return tuner.raw
+
+    def _export(self, model: Any, tokenizer: Any, eval_data: TokenizedSplit) -> None:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        probe_plan = data_mod.plan_batches(
+            eval_data.lengths,
+            min(8, len(eval_data)),
+            padding="dynamic",
+            max_seq_len=cfg.max_seq_len,
+            bucket_multiple=cfg.bucket_multiple,
+            shuffle=True,
+            seed=cfg.seed,
+            epoch=0,
+        )
+        probe = data_mod.BatchDataset(eval_data, probe_plan[:1], "dynamic", cfg.max_seq_len, 1)[0]
+        with runtime.eager():  # layers compiled in place (compile_scope layers) export as written
+            records = export.export_all(model, tokenizer, probe, self.output_dir / "export", list(cfg.export))
+        self.fields["exports"] = records
+        for record in records:
+            self.artifacts[f"export_{record['format']}"] = os.path.relpath(record["path"], self.output_dir)
+        self.timings["export_s"] = time.perf_counter() - t0
 
     def _record_training(self, out: TrainOutcome) -> None:
         stats = out.stats()

@@ -309,8 +309,6 @@ class MlflowTrialLogger:
         if self.spool_path is None:
             return []
         replaying = self.spool_path.with_name(self.spool_path.name + ".replaying")
-        if not replaying.exists() and not self.spool_path.exists():
-            return []
         ops: list[_Op] = []
         for path in (replaying, self.spool_path):  # a .replaying file is older: its attempt died replaying
             if not path.exists():
