@@ -258,11 +258,10 @@ class _FinalReader:
     def __init__(self, uri: str | None, experiment: str | None, search: TuneSearch):
         self.uri, self.experiment, self.search = uri, experiment, search
         self.wanted = m.wanted(search)
-        self.keys = sorted({k for n in self.wanted if (k := m.source(n).final)})
 
     def __call__(self, trial_id: str, results_path: str | None) -> dict[str, Any]:
-        poller = (m.RunPoller(self.uri, self.experiment, trial_id, self.keys)
-                  if self.uri and self.experiment else None)
+        keys = sorted({k for n in self.wanted if (k := m.source(n).final)})
+        poller = (m.RunPoller(self.uri, self.experiment, trial_id, keys) if self.uri and self.experiment else None)
         if poller is not None:
             poller.poll()
         values = m.final_values(self.wanted, m.read_results(results_path), poller.latest if poller is not None else {})
