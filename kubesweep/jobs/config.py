@@ -94,7 +94,8 @@ class JobConfig(StrictModel):
     step_graph: bool = Field(
         False,
         description="capture the whole optimizer step (forward, backward, clipping, AdamW) as one CUDA graph "
-        "per batch shape; CUDA, bf16/tf32/fp32, no DDP or gradient accumulation",
+        "per batch shape (under DDP: two, the gradient all-reduce between them); CUDA, bf16/tf32/fp32, no "
+        "gradient accumulation",
     )
     padding: Padding = Field("max_length", description="max_length (run_glue's recipe), dynamic or bucketed")
     bucket_multiple: int = Field(16, ge=1, description="bucketed padding: lengths round up to this multiple")

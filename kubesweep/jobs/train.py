@@ -146,7 +146,7 @@ class FineTuner:
 
         runtime.setup_precision(cfg)
         if cfg.step_graph:
-            step_graph.check_supported(cuda=dist.cuda, distributed=dist.enabled)
+            step_graph.check_supported(cuda=dist.cuda)
         self.state = checkpoint.latest(checkpoint_dir) if checkpoint_dir is not None and cfg.resume else None
         restored = checkpoint.load(self.state) if self.state is not None else None
         if restored is not None:
@@ -157,7 +157,10 @@ class FineTuner:
             self.raw.load_state_dict(restored["model"])
         self.raw.to(self.device)
         self.train_module: Any = self.raw
-        if dist.enabled:
+        if dist.enabled and cfg.step_graph:
+            # No DDP wrapper: the step graphs average the flat gradient buffer themselves (step_graph.py).
+            step_graph.sync_from_rank0(self.raw)
+        elif dist.enabled:
             from torch.nn.parallel import DistributedDataParallel
 
             self.train_module = DistributedDataParallel(
@@ -175,7 +178,8 @@ class FineTuner:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
         self.graphs = (
-            step_graph.StepGraphs(cfg, self.train_module, self._params(), self.optimizer, self.device)
+            step_graph.StepGraphs(cfg, self.train_module, self._params(), self.optimizer, self.device,
+                                  world_size=dist.world_size)
             if cfg.step_graph
             else None
         )
