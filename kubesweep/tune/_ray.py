@@ -59,10 +59,10 @@ def trainable(config: dict[str, Any], ctx: Context) -> None:
         out: dict[str, Any] = {n: (v if (v := values.get(n)) is not None else worst[n]) for n in names}
         tune.report({**out, "trial": trial.name, **extra})
 
-    def report_new() -> None:
+    def report_new(*, settle: bool = False) -> None:
         if poller is None:
             return
-        new = poller.poll()
+        new = poller.poll_settled(ctx.poll_s) if settle else poller.poll()
         for step, value in new.get(primary, []) if primary else []:
             values: dict[str, float | None] = {n: current(n) for n in names}
             values[names[0]] = value
@@ -73,7 +73,7 @@ def trainable(config: dict[str, Any], ctx: Context) -> None:
         report_new()
         if state is not None and state.get("terminal"):
             time.sleep(ctx.poll_s)  # the job flushed its metrics before it ended; read the last ones
-            report_new()
+            report_new(settle=True)
             outcome = str(state.get("outcome") or "failed")
             if outcome == "stopped":
                 return  # stopped on the scheduler's word: its last report stands

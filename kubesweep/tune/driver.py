@@ -258,12 +258,13 @@ class _FinalReader:
     def __init__(self, uri: str | None, experiment: str | None, search: TuneSearch):
         self.uri, self.experiment, self.search = uri, experiment, search
         self.wanted = m.wanted(search)
+        self.keys = sorted({k for n in self.wanted if (k := m.source(n).final)})
 
     def __call__(self, trial_id: str, results_path: str | None) -> dict[str, Any]:
-        keys = sorted({k for n in self.wanted if (k := m.source(n).final)})
-        poller = (m.RunPoller(self.uri, self.experiment, trial_id, keys) if self.uri and self.experiment else None)
+        poller = (m.RunPoller(self.uri, self.experiment, trial_id, self.keys)
+                  if self.uri and self.experiment else None)
         if poller is not None:
-            poller.poll()
+            poller.poll_settled(pause_s=0.5)
         values = m.final_values(self.wanted, m.read_results(results_path), poller.latest if poller is not None else {})
         broken = m.violations(self.search.constraints, values)
         return {**{n: values.get(n) for n in self.search.metrics}, "feasible": not broken,

@@ -114,6 +114,7 @@ class RunPoller:
     run_id: str | None = None
     seen: dict[str, int] = field(default_factory=dict)
     latest: dict[str, float] = field(default_factory=dict)
+    failed: bool = False  # the last poll could not read the server
     _client: Any = None
 
     def client(self) -> Any:
@@ -136,6 +137,7 @@ class RunPoller:
     def poll(self) -> dict[str, list[tuple[int, float]]]:
         """key -> new (step, value) points, in step order; latest values are kept in `latest`."""
         out: dict[str, list[tuple[int, float]]] = {}
+        self.failed = False
         try:
             run_id = self.find_run()
             if run_id is None:
@@ -149,7 +151,20 @@ class RunPoller:
                     out[key] = [(int(m.step), float(m.value)) for m in fresh]
                     self.latest[key] = float(fresh[-1].value)
         except Exception:  # the server is away for a moment: the next poll reads the same points
-            return out
+            self.failed = True
+        return out
+
+    def poll_settled(self, pause_s: float, retries: int = 4) -> dict[str, list[tuple[int, float]]]:
+        """poll(), and while the server cannot be read poll again, up to `retries` times with pauses doubling
+        from `pause_s`: for a finished trial's last read, where a moment's outage must not pass for a run
+        that logged nothing."""
+        out = self.poll()
+        for attempt in range(retries):
+            if not self.failed:
+                break
+            time.sleep(pause_s * 2**attempt)
+            for key, points in self.poll().items():
+                out.setdefault(key, []).extend(points)
         return out
 
 

@@ -2,7 +2,8 @@
 
     python -m tests.tune.kwok_tuner SPEC.json NAMESPACE KUBECONFIG STORAGE URI EXPERIMENT PARENT_RUN_ID SUMMARY.json
 
-what `sweep submit --direct` runs, plus the kwok Stage annotation that ends each trial pod after 9 s.
+what `sweep submit --direct` runs, plus the kwok Stage annotation that keeps each trial pod Running until the
+test's stand-in, having logged the trial's final metrics, ends it (as a real job exits after logging them).
 """
 
 from __future__ import annotations
@@ -15,15 +16,14 @@ from kubesweep.backends.kubernetes import KubernetesBackend
 from kubesweep.manifests import TrackingEnv
 from kubesweep.spec import Sweep
 from kubesweep.tune.driver import run_tune
-
-POD_SECONDS = 9
+from tests.cluster.kwok_cluster import ANNOTATION_OUTCOME
 
 
 def main(argv: list[str]) -> int:
     spec, namespace, kubeconfig, storage, uri, experiment, parent, out = argv
     sweep = Sweep.model_validate(json.loads(Path(spec).read_text()))
     backend = KubernetesBackend(namespace=namespace, kubeconfig=kubeconfig,
-                                pod_annotations=lambda trial: {"kubesweep.io/test-duration": f"{POD_SECONDS}s"})
+                                pod_annotations=lambda trial: {ANNOTATION_OUTCOME: "hang"})
     tracking = TrackingEnv(uri=uri, experiment=experiment, parent_run_id=parent)
     summary = run_tune(sweep, backend, storage=Path(storage), tracking=tracking, poll_s=0.3)
     Path(out).write_text(json.dumps(summary.as_dict(), default=str))

@@ -8,8 +8,9 @@ Stand-in: kwok runs no containers, so no BERT job runs in the trial pods. This t
 the tuner reads: for every trial Job that appears, it logs what the job would log into the trial's MLflow child
 run, through the job's own MLflow logger — an `eval/accuracy` and a `train/samples_per_s` point every 0.3 s
 (larger learning rates learn faster and, here, run slower: a trade-off for the two objectives) and, at the end,
-`result/final_accuracy` and `result/samples_per_s`. Each pod's kwok Stage ends it after 9 s, well after its last
-point; the trials ASHA stops before that must have their Jobs deleted.
+`result/final_accuracy` and `result/samples_per_s`. Trial pods stay Running (kwok outcome `hang`) until the
+stand-in has sent those final metrics; it then re-annotates the pods to succeed 1 s later, as a real job exits
+after logging its results. The trials ASHA stops before that must have their Jobs deleted.
 
 The search is Optuna's multi-objective one (accuracy and samples/s, both maximised) under a constraint
 (accuracy >= 0.6); ASHA judges the first objective.
@@ -37,6 +38,7 @@ from kubesweep.tracking.mlflow_logger import TRIAL_TAG, MlflowTrialLogger
 from kubesweep.tracking.runs import OUTCOME_TAG
 from kubesweep.tracking.sweep import open_parent
 from kubesweep.tracking.target import resolve
+from tests.cluster.kwok_cluster import ANNOTATION_DURATION, ANNOTATION_OUTCOME
 from tests.support.mlflow_fixtures import ROOT, MlflowServer, quiet_mlflow_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -114,7 +116,18 @@ class StandInPods(threading.Thread):
             if state["point"] == POINTS:
                 logger.log_metrics({"result/final_accuracy": accuracy(state["lr"], POINTS),
                                     "result/samples_per_s": speed(state["lr"])}, step=POINTS)
-                logger.close()
+                logger.close()  # returns once everything is sent
+        for trial_id, state in self.trials.items():
+            if state["point"] == POINTS and not state.get("ended") and trial_id in alive:
+                state["ended"] = self._end_pods(trial_id)
+
+    def _end_pods(self, trial_id: str) -> bool:
+        """Let the trial's pods succeed (kwok's pod-succeed Stage, 1 s on); False while it has none yet."""
+        pods = self.backend.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_TRIAL}={trial_id}").items
+        for pod in pods:
+            self.backend.core.patch_namespaced_pod(pod.metadata.name, self.namespace, {"metadata": {"annotations": {
+                ANNOTATION_OUTCOME: "succeed", ANNOTATION_DURATION: "1s"}}})
+        return bool(pods)
 
     def stop(self) -> None:
         self.halt.set()
