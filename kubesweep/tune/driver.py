@@ -252,8 +252,9 @@ def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trackin
 
 class _FinalReader:
     """A finished trial's final metrics (its results file, else its MLflow run) and the constraints they break,
-    as the trainable computes them: for a trial the scheduler stopped only after it had finished, Ray's last
-    result is an intermediate one."""
+    as the trainable computes them. The summary shows these, not Ray's last result: for a trial that broke a
+    constraint that result is the penalty, and for one the scheduler stopped only after it had finished it is
+    an intermediate one."""
 
     def __init__(self, uri: str | None, experiment: str | None, search: TuneSearch):
         self.uri, self.experiment, self.search = uri, experiment, search
@@ -281,8 +282,9 @@ def summarize(sweep: Sweep, search: TuneSearch, results: list[tuple[dict[str, An
         trial = driver.trial_for(config)
         status = statuses.get(trial.id)
         outcome = status.outcome.value if status is not None and status.outcome else "unknown"
-        if outcome == "succeeded" and last.get("outcome") != "succeeded" and finals is not None:
-            # stopped by the scheduler after it had finished: report what it finished with
+        if outcome == "succeeded" and finals is not None:
+            # What it finished with, read again: its last report may hold the searcher's penalty (a constraint
+            # broken) or an intermediate value (stopped by the scheduler only after it had finished).
             last = {**last, **finals(trial.id, status.results_path if status else None)}
         rows[trial.id] = {
             "trial_id": trial.id, "name": trial.name, "axes": trial.axes, "outcome": outcome,
