@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from mlflow.tracking import MlflowClient
 
 from kubesweep.backends.kubernetes import KubernetesBackend
@@ -125,8 +126,12 @@ class StandInPods(threading.Thread):
         """Let the trial's pods succeed (kwok's pod-succeed Stage, 1 s on); False while it has none yet."""
         pods = self.backend.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_TRIAL}={trial_id}").items
         for pod in pods:
-            self.backend.core.patch_namespaced_pod(pod.metadata.name, self.namespace, {"metadata": {"annotations": {
-                ANNOTATION_OUTCOME: "succeed", ANNOTATION_DURATION: "1s"}}})
+            try:
+                self.backend.core.patch_namespaced_pod(pod.metadata.name, self.namespace, {"metadata": {
+                    "annotations": {ANNOTATION_OUTCOME: "succeed", ANNOTATION_DURATION: "1s"}}})
+            except ApiException as exc:
+                if exc.status != 404:  # gone since the list (its Job was stopped): nothing to end
+                    raise
         return bool(pods)
 
     def stop(self) -> None:
