@@ -89,9 +89,7 @@ class TrialRun:
                 self._end(Outcome.GPU_MISMATCH, ExitCode.GPU_MISMATCH, "GpuMismatch", mismatch)
             else:
                 sampler.start()
-                if cfg.sdpa_backend in runtime.CUDA_ONLY_SDPA and not dist.cuda:
-                    raise UsageError(f"sdpa_backend {cfg.sdpa_backend} needs a CUDA GPU; on the CPU use auto, "
-                                     "math or flash")
+                runtime.check_attention_kernels(cfg, cuda=dist.cuda)
                 self._execute()
         except UsageError as err:
             self._end(Outcome.FAILED, ExitCode.USAGE, "UsageError", str(err))

@@ -56,6 +56,11 @@ SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
 CUDA_ONLY_SDPA = ("efficient", "cudnn")
 
 
+def check_attention_kernels(cfg: JobConfig, *, cuda: bool) -> None:
+    if cfg.sdpa_backend in CUDA_ONLY_SDPA and not cuda:
+        raise UsageError(f"sdpa_backend {cfg.sdpa_backend} needs a CUDA GPU; on the CPU use auto, math or flash")
+
+
 def attention_kernels(cfg: JobConfig) -> contextlib.AbstractContextManager[Any]:
     """Restrict scaled_dot_product_attention to `sdpa_backend`'s kernels (none: PyTorch picks per call).
 

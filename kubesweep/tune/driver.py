@@ -262,11 +262,13 @@ class _FinalReader:
         self.keys = sorted({k for n in self.wanted if (k := m.source(n).final)})
 
     def __call__(self, trial_id: str, results_path: str | None) -> dict[str, Any]:
-        poller = (m.RunPoller(self.uri, self.experiment, trial_id, self.keys)
-                  if self.uri and self.experiment else None)
-        if poller is not None:
+        results = m.read_results(results_path)
+        latest: dict[str, float] = {}
+        if self.uri and self.experiment and any(m.from_results(n, results) is None for n in self.wanted):
+            poller = m.RunPoller(self.uri, self.experiment, trial_id, self.keys)  # only for what the file lacks
             poller.poll_settled(pause_s=0.5)
-        values = m.final_values(self.wanted, m.read_results(results_path), poller.latest if poller is not None else {})
+            latest = poller.latest
+        values = m.final_values(self.wanted, results, latest)
         broken = m.violations(self.search.constraints, values)
         return {**{n: values.get(n) for n in self.search.metrics}, "feasible": not broken,
                 "violations": "; ".join(broken)}
