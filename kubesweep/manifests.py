@@ -8,8 +8,9 @@ One renderer serves `sweep render`, the Kubernetes backend and the operator. A t
 - the trial's resolved config as a pod annotation, mounted into the container through the downward API;
 - PodSecurity `restricted`: non-root, no privilege escalation, all capabilities dropped, seccomp RuntimeDefault,
   read-only root filesystem with scratch volumes for /tmp, /cache, the output and `/dev/shm`;
-- a podFailurePolicy: disruptions (preemption, eviction, node drain) don't count against the trial, an OOM or a
-  GPU mismatch (exit 3, 4) fails the Job at once instead of retrying;
+- a podFailurePolicy: disruptions (preemption, eviction, node drain) don't count against the trial, an OOM (the
+  job's exit 3, or the container killed at its memory limit: 137) or a GPU mismatch (exit 4) fails the Job at once
+  instead of retrying;
 - more than one GPU: one pod running torchrun; more than one node: an Indexed Job plus a headless Service.
 """
 
@@ -41,6 +42,7 @@ CACHE_DIR = "/cache"
 CHECKPOINT_DIR = "/checkpoints"
 RDZV_PORT = 29500
 RUN_AS = 1000
+SIGKILL_EXIT = 128 + 9  # how a container killed for exceeding its memory limit exits
 
 
 class RenderError(ValueError):
@@ -189,11 +191,16 @@ def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None 
         "backoffLimit": res.retries,
         "activeDeadlineSeconds": res.deadline_seconds,
         "ttlSecondsAfterFinished": res.ttl_seconds_after_finished,
+        # Rules apply in order. A disrupted pod (evicted, preempted, drained) is replaced whatever its exit code,
+        # without counting against backoffLimit. Then an OOM fails the Job at once: the job's own exit 3 (CUDA
+        # out of memory) or 137, the SIGKILL a container gets when it exceeds its memory limit (a SIGKILL after
+        # an eviction's grace period carries DisruptionTarget and matched the first rule). Retrying either
+        # would only run out of memory again; so would a GPU mismatch (4).
         "podFailurePolicy": {"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             {"action": "FailJob",
              "onExitCodes": {"containerName": CONTAINER, "operator": "In",
-                             "values": [int(ExitCode.OOM), int(ExitCode.GPU_MISMATCH)]}},
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                             "values": [int(ExitCode.OOM), int(ExitCode.GPU_MISMATCH), SIGKILL_EXIT]}},
         ]},
         "template": {"metadata": {"labels": dict(labels), "annotations": annotations}, "spec": pod_spec},
     }

@@ -3,9 +3,11 @@
 import pytest
 
 from tests.support.cluster_fixtures import k8s_cluster, k8s_namespace
+from tests.support.image_fixtures import buildah, built_images, image_tools, registry, standin_bases
 from tests.support.mlflow_fixtures import mlflow_server, tracked_sweep
 
-__all__ = ["k8s_cluster", "k8s_namespace", "mlflow_server", "tracked_sweep"]
+__all__ = ["buildah", "built_images", "image_tools", "k8s_cluster", "k8s_namespace", "mlflow_server", "registry",
+           "standin_bases", "tracked_sweep"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

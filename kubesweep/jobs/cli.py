@@ -27,6 +27,11 @@ from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.errors import UsageError
 from kubesweep.outcomes import ExitCode
 
+# Set by the rendered Job when the sweep names a checkpoint claim: the trial's directory on it. The job keeps its
+# checkpoints there (unless the settings name a checkpoint_dir), and with them the MLflow spool and step record, so
+# a pod that replaces an evicted one resumes from the last checkpoint and logs every step once.
+CHECKPOINT_DIR_ENV = "KUBESWEEP_CHECKPOINT_DIR"
+
 TRIAL_FLAGS = {
     "sweep": str,
     "trial_id": str,
@@ -130,6 +135,8 @@ def resolve_trial(args: argparse.Namespace) -> TrialConfig:
         raw = getattr(args, f"trial__{name}")
         if raw is not None:
             trial_fields[name] = cast(raw)
+    if not job.get("checkpoint_dir") and os.environ.get(CHECKPOINT_DIR_ENV):
+        job["checkpoint_dir"] = os.environ[CHECKPOINT_DIR_ENV]  # the Job's checkpoint claim
     job_config = JobConfig.model_validate(job)
     if "trial_id" not in trial_fields:
         digest = hashlib.sha256(job_config.model_dump_json().encode()).hexdigest()[:10]

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import logging
 import os
+import signal
 import time
 import traceback
 from pathlib import Path
@@ -28,6 +29,14 @@ from kubesweep.outcomes import ExitCode, Outcome
 from kubesweep.tracking.mlflow_logger import MlflowTrialLogger, NullLogger
 
 log = logging.getLogger(__name__)
+
+# A pod being stopped (eviction, drain, deletion) gets SIGTERM and a grace period (30 s by default) before SIGKILL:
+# the trial ends its MLflow logging within this many seconds, spooling what it could not send.
+TERMINATE_FLUSH_S = 10.0
+
+
+class Terminated(BaseException):
+    """SIGTERM: the trial is being stopped from outside (its pod evicted or deleted, the process killed)."""
 
 
 def process_start_time() -> float:
@@ -60,19 +69,34 @@ class TrialRun:
 
     # --------------------------------------------------------------------------------------------- driver
 
+    def state_dir(self) -> Path:
+        """Where the trial keeps what its next attempt needs (checkpoints, the MLflow spool and step record):
+        the checkpoint directory when there is one (on Kubernetes, on the checkpoint claim), else the output
+        directory."""
+        return Path(self.cfg.checkpoint_dir).expanduser() if self.cfg.checkpoint_dir else self.output_dir
+
     def run(self) -> int:
+        previous = signal.signal(signal.SIGTERM, _raise_terminated) if _main_thread() else None
+        try:
+            return self._run()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _run(self) -> int:
         dist = distributed.init()
         self.dist = dist
         cfg = self.cfg
         if dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
+            self.state_dir().mkdir(parents=True, exist_ok=True)
         devices = env.local_devices()
         environment = env.capture(devices)
         self.environment = environment
         tracker = self._tracker() if dist.is_main else NullLogger()
         self.tracker = tracker
         sampler = NvmlSampler(devices, cfg.nvml_interval_s, on_sample=self._on_gpu_sample)
-        self._system_step = 0
+        self._system_step = tracker.prior_step("system/") if isinstance(tracker, MlflowTrialLogger) else 0
         if dist.is_main:
             self._write_json("trial.json", self.trial.model_dump(mode="json", by_alias=True), "trial")
             self._write_json("environment.json", environment, "environment")
@@ -96,6 +120,12 @@ class TrialRun:
         except BaseException as err:
             if isinstance(err, KeyboardInterrupt):
                 self._end(Outcome.CANCELLED, ExitCode.FAILED, "KeyboardInterrupt", "interrupted")
+            elif isinstance(err, Terminated):
+                self._end(Outcome.CANCELLED, ExitCode.FAILED, "Terminated",
+                          "stopped by SIGTERM (pod evicted or deleted); the next attempt resumes from the last "
+                          "checkpoint")
+                if isinstance(self.tracker, MlflowTrialLogger):
+                    self.tracker.flush_timeout_s = min(self.tracker.flush_timeout_s, TERMINATE_FLUSH_S)
             elif runtime.is_oom(err):
                 self._end(
                     Outcome.OOM,
@@ -196,7 +226,7 @@ class TrialRun:
         cfg, dist = self.cfg, self.dist
         checkpoint_dir = None
         if cfg.checkpoint_every:
-            checkpoint_dir = Path(cfg.checkpoint_dir or self.output_dir / "checkpoints").expanduser()
+            checkpoint_dir = self.state_dir() if cfg.checkpoint_dir else self.output_dir / "checkpoints"
         if cfg.engine == "hf-trainer":
             from kubesweep.jobs import hf_trainer
 
@@ -281,7 +311,7 @@ class TrialRun:
             "kubesweep.task": cfg.task,
         }
         tracker = MlflowTrialLogger.from_env(
-            trial.trial_id, trial.name, tags, self.output_dir / "mlflow-spool.jsonl"
+            trial.trial_id, trial.name, tags, self.state_dir() / "mlflow-spool.jsonl"
         )
         params: dict[str, Any] = {}
         for key, value in cfg.model_dump(mode="json").items():
@@ -356,6 +386,16 @@ class TrialRun:
             f"{self.output_dir / 'results.json'}",
             flush=True,
         )
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def run_trial(trial: TrialConfig, output_dir: Path) -> int:

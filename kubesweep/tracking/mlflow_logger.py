@@ -11,6 +11,12 @@ out: the new attempt ends the run itself); the spool is renamed `*.replaying` wh
 once everything is sent. Requests the server rejects as invalid (e.g. a param changed on a re-run) are
 logged and skipped; they would never succeed.
 
+Every step once: beside the spool, `mlflow-steps.json` records, per metric, the last step sent into the run. A
+later attempt of the trial (a pod that replaced an evicted one, resuming from a checkpoint) sends a metric value
+only for steps after the ones earlier attempts sent, so steps it trains again are not logged twice. The spool
+and this record live wherever the trial keeps its state: the checkpoint directory when the trial has one (on
+Kubernetes, the checkpoint claim), else the output directory.
+
 The run: one child run per trial under the sweep's parent run (tag `mlflow.parentRunId`), found again by the
 tag `kubesweep.trial_id` when a trial is re-run, so a retried trial never makes a duplicate. `MLFLOW_RUN_ID`
 is not used. Environment:
@@ -115,6 +121,9 @@ class MlflowTrialLogger:
     _thread: threading.Thread | None = None
     _client: Any = None
     _replaying: Path | None = None
+    _prior_steps: dict[str, int] = field(default_factory=dict)  # sent by earlier attempts into _prior_run
+    _prior_run: str | None = None
+    _sent_steps: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_env(
@@ -150,9 +159,14 @@ class MlflowTrialLogger:
         # our own retry loop replaces mlflow's long blocking retries; a request fails fast and is retried here
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        self._load_steps()
         self._queue.extendleft(reversed(self._take_spool()))
         self._thread = threading.Thread(target=self._run, name="mlflow-logger", daemon=True)
         self._thread.start()
+
+    def prior_step(self, prefix: str) -> int:
+        """The last step earlier attempts of this trial sent for metrics named `prefix...` (0: none)."""
+        return max((v for k, v in self._prior_steps.items() if k.startswith(prefix)), default=0)
 
     def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
         ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
@@ -258,10 +272,13 @@ class MlflowTrialLogger:
         assert self.run_id is not None
         kind = batch[0].kind
         if kind == "metrics":
-            metrics = [Metric(k, v, ts, step) for op in batch for (k, v, ts, step) in op.payload]
+            prior = self._prior_steps if self._prior_run == self.run_id else {}
+            metrics = [Metric(k, v, ts, step) for op in batch for (k, v, ts, step) in op.payload
+                       if step > prior.get(k, -1)]
             for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
                 client.log_batch(self.run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
             self.stats.sent_metrics += len(metrics)
+            self._record_steps(metrics)
         elif kind == "params":
             client.log_batch(self.run_id, params=[Param(k, v) for k, v in batch[0].payload])
         elif kind == "tags":
@@ -303,6 +320,37 @@ class MlflowTrialLogger:
             run_id = client.create_run(experiment_id, tags=tags, run_name=self.run_name).info.run_id
         self.run_id = self.stats.run_id = run_id
         return client
+
+    @property
+    def _steps_path(self) -> Path | None:
+        return self.spool_path.with_name("mlflow-steps.json") if self.spool_path is not None else None
+
+    def _load_steps(self) -> None:
+        path = self._steps_path
+        if path is None or not path.exists():
+            return
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            self._prior_run, steps = data["run_id"], data["steps"]
+            self._prior_steps = {str(k): int(v) for k, v in steps.items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("tracking: %s is not a step record; earlier attempts' steps may be logged again", path)
+            return
+        self._sent_steps = dict(self._prior_steps)
+
+    def _record_steps(self, metrics: list[Any]) -> None:
+        """Remember the last step sent per metric (atomically: a replaced file, never a torn one)."""
+        path = self._steps_path
+        if path is None or not metrics:
+            return
+        if self._prior_run != self.run_id:  # another run (the earlier one was deleted): start a new record
+            self._prior_run, self._prior_steps, self._sent_steps = self.run_id, {}, {}
+        for m in metrics:
+            if m.step > self._sent_steps.get(m.key, -1):
+                self._sent_steps[m.key] = m.step
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"run_id": self.run_id, "steps": self._sent_steps}), encoding="utf-8")
+        tmp.replace(path)
 
     def _take_spool(self) -> list[_Op]:
         """Requests an earlier attempt of this trial spooled, oldest first, without its end-of-run status."""

@@ -5,6 +5,12 @@
 #   etcd                                                      go.etcd.io/etcd/server/v3@ETCD_VERSION (wrapper main)
 #   kwok, kwokctl                                             go install sigs.k8s.io/kwok/cmd/...@KWOK_VERSION
 #   helm                                                      go install helm.sh/helm/v3/cmd/helm@HELM_VERSION
+# and the real worker node beside the kwok nodes (see docs/testing.md):
+#   kubelet, kube-proxy                                       k8s.io/kubernetes@K8S_VERSION (same wrapper module)
+#   containerd, containerd-shim-runc-v2, ctr                  go install github.com/containerd/containerd/v2/cmd/...
+#   coredns                                                   a wrapper main around github.com/coredns/coredns with
+#                                                             only the plugins the cluster's Corefile uses
+#   pause                                                     build/pause/linux/pause.c of k8s.io/kubernetes, static
 #
 # Binaries land in ${XDG_CACHE_HOME:-~/.cache}/kubesweep-test/<versions>/bin; a binary already there is not
 # rebuilt, so a warm run returns at once. Go's own caches (GOCACHE, GOMODCACHE) keep their defaults, so a rebuild
@@ -21,9 +27,12 @@ K8S_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
+CONTAINERD_VERSION=v2.2.9
+COREDNS_VERSION=v1.14.7
 
 CACHE_ROOT=${KUBESWEEP_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubesweep-test}
 VERSION_KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+VERSION_KEY+="_containerd-${CONTAINERD_VERSION}_coredns-${COREDNS_VERSION}"
 BIN_DIR="$CACHE_ROOT/$VERSION_KEY/bin"
 JOBS=${KUBESWEEP_BUILD_JOBS:-2}
 
@@ -40,7 +49,9 @@ have_all() {
   for b in "$@"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done
 }
 
-ALL=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok kwokctl helm)
+K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+CONTAINERD_CMDS=(containerd containerd-shim-runc-v2 ctr)
+ALL=("${K8S_CMDS[@]}" etcd kwok kwokctl helm "${CONTAINERD_CMDS[@]}" coredns pause)
 if have_all "${ALL[@]}"; then
   log "all binaries present in $BIN_DIR"
   echo "$BIN_DIR"
@@ -116,9 +127,9 @@ print("\n".join(args))
   log "go.mod: $(grep -c '=>' go.mod) replace lines"
 
   log "resolving k8s.io/kubernetes@$K8S_VERSION dependencies (downloads modules on a cold cache)"
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
-    "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
-    "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION"
+  local pkgs=()
+  for cmd in "${K8S_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$cmd@$K8S_VERSION"); done
+  go get "${pkgs[@]}"
 
   gitcommit=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
     python3 -c 'import json,sys; print((json.load(sys.stdin).get("Origin") or {}).get("Hash", ""))')
@@ -130,7 +141,7 @@ print("\n".join(args))
   done
 
   local cmd
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+  for cmd in "${K8S_CMDS[@]}"; do
     have_all "$cmd" && { log "$cmd present, skipping"; continue; }
     local t0=$(date +%s)
     log "building $cmd $K8S_VERSION (go build -p $JOBS)"
@@ -208,16 +219,99 @@ build_helm() {
   log "helm built in $(( $(date +%s) - t0 ))s"
 }
 
-have_all kube-apiserver kube-controller-manager kube-scheduler || build_kubernetes
+# ---------------------------------------------------------------- containerd (the real node's CRI runtime)
+build_containerd() {
+  local t0 cmd commit ldflags m="github.com/containerd/containerd/v2"
+  t0=$(date +%s)
+  commit=$(go mod download -json "$m@$CONTAINERD_VERSION" |
+    python3 -c 'import json,sys; print((json.load(sys.stdin).get("Origin") or {}).get("Hash", ""))')
+  # The version variables containerd's Makefile sets. CGO off leaves out the btrfs snapshotter (it needs
+  # libbtrfs); the node uses overlayfs.
+  ldflags="-s -w -X $m/version.Version=$CONTAINERD_VERSION -X $m/version.Package=$m"
+  [[ -n "$commit" ]] && ldflags+=" -X $m/version.Revision=$commit"
+  for cmd in "${CONTAINERD_CMDS[@]}"; do
+    have_all "$cmd" && { log "$cmd present, skipping"; continue; }
+    log "go install $m/cmd/$cmd@$CONTAINERD_VERSION"
+    GOBIN="$STAGING_OUT" go install -p "$JOBS" -trimpath -tags no_btrfs -ldflags "$ldflags" \
+      "$m/cmd/$cmd@$CONTAINERD_VERSION"
+    install_bin "$cmd"
+  done
+  "$BIN_DIR/containerd" --version >&2
+  log "containerd built in $(( $(date +%s) - t0 ))s"
+}
+
+# ---------------------------------------------------------------- CoreDNS (the cluster's DNS)
+build_coredns() {
+  local dir="$WORK/coredns" t0 m="github.com/coredns/coredns"
+  t0=$(date +%s)
+  log "building coredns $COREDNS_VERSION (wrapper main with the plugins of the test cluster's Corefile)"
+  rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+  go mod init local/kubesweep-coredns >/dev/null 2>&1
+  # CoreDNS' documented way to build with a chosen set of plugins: import them and set the directive order
+  # (the order of its plugin.cfg). Leaving out the cloud backends keeps the build small.
+  cat >main.go <<'EOF'
+// Command coredns runs CoreDNS of the pinned release with the plugins a Kubernetes cluster's DNS needs.
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/loadbalance"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/loop"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+func init() {
+	dnsserver.Directives = []string{"ready", "health", "errors", "log", "loadbalance", "cache", "kubernetes", "loop"}
+}
+
+func main() {
+	coremain.Run()
+}
+EOF
+  go get "$m@$COREDNS_VERSION"
+  go mod tidy
+  go build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$STAGING_OUT/coredns" .
+  "$STAGING_OUT/coredns" -version >&2
+  install_bin coredns
+  log "coredns built in $(( $(date +%s) - t0 ))s"
+}
+
+# ---------------------------------------------------------------- pause (the pods' sandbox process)
+build_pause() {
+  local src
+  command -v gcc >/dev/null || die "gcc is not on PATH (needed to build the pause binary)"
+  src="$(go env GOMODCACHE)/k8s.io/kubernetes@$K8S_VERSION/build/pause/linux/pause.c"
+  [[ -f "$src" ]] || go mod download "k8s.io/kubernetes@$K8S_VERSION"
+  [[ -f "$src" ]] || die "no $src in the k8s.io/kubernetes module"
+  log "building pause from $src (static)"
+  gcc -Os -Wall -Werror -static -DVERSION="$K8S_VERSION" -o "$STAGING_OUT/pause" "$src"
+  strip "$STAGING_OUT/pause"
+  "$STAGING_OUT/pause" -v >&2
+  install_bin pause
+}
+
+have_all "${K8S_CMDS[@]}" || build_kubernetes
 have_all etcd || build_etcd
 have_all kwok kwokctl || build_kwok
 have_all helm || build_helm
+have_all "${CONTAINERD_CMDS[@]}" || build_containerd
+have_all coredns || build_coredns
+have_all pause || build_pause
 
 cat >"$CACHE_ROOT/$VERSION_KEY/versions.txt" <<EOF
 kubernetes $K8S_VERSION
 etcd $ETCD_VERSION
 kwok $KWOK_VERSION
 helm $HELM_VERSION
+containerd $CONTAINERD_VERSION
+coredns $COREDNS_VERSION
 go $(go env GOVERSION)
 EOF
 log "done in $(( $(date +%s) - start_all ))s: $BIN_DIR"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -52,6 +53,21 @@ OUTCOMES = ("succeed", "crash", "oom", "evict", "hang")
 T = TypeVar("T")
 
 
+def _load_real_node() -> Any:
+    """tests/cluster/real_node.py, loaded by path like this module (which also runs as a plain script)."""
+    name = "kubesweep_real_node"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "real_node.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+real_node = _load_real_node()
+
+
 class ClusterError(RuntimeError):
     """The test cluster could not be built, started or used; the message carries the component output."""
 
@@ -69,10 +85,10 @@ def pinned_versions() -> dict[str, str]:
     """The versions pinned in build-tools.sh (the single place they are written)."""
     versions = {}
     for line in BUILD_TOOLS.read_text().splitlines():
-        m = re.match(r"^(K8S|ETCD|KWOK|HELM)_VERSION=(v[0-9][0-9A-Za-z.\-+]*)$", line)
+        m = re.match(r"^(K8S|ETCD|KWOK|HELM|CONTAINERD|COREDNS)_VERSION=(v[0-9][0-9A-Za-z.\-+]*)$", line)
         if m:
             versions[m.group(1).lower()] = m.group(2)
-    missing = {"k8s", "etcd", "kwok", "helm"} - versions.keys()
+    missing = {"k8s", "etcd", "kwok", "helm", "containerd", "coredns"} - versions.keys()
     if missing:
         raise ClusterError(f"{BUILD_TOOLS} pins no version for {sorted(missing)}")
     return versions
@@ -178,9 +194,11 @@ def _gpu_family(compute_capability: str) -> str:
     return families.get(str(compute_capability), "hopper" if str(compute_capability).startswith("9") else "")
 
 
-def kwokctl_config(bins: Path, kubectl: Path, versions: dict[str, str]) -> str:
-    """KwokctlConfiguration naming the local binaries (so nothing is downloaded), plus the Stages."""
-    conf = {
+def kwokctl_config(bins: Path, kubectl: Path, versions: dict[str, str], *, real_node_pki: Path | None = None
+                   ) -> str:
+    """KwokctlConfiguration naming the local binaries (so nothing is downloaded), plus the Stages; with
+    `real_node_pki` (the cluster's pki directory), what the control plane needs for a real node as well."""
+    conf: dict[str, Any] = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokctlConfiguration",
         "options": {
@@ -201,7 +219,12 @@ def kwokctl_config(bins: Path, kubectl: Path, versions: dict[str, str]) -> str:
             "kubectlBinary": str(kubectl),
         },
     }
-    return yaml.safe_dump_all([conf, cluster_logs()], sort_keys=False) + "---\n" + STAGES_FILE.read_text()
+    docs = [conf, cluster_logs()]
+    if real_node_pki is not None:
+        options, patches = real_node.kwokctl_patches(real_node_pki)
+        conf["options"].update(options)
+        conf["componentsPatches"] = patches
+    return yaml.safe_dump_all(docs, sort_keys=False) + "---\n" + STAGES_FILE.read_text()
 
 
 POD_LOG_FILE = HERE / "pod-log.txt"
@@ -261,6 +284,7 @@ class K8sCluster:
         self.workdir = workdir
         self.bin_dir = bin_dir
         self.started_here = started_here
+        self.real_node: Any = None  # real_node.RealNode when the cluster has one
         self.versions = pinned_versions()
 
     def __repr__(self) -> str:
@@ -374,8 +398,10 @@ def cluster_exists(name: str, bins: Path) -> bool:
     return name in proc.stdout.split()
 
 
-def start_cluster(name: str = DEFAULT_CLUSTER_NAME, *, recreate: bool = False) -> K8sCluster:
-    """Build the tools if needed, create (or reuse) the kwok cluster `name`, add GPU nodes, wait until ready.
+def start_cluster(name: str = DEFAULT_CLUSTER_NAME, *, recreate: bool = False, with_real_node: bool = False
+                  ) -> K8sCluster:
+    """Build the tools if needed, create (or reuse) the kwok cluster `name`, add GPU nodes, wait until ready;
+    `with_real_node`: add the real worker node (real_node.py) as well.
 
     An existing cluster of that name is reused when it is up, unless `recreate` (then it is deleted first).
     Raises ClusterError with the failing component's output when something does not come up.
@@ -388,6 +414,10 @@ def start_cluster(name: str = DEFAULT_CLUSTER_NAME, *, recreate: bool = False) -
     cluster = K8sCluster(
         workdir / "kubeconfig.yaml", kubectl, name=name, workdir=workdir, bin_dir=bins, started_here=True
     )
+    if with_real_node:
+        missing = real_node.missing_requirements()
+        if missing:
+            raise ClusterError("this host cannot run the real node; missing:\n  " + "\n  ".join(missing))
 
     if cluster_exists(name, bins):
         if recreate:
@@ -396,17 +426,44 @@ def start_cluster(name: str = DEFAULT_CLUSTER_NAME, *, recreate: bool = False) -
         else:
             _log(f"cluster {name!r} exists: reusing it (run tests/cluster/down first to recreate)")
             cluster.started_here = False
+            if with_real_node and not _real_node_dir(workdir).is_dir():
+                raise ClusterError(f"cluster {name!r} was made without a real node; recreate it "
+                                   "(tests/cluster/up --real-node --recreate)")
 
     if cluster.started_here:
+        config = kwokctl_config(bins, kubectl, versions, real_node_pki=workdir / "pki" if with_real_node else None)
+        if with_real_node:
+            _real_node_dir(workdir).mkdir(parents=True, exist_ok=True)
+            real_node.prepare_host_network()  # before the API server's certificate is made: it lists NODE_IP
         _log(f"creating cluster {name!r} (kwokctl, runtime binary, 127.0.0.1) in {workdir}")
-        _create_cluster(cluster, kwokctl_config(bins, kubectl, versions))
+        _create_cluster(cluster, config)
 
     try:
         _wait_ready(cluster)
     except (TimeoutError, subprocess.CalledProcessError, ClusterError) as exc:
         _fail_start(cluster, f"cluster {name!r} did not become ready: {_describe(exc)}", exc)
+    if with_real_node:
+        cluster.real_node = _real_node_of(cluster, versions)
+        if cluster.started_here or not cluster.real_node.running():
+            try:
+                cluster.real_node.start()
+            except real_node.RealNodeError as exc:
+                _fail_start(cluster, f"the real node of cluster {name!r} did not start: {exc}", exc)
     _log(f"cluster {name!r} ready in {time.monotonic() - t0:.1f}s; kubeconfig: {cluster.kubeconfig}")
     return cluster
+
+
+def _real_node_dir(workdir: Path) -> Path:
+    return workdir / "real-node"
+
+
+def _real_node_of(cluster: K8sCluster, versions: dict[str, str]) -> Any:
+    assert cluster.workdir and cluster.bin_dir
+    return real_node.RealNode(
+        cluster_name=str(cluster.name), workdir=_real_node_dir(cluster.workdir), bins=cluster.bin_dir,
+        pki=cluster.workdir / "pki", kubeconfig=cluster.kubeconfig, kubectl_path=cluster.kubectl_path,
+        k8s_version=versions["k8s"], coredns_version=versions["coredns"],
+        image_store=cluster.bin_dir.parent / "containerd")
 
 
 def _create_cluster(cluster: K8sCluster, config: str) -> None:
@@ -508,7 +565,13 @@ def stop_cluster(name: str = DEFAULT_CLUSTER_NAME, bins: Path | None = None) -> 
         raise ClusterError(f"kwokctl not built yet ({bins}); nothing to stop")
     # kwokctl removes the cluster's context from the --kubeconfig it is given and refuses an empty path: give
     # it the cluster's own kubeconfig, which goes away with the cluster, so no other kubeconfig is touched.
-    own_kubeconfig = kwok_workdir() / "clusters" / name / "kubeconfig.yaml"
+    workdir = kwok_workdir() / "clusters" / name
+    if _real_node_dir(workdir).is_dir():  # the node first: its pods and mounts must not outlive the cluster
+        versions = pinned_versions()
+        node = _real_node_of(K8sCluster(workdir / "kubeconfig.yaml", find_kubectl(), name=name, workdir=workdir,
+                                        bin_dir=bins), versions)
+        node.stop()
+    own_kubeconfig = workdir / "kubeconfig.yaml"
     proc = _kwokctl(bins, "delete", "cluster", "--name", name, "--kubeconfig", str(own_kubeconfig))
     if proc.returncode != 0:
         raise ClusterError(f"kwokctl delete cluster {name!r} failed:\n{_tail(proc.stdout + proc.stderr)}")
@@ -523,6 +586,10 @@ def external_cluster(kubeconfig: str | Path) -> K8sCluster:
     proc = cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=20)
     if proc.returncode != 0:
         raise ClusterError(f"the cluster of {path} does not answer /readyz:\n{_tail(proc.stderr)}")
+    workdir = path.parent
+    if _real_node_dir(workdir).is_dir() and (workdir / "pki").is_dir():  # `tests/cluster/up --real-node`'s
+        cluster.name, cluster.workdir, cluster.bin_dir = workdir.name, workdir, bin_dir()
+        cluster.real_node = _real_node_of(cluster, pinned_versions())
     return cluster
 
 
@@ -532,12 +599,14 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("command", choices=["up", "down", "status", "build", "nodes", "config"])
     parser.add_argument("--name", default=os.environ.get("KUBESWEEP_TEST_CLUSTER", DEFAULT_CLUSTER_NAME))
     parser.add_argument("--recreate", action="store_true", help="up: delete an existing cluster first")
+    parser.add_argument("--real-node", action="store_true",
+                        help="up: add the real worker node (kubelet, containerd, CNI, CoreDNS) beside the kwok nodes")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         if args.command == "build":
             print(build_tools())
         elif args.command == "up":
-            cluster = start_cluster(args.name, recreate=args.recreate)
+            cluster = start_cluster(args.name, recreate=args.recreate, with_real_node=args.real_node)
             _log("use it with:")
             print(f"export KUBECONFIG={cluster.kubeconfig}")
             print(f"export KUBESWEEP_TEST_KUBECONFIG={cluster.kubeconfig}")

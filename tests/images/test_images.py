@@ -29,7 +29,7 @@ import yaml
 from kubesweep.images import load_lock
 from kubesweep.manifests import ANNOTATION_CONFIG
 from tests.images import support
-from tests.images.conftest import JOB_KEY, Built, skopeo_json, write_yaml
+from tests.support.image_fixtures import JOB_KEY, Built, skopeo_json, write_yaml
 
 pytestmark = [pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
 

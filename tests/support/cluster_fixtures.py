@@ -4,7 +4,9 @@ makes them available to every test directory, so the cluster starts once per ses
 - ``k8s_cluster`` (session): a :class:`kwok_cluster.K8sCluster`. With ``KUBESWEEP_TEST_KUBECONFIG`` set,
   the cluster of that kubeconfig is used as it is; otherwise the kwok cluster ``KUBESWEEP_TEST_CLUSTER``
   (default ``kubesweep-pytest-<hash of the checkout path>``) is created through the same code as
-  ``tests/cluster/up`` and deleted at the end of the session (``KUBESWEEP_TEST_KEEP_CLUSTER=1`` keeps it).
+  ``tests/cluster/up --real-node`` (kwok GPU nodes plus one real node, see ``real_node.py``) and deleted at the
+  end of the session (``KUBESWEEP_TEST_KEEP_CLUSTER=1`` keeps it; ``KUBESWEEP_TEST_REAL_NODE=0`` leaves the real
+  node out, and the tests marked ``realnode`` then fail saying so).
   If it cannot start, every test using it fails with the reason; nothing is skipped.
 - ``k8s_namespace`` (function): a fresh namespace (name returned), deleted after the test.
 """
@@ -38,7 +40,8 @@ def k8s_cluster() -> Iterator[kwok_cluster.K8sCluster]:
             cluster = kwok_cluster.external_cluster(external)
         else:
             name = os.environ.get("KUBESWEEP_TEST_CLUSTER") or kwok_cluster.pytest_cluster_name()
-            cluster = kwok_cluster.start_cluster(name, recreate=True)
+            real_node = os.environ.get("KUBESWEEP_TEST_REAL_NODE", "1") != "0"
+            cluster = kwok_cluster.start_cluster(name, recreate=True, with_real_node=real_node)
     except (kwok_cluster.ClusterError, OSError) as exc:
         pytest.fail(f"the test Kubernetes cluster could not start:\n{exc}", pytrace=False)
     try:

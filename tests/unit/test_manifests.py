@@ -99,9 +99,10 @@ def test_multi_node_is_an_indexed_job_with_a_headless_service() -> None:
 
 def test_failure_policy_never_retries_oom_and_ignores_disruptions() -> None:
     rules = rendered()[0]["spec"]["podFailurePolicy"]["rules"]
-    assert rules[0] == {"action": "FailJob", "onExitCodes": {"containerName": "job", "operator": "In",
-                                                            "values": [3, 4]}}
-    assert rules[1]["action"] == "Ignore"
+    # a disrupted pod is replaced even when the SIGKILL after its grace period made it exit 137
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[1] == {"action": "FailJob", "onExitCodes": {"containerName": "job", "operator": "In",
+                                                            "values": [3, 4, 137]}}
 
 
 def test_tracking_env_never_sets_the_run_id() -> None:

@@ -1,5 +1,7 @@
-"""Fixtures for the image tests: a local registry, buildah, stand-in bases, and the job and operator images built
-and pushed by `images/build.sh`. Missing tools or a registry that will not start FAIL these tests (never skip)."""
+"""Fixtures for the tests that need real images (tests/images, and the real node's tests in tests/cluster): a local
+registry, buildah, stand-in bases, and the job and operator images built and pushed by `images/build.sh`. The root
+conftest makes them available to every test directory, so the images are built once per session whoever asks
+first. Missing tools or a registry that will not start FAIL these tests (never skip)."""
 
 from __future__ import annotations
 
@@ -19,10 +21,6 @@ from kubesweep.images import DEFAULT_LOCK, load_lock
 from tests.images import support
 
 APT_LINE = "apt-get install -y buildah skopeo docker-registry mmdebstrap"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "images: builds and pushes the container images for real (buildah, registry)")
 
 
 @pytest.fixture(scope="session")

