@@ -10,7 +10,10 @@ PYTEST_ARGS ?=
 
 .PHONY: help setup demo test lint typecheck unit system-deps cluster-tools cluster-up cluster-down test-cluster \
 	crd images bench-plan clean
-SYSTEM_TOOLS := chromium buildah skopeo docker-registry mmdebstrap
+SYSTEM_TOOLS := chromium buildah skopeo docker-registry mmdebstrap runc iptables conntrack openssl ip
+# Debian packages for those commands, plus the CNI plugins of the test cluster's real node (/usr/lib/cni)
+SYSTEM_PACKAGES := chromium buildah skopeo docker-registry mmdebstrap runc iptables conntrack openssl iproute2 \
+	containernetworking-plugins
 # Parallel runs (`make test PYTEST_XDIST="-n 2 --dist loadgroup"`) keep each shared component on one worker.
 PYTEST_XDIST ?=
 
@@ -30,21 +33,22 @@ setup: $(STAMP)  ## create .venv with kubesweep and every extra (uv; wheels cach
 demo: setup  ## run the CPU smoke sweep on the local backend and print its results
 	$(VENV)/bin/sweep submit sweeps/smoke.yaml --backend local
 
-system-deps:  ## Debian packages the tests use: chromium (browser tests), buildah/skopeo/registry (image tests)
+system-deps:  ## Debian packages the tests use: chromium (browser), buildah/skopeo/registry (images), runc/CNI (real node)
 	@missing=; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	test -x /usr/lib/cni/bridge || missing="$$missing cni-plugins"; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_TOOLS) >/dev/null; fi
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES) >/dev/null; fi
 
-cluster-tools:  ## build the test control plane from Go modules (cached in ~/.cache/kubesweep-test)
+cluster-tools:  ## build the test control plane and real node from Go modules (cached in ~/.cache/kubesweep-test)
 	bash tests/cluster/build-tools.sh
 
-cluster-up: cluster-tools  ## start the test Kubernetes cluster (kwok GPU nodes) and print its kubeconfig
-	tests/cluster/up
+cluster-up: cluster-tools system-deps  ## start the test Kubernetes cluster (kwok GPU nodes, one real node)
+	tests/cluster/up --real-node
 
 cluster-down:  ## delete the test cluster
 	tests/cluster/down
 
-test-cluster: setup cluster-tools  ## only the tests against the real control plane
+test-cluster: setup system-deps cluster-tools  ## only the tests against the real control plane
 	$(PY) -m pytest tests/cluster -q $(PYTEST_ARGS)
 
 crd: setup  ## regenerate the checked-in Sweep CRD from the spec model

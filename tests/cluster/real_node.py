@@ -65,6 +65,7 @@ K8S_NAMESPACE = "k8s.io"  # containerd's namespace for CRI images and containers
 PAUSE_IMAGE = "localhost/kubesweep-test/pause:{version}"
 COREDNS_IMAGE = "localhost/kubesweep-test/coredns:{version}"
 COMPONENTS = ("containerd", "kubelet", "kube-proxy")
+OWNER = Path("/run/kubesweep-node/owner")  # the workdir of the cluster whose real node holds this machine
 
 
 class RealNodeError(RuntimeError):
@@ -167,9 +168,9 @@ def kwokctl_patches(pki: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
     The API server listens on every local address (kwokctl binds it to 127.0.0.1, which pods cannot reach),
     advertises NODE_IP as the endpoint of the `kubernetes` Service, gives Services addresses in SERVICE_CIDR,
-    talks to kubelets with the admin certificate (the real kubelet checks it), and adds the admission plugins
-    NodeRestriction (what a kubelet may write), PodNodeSelector and PodTolerationRestriction (namespace defaults)
-    to the default ones.
+    talks to kubelets at their InternalIP with the admin certificate (the real kubelet checks it), and adds the
+    admission plugins NodeRestriction (what a kubelet may write), PodNodeSelector and PodTolerationRestriction
+    (namespace defaults) to the default ones.
     """
     args = [
         {"key": "bind-address", "value": "0.0.0.0", "override": True},
@@ -177,6 +178,7 @@ def kwokctl_patches(pki: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         {"key": "service-cluster-ip-range", "value": SERVICE_CIDR},
         {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
         {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
+        {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"},  # node names are not in DNS
         {"key": "enable-admission-plugins", "value": "NodeRestriction,PodNodeSelector,PodTolerationRestriction"},
     ]
     options = {"kubeApiserverCertSANs": [KUBERNETES_SERVICE_IP, NODE_IP]}
@@ -285,7 +287,13 @@ class RealNode:
         missing = missing_requirements()
         if missing:
             raise RealNodeError("this host cannot run the real node; missing:\n  " + "\n  ".join(missing))
+        other = self._other_owner()
+        if other is not None:
+            raise RealNodeError(f"the real node of another cluster runs on this machine ({other}); stop it "
+                                f"first: tests/cluster/down --name {other.parent.name}")
         self.stop(quiet=True)  # a node left behind by an interrupted run of the same cluster
+        OWNER.parent.mkdir(parents=True, exist_ok=True)
+        OWNER.write_text(str(self.workdir))
         for d in ("logs", "pids", "config", "kubelet", "pod-logs", "cni-state"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -303,6 +311,16 @@ class RealNode:
         self._deploy_dns()
         self._wait("CoreDNS to be ready", self._dns_ready, timeout)
         _log(f"node {NODE_NAME} Ready with cluster DNS in {time.monotonic() - t0:.1f}s")
+
+    def _other_owner(self) -> Path | None:
+        """The workdir of another cluster whose real node runs on this machine (one bridge, one node address:
+        one real node per machine), or None."""
+        try:
+            other = Path(OWNER.read_text().strip())
+            alive = Path(f"/proc/{int((other / 'pids' / 'kubelet.pid').read_text())}").exists()
+        except (OSError, ValueError):
+            return None
+        return other if other != self.workdir and alive else None
 
     def _cfg(self, name: str) -> Path:
         return self.workdir / "config" / name
@@ -523,12 +541,14 @@ state = "{self.run_dir}/state"
         _kill_stray_shims(self.run_dir)
         _unmount_under(self.workdir / "kubelet")
         _unmount_under(self.run_dir)
-        for netns in Path("/run/netns").glob("cni-*") if Path("/run/netns").is_dir() else []:
-            _run(["ip", "netns", "delete", netns.name], check=False)
         shutil.rmtree(self.workdir / "cni-state", ignore_errors=True)
-        if (self.bins / "kube-proxy").exists():
-            _run([str(self.bins / "kube-proxy"), "--cleanup"], check=False)  # its iptables rules
-        remove_host_network()
+        if self._other_owner() is None:  # the host's network is this node's to take down
+            for netns in Path("/run/netns").glob("cni-*") if Path("/run/netns").is_dir() else []:
+                _run(["ip", "netns", "delete", netns.name], check=False)
+            if (self.bins / "kube-proxy").exists():
+                _run([str(self.bins / "kube-proxy"), "--cleanup"], check=False)  # its iptables rules
+            remove_host_network()
+            OWNER.unlink(missing_ok=True)
         if not quiet:
             _log(f"node {NODE_NAME} stopped")
 

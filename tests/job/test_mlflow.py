@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -245,3 +246,74 @@ def test_a_spool_left_by_an_outage_is_sent_by_the_next_attempt(server: MlflowSer
     assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "train/loss")) == [1, 2, 3, 4, 5, 6]
     assert run.data.params["batch_size"] == "16"
     assert run.info.status == "FINISHED"  # the spooled FAILED was the earlier attempt's, not this one's
+
+
+def test_a_resumed_attempt_logs_each_step_once(server: MlflowServer, tmp_path: Path) -> None:
+    """The step record beside the spool: an attempt that resumes from a checkpoint at step 4 trains steps 5-10
+    again; MLflow keeps the first attempt's values for them and gets each step once."""
+    common = {"uri": server.uri, "trial_id": "trial-once", "run_name": "once", "experiment": "once",
+              "spool_path": tmp_path / "mlflow-spool.jsonl"}
+    first = MlflowTrialLogger(**common)  # type: ignore[arg-type]
+    first.start()
+    for step in range(1, 11):
+        first.log_metrics({"train/loss": 1.0, "system/gpu0/utilization_pct": 50.0}, step)
+    assert first.close("FAILED").pending == 0
+    assert json.loads((tmp_path / "mlflow-steps.json").read_text())["steps"]["train/loss"] == 10
+
+    second = MlflowTrialLogger(**common)  # type: ignore[arg-type]
+    second.start()
+    assert second.prior_step("system/") == 10  # where the GPU samples of this attempt continue
+    for step in range(5, 16):
+        second.log_metrics({"train/loss": 2.0}, step)
+    assert second.close().pending == 0
+    assert second.run_id == first.run_id
+
+    history = client(server).get_metric_history(first.run_id, "train/loss")
+    assert sorted(m.step for m in history) == list(range(1, 16))
+    assert {m.step: m.value for m in history} == {**{s: 1.0 for s in range(1, 11)}, **{s: 2.0 for s in range(11, 16)}}
+
+
+@pytest.mark.slow
+def test_a_trial_stopped_by_sigterm_resumes_from_its_checkpoint(
+    server: MlflowServer, sst2: Path, token_cache: Path, tmp_path: Path
+) -> None:
+    """What the trial of an evicted pod does: SIGTERM after a checkpoint ends the attempt as cancelled, with its
+    checkpoints, MLflow spool and step record in KUBESWEEP_CHECKPOINT_DIR (the Job's checkpoint claim); the next
+    attempt, in a fresh output directory as a replacement pod has, resumes there and MLflow gets every step once."""
+    steps = 200
+    state = tmp_path / "claim" / "sw" / "trial-term"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "KUBESWEEP_"))}
+    env.update({"MLFLOW_TRACKING_URI": server.uri, "KUBESWEEP_EXPERIMENT": "sigterm",
+                "KUBESWEEP_TRIAL_ID": "trial-term", "KUBESWEEP_CHECKPOINT_DIR": str(state)})
+
+    def command(output: Path) -> list[str]:
+        return [sys.executable, "-m", "kubesweep.jobs", "--output-dir", str(output), "--name", "term", "--sweep",
+                "sw", *tiny_args(sst2, token_cache, "--max-steps", str(steps), "--checkpoint-every", "8",
+                                 "--log-every", "1")]
+
+    log_path = tmp_path / "first.log"
+    with log_path.open("w") as log:
+        job = subprocess.Popen(command(tmp_path / "out-1"), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while not list(state.glob("step-*")) and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        job.send_signal(signal.SIGTERM)
+        code = job.wait(timeout=120)
+    output = log_path.read_text()
+    assert code == ExitCode.FAILED, output[-3000:]
+    first = json.loads((tmp_path / "out-1" / "results.json").read_text())
+    assert first["outcome"] == "cancelled" and first["error"]["type"] == "Terminated", first["error"]
+    assert (state / "mlflow-steps.json").exists() and list(state.glob("step-*"))
+
+    second = subprocess.run(command(tmp_path / "out-2"), cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert second.returncode == ExitCode.OK, (second.stdout + second.stderr)[-3000:]
+    results = json.loads((tmp_path / "out-2" / "results.json").read_text())
+    assert results["train"]["resumed_from_step"] >= 8, results["train"]
+
+    c = client(server)
+    (run,) = c.search_runs([c.get_experiment_by_name("sigterm").experiment_id],
+                           filter_string="tags.`kubesweep.trial_id` = 'trial-term'")
+    history = [m.step for m in c.get_metric_history(run.info.run_id, "train/loss")]
+    assert sorted(history) == list(range(1, steps + 1)), history
+    assert run.info.status == "FINISHED"

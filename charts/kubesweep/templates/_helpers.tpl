@@ -57,3 +57,13 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* The Host headers the MLflow server accepts (comma-separated; `*` matches anything, the port included). */}}
+{{- define "kubesweep.mlflowAllowedHosts" -}}
+{{- $name := include "kubesweep.mlflowName" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $hosts := list $name (printf "%s:*" $name) (printf "%s.%s" $name $ns) (printf "%s.%s:*" $name $ns) (printf "%s.%s.svc*" $name $ns) -}}
+{{- $hosts = concat $hosts (list "localhost" "localhost:*" "127.0.0.1" "127.0.0.1:*" "[::1]" "[[]::1]:*" "10.*" "192.168.*") -}}
+{{- range $i := until 16 }}{{ $hosts = append $hosts (printf "172.%d.*" (add 16 $i)) }}{{ end -}}
+{{- join "," (concat $hosts .Values.mlflow.allowedHosts) -}}
+{{- end -}}
