@@ -389,6 +389,14 @@ class LocalBackend(Backend):
             self._reap(sweep, supervisor)
 
     def _stop_trial_impl(self, sweep: str, trial: TrialStatus, reason: str) -> None:
+        supervisor = self._supervisors.get(sweep)
+        row = next(r for r in self.store.trials(sweep) if r.trial_id == trial.trial_id)
+        if (self.store.trial_dir(sweep, row.name) / "results.json").exists():
+            # it finished before the stop came (the results file is the job's last word; the process may still
+            # be exiting): its outcome is its own, recorded when it is reaped
+            if supervisor is not None:
+                self._reap(sweep, supervisor)
+            return
         for _ in range(3):  # the trial may start or end between the read and the update
             row = next(r for r in self.store.trials(sweep) if r.trial_id == trial.trial_id)
             if row.phase.terminal:
@@ -400,7 +408,6 @@ class LocalBackend(Backend):
             return
         if row.phase != Phase.RUNNING or not row.pid:
             return
-        supervisor = self._supervisors.get(sweep)
         run = supervisor.running.get(row.trial_id) if supervisor else None
         _kill_group(row.pid, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S

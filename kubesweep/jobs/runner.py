@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -66,6 +67,7 @@ class TrialRun:
         self.outcome = Outcome.SUCCEEDED
         self.exit_code: int = ExitCode.OK
         self.error: dict[str, str] | None = None
+        self.terminated = False  # SIGTERM ended the trial
 
     # --------------------------------------------------------------------------------------------- driver
 
@@ -76,7 +78,8 @@ class TrialRun:
         return Path(self.cfg.checkpoint_dir).expanduser() if self.cfg.checkpoint_dir else self.output_dir
 
     def run(self) -> int:
-        previous = signal.signal(signal.SIGTERM, _raise_terminated) if _main_thread() else None
+        main = threading.current_thread() is threading.main_thread()  # only there can a handler be set
+        previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
         try:
             return self._run()
         finally:
@@ -96,7 +99,7 @@ class TrialRun:
         tracker = self._tracker() if dist.is_main else NullLogger()
         self.tracker = tracker
         sampler = NvmlSampler(devices, cfg.nvml_interval_s, on_sample=self._on_gpu_sample)
-        self._system_step = tracker.prior_step("system/") if isinstance(tracker, MlflowTrialLogger) else 0
+        self._system_step = tracker.prior_step("system/")  # an earlier attempt's GPU samples come first
         if dist.is_main:
             self._write_json("trial.json", self.trial.model_dump(mode="json", by_alias=True), "trial")
             self._write_json("environment.json", environment, "environment")
@@ -121,9 +124,10 @@ class TrialRun:
             if isinstance(err, KeyboardInterrupt):
                 self._end(Outcome.CANCELLED, ExitCode.FAILED, "KeyboardInterrupt", "interrupted")
             elif isinstance(err, Terminated):
+                self.terminated = True
                 self._end(Outcome.CANCELLED, ExitCode.FAILED, "Terminated",
-                          "stopped by SIGTERM (pod evicted or deleted); the next attempt resumes from the last "
-                          "checkpoint")
+                          "stopped by SIGTERM (pod evicted or deleted, or a search stopped it); the next attempt "
+                          "resumes from the last checkpoint")
                 if isinstance(self.tracker, MlflowTrialLogger):
                     self.tracker.flush_timeout_s = min(self.tracker.flush_timeout_s, TERMINATE_FLUSH_S)
             elif runtime.is_oom(err):
@@ -373,13 +377,18 @@ class TrialRun:
         )
         results.write(self.output_dir / "results.json")
         tracker = self.tracker
-        for key in ("trial", "environment", "results", "loss_curve"):
-            if key in self.artifacts:
-                tracker.log_artifact(self.output_dir / self.artifacts[key])
-        if (self.output_dir / "export").is_dir():
-            tracker.log_artifact(self.output_dir / "export", "export")
-        tracker.set_tags({"kubesweep.outcome": self.outcome.value})
-        tracker.close("FINISHED" if self.outcome == Outcome.SUCCEEDED else "FAILED")
+        if self.terminated:
+            # Whoever stopped the trial says how its run ends (a search scheduler: stopped; an evicted pod's
+            # replacement: by finishing it): send what was logged, end nothing.
+            tracker.close(None)
+        else:
+            for key in ("trial", "environment", "results", "loss_curve"):
+                if key in self.artifacts:
+                    tracker.log_artifact(self.output_dir / self.artifacts[key])
+            if (self.output_dir / "export").is_dir():
+                tracker.log_artifact(self.output_dir / "export", "export")
+            tracker.set_tags({"kubesweep.outcome": self.outcome.value})
+            tracker.close("FINISHED" if self.outcome == Outcome.SUCCEEDED else "FAILED")
         t = self.timings
         print(
             f"{self.outcome.value} (exit {int(self.exit_code)}) in {t['total_s']:.1f}s: "
@@ -389,13 +398,8 @@ class TrialRun:
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the trial is already ending within the grace period
     raise Terminated()
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def run_trial(trial: TrialConfig, output_dir: Path) -> int:

@@ -85,6 +85,9 @@ class NullLogger:
     enabled = False
     run_id: str | None = None
 
+    def prior_step(self, prefix: str) -> int:
+        return 0
+
     def log_metrics(self, metrics: dict[str, float], step: int, timestamp_ms: int | None = None) -> None:
         pass
 
@@ -97,7 +100,7 @@ class NullLogger:
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         pass
 
-    def close(self, status: str = "FINISHED") -> LoggerStats:
+    def close(self, status: str | None = "FINISHED") -> LoggerStats:
         return LoggerStats()
 
 
@@ -185,9 +188,11 @@ class MlflowTrialLogger:
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         self._put(_Op("artifact", (str(path), artifact_path)))
 
-    def close(self, status: str = "FINISHED") -> LoggerStats:
-        """Mark the run ended, wait for everything to be sent (bounded), spool the rest."""
-        self._put(_Op("terminate", status))
+    def close(self, status: str | None = "FINISHED") -> LoggerStats:
+        """Mark the run ended with `status` (None: leave it running), wait for everything to be sent (bounded),
+        spool the rest."""
+        if status is not None:
+            self._put(_Op("terminate", status))
         deadline = time.monotonic() + self.flush_timeout_s
         with self._lock:
             self._closing = True

@@ -92,7 +92,9 @@ class _Driver:
             return
         if not status.phase.terminal:
             self.backend.stop_trial(self.sweep.name, trial.id)
-            self.mark_stopped(trial.id)
+            # a trial that finished as the stop came keeps its own outcome, and its run its own status
+            if self.backend.status(self.sweep.name).trial(trial.id).outcome == Outcome.STOPPED:
+                self.mark_stopped(trial.id)
         self.tick(force=True)
 
     def tick(self, force: bool = False) -> SweepStatus | None:

@@ -325,16 +325,16 @@ def test_sweep_trials_run_the_job_image_and_log_to_the_in_cluster_mlflow(stack: 
     assert len(shown["trials"]) == cpu_sweep.trials
     assert {t["phase"] for t in shown["trials"]} == {"Succeeded"}
 
-    trial = shown["trials"][0]["trial_id"] if "trial_id" in shown["trials"][0] else shown["trials"][0]["id"]
+    trial = shown["trials"][0]["id"]
     logs = stack.sweep("logs", name, trial)
     assert logs.returncode == 0, logs.stderr
     assert f"trial {trial}" in logs.stdout and "succeeded" in logs.stdout, logs.stdout[-2000:]
 
     results = stack.sweep("results", name, "--format", "json", "--tracking-uri", stack.mlflow_host_uri)
     assert results.returncode == 0, results.stdout + results.stderr
-    cells = json.loads(results.stdout)
-    cells = cells["cells"] if isinstance(cells, dict) else cells
-    assert len(cells) == 4, cells
+    doc = json.loads(results.stdout)
+    assert doc["source"].startswith(f"MLflow {stack.mlflow_host_uri}"), doc["source"]
+    assert len(doc["cells"]) == 4 and {c["n"] for c in doc["cells"]} == {2}, doc["cells"]
     report = stack.sweep("report", name, "--tracking-uri", stack.mlflow_host_uri, "-o", str(tmp_path / "r.html"))
     assert report.returncode == 0, report.stdout + report.stderr
     assert (tmp_path / "r.html").stat().st_size > 1000
