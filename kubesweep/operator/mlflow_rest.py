@@ -2,7 +2,8 @@
 
 Idempotent across operator restarts: the run carries the tag `kubesweep.sweep-uid` (the Sweep resource's uid),
 and an existing run with that tag is reused, so a process killed between creating the run and writing its id
-into the Sweep's status creates no second one.
+into the Sweep's status creates no second one. It carries the tags every sweep's parent run has
+(`kubesweep.sweep`, `kubesweep.role: parent`), by which `sweep results` and `sweep report` find it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-TAG_SWEEP = "kubesweep.sweep"
+from kubesweep.tracking.runs import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
+
 TAG_UID = "kubesweep.sweep-uid"
 
 
@@ -75,6 +77,7 @@ class MlflowRest:
             return str(runs[0]["info"]["run_id"])
         created = self._call("POST", "runs/create", {
             "experiment_id": exp, "run_name": sweep, "start_time": int(time.time() * 1000),
-            "tags": [{"key": TAG_SWEEP, "value": sweep}, {"key": TAG_UID, "value": uid},
+            "tags": [{"key": SWEEP_TAG, "value": sweep}, {"key": ROLE_TAG, "value": PARENT_ROLE},
+                     {"key": TAG_UID, "value": uid},
                      {"key": "mlflow.runName", "value": sweep}]})
         return str(created["run"]["info"]["run_id"])

@@ -501,4 +501,7 @@ def test_without_the_crd_the_cli_says_how_to_install_and_direct_mode_works(insta
         assert "sweep.json" in cm["data"]
     finally:
         cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "sweeps.kubesweep.io.yaml"))
-        cluster.kubectl("wait", "--for=condition=Established", "crd/sweeps.kubesweep.io", timeout=60)
+        # kubectl's own 30 s were once not enough on a loaded machine (the names of a just-deleted CRD are
+        # released asynchronously)
+        cluster.kubectl("wait", "--for=condition=Established", "crd/sweeps.kubesweep.io", "--timeout=150s",
+                        timeout=180)
