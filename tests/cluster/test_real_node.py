@@ -60,10 +60,6 @@ class Stack:
     lock: Path            # the image lock images/build.sh wrote
 
     @property
-    def data(self) -> Path:
-        return self.volumes / "data"
-
-    @property
     def checkpoints(self) -> Path:
         return self.volumes / "checkpoints"
 
