@@ -183,12 +183,8 @@ def kwokctl_patches(pki: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     ]
     options = {"kubeApiserverCertSANs": [KUBERNETES_SERVICE_IP, NODE_IP]}
     patches = [{"name": "kube-apiserver", "extraArgs": args},
-               # kwokctl slows node monitoring down (a grace period of 3m20s); a real kubelet that stops reporting
-               # is noticed within 40 s, as Kubernetes' own defaults long were
                {"name": "kube-controller-manager",
-                "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_CIDR},
-                              {"key": "node-monitor-grace-period", "value": "40s", "override": True},
-                              {"key": "node-monitor-period", "value": "5s", "override": True}]},
+                "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_CIDR}]},
                # kwok plays the fake nodes only (their annotation); the real node has a kubelet of its own
                {"name": "kwok-controller",
                 "extraArgs": [{"key": "manage-all-nodes", "value": "false", "override": True},
