@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from kubesweep.images import load_lock
-from tests.support.image_fixtures import JOB_KEY, Built
+from tests.support.image_fixtures import JOB_KEY, Built, by_digest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.images, pytest.mark.slow,
               pytest.mark.timeout(2400)]
@@ -132,13 +132,6 @@ def _write_spec(path: Path, name: str, image: str, *, job: dict[str, Any], matri
     return path
 
 
-def _by_digest(ref: str) -> str:
-    """REPO:TAG@sha256:D -> REPO@sha256:D (what the chart's image values take)."""
-    name, digest = ref.rsplit("@", 1)
-    repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
-    return f"{repo}@{digest}"
-
-
 def _health(uri: str) -> bool:
     try:
         with urllib.request.urlopen(f"{uri}/health", timeout=5) as resp:
@@ -198,8 +191,8 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
                    _volume(f"{ns}-data", ns, volumes / "data", "data", sc),
                    _volume(f"{ns}-checkpoints", ns, volumes / "checkpoints", "checkpoints", sc),
                    _claim("data", ns, sc), _claim("checkpoints", ns, sc)])
-    operator_repo, operator_digest = _by_digest(built_images.operator).split("@")
-    job_repo, job_digest = _by_digest(built_images.job).split("@")
+    operator_repo, operator_digest = by_digest(built_images.operator).split("@")
+    job_repo, job_digest = by_digest(built_images.job).split("@")
     helm = str(cluster.bin_dir / "helm")
     try:
         t0 = time.monotonic()

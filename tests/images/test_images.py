@@ -29,7 +29,7 @@ import yaml
 from kubesweep.images import load_lock
 from kubesweep.manifests import ANNOTATION_CONFIG
 from tests.images import support
-from tests.support.image_fixtures import JOB_KEY, Built, skopeo_json, write_yaml
+from tests.support.image_fixtures import JOB_KEY, Built, by_digest, skopeo_json, write_yaml
 
 pytestmark = [pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -38,14 +38,6 @@ SST2 = support.ROOT.parent / "shared" / "data" / "sst2"
 
 def _digest(ref: str) -> str:
     return ref.rsplit("@", 1)[1]
-
-
-def by_digest(ref: str) -> str:
-    """NAME:TAG@DIGEST -> NAME@DIGEST: Kubernetes takes both (the digest wins), skopeo and buildah only this."""
-    name, digest = ref.rsplit("@", 1)
-    if ":" in name.rsplit("/", 1)[-1]:
-        name = name.rsplit(":", 1)[0]
-    return f"{name}@{digest}"
 
 
 def _sweep(*args: str, lock: Path, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -129,6 +129,14 @@ def built_images(registry: support.Registry, buildah: support.Buildah, standin_b
     return Built(lock_path, job, operator, standin_bases, seconds)
 
 
+def by_digest(ref: str) -> str:
+    """NAME:TAG@DIGEST -> NAME@DIGEST: Kubernetes takes both (the digest wins), skopeo and buildah only this."""
+    name, digest = ref.rsplit("@", 1)
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    return f"{name}@{digest}"
+
+
 def skopeo_json(*args: str) -> dict[str, object]:
     out = support.run(["skopeo", *args], timeout=120, quiet=True)
     data = json.loads(out)
