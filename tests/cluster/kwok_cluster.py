@@ -220,10 +220,18 @@ def kwokctl_config(bins: Path, kubectl: Path, versions: dict[str, str], *, real_
         },
     }
     docs = [conf, cluster_logs()]
+    # One controller-manager and one scheduler: they need no leader election. With it, an API server slowed past
+    # the 10 s renew deadline (a busy 2-core machine pulling images) made both exit ("leaderelection lost"), and
+    # kwokctl does not restart them: Deployments then never became ready.
+    single = [{"key": "leader-elect", "value": "false", "override": True}]
+    patches: dict[str, list[dict[str, Any]]] = {"kube-controller-manager": list(single),
+                                                "kube-scheduler": list(single)}
     if real_node_pki is not None:
-        options, patches = real_node.kwokctl_patches(real_node_pki)
+        options, node_patches = real_node.kwokctl_patches(real_node_pki)
         conf["options"].update(options)
-        conf["componentsPatches"] = patches
+        for patch in node_patches:
+            patches.setdefault(patch["name"], []).extend(patch["extraArgs"])
+    conf["componentsPatches"] = [{"name": name, "extraArgs": args} for name, args in patches.items()]
     return yaml.safe_dump_all(docs, sort_keys=False) + "---\n" + STAGES_FILE.read_text()
 
 

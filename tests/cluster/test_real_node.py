@@ -197,7 +197,7 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
     try:
         t0 = time.monotonic()
         proc = subprocess.run(
-            [helm, "install", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", "600s",
+            [helm, "install", RELEASE, str(CHART), "-n", ns, "--wait", "--debug", "--timeout", "600s",
              "--kubeconfig", str(cluster.kubeconfig),
              "--set", f"operator.image.repository={operator_repo}", "--set", f"operator.image.digest={operator_digest}",
              # the job image carries mlflow (the tracking extra): it serves as the tracking server's image

@@ -270,7 +270,7 @@ def test_helm_install_and_a_trial_on_the_test_cluster_use_the_built_digests(
     release = "ksi"
     try:
         proc = subprocess.run(
-            [helm, "install", release, str(support.ROOT / "charts" / "kubesweep"), "-n", ns, "--wait",
+            [helm, "install", release, str(support.ROOT / "charts" / "kubesweep"), "-n", ns, "--wait", "--debug",
              "--timeout", "150s", "--kubeconfig", str(k8s_cluster.kubeconfig), *chart_image_sets(built_images)],
             capture_output=True, text=True, timeout=200, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
