@@ -223,9 +223,9 @@ def kwokctl_config(bins: Path, kubectl: Path, versions: dict[str, str], *, real_
     # One controller-manager and one scheduler: they need no leader election. With it, an API server slowed past
     # the 10 s renew deadline (a busy 2-core machine pulling images) made both exit ("leaderelection lost"), and
     # kwokctl does not restart them: Deployments then never became ready.
-    single = [{"key": "leader-elect", "value": "false", "override": True}]
-    patches: dict[str, list[dict[str, Any]]] = {"kube-controller-manager": list(single),
-                                                "kube-scheduler": list(single)}
+    patches: dict[str, list[dict[str, Any]]] = {
+        name: [{"key": "leader-elect", "value": "false", "override": True}]
+        for name in ("kube-controller-manager", "kube-scheduler")}
     if real_node_pki is not None:
         options, node_patches = real_node.kwokctl_patches(real_node_pki)
         conf["options"].update(options)
