@@ -13,8 +13,9 @@ resource share one schema. Conversion rules:
   wrong; pydantic applies the defaults), no `additionalProperties: false` (a structural schema prunes unknown
   fields; `sweep submit` and the operator reject them through the model first), no titles.
 
-The matrix and everything that decides which trials exist and what they run is immutable (CEL transition
-rules); `suspend`, `concurrency`, `storage` and `service_account` can change while a sweep runs.
+The matrix, everything that decides which trials exist and what they run, and what decides identity or
+privilege (images, `service_account`, the tracking target) are immutable (CEL transition rules); `suspend`,
+`concurrency` and `storage` can change while a sweep runs.
 
     python -m kubesweep.crd > manifests/crd/sweeps.kubesweep.io.yaml     # or: sweep crd
 """
@@ -39,9 +40,10 @@ SHORT_NAMES = ["ksw"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
 CHECKED_IN = ("manifests/crd/sweeps.kubesweep.io.yaml", "charts/kubesweep/crds/sweeps.kubesweep.io.yaml")
 
-# Fields of spec that decide which trials exist and what each runs: fixed once the sweep exists.
+# Fields of spec that decide which trials exist, what each runs, and with which identity and privileges (images,
+# the ServiceAccount, the tracking server): fixed once the sweep exists.
 IMMUTABLE_FIELDS = ("image", "images", "job", "matrix", "include", "exclude", "repeats", "resources", "search",
-                    "tracking")
+                    "tracking", "service_account")
 
 SweepPhase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed", "Cancelled", "Invalid", "Empty"]
 TrialPhase = Literal["Pending", "Unschedulable", "Running", "Succeeded", "Failed", "Skipped", "Cancelled"]
@@ -89,6 +91,7 @@ class SweepStatusBody(_StatusModel):
     observedGeneration: int | None = None
     cancelled: bool = Field(False, description="a cancel request was carried out")
     resumeHandled: str | None = Field(None, description="the last `kubesweep.io/resume` request carried out")
+    searchFinished: bool = Field(False, description="a search sweep's tuner Job finished (it is never started again)")
     mlflowParentRunId: str | None = Field(None, description="the sweep's MLflow parent run")
     updatedAt: str | None = None
 
@@ -189,8 +192,8 @@ def _immutability_rules() -> list[dict[str, str]]:
     for name in IMMUTABLE_FIELDS:
         rules.append({
             "rule": f"has(self.{name}) == has(oldSelf.{name}) && (!has(self.{name}) || self.{name} == oldSelf.{name})",
-            "message": f"spec.{name} is immutable once the sweep exists (only suspend, concurrency, storage and "
-                       "service_account can change); delete the sweep and submit it again",
+            "message": f"spec.{name} is immutable once the sweep exists (only suspend, concurrency and storage can "
+                       "change); delete the sweep and submit it again",
         })
     return rules
 

@@ -344,7 +344,7 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-EXTRAS = {"job": ("job", "tracking"), "operator": ("k8s",)}
+EXTRAS = {"job": ("job", "tracking"), "operator": ("k8s", "tune", "tracking")}  # operator: also the tuner
 
 
 def image_kind(entry: ImageEntry) -> str:

@@ -45,6 +45,17 @@ RUN_AS = 1000
 SIGKILL_EXIT = 128 + 9  # how a container killed for exceeding its memory limit exits
 
 
+# Names the Secret with the tracking server's credentials for trials (TrackingEnv.credentials_secret); set in the
+# operator by the chart, and by the operator in the tuner, which passes it on to the trial Jobs it makes.
+TRACKING_SECRET_ENV = "KUBESWEEP_TRACKING_SECRET"
+
+
+# Finished Jobs that carry no finalizer (direct backend, tuner, the tuner's own Job) are kept at least this long,
+# whatever the spec's ttl_seconds_after_finished, so whoever follows them records their outcomes before the TTL
+# controller deletes them.
+UNGUARDED_TTL_FLOOR = 600
+
+
 class RenderError(ValueError):
     pass
 
@@ -56,12 +67,20 @@ class TrackingEnv:
     uri: str
     experiment: str
     parent_run_id: str | None = None
+    # A Secret of the trial's namespace with keys `username` and `password`: the tracking server's credentials
+    # for trials (the chart's MLflow has authentication on), passed as MLflow's MLFLOW_TRACKING_USERNAME/PASSWORD.
+    credentials_secret: str | None = None
 
-    def env(self) -> list[dict[str, str]]:
-        env = [{"name": "MLFLOW_TRACKING_URI", "value": self.uri},
-               {"name": "KUBESWEEP_EXPERIMENT", "value": self.experiment}]
+    def env(self) -> list[dict[str, Any]]:
+        env: list[dict[str, Any]] = [{"name": "MLFLOW_TRACKING_URI", "value": self.uri},
+                                     {"name": "KUBESWEEP_EXPERIMENT", "value": self.experiment}]
         if self.parent_run_id:
             env.append({"name": "KUBESWEEP_PARENT_RUN_ID", "value": self.parent_run_id})
+        if self.credentials_secret:
+            env += [{"name": TRACKING_SECRET_ENV, "value": self.credentials_secret},
+                    *({"name": name, "valueFrom": {"secretKeyRef": {"name": self.credentials_secret, "key": key}}}
+                      for name, key in (("MLFLOW_TRACKING_USERNAME", "username"),
+                                        ("MLFLOW_TRACKING_PASSWORD", "password")))]
         return env
 
 
@@ -243,14 +262,18 @@ def tuner_name(sweep: str) -> str:
 MAX_TUNER_PREFIX = 63 - len("-tuner")
 
 
-def render_tuner_job(sweep: Sweep, *, image: str, namespace: str | None = None,
+def render_tuner_job(sweep: Sweep, *, image: str, trial_image: str | None = None, namespace: str | None = None,
                      tracking: TrackingEnv | None = None, owner: Mapping[str, Any] | None = None,
                      service_account: str | None = None) -> dict[str, Any]:
     """The Job that runs a search (`strategy: tune` or `max_batch`) in the cluster: `python -m kubesweep.tune`
     with the sweep's spec (from a pod annotation, through the downward API), driving the trial Jobs with the
     kubernetes backend. Its state (Ray Tune's experiment) is kept on the checkpoint claim when the spec names
     one, so a restarted tuner pod resumes; otherwise on a scratch volume. A failed pod is retried (backoffLimit 3)
-    and the new one resumes from that state."""
+    and the new one resumes from that state.
+
+    `image` runs the tuner, with a ServiceAccount token that may create Jobs; `trial_image` (default: `image`)
+    runs the trials, without one. The operator passes its own image (code kubesweep ships) as `image`, so the
+    code of a Sweep's image never holds the tuner's token."""
     spec = sweep.spec
     labels = {**sweep_labels(sweep.name), "app.kubernetes.io/component": TUNER_COMPONENT}
     state_dir = (f"{CHECKPOINT_DIR}/{sweep.name}/search" if spec.storage.checkpoint_claim else TUNER_STATE_DIR)
@@ -259,7 +282,8 @@ def render_tuner_job(sweep: Sweep, *, image: str, namespace: str | None = None,
     if namespace:
         command += ["--namespace", namespace]
     env = [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONUNBUFFERED", "value": "1"},
-           {"name": "KUBESWEEP_RAY_TMP", "value": "/tmp/ray"}, {"name": "KUBESWEEP_IMAGE", "value": image},
+           {"name": "KUBESWEEP_RAY_TMP", "value": "/tmp/ray"},
+           {"name": "KUBESWEEP_IMAGE", "value": trial_image or image},
            *(tracking.env() if tracking else [])]
     if tracking and tracking.parent_run_id:
         env.append({"name": "KUBESWEEP_PARENT_RUN_ID", "value": tracking.parent_run_id})
@@ -296,7 +320,8 @@ def render_tuner_job(sweep: Sweep, *, image: str, namespace: str | None = None,
     if owner:
         metadata["ownerReferences"] = [dict(owner)]
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": {
-        "backoffLimit": 3, "ttlSecondsAfterFinished": spec.resources.ttl_seconds_after_finished,
+        "backoffLimit": 3,
+        "ttlSecondsAfterFinished": max(spec.resources.ttl_seconds_after_finished, UNGUARDED_TTL_FLOOR),
         "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}}}
 
 

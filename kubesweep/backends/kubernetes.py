@@ -8,10 +8,17 @@ State lives in the cluster, so any shell (or the operator) can pick a sweep up:
 `reconcile` is the one step everything uses: observe the sweep's Jobs and pods, record newly finished outcomes,
 and create the next trials the concurrency limits allow (server-side apply, field manager `kubesweep`;
 idempotent). Whoever waits on a sweep drives it by calling `reconcile` whenever a watch reports a change.
+
+A trial whose Job vanished before its outcome was recorded would read as Pending and run again. The operator
+(`job_finalizers`) puts a finalizer on its trial Jobs and removes it only once the outcome is recorded. This
+backend, used directly (`sweep submit --direct`) and by a search's tuner, may have no process left to remove one,
+so its Jobs carry none; their `ttlSecondsAfterFinished` is raised to at least `UNGUARDED_TTL_FLOOR` instead, which
+leaves a driver that follows the sweep ample time to record each outcome.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -37,6 +44,7 @@ from kubesweep.manifests import (
     FIELD_MANAGER,
     LABEL_SWEEP,
     LABEL_TRIAL,
+    UNGUARDED_TTL_FLOOR,
     RenderError,
     TrackingEnv,
     render_trial,
@@ -52,6 +60,7 @@ SEARCH_SUFFIX = "-search"  # ConfigMap of the trials a search added while the sw
 STATE_COMPONENT = "sweep-state"
 APPLY = "application/apply-patch+yaml"
 WRITE_THREADS = 8
+STRATEGIC = "application/strategic-merge-patch+json"
 PodAnnotations = Callable[[Trial], Mapping[str, str]]
 
 
@@ -167,6 +176,8 @@ class KubernetesBackend(Backend):
     name = "kubernetes"
     # the trials a search added (its tuner drives them); the operator leaves them to the tuner Job
     reads_search_trials = True
+    # finalizers put on trial Jobs and removed once their outcome is recorded (the operator's; none here)
+    job_finalizers: tuple[str, ...] = ()
 
     def __init__(self, namespace: str | None = None, kubeconfig: str | Path | None = None, *,
                  api_client: Any = None, tracking: TrackingEnv | None = None, allow_unpinned: bool = False,
@@ -241,10 +252,14 @@ class KubernetesBackend(Backend):
                 "data": data}
         self._apply(self.core.patch_namespaced_config_map, body)
 
-    def _apply(self, patch_fn: Callable[..., Any], body: Mapping[str, Any]) -> None:
+    def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Every write request to the API goes through here (the operator guards and times each one)."""
         self.writes += 1
-        self._call(patch_fn, body["metadata"]["name"], self.namespace, body, field_manager=FIELD_MANAGER,
-                   force=True, _content_type=APPLY, _preload_content=False)
+        return self._call(fn, *args, **kwargs)
+
+    def _apply(self, patch_fn: Callable[..., Any], body: Mapping[str, Any]) -> None:
+        self._write(patch_fn, body["metadata"]["name"], self.namespace, body, field_manager=FIELD_MANAGER,
+                    force=True, _content_type=APPLY, _preload_content=False)
 
     def _owner(self, state: SweepState) -> dict[str, Any] | None:
         """The ownerReference put on a sweep's Jobs (the operator: its Sweep, so deleting it cascades)."""
@@ -438,10 +453,34 @@ class KubernetesBackend(Backend):
             extra = dict(self.pod_annotations(trial)) if self.pod_annotations else None
             for obj in render_trial(trial, state.sweep, image=image, namespace=self.namespace, tracking=tracking,
                                     owner=self._owner(state)):
-                if extra and obj["kind"] == "Job":
-                    obj["spec"]["template"]["metadata"]["annotations"].update(extra)
+                if obj["kind"] == "Job":
+                    if extra:
+                        obj["spec"]["template"]["metadata"]["annotations"].update(extra)
+                    self._protect(obj)
                 objects.append(obj)
         self._apply_all(objects)
+
+    def _protect(self, job: dict[str, Any]) -> None:
+        """Keep a trial's Job until its outcome is recorded: with `job_finalizers` (the operator), the Job carries
+        them until the outcome is recorded; without (nothing may be left to remove a finalizer), its TTL is at
+        least `UNGUARDED_TTL_FLOOR`."""
+        if self.job_finalizers:
+            job["metadata"]["finalizers"] = list(self.job_finalizers)
+        else:
+            spec = job["spec"]
+            spec["ttlSecondsAfterFinished"] = max(spec.get("ttlSecondsAfterFinished") or 0, UNGUARDED_TTL_FLOOR)
+
+    def _release(self, job: Mapping[str, Any]) -> None:
+        """Remove this backend's finalizers from a Job (a strategic merge patch: finalizers of others, such as
+        the garbage collector's `foregroundDeletion`, stay). Call it only once the trial's outcome is recorded,
+        or when the Job's outcome no longer matters (its Sweep is going away)."""
+        mine = [f for f in self.job_finalizers if f in (job["metadata"].get("finalizers") or [])]
+        if not mine:
+            return
+        with contextlib.suppress(self.ApiException):  # 404: gone already
+            self._write(self.batch.patch_namespaced_job, job["metadata"]["name"], self.namespace,
+                        {"metadata": {"$deleteFromPrimitiveList/finalizers": mine}}, _content_type=STRATEGIC,
+                        _preload_content=False)
 
     def _apply_all(self, objects: list[dict[str, Any]]) -> None:
         def apply(obj: dict[str, Any]) -> None:
@@ -488,13 +527,21 @@ class KubernetesBackend(Backend):
         jobs, _ = self._objects(sweep)
         for job in jobs:
             if trial_ids is None or job["metadata"]["labels"].get(LABEL_TRIAL) in trial_ids:
-                self.writes += 1
-                try:
-                    self.batch.delete_namespaced_job(job["metadata"]["name"], self.namespace,
-                                                     propagation_policy="Background")
-                except self.ApiException as exc:
-                    if exc.status != 404:
-                        raise BackendError(_api_error(exc)) from None
+                self._delete_job(job)
+
+    def _delete_job(self, job: Mapping[str, Any]) -> None:
+        """Delete one Job (its pods go with it: background propagation), then remove our finalizer so the
+        deletion completes: whoever deletes a trial's Job on purpose has recorded its outcome first."""
+        try:
+            self._write(self.batch.delete_namespaced_job, job["metadata"]["name"], self.namespace,
+                        propagation_policy="Background")
+        except self.ApiException:  # 404: gone already
+            return
+        self._deleted(job)
+        self._release(job)
+
+    def _deleted(self, job: Mapping[str, Any]) -> None:
+        """Called between a Job's deletion and the removal of its finalizer (the operator's test hooks)."""
 
     def _cancel_impl(self, sweep: str) -> None:
         state = self._load_state(sweep)
@@ -535,11 +582,8 @@ class KubernetesBackend(Backend):
         self._unfollow(sweep)
         self._delete_jobs(sweep)
         for name in (self._search_name(sweep), self._state_name(sweep)):
-            try:
-                self.core.delete_namespaced_config_map(name, self.namespace)
-            except self.ApiException as exc:
-                if exc.status != 404:
-                    raise BackendError(_api_error(exc)) from None
+            with contextlib.suppress(self.ApiException):  # 404: gone already
+                self._write(self.core.delete_namespaced_config_map, name, self.namespace)
         self._plans.pop(sweep, None)
 
     def _list_impl(self) -> list[str]:

@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 DEFAULT_LEASE = "kubesweep-operator"
+USER_AGENT = "kubesweep-operator"
 
 
 def _env_list(name: str) -> list[str]:
@@ -50,10 +51,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=4, help="sweeps stepped in parallel")
     p.add_argument("--mlflow-uri", default=os.environ.get("MLFLOW_TRACKING_URI"),
                    help="MLflow tracking server for sweeps that name none (env MLFLOW_TRACKING_URI)")
+    p.add_argument("--tracking-allowed-host", action="append", dest="tracking_allowed_hosts", metavar="HOST",
+                   default=None,
+                   help="a tracking server a Sweep's spec.tracking.uri may name, besides --mlflow-uri: HOST, "
+                        "HOST:PORT or *.DOMAIN (repeatable; env KUBESWEEP_TRACKING_ALLOWED_HOSTS, comma-separated). "
+                        "A Sweep naming any other is Invalid, and nothing is requested from it")
+    p.add_argument("--tracking-secret", default=os.environ.get("KUBESWEEP_TRACKING_SECRET") or None, metavar="NAME",
+                   help="Secret in each sweep's namespace with the `username`/`password` trials log to MLflow with "
+                        "(env KUBESWEEP_TRACKING_SECRET). The operator's own MLflow credentials: "
+                        "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD")
+    p.add_argument("--tuner-image", default=os.environ.get("KUBESWEEP_TUNER_IMAGE") or None, metavar="IMAGE",
+                   help="image the tuner Jobs of search sweeps run (env KUBESWEEP_TUNER_IMAGE; the chart sets the "
+                        "operator's own image). The Sweep's image runs only the trials, which hold no token")
     p.add_argument("--allow-unpinned", action="store_true", help="accept job images not pinned by digest")
     p.add_argument("--test-hooks", action="store_true", default=os.environ.get("KUBESWEEP_TEST_HOOKS") == "1",
-                   help="TESTS ONLY: copy a Sweep's kubesweep.io/test-pod-annotations onto its pods "
-                        "(env KUBESWEEP_TEST_HOOKS=1)")
+                   help="TESTS ONLY: copy a Sweep's kubesweep.io/test-pod-annotations onto its pods, and kill or "
+                        "stop this process at the fault points named by KUBESWEEP_TEST_KILL_AT / "
+                        "KUBESWEEP_TEST_STOP_AT (env KUBESWEEP_TEST_HOOKS=1)")
     p.add_argument("--kubeconfig", type=Path, default=None, help="kubeconfig file (default: $KUBECONFIG, "
                                                                  "~/.kube/config, in-cluster)")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -74,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from kubesweep.backends.base import BackendError
     from kubesweep.backends.kubernetes import _load_config
-    from kubesweep.operator import handlers  # noqa: F401  (registers the handlers)
+    from kubesweep.operator import handlers, testhooks  # noqa: F401  (handlers registers the handlers)
     from kubesweep.operator.controller import SweepController
     from kubesweep.operator.leader import LeaseElector
+    from kubesweep.operator.mlflow_rest import TrackingPolicy
     from kubesweep.operator.runtime import Runtime, Supervisor
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.PLAIN)
@@ -90,16 +105,34 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("error: --lease-namespace is needed with --all-namespaces outside a pod\n")
         return 2
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    # every request of this replica names it (API server audit logs tell replicas apart); kopf's watches say kopf/
+    api_client.user_agent = f"{USER_AGENT}/{identity}"
+    faults = testhooks.FaultPoints()
+    if args.test_hooks:
+        try:
+            faults = testhooks.FaultPoints.from_env(os.environ)
+        except testhooks.TestHookError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
+    elif os.environ.get(testhooks.KILL_ENV) or os.environ.get(testhooks.STOP_ENV):
+        sys.stderr.write(f"warning: {testhooks.KILL_ENV}/{testhooks.STOP_ENV} ignored without --test-hooks\n")
     renew = args.renew_every or args.lease_duration / 3
     elector = LeaseElector(kubernetes.client.CoordinationV1Api(api_client), lease_namespace, args.lease_name,
                            identity, duration=args.lease_duration, renew_every=renew,
                            margin=min(2.0, args.lease_duration / 5))
-    controller = SweepController(api_client, may_write=elector.holding, mlflow_uri=args.mlflow_uri,
+    allowed = args.tracking_allowed_hosts or _env_list("KUBESWEEP_TRACKING_ALLOWED_HOSTS")
+    tracking = TrackingPolicy(args.mlflow_uri or None, tuple(allowed), args.tracking_secret)
+    controller = SweepController(api_client, may_write=elector.holding, lease_remaining=elector.remaining,
+                                 faults=faults, tracking=tracking,
+                                 tuner_image=args.tuner_image,
                                  test_hooks=args.test_hooks, allow_unpinned=args.allow_unpinned)
     supervisor = Supervisor(controller.step, is_leader=elector.holding, resync=args.resync, workers=args.workers)
     if args.test_hooks:
         logging.getLogger("kubesweep.operator").warning(
             "TEST HOOKS ENABLED: Sweep annotations may set pod annotations; never in production")
+        if faults:
+            logging.getLogger("kubesweep.operator").warning("TEST FAULT POINTS: kill at %s, stop at %s",
+                                                            faults.kill_at, faults.stop_at)
     # standalone: kopf's own peering is off; the Lease above decides who acts.
     kopf.run(clusterwide=args.all_namespaces, namespaces=namespaces, liveness_endpoint=args.liveness,
              standalone=True, memo=kopf.Memo(runtime=Runtime(elector, supervisor)))

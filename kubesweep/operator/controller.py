@@ -1,31 +1,38 @@
 """One idempotent step per Sweep: carry out requests, reconcile with the planner and renderer, publish status.
 
 `OperatorBackend` is `SweepStore` (state in the Sweep resource) plus a write guard: every write to the cluster
-first checks that this replica still holds the Lease (`may_write`), so a replica that lost it stops acting
-before another may have started. A step can be interrupted at any point (SIGKILL included) and the next step,
-in this process or another, observes the same Jobs and finishes the work; Jobs are named after their trial and
-created by server-side apply only for trials that have none, so no trial is started twice.
+first checks that this replica still holds the Lease (`may_write`), carries the Lease's remaining validity as
+its request timeout, and is followed by a second check that stops the step when the Lease was lost meanwhile;
+so a replica that lost it (paused, partitioned, slow) stops acting before another may have started. A step can
+be interrupted at any point (SIGKILL included) and the next step, in this process or another, observes the same
+Jobs and finishes the work; Jobs are named after their trial and created by server-side apply only for trials
+that have none, so no trial is started twice. Each trial Job carries the finalizer `kubesweep.io/outcome` until
+its outcome is recorded in the Sweep's status, so a Job deleted early (TTL, by hand) is read before it goes.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
-from kubesweep.backends.kubernetes import Recorded, SweepState
-from kubesweep.manifests import LABEL_TRIAL, TrackingEnv, render_tuner_job, resolve_image, tuner_name
+from kubesweep.backends.kubernetes import Recorded, SweepState, _phase_for
+from kubesweep.manifests import LABEL_SWEEP, LABEL_TRIAL, TrackingEnv, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
-from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest
+from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
 from kubesweep.operator.store import (
     ANNOTATION_CANCEL,
     ANNOTATION_RESUME,
+    FINALIZER_OUTCOME,
     InvalidSweep,
     SweepStore,
+    epoch,
     recorded_outcomes,
 )
 from kubesweep.outcomes import Outcome
@@ -33,6 +40,11 @@ from kubesweep.plan import Trial
 from kubesweep.spec import Sweep
 
 log = logging.getLogger("kubesweep.operator")
+# A write is sent only with at least this much Lease validity left (it is the write's request timeout).
+MIN_WRITE_WINDOW = 0.25
+# The request timeout of writes where no Lease bounds them (a backend built without `lease_remaining`).
+DEFAULT_WRITE_TIMEOUT = 30.0
+DELETED_EARLY = "its Job was deleted before the trial finished"
 
 
 class NotLeader(BackendError):
@@ -40,12 +52,20 @@ class NotLeader(BackendError):
 
 
 class OperatorBackend(SweepStore):
+    job_finalizers = (FINALIZER_OUTCOME,)
+
     def __init__(self, namespace: str, *, api_client: Any, may_write: Callable[[], bool],
-                 mlflow_uri: str | None = None, test_hooks: bool = False, allow_unpinned: bool = False):
+                 lease_remaining: Callable[[], float] | None = None, faults: testhooks.FaultPoints | None = None,
+                 tracking: TrackingPolicy | None = None, tuner_image: str | None = None,
+                 test_hooks: bool = False, allow_unpinned: bool = False):
         super().__init__(namespace=namespace, api_client=api_client, allow_unpinned=allow_unpinned,
                          pod_annotations=self._hook_annotations if test_hooks else None)
         self.may_write = may_write
-        self.mlflow_uri = mlflow_uri
+        self.lease_remaining = lease_remaining
+        self.faults = faults if faults is not None else testhooks.FaultPoints()
+        self._scope = threading.local()  # "cancel" / "resume" while one runs in this thread (fault points)
+        self.tracking_policy = tracking or TrackingPolicy()
+        self.tuner_image = tuner_image
         self.test_hooks = test_hooks
         self._hook_rules: dict[str, list[tuple[dict[str, Any], dict[str, str]]]] = {}
         self._status_extra: dict[str, dict[str, Any]] = {}
@@ -56,9 +76,39 @@ class OperatorBackend(SweepStore):
         if not self.may_write():
             raise NotLeader("this replica does not hold the leader Lease; it makes no change")
 
+    def _lease_left(self) -> float:
+        if self.lease_remaining is not None:
+            return self.lease_remaining()
+        return DEFAULT_WRITE_TIMEOUT if self.may_write() else 0.0
+
+    def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A write, only while this replica holds the Lease: the request's timeout is the Lease's remaining
+        validity (which ends `margin` seconds before a standby may take over), read again just before the
+        request is sent, and leadership is checked once more after it returned: a replica that lost the Lease
+        meanwhile (paused, partitioned, slow API) stops the step there (NotLeader) and makes no further write."""
+        self._guard()
+        self.faults.reached("write")  # tests: SIGSTOP here, between the check and the request
+        left = self._lease_left()
+        if left < MIN_WRITE_WINDOW:
+            log.warning("the leader Lease is valid for %.2f s more only: a write is not sent, the step stops", left)
+            raise NotLeader("the leader Lease is about to lapse; this write is not sent")
+        try:
+            result = super()._write(fn, *args, _request_timeout=left, **kwargs)
+        except BackendError:
+            if not self.may_write():
+                log.warning("the leader Lease lapsed while a write was under way: the step stops")
+                raise NotLeader("the leader Lease lapsed during a write") from None
+            raise
+        if not self.may_write():
+            log.warning("the leader Lease lapsed while a write was under way: the step stops")
+            raise NotLeader("the leader Lease lapsed during a write")
+        return result
+
     def _apply(self, patch_fn: Callable[..., Any], body: Mapping[str, Any]) -> None:
         self._guard()
         super()._apply(patch_fn, body)
+        if body.get("kind") == "Job":
+            self.faults.reached("job-apply")
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self._guard()
@@ -67,6 +117,94 @@ class OperatorBackend(SweepStore):
     def _delete_jobs(self, sweep: str, trial_ids: set[str] | None = None) -> None:
         self._guard()
         super()._delete_jobs(sweep, trial_ids)
+
+    def _deleted(self, job: Mapping[str, Any]) -> None:
+        scope = getattr(self._scope, "name", None)
+        if scope:
+            self.faults.reached(f"{scope}-delete")
+
+    def _save_state(self, sweep: Sweep, *, outcomes: Mapping[str, Recorded] | None = None,
+                    cancelled: bool | None = None, parent_run_id: str | None = None) -> None:
+        super()._save_state(sweep, outcomes=outcomes, cancelled=cancelled, parent_run_id=parent_run_id)
+        if outcomes is not None:
+            self.faults.reached("outcome-recorded")
+
+    def _cancel_impl(self, sweep: str) -> None:
+        self._scope.name = "cancel"
+        try:
+            super()._cancel_impl(sweep)
+        finally:
+            self._scope.name = None
+
+    def _resume_impl(self, sweep: str) -> None:
+        self._scope.name = "resume"
+        try:
+            super()._resume_impl(sweep)
+        finally:
+            self._scope.name = None
+
+    # -- the finalizer on trial Jobs -------------------------------------------------------------------
+
+    def _jobs(self, sweep: str) -> list[dict[str, Any]]:
+        resp = self._call(self.batch.list_namespaced_job, self.namespace, label_selector=f"{LABEL_SWEEP}={sweep}",
+                          _preload_content=False)
+        return json.loads(resp.data)["items"]  # type: ignore[no-any-return]
+
+    def _release_jobs(self, sweep: str) -> None:
+        """Remove the finalizer from all of the sweep's Jobs: its Sweep is gone or being deleted, so nothing is
+        left to record and the garbage collector must not wait on us."""
+        for job in self._jobs(sweep):
+            self._release(job)
+
+    def _record_deleted(self, sweep: Sweep, jobs: list[dict[str, Any]]) -> None:
+        """A trial Job deleted before its trial finished (by hand) is still there, held by the finalizer: record
+        the trial as cancelled (`sweep resume` runs it again), so that it is not started again on its own once
+        the Job is gone. A deleted Job that did finish (its TTL) is left to the next step's reconcile, which
+        records its real outcome."""
+        body = self._resources.get(sweep.name) or {}
+        uid = body.get("metadata", {}).get("uid")
+        recorded = recorded_outcomes(body.get("status") or {})
+        trials = self._plan_for(SweepState(sweep)).by_id()
+        now = time.time()
+        gone: dict[str, Recorded] = {}
+        for job in jobs:
+            meta = job["metadata"]
+            tid = meta.get("labels", {}).get(LABEL_TRIAL)
+            owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+            if (meta.get("deletionTimestamp") and FINALIZER_OUTCOME in (meta.get("finalizers") or [])
+                    and uid in owners and tid in trials and tid not in recorded and not _job_finished(job)):
+                gone[tid] = Recorded(Outcome.CANCELLED, DELETED_EARLY, epoch(job.get("status", {}).get("startTime")),
+                                     now)
+        if gone:
+            log.warning("sweep %s/%s: Job(s) %s deleted before the trial finished: recorded as cancelled",
+                        self.namespace, sweep.name, ", ".join(sorted(trials[t].name for t in gone)))
+            self._save_state(sweep, outcomes={**recorded, **gone})
+
+    def _shown_as_recorded(self, name: str, status: SweepStatus) -> SweepStatus:
+        """The status with every recorded outcome shown as such: a trial recorded while its Job still runs (a Job
+        deleted early, waiting on the finalizer) must not be published as running, since the view's nulls would
+        erase the recorded outcome."""
+        recorded = recorded_outcomes((self._resources.get(name) or {}).get("status") or {})
+        trials = []
+        for t in status.trials:
+            rec = recorded.get(t.trial_id)
+            if rec is not None and not t.phase.terminal:
+                t = replace(t, phase=_phase_for(rec.outcome), outcome=rec.outcome, reason=rec.reason,
+                            started_at=rec.started_at or t.started_at, finished_at=rec.finished_at)
+            trials.append(t)
+        return replace(status, trials=trials)
+
+    def _release_recorded(self, sweep: Sweep, jobs: list[dict[str, Any]]) -> None:
+        """Remove the finalizer from every Job whose trial's outcome is recorded (`final: true` in status), and
+        from Jobs that this Sweep (by UID) does not own."""
+        body = self._resources.get(sweep.name) or {}
+        uid = body.get("metadata", {}).get("uid")
+        recorded = recorded_outcomes(body.get("status") or {})
+        for job in jobs:
+            meta = job["metadata"]
+            owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+            if meta.get("labels", {}).get(LABEL_TRIAL) in recorded or uid not in owners:
+                self._release(job)
 
     # -- per-sweep hooks -----------------------------------------------------------------------------
 
@@ -84,8 +222,9 @@ class OperatorBackend(SweepStore):
         return testhooks.annotations_for(trial, self._hook_rules.get(trial.config.sweep, []))
 
     def _tracking_for(self, state: SweepState) -> TrackingEnv | None:
-        uri = state.sweep.spec.tracking.uri or self.mlflow_uri
-        return TrackingEnv(uri, state.sweep.experiment, state.parent_run_id) if uri else None
+        uri = state.sweep.spec.tracking.uri or self.tracking_policy.default_uri
+        return TrackingEnv(uri, state.sweep.experiment, state.parent_run_id,
+                           credentials_secret=self.tracking_policy.credentials_secret) if uri else None
 
     # -- the step ------------------------------------------------------------------------------------
 
@@ -93,15 +232,27 @@ class OperatorBackend(SweepStore):
         """Bring one Sweep forward. Returns its status, or None when it is gone, invalid or waiting."""
         try:
             state = self._load_state(name)
-        except SweepNotFound:
+        except SweepNotFound:  # its Jobs are being garbage-collected: nothing is left to record
+            self._release_jobs(name)
             self._forget(name)
             return None
         except InvalidSweep as exc:
-            self._publish_message(name, "Invalid", str(exc))
+            if (self._resources.get(name) or {}).get("metadata", {}).get("deletionTimestamp"):
+                self._release_jobs(name)
+            else:
+                self._publish_message(name, "Invalid", str(exc))
             return None
         body = self._resources[name]
+        if body["metadata"].get("deletionTimestamp"):  # e.g. foreground deletion, which waits for its Jobs
+            log.info("sweep %s/%s is being deleted: removing the finalizers of its Jobs", self.namespace, name)
+            self._release_jobs(name)
+            return None
         annotations = body["metadata"].get("annotations") or {}
         current = body.get("status") or {}
+        refusal = state.sweep.spec.tracking.uri and self.tracking_policy.refusal(state.sweep.spec.tracking.uri)
+        if refusal:  # checked before anything is requested from it; the field is immutable, so this is final
+            self._publish_message(name, "Invalid", refusal)
+            return None
 
         if annotations.get(ANNOTATION_CANCEL) == "true" and not current.get("cancelled"):
             log.info("sweep %s/%s: cancelling", self.namespace, name)
@@ -130,6 +281,10 @@ class OperatorBackend(SweepStore):
             message = self._ensure_tuner(state, tracking)
         status = self.reconcile(name)
         self._record_late(state.sweep, status)
+        jobs = self._jobs(name)
+        self._record_deleted(state.sweep, jobs)
+        self._release_recorded(state.sweep, jobs)
+        status = self._shown_as_recorded(name, status)
         if state.sweep.spec.suspend and not status.done:
             message = "suspended: running trials finish, no new trial starts"
         elif self._status_extra.get(name):  # a resume request with nothing to forget
@@ -141,15 +296,29 @@ class OperatorBackend(SweepStore):
         """A search sweep's trials are made by its tuner Job (`python -m kubesweep.tune`), which drives them
         with the kubernetes backend; the operator creates that Job once."""
         name = tuner_name(state.sweep.name)
+        if not self.tuner_image:
+            return (f"{state.sweep.spec.search.strategy} search: waiting, this operator has no tuner image "
+                    "(--tuner-image or KUBESWEEP_TUNER_IMAGE; the chart sets it to the operator's image)")
+        strategy = state.sweep.spec.search.strategy
+        current = (self._resources.get(state.sweep.name) or {}).get("status") or {}
+        if current.get("searchFinished"):
+            return f"{strategy} search: finished (tuner Job {name})"
         jobs, _ = self._objects(state.sweep.name)
-        if not any(j["metadata"]["name"] == name for j in jobs):
-            image = resolve_image(state.sweep, allow_unpinned=self.allow_unpinned)
+        tuner = next((j for j in jobs if j["metadata"]["name"] == name), None)
+        if tuner is not None and _job_finished(tuner):
+            # recorded while the Job is still there (its TTL is at least UNGUARDED_TTL_FLOOR), so a tuner Job the
+            # TTL controller removed later is never taken for one that has yet to run
+            self.patch_status(state.sweep.name, {"searchFinished": True})
+            return f"{strategy} search: finished (tuner Job {name})"
+        if tuner is None:
+            trial_image = resolve_image(state.sweep, allow_unpinned=self.allow_unpinned)
             if tracking is not None and state.parent_run_id and not tracking.parent_run_id:
                 tracking = replace(tracking, parent_run_id=state.parent_run_id)
+            # the tuner's token may create Jobs: it runs the operator's own code, never the Sweep's image
             self._apply(self.batch.patch_namespaced_job,
-                        render_tuner_job(state.sweep, image=image, namespace=self.namespace, tracking=tracking,
-                                         owner=self._owner(state)))
-        return f"{state.sweep.spec.search.strategy} search: tuner Job {name} makes and runs the trials"
+                        render_tuner_job(state.sweep, image=self.tuner_image, trial_image=trial_image,
+                                         namespace=self.namespace, tracking=tracking, owner=self._owner(state)))
+        return f"{strategy} search: tuner Job {name} makes and runs the trials"
 
     def _record_late(self, sweep: Sweep, status: SweepStatus) -> None:
         """Record outcomes that finished between reconcile's two looks at the cluster, so a published terminal
@@ -223,12 +392,15 @@ class SweepController:
     """The operator's business logic, kopf-free: one `OperatorBackend` per namespace, one step at a time per
     sweep (steps of different sweeps may run in parallel threads)."""
 
-    def __init__(self, api_client: Any, *, may_write: Callable[[], bool], mlflow_uri: str | None = None,
-                 test_hooks: bool = False, allow_unpinned: bool = False):
+    def __init__(self, api_client: Any, *, may_write: Callable[[], bool],
+                 lease_remaining: Callable[[], float] | None = None, faults: testhooks.FaultPoints | None = None,
+                 tracking: TrackingPolicy | None = None,
+                 tuner_image: str | None = None, test_hooks: bool = False, allow_unpinned: bool = False):
         self.api_client = api_client
         self.may_write = may_write
-        self.options: dict[str, Any] = {"mlflow_uri": mlflow_uri, "test_hooks": test_hooks,
-                                        "allow_unpinned": allow_unpinned}
+        self.options: dict[str, Any] = {"lease_remaining": lease_remaining, "faults": faults,
+                                        "tracking": tracking, "tuner_image": tuner_image,
+                                        "test_hooks": test_hooks, "allow_unpinned": allow_unpinned}
         self._backends: dict[str, OperatorBackend] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()

@@ -7,7 +7,8 @@ of two candidates racing for an expired Lease one wins and the other gets a conf
 
 The holder stops acting on its own when it could not renew in time: `holding()` is true only until
 `duration - margin` seconds after the start of its last successful renewal, which is before any other
-candidate may take over. The operator checks `holding()` before every write.
+candidate may take over. The operator checks `holding()` before every write, gives the write `remaining()` as its
+request timeout, and checks `holding()` again once the write returned.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ class LeaseElector:
 
     def holding(self) -> bool:
         return self.clock() < self._valid_until
+
+    def remaining(self) -> float:
+        """Seconds this replica may still act on its last renewal (0 when it does not hold the Lease). The
+        operator gives every write this as its request timeout, so no request of it is still under way when
+        a standby may take over."""
+        return max(0.0, self._valid_until - self.clock())
 
     def _observe(self, spec: dict[str, Any], version: str) -> None:
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"), version)

@@ -8,11 +8,16 @@ into the Sweep's status creates no second one. It carries the tags every sweep's
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import re
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.tracking.runs import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
@@ -20,16 +25,78 @@ from kubesweep.tracking.runs import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
 TAG_UID = "kubesweep.sweep-uid"
 
 
+_ERROR_CODE = re.compile(r"[A-Z][A-Z_]{0,63}")
+
+
 class MlflowError(RuntimeError):
     pass
 
 
+def _host_port(uri: str) -> tuple[str, int] | None:
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return parts.hostname.lower().rstrip("."), port
+
+
+@dataclass(frozen=True)
+class TrackingPolicy:
+    """Which tracking servers the operator talks to, and with what.
+
+    `default_uri` (the chart's own MLflow, or its `tracking.uri`) serves Sweeps that name none and is always
+    allowed. A Sweep's `spec.tracking.uri` must name a host in `allowed_hosts`: `host` (any port), `host:port`,
+    or `*.domain` (any name under it). Nothing else is ever requested, so a Sweep cannot make the operator
+    call an address of its choosing. `credentials_secret` names the Secret (in each sweep's namespace) whose
+    `username`/`password` the trials log with."""
+
+    default_uri: str | None = None
+    allowed_hosts: Sequence[str] = field(default_factory=tuple)
+    credentials_secret: str | None = None
+
+    def refusal(self, uri: str) -> str | None:
+        """Why the operator will not use `uri` (None: it will)."""
+        target = _host_port(uri)
+        if target is None:
+            return f"spec.tracking.uri: expected an http:// or https:// URL with a host, got {uri!r}"
+        default = _host_port(self.default_uri) if self.default_uri else None
+        if target == default or any(_matches(entry, *target) for entry in self.allowed_hosts):
+            return None
+        allowed = ", ".join([*([f"{default[0]}:{default[1]}"] if default else []), *self.allowed_hosts]) or "none"
+        return (f"spec.tracking.uri: {target[0]}:{target[1]} is not a tracking server this operator may use "
+                f"(allowed: {allowed}; the chart's value tracking.allowedHosts extends the list)")
+
+
+def _matches(entry: str, host: str, port: int) -> bool:
+    entry = entry.strip().lower()
+    name, _, want_port = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
+    if want_port and want_port != str(port):
+        return False
+    if name.startswith("*."):
+        return host.endswith(name[1:])
+    return host == name.rstrip(".")
+
+
 class MlflowRest:
-    def __init__(self, uri: str, *, timeout: float = 10.0):
+    """MLflow's REST API as the operator uses it. Credentials: `MLFLOW_TRACKING_USERNAME`/`_PASSWORD` (basic
+    auth) or `MLFLOW_TRACKING_TOKEN` (bearer), as for MLflow's own client. Errors carry the HTTP status and
+    MLflow's error code only, never a response body: they end up in the Sweep's status."""
+
+    def __init__(self, uri: str, *, timeout: float = 10.0, environ: dict[str, str] | None = None):
         if not uri.startswith(("http://", "https://")):
             raise MlflowError(f"the operator logs to an MLflow tracking server (http[s]://...), not {uri!r}")
         self.uri = uri.rstrip("/")
         self.timeout = timeout
+        env = os.environ if environ is None else environ
+        self.headers = {"Content-Type": "application/json"}
+        if env.get("MLFLOW_TRACKING_USERNAME"):
+            pair = f"{env['MLFLOW_TRACKING_USERNAME']}:{env.get('MLFLOW_TRACKING_PASSWORD', '')}"
+            self.headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        elif env.get("MLFLOW_TRACKING_TOKEN"):
+            self.headers["Authorization"] = f"Bearer {env['MLFLOW_TRACKING_TOKEN']}"
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
               query: dict[str, str] | None = None) -> dict[str, Any]:
@@ -37,20 +104,23 @@ class MlflowRest:
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(url, data=data, method=method, headers=self.headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as resp:
                 return json.loads(resp.read() or b"{}")  # type: ignore[no-any-return]
         except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")
             try:
-                code = json.loads(detail).get("error_code", "")
-            except ValueError:
+                code = str(json.loads(exc.read(4096)).get("error_code", ""))
+            except (ValueError, AttributeError, OSError):
                 code = ""
-            raise MlflowError(f"{method} {path}: HTTP {exc.code} {code or detail[:200]}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise MlflowError(f"cannot reach MLflow at {self.uri}: {exc}") from None
+            code = code if _ERROR_CODE.fullmatch(code) else ""  # MLflow's codes only; no body is ever copied
+            hint = {401: " (the operator's MLflow credentials were refused)",
+                    403: " (the operator's MLflow user lacks permission)"}.get(exc.code, "")
+            raise MlflowError(f"{method} {path}: HTTP {exc.code} {code}{hint}".replace("  ", " ").rstrip()) \
+                from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            raise MlflowError(f"cannot reach MLflow at {self.uri}: {reason}") from None
 
     def experiment_id(self, name: str) -> str:
         try:

@@ -2,7 +2,9 @@
 
 - `Supervisor`: one asyncio task per known Sweep. It runs a step (in a worker thread) whenever the Sweep, one
   of its Jobs or one of its pods changes (kopf's watches call `notice`/`wake`), and at least every `resync`
-  seconds. Steps of one sweep never overlap; a burst of events becomes one step.
+  seconds. Steps of one sweep never overlap; a burst of events becomes one step. A Job that is being deleted
+  while it still carries the operator's finalizer, of a sweep with no task (its Sweep is gone), gets one step
+  of its own (`orphaned`), which removes the finalizer, so nothing waits on a Sweep that no longer exists.
 - `Runtime`: the Lease loop plus the supervisor. While this replica does not hold the Lease, steps are
   skipped; when it gains the Lease, every sweep is stepped at once, so a new leader picks up where the old
   one stopped, from the cluster's state alone.
@@ -33,6 +35,8 @@ class Supervisor:
         self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sweep-step")
         self.tasks: dict[Key, asyncio.Task[None]] = {}
         self.wakeups: dict[Key, asyncio.Event] = {}
+        self.orphans: set[Key] = set()  # sweeps without a task whose Jobs wait on our finalizer
+        self._releasing: dict[Key, asyncio.Task[None]] = {}
 
     def notice(self, namespace: str, name: str, *, deleted: bool = False) -> None:
         """A Sweep was listed, added, changed or deleted."""
@@ -42,7 +46,10 @@ class Supervisor:
             self.wakeups.pop(key, None)
             if task is not None:
                 task.cancel()
+            self.orphans.add(key)  # one more step: it removes the finalizers of the Jobs being collected
+            self.release_orphans()
             return
+        self.orphans.discard(key)
         if key not in self.tasks:
             self.wakeups[key] = asyncio.Event()
             self.tasks[key] = asyncio.create_task(self._drive(key), name=f"sweep-{namespace}-{name}")
@@ -57,6 +64,37 @@ class Supervisor:
     def wake_all(self) -> None:
         for event in self.wakeups.values():
             event.set()
+        self.release_orphans()
+
+    def orphaned(self, namespace: str, name: str) -> None:
+        """A Job of this sweep is being deleted and still carries the operator's finalizer. A sweep with a task
+        is woken (its step removes the finalizer once the outcome is recorded); for one without (its Sweep was
+        deleted, or is not listed yet) one step runs now, and again on every Lease round of a leader until one
+        step ran to its end."""
+        key = (namespace, name)
+        if key in self.tasks:
+            self.wakeups[key].set()
+            return
+        self.orphans.add(key)
+        self.release_orphans()
+
+    def release_orphans(self) -> None:
+        if not self.is_leader():
+            return
+        for key in list(self.orphans):
+            if key not in self._releasing:
+                self._releasing[key] = asyncio.create_task(self._release(key), name=f"release-{key[0]}-{key[1]}")
+
+    async def _release(self, key: Key) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.executor, self.step, *key)
+            if self.is_leader():  # else the step did nothing: the next leader does it
+                self.orphans.discard(key)
+        except Exception as exc:
+            log.warning("sweep %s/%s: releasing its Jobs failed (%s); retrying", *key, exc)
+        finally:
+            self._releasing.pop(key, None)
 
     async def _drive(self, key: Key) -> None:
         loop = asyncio.get_running_loop()
@@ -78,10 +116,12 @@ class Supervisor:
             await asyncio.sleep(self.debounce)
 
     async def stop(self) -> None:
-        for task in self.tasks.values():
+        tasks = [*self.tasks.values(), *self._releasing.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.tasks.clear()
+        self._releasing.clear()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
@@ -110,6 +150,8 @@ class Runtime:
                 log.warning("lost the Lease %s/%s; standing by", self.elector.namespace, self.elector.name)
             elif not leader and not was_leader:
                 log.debug("standing by: the Lease is held by %s", self.elector.holder)
+            if leader:
+                self.supervisor.release_orphans()  # retries those whose step failed
             was_leader = leader
             await asyncio.sleep(self.elector.renew_every)
 

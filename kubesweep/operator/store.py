@@ -3,7 +3,9 @@
 - the spec is the resource's `.spec`, validated by the same model as a spec file (`parse_sweep`);
 - recorded outcomes are `.status.trials[<id>]` entries with `final: true` (they outlive the Jobs' TTL);
 - a carried-out cancel is `.status.cancelled`, the MLflow parent run `.status.mlflowParentRunId`;
-- the trials' Jobs are owned by the Sweep (`ownerReferences`), so deleting it deletes them.
+- the trials' Jobs are owned by the Sweep (`ownerReferences`), so deleting it deletes them;
+- each trial Job carries the finalizer `kubesweep.io/outcome` until its outcome is recorded, so a Job deleted
+  early (its TTL, or by hand) is still there to be read: the operator records, then removes the finalizer.
 
 Everything else (which Jobs exist, their pods, their outcomes) is read from the cluster on every step, so a
 process that dies at any point loses nothing: the next one observes the same Jobs and writes the same status.
@@ -30,6 +32,8 @@ OPERATOR_MANAGER = "kubesweep-operator"
 # Requests from `sweep cancel` / `sweep resume`, carried out by the operator (the only writer of status).
 ANNOTATION_CANCEL = f"{GROUP}/cancel"
 ANNOTATION_RESUME = f"{GROUP}/resume"
+# On the operator's trial Jobs until their outcome is recorded in the Sweep's status (then removed).
+FINALIZER_OUTCOME = f"{GROUP}/outcome"
 
 
 class InvalidSweep(BackendError):
@@ -121,14 +125,12 @@ class SweepStore(KubernetesBackend):
         return body
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
-        self.writes += 1
-        self._call(self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace, PLURAL, name,
-                   {"status": dict(patch)}, field_manager=OPERATOR_MANAGER, _content_type=MERGE)
+        self._write(self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace, PLURAL,
+                    name, {"status": dict(patch)}, field_manager=OPERATOR_MANAGER, _content_type=MERGE)
 
     def patch_metadata(self, name: str, metadata: Mapping[str, Any]) -> None:
-        self.writes += 1
-        self._call(self.custom.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
-                   {"metadata": dict(metadata)}, field_manager=CLIENT_MANAGER, _content_type=MERGE)
+        self._write(self.custom.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
+                    {"metadata": dict(metadata)}, field_manager=CLIENT_MANAGER, _content_type=MERGE)
 
     # -- the backend's state hooks ----------------------------------------------------------------------
 

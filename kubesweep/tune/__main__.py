@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from kubesweep.backends import BackendError, make_backend
-    from kubesweep.manifests import TrackingEnv
+    from kubesweep.manifests import TRACKING_SECRET_ENV, TrackingEnv
     from kubesweep.outcomes import Outcome
 
     try:
@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     tracking = TrackingEnv(uri, os.environ.get("KUBESWEEP_EXPERIMENT") or sweep.experiment,
-                           os.environ.get("KUBESWEEP_PARENT_RUN_ID") or None) if uri else None
+                           os.environ.get("KUBESWEEP_PARENT_RUN_ID") or None,
+                           credentials_secret=os.environ.get(TRACKING_SECRET_ENV) or None) if uri else None
     try:
         backend = make_backend(args.backend, home=args.home, namespace=args.namespace, direct=True,
                                tracking=tracking)

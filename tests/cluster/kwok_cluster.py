@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 BUILD_TOOLS = HERE / "build-tools.sh"
 STAGES_FILE = HERE / "stages.yaml"
+AUDIT_POLICY_FILE = HERE / "audit-policy.yaml"  # ServiceAccounts' writes -> <workdir>/logs/audit.log
 GPU_CATALOG = REPO / "kubesweep" / "data" / "gpus.yaml"
 
 DEFAULT_CLUSTER_NAME = "kubesweep-test"
@@ -217,6 +218,7 @@ def kwokctl_config(bins: Path, kubectl: Path, versions: dict[str, str], *, real_
             "kwokControllerBinary": str(bins / "kwok"),
             "etcdBinary": str(bins / "etcd"),
             "kubectlBinary": str(kubectl),
+            "kubeAuditPolicy": str(AUDIT_POLICY_FILE),
         },
     }
     docs = [conf, cluster_logs()]
@@ -378,6 +380,8 @@ class K8sCluster:
             return "(external cluster: no component logs)"
         parts = []
         for log in sorted((self.workdir / "logs").glob("*.log")):
+            if log.name == "audit.log":  # requests, not a component's own log
+                continue
             parts.append(
                 f"--- {log.name} (last {lines} lines) ---\n{_tail(log.read_text(errors='replace'), lines)}"
             )

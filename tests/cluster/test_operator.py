@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,9 @@ K8S_SCHEMA_VERSION = "1.36"
 OPERATOR_DIGEST = "sha256:" + "1" * 64
 MLFLOW_DIGEST = "sha256:" + "2" * 64
 KILLS = 4
+FAULTS_KILL = "KUBESWEEP_TEST_KILL_AT"  # kubesweep.operator.testhooks: where the operator kills itself
+FAULTS_STOP = "KUBESWEEP_TEST_STOP_AT"
+FINALIZER = "kubesweep.io/outcome"
 CPU_NODE = "kubesweep-test-cpu-0"
 JOB_IMAGE = "registry.example/kubesweep-job@sha256:" + "0" * 64
 DIGEST_SETS = ["--set", f"operator.image.digest={OPERATOR_DIGEST}", "--set", f"mlflow.image.digest={MLFLOW_DIGEST}"]
@@ -181,19 +185,24 @@ def installed(k8s_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 class OperatorProcess:
-    """`python -m kubesweep.operator` as the chart's ServiceAccount."""
+    """`python -m kubesweep.operator` as the chart's ServiceAccount; `env` adds variables (fault points)."""
 
-    def __init__(self, inst: Installed, log: Path, identity: str = "op-test", lease_duration: float = 6):
+    def __init__(self, inst: Installed, log: Path, identity: str = "op-test", lease_duration: float = 6,
+                 env: dict[str, str] | None = None):
         self.inst = inst
         self.log = log
         self.identity = identity
         self.lease_duration = lease_duration
+        self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
         env = {**os.environ, "KUBECONFIG": str(self.inst.sa_kubeconfig),
-               "KUBESWEEP_GPU_CATALOG": str(self.inst.catalog)}
+               "KUBESWEEP_GPU_CATALOG": str(self.inst.catalog), **self.env}
         env.pop("MLFLOW_TRACKING_URI", None)
+        if not self.env:
+            env.pop(FAULTS_KILL, None)
+            env.pop(FAULTS_STOP, None)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kubesweep.operator", "--namespace", self.inst.namespace,
@@ -205,7 +214,24 @@ class OperatorProcess:
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)
+            if sig == signal.SIGTERM:
+                self.proc.send_signal(signal.SIGCONT)  # a stopped process handles SIGTERM once continued
             self.proc.wait(timeout=30)
+
+    def wait_killed_by_hook(self, point: str, timeout: float = 90) -> None:
+        """Wait until the process SIGKILLed itself at fault point `point`."""
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the operator did not reach {point} in {timeout}s:\n{self.text()[-3000:]}") from None
+        assert code == -signal.SIGKILL, f"exit {code}:\n{self.text()[-3000:]}"
+        assert f"test hook: SIGKILL at {point}" in self.text()
+
+    def state(self) -> str:
+        """The process state letter from /proc (R, S, T for stopped, ...)."""
+        assert self.proc is not None
+        return Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -291,6 +317,7 @@ def test_helm_install_restricted_and_least_privilege(installed: Installed) -> No
                ("update", f"leases.coordination.k8s.io/{OPERATOR}")]
     denied = [("get", "secrets"), ("list", "secrets"), ("delete", "namespaces", None), ("list", "configmaps"),
               ("update", "sweeps.kubesweep.io"), ("delete", "sweeps.kubesweep.io"), ("create", "pods"),
+              ("update", "jobs.batch"),  # the outcome finalizer is removed by a patch
               ("list", "nodes", None), ("update", "leases.coordination.k8s.io/someone-elses-lease"),
               ("create", "jobs.batch", "default"), ("list", "customresourcedefinitions.apiextensions.k8s.io", None),
               ("create", "clusterrolebindings.rbac.authorization.k8s.io", None)]
@@ -479,6 +506,316 @@ def test_two_replicas_one_leader_and_takeover(installed: Installed, tmp_path: Pa
         b.kill(signal.SIGTERM)
 
 
+# ------------------------------------------------------------------------------------------------------------
+# Nothing runs twice: fault points, Jobs deleted early, a paused leader
+
+
+def sweep_jobs(inst: Installed, name: str) -> list[dict[str, Any]]:
+    return inst.cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}",  # type: ignore[no-any-return]
+                                 namespace=inst.namespace)["items"]
+
+
+def job_finished(job: dict[str, Any]) -> bool:
+    return any(c["type"] in ("Complete", "Failed") and c["status"] == "True"
+               for c in job.get("status", {}).get("conditions") or [])
+
+
+class Recorder:
+    """Every Job and pod of one sweep that ever existed, from watches started before the sweep is applied (a
+    list, then watches resumed from its resourceVersion, so an object that lived a moment is seen too): the Job
+    UIDs per Job name (a trial's Job is named after the trial) and the pod UIDs per Job UID. A trial started
+    twice shows as a second Job UID; a Job that ran twice, as a second pod."""
+
+    def __init__(self, inst: Installed, sweep: str):
+        from kubernetes import client
+
+        api = inst.cluster.api_client()
+        self.namespace = inst.namespace
+        self.selector = f"kubesweep.io/sweep={sweep}"
+        self.jobs: dict[str, list[str]] = {}
+        self.pods: dict[str, set[str]] = {}
+        self._stop = threading.Event()
+        self._synced = [threading.Event(), threading.Event()]
+        self._threads = [
+            threading.Thread(target=self._run, args=(client.BatchV1Api(api).list_namespaced_job, self._job, 0),
+                             daemon=True),
+            threading.Thread(target=self._run, args=(client.CoreV1Api(api).list_namespaced_pod, self._pod, 1),
+                             daemon=True)]
+
+    def __enter__(self) -> Recorder:
+        for thread in self._threads:
+            thread.start()
+        assert all(synced.wait(30) for synced in self._synced), "the recorder's watches did not start"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def _job(self, job: Any) -> None:
+        uids = self.jobs.setdefault(job.metadata.name, [])
+        if job.metadata.uid not in uids:
+            uids.append(job.metadata.uid)
+
+    def _pod(self, pod: Any) -> None:
+        for ref in pod.metadata.owner_references or []:
+            if ref.kind == "Job":
+                self.pods.setdefault(ref.uid, set()).add(pod.metadata.uid)
+
+    def _run(self, list_fn: Any, record: Any, index: int) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        version = ""
+        while not self._stop.is_set():
+            try:
+                if not version:
+                    listed = list_fn(self.namespace, label_selector=self.selector)
+                    for item in listed.items:
+                        record(item)
+                    version = listed.metadata.resource_version
+                    self._synced[index].set()
+                w = watch.Watch()
+                for event in w.stream(list_fn, self.namespace, label_selector=self.selector,
+                                      resource_version=version, timeout_seconds=5):
+                    record(event["object"])
+                    version = event["object"].metadata.resource_version or version
+                    if self._stop.is_set():
+                        w.stop()
+            except ApiException as exc:
+                if exc.status == 410:  # too old: list again (nothing is lost, only re-read)
+                    version = ""
+                else:
+                    time.sleep(0.5)
+
+    def assert_each_trial_ran(self, trials: int, times: int = 1) -> None:
+        """`trials` Jobs names, each with `times` Job UIDs, and one pod for every Job UID."""
+        assert len(self.jobs) == trials, self.jobs
+        assert all(len(uids) == times for uids in self.jobs.values()), self.jobs
+        uids = {uid for uids in self.jobs.values() for uid in uids}
+        assert {uid: len(self.pods.get(uid, ())) for uid in uids} == {uid: 1 for uid in uids}, self.pods
+
+
+@pytest.mark.parametrize("point", ["job-apply:3", "outcome-recorded:2"])
+def test_killed_at_a_fault_point_the_next_operator_runs_nothing_twice(installed: Installed, tmp_path: Path,
+                                                                       point: str) -> None:
+    """The operator SIGKILLs itself right after its 3rd Job apply (the rest of that batch and the status write
+    not made), or right after it recorded outcomes for the 2nd time (status not yet published, the finalizers
+    of those Jobs not yet removed); a restarted operator finishes the sweep with one Job and one pod per
+    trial, and every finalizer removed."""
+    where = point.split(":")[0]
+    name = f"fault-{where}"
+    path = sweep_file(tmp_path, name, {"gpu": ["a100-40gb", "l40s"], "batch_size": [8, 16, 32]},
+                      hooks={"kubesweep.io/test-duration": "1s"}, concurrency={"max_parallel": 3})
+    log = tmp_path / "operator.log"
+    with Recorder(installed, name) as rec:
+        op = OperatorProcess(installed, log, env={FAULTS_KILL: point}).start()
+        try:
+            kubectl_apply(installed, path)
+            op.wait_killed_by_hook(where)
+            op = OperatorProcess(installed, log).start()
+            status = wait_phase(installed, name, {"Succeeded", "Failed"}, timeout=150, op=op)
+        finally:
+            op.kill(signal.SIGTERM)
+    assert status["phase"] == "Succeeded" and status["counts"]["succeeded"] == 6, status
+    rec.assert_each_trial_ran(6)
+    assert [j["metadata"]["name"] for j in sweep_jobs(installed, name)
+            if FINALIZER in (j["metadata"].get("finalizers") or [])] == []
+
+
+def test_killed_inside_a_cancel_the_next_operator_completes_it(installed: Installed, tmp_path: Path) -> None:
+    """The operator SIGKILLs itself inside a cancel, between deleting the first Job and removing that Job's
+    finalizer (the Job is left Terminating); the restarted operator deletes the rest, releases every Job, and
+    starts none."""
+    name = "fault-cancel"
+    path = sweep_file(tmp_path, name, {"gpu": ["l4"], "batch_size": [8, 16, 32]},
+                      hooks={"kubesweep.io/test-outcome": "hang"}, concurrency={"max_parallel": 3})
+    log = tmp_path / "operator.log"
+    with Recorder(installed, name) as rec:
+        op = OperatorProcess(installed, log, env={FAULTS_KILL: "cancel-delete:1"}).start()
+        try:
+            kubectl_apply(installed, path)
+            _kwok().wait_until("three running trials", lambda: sweep_status(installed, name).get("counts", {})
+                               .get("running") == 3 or None, 60)
+            installed.cluster.kubectl("annotate", "sweep", name, "kubesweep.io/cancel=true",
+                                      namespace=installed.namespace)  # what `sweep cancel` does
+            op.wait_killed_by_hook("cancel-delete")
+            held = [j for j in sweep_jobs(installed, name) if j["metadata"].get("deletionTimestamp")]
+            assert len(held) == 1 and FINALIZER in held[0]["metadata"]["finalizers"], held
+            op = OperatorProcess(installed, log).start()
+            status = wait_phase(installed, name, {"Cancelled"}, timeout=60, op=op)
+            _kwok().wait_until("every Job deleted", lambda: not sweep_jobs(installed, name) or None, 60)
+            time.sleep(3)  # resyncs every 2 s: nothing is started again
+        finally:
+            op.kill(signal.SIGTERM)
+    assert status["cancelled"] is True and status["counts"]["cancelled"] == 3, status
+    rec.assert_each_trial_ran(3)
+    assert not sweep_jobs(installed, name)
+
+
+def test_killed_inside_a_resume_the_next_operator_completes_it(installed: Installed, tmp_path: Path) -> None:
+    """Three trials fail; `resume` (its annotation) makes the operator delete their Jobs and run them again.
+    The operator SIGKILLs itself after deleting the first Job, before the resume is recorded; the restarted
+    operator carries the resume out once: each trial ran exactly twice (the failed run and the rerun), one pod
+    each."""
+    name = "fault-resume"
+    cluster, ns = installed.cluster, installed.namespace
+    crash = {"kubesweep.io/test-outcome": "crash", "kubesweep.io/test-exit-code": "1",
+             "kubesweep.io/test-duration": "1s"}
+    path = sweep_file(tmp_path, name, {"gpu": ["l40s"], "batch_size": [8, 16, 32]}, hooks=crash,
+                      concurrency={"max_parallel": 3})
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["resources"] = {"retries": 0}
+    path.write_text(yaml.safe_dump(doc))
+    log = tmp_path / "operator.log"
+    with Recorder(installed, name) as rec:
+        op = OperatorProcess(installed, log, env={FAULTS_KILL: "resume-delete:1"}).start()
+        try:
+            kubectl_apply(installed, path)
+            failed = wait_phase(installed, name, {"Failed"}, timeout=90, op=op)
+            assert failed["counts"]["failed"] == 3, failed
+            cluster.kubectl("annotate", "--overwrite", "sweep", name,
+                            "kubesweep.io/test-pod-annotations=" + json.dumps({"kubesweep.io/test-duration": "1s"}),
+                            namespace=ns)
+            cluster.kubectl("annotate", "sweep", name, "kubesweep.io/resume=request-1", namespace=ns)
+            op.wait_killed_by_hook("resume-delete")
+            assert sweep_status(installed, name).get("resumeHandled") is None
+            op = OperatorProcess(installed, log).start()
+            status = wait_phase(installed, name, {"Succeeded"}, timeout=90, op=op)
+            time.sleep(3)  # resyncs every 2 s: the resume is not carried out again
+            status = sweep_status(installed, name)
+        finally:
+            op.kill(signal.SIGTERM)
+    assert status["resumeHandled"] == "request-1" and status["counts"]["succeeded"] == 3, status
+    rec.assert_each_trial_ran(3, times=2)
+
+
+def test_jobs_deleted_while_the_operator_is_stopped_are_not_run_again(installed: Installed,
+                                                                      tmp_path: Path) -> None:
+    """With no operator running, two trials finish and all three Jobs are deleted (as a TTL, or a person,
+    would): the finalizer holds them, Terminating. The next operator records the two outcomes, records the
+    trial whose Job was deleted while it ran as cancelled, lets the Jobs go, and starts nothing again."""
+    name = "deleted-early"
+    hooks = [{"match": {"batch_size": 32}, "annotations": {"kubesweep.io/test-outcome": "hang"}},
+             {"annotations": {"kubesweep.io/test-duration": "3s"}}]
+    path = sweep_file(tmp_path, name, {"gpu": ["l40s"], "batch_size": [8, 16, 32]}, hooks=hooks,
+                      concurrency={"max_parallel": 3})
+    log = tmp_path / "operator.log"
+    cluster, ns = installed.cluster, installed.namespace
+    with Recorder(installed, name) as rec:
+        op = OperatorProcess(installed, log).start()
+        try:
+            kubectl_apply(installed, path)
+            _kwok().wait_until("three Jobs", lambda: len(sweep_jobs(installed, name)) == 3 or None, 60)
+            op.kill(signal.SIGKILL)  # no operator from here on
+            _kwok().wait_until("two finished Jobs", lambda: len([j for j in sweep_jobs(installed, name)
+                                                                 if job_finished(j)]) == 2 or None, 60)
+            cluster.kubectl("delete", "jobs", "-l", f"kubesweep.io/sweep={name}", "--wait=false", namespace=ns)
+            time.sleep(2)
+            held = sweep_jobs(installed, name)
+            assert len(held) == 3, held
+            assert all(j["metadata"].get("deletionTimestamp") and FINALIZER in j["metadata"]["finalizers"]
+                       for j in held)
+            assert not [t for t in (sweep_status(installed, name).get("trials") or {}).values() if t.get("final")]
+            op = OperatorProcess(installed, log).start()
+            wait_phase(installed, name, {"Cancelled", "Succeeded", "Failed"}, timeout=60, op=op)
+            _kwok().wait_until("the deleted Jobs gone", lambda: not sweep_jobs(installed, name) or None, 60)
+            time.sleep(3)  # resyncs every 2 s: nothing is started again
+            status = sweep_status(installed, name)
+        finally:
+            op.kill(signal.SIGTERM)
+    by_cell = {t["cell"]: t for t in status["trials"].values()}
+    assert status["phase"] == "Cancelled", status
+    assert status["counts"]["succeeded"] == 2 and status["counts"]["cancelled"] == 1, status
+    assert by_cell["l40s batch_size=32"]["outcome"] == "cancelled", by_cell
+    assert by_cell["l40s batch_size=32"]["reason"] == "its Job was deleted before the trial finished"
+    assert all(t["final"] for t in status["trials"].values())
+    rec.assert_each_trial_ran(3)
+    assert not sweep_jobs(installed, name)
+
+
+def test_ttl_zero_runs_every_trial_once(installed: Installed, operator: OperatorProcess, tmp_path: Path) -> None:
+    """`ttl_seconds_after_finished: 0`: the TTL controller deletes each Job the moment it finishes; the
+    finalizer keeps it until its outcome is recorded, so no trial reads as never started and runs again."""
+    name = "ttl-zero"
+    path = sweep_file(tmp_path, name, {"gpu": ["a100-40gb", "h100-80gb"], "batch_size": [8, 16, 32]},
+                      hooks={"kubesweep.io/test-duration": "1s"}, concurrency={"max_parallel": 3})
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["resources"] = {"ttl_seconds_after_finished": 0}
+    path.write_text(yaml.safe_dump(doc))
+    with Recorder(installed, name) as rec:
+        kubectl_apply(installed, path)
+        status = wait_phase(installed, name, {"Succeeded", "Failed"}, timeout=120, op=operator)
+        _kwok().wait_until("every Job deleted by its TTL", lambda: not sweep_jobs(installed, name) or None, 60)
+        time.sleep(3)  # resyncs every 2 s: nothing is started again
+    assert status["phase"] == "Succeeded" and status["counts"]["succeeded"] == 6, status
+    assert all(t["final"] for t in status["trials"].values())
+    rec.assert_each_trial_ran(6)
+
+
+def _audit_events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(errors="replace").splitlines() if line.strip()]
+
+
+def _received(event: dict[str, Any]) -> datetime:
+    return datetime.fromisoformat(event["requestReceivedTimestamp"])
+
+
+def test_a_paused_leader_makes_no_write_after_a_standby_took_over(installed: Installed, tmp_path: Path) -> None:
+    """Replica A stops itself (SIGSTOP, fault point `write:4`) right after the leadership check of its 4th write,
+    before sending it; replica B takes the Lease over and drives the sweep; then A is continued (SIGCONT).
+
+    Writes are counted in the API server's audit log (tests/cluster/audit-policy.yaml logs every write of a
+    ServiceAccount), by user agent: each replica's requests carry `kubesweep-operator/<identity>`. The takeover
+    is B's first Lease update. After it the log holds no write of A (a Lease update of A, which would be
+    refused for its stale resourceVersion, is allowed): the write A had checked for was not sent (it reads the
+    Lease's remaining validity again just before sending), and A made none later.
+    """
+    cluster = installed.cluster
+    if not cluster.workdir:
+        pytest.skip("counts writes in the audit log of a test cluster started by kwokctl")
+    audit = cluster.workdir / "logs" / "audit.log"
+    assert audit.exists(), f"no audit log at {audit} (kwok_cluster.kwokctl_config sets kubeAuditPolicy)"
+    name = "paused-leader"
+    path = sweep_file(tmp_path, name, {"gpu": ["l4"], "batch_size": [8, 16, 32, 64]},
+                      hooks={"kubesweep.io/test-duration": "1s"}, concurrency={"max_parallel": 1})
+    a = OperatorProcess(installed, tmp_path / "a.log", identity="paused-a", env={FAULTS_STOP: "write:4"}).start()
+    b = OperatorProcess(installed, tmp_path / "b.log", identity="paused-b")
+    with Recorder(installed, name) as rec:
+        try:
+            _kwok().wait_until("replica-a leads", lambda: "leading" in a.text() or None, 30)
+            b.start()
+            kubectl_apply(installed, path)
+            _kwok().wait_until("A stopped itself", lambda: a.state() == "T" or None, 60)
+            assert "test hook: SIGSTOP at write #4" in a.text()
+            _kwok().wait_until("B took the Lease over", lambda: "took the Lease" in b.text() or None, 60)
+            _kwok().wait_until("B drives the sweep", lambda: sweep_status(installed, name).get("counts", {})
+                               .get("done", 0) >= 2 or None, 60)
+            assert a.proc is not None
+            a.proc.send_signal(signal.SIGCONT)
+            _kwok().wait_until("A continued", lambda: "continued after SIGSTOP" in a.text() or None, 30)
+            status = wait_phase(installed, name, {"Succeeded", "Failed"}, timeout=120, op=b)
+            time.sleep(5)  # A's Lease rounds (every 2 s) and resyncs after it was continued
+        finally:
+            a.kill(signal.SIGTERM)
+            b.kill(signal.SIGTERM)
+    assert status["phase"] == "Succeeded" and status["counts"]["succeeded"] == 4, status
+    rec.assert_each_trial_ran(4)
+
+    events = _audit_events(audit)
+    takeover = min(_received(e) for e in events if e.get("userAgent", "").startswith("kubesweep-operator/paused-b")
+                   and e["objectRef"].get("resource") == "leases" and e["verb"] == "update"
+                   and e.get("responseStatus", {}).get("code") == 200)
+    by_a = [e for e in events if e.get("userAgent", "").startswith("kubesweep-operator/paused-a")]
+    before = [e for e in by_a if _received(e) < takeover and e["objectRef"].get("resource") != "leases"]
+    after = [e for e in by_a if _received(e) >= takeover and not (
+        e["objectRef"].get("resource") == "leases" and e.get("responseStatus", {}).get("code", 0) >= 400)]
+    assert before, "no write of A before the takeover: the user agent does not tell the replicas apart"
+    assert after == [], [(e["verb"], e["objectRef"], e["requestReceivedTimestamp"]) for e in after]
+    assert "a write is not sent" in a.text(), a.text()[-3000:]  # the checked write, after SIGCONT
+
+
 def test_operator_entry_point_help() -> None:
     out = subprocess.run([sys.executable, "-m", "kubesweep.operator", "--help"], capture_output=True, text=True,
                          timeout=60)
@@ -499,6 +836,9 @@ def test_without_the_crd_the_cli_says_how_to_install_and_direct_mode_works(insta
         assert ": Succeeded" in done.stdout  # the progress line of the one trial
         cm = cluster.get_json("configmap", "kubesweep-sweep-direct", namespace=installed.namespace)
         assert "sweep.json" in cm["data"]
+        # no operator removes finalizers here: the direct backend's Jobs carry none, and a TTL floor instead
+        job = sweep_jobs(installed, "direct")[0]
+        assert not job["metadata"].get("finalizers") and job["spec"]["ttlSecondsAfterFinished"] >= 600
     finally:
         cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "sweeps.kubesweep.io.yaml"))
         # kubectl's own 30 s were once not enough on a loaded machine (the names of a just-deleted CRD are

@@ -11,16 +11,18 @@ cluster runs.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,24 @@ class Stack:
     volumes: Path         # host directory behind the namespace's PersistentVolumes
     mlflow_host_uri: str  # MLflow's Service address, reachable from this host through kube-proxy
     lock: Path            # the image lock images/build.sh wrote
+    users: dict[str, tuple[str, str]] = field(default_factory=dict)  # "admin"/"trials": MLflow credentials
+
+    def mlflow_status(self, path: str, user: str | None = None, method: str = "GET",
+                      body: dict[str, Any] | None = None) -> int:
+        """The HTTP status MLflow's REST API answers `path` with, as `user` (None: no credentials)."""
+        headers = {"Host": f"{MLFLOW_SERVICE}.{self.namespace}.svc.cluster.local:5000",
+                   "Content-Type": "application/json"}
+        if user:
+            pair = ":".join(self.users[user]).encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(f"{self.mlflow_host_uri}/api/2.0/mlflow/{path}", data=data,
+                                         headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
 
     @property
     def checkpoints(self) -> Path:
@@ -210,7 +230,20 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
         st = Stack(cluster, node, ns, built_images.job, volumes, f"http://{ip}:5000", built_images.lock_path)
         assert proc.returncode == 0, f"helm install failed:\n{proc.stdout}\n{proc.stderr}\n{st.diagnostics()}"
         _kc().wait_until("MLflow answering on its Service address", lambda: _health(st.mlflow_host_uri), 120)
-        yield st
+        secret = cluster.get_json("secret", f"{MLFLOW_SERVICE}-auth", namespace=ns)["data"]
+        plain = {k: base64.b64decode(v).decode() for k, v in secret.items()}
+        st.users = {who: (plain[f"{who}-username"], plain[f"{who}-password"]) for who in ("admin", "trials")}
+        # this process and the `sweep` CLI read MLflow as a person does: with the admin user's credentials
+        saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+        os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = st.users["admin"]
+        try:
+            yield st
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
     finally:
         subprocess.run([helm, "uninstall", RELEASE, "-n", ns, "--wait", "--kubeconfig", str(cluster.kubeconfig)],
                        capture_output=True, timeout=180, check=False)
@@ -244,11 +277,20 @@ def test_chart_runs_operator_and_mlflow_as_real_containers(stack: Stack) -> None
     assert denied.returncode != 0 and "Read-only file system" in denied.stderr, denied
     whoami = cluster.kubectl("exec", name, "--", "id", "-u", namespace=ns).stdout.strip()
     assert whoami == "65532"
-    # MLflow answers on its Service address, and a request naming the Service as trials do is let through
-    request = urllib.request.Request(f"{stack.mlflow_host_uri}/api/2.0/mlflow/experiments/search?max_results=1",
-                                     headers={"Host": f"{MLFLOW_SERVICE}.{stack.namespace}.svc.cluster.local:5000"})
-    with urllib.request.urlopen(request, timeout=10) as resp:
-        assert resp.status == 200
+    # MLflow answers on its Service address, a request naming the Service as trials do is let through, and
+    # nothing is answered without credentials (the basic-auth app)
+    assert stack.mlflow_status("experiments/search?max_results=1") == 401
+    assert stack.mlflow_status("experiments/search?max_results=1", user="admin") == 200
+    assert stack.mlflow_status("experiments/search?max_results=1", user="trials") == 200
+    # the trials' user is scoped: no user management, and no edits to an experiment it did not create
+    admin_name = stack.users["admin"][0]
+    assert stack.mlflow_status(f"users/get?username={admin_name}", user="trials") == 403
+    created = stack.mlflow_status("experiments/create", user="admin", method="POST", body={"name": "people-only"})
+    assert created == 200
+    assert stack.mlflow_status("experiments/get-by-name?experiment_name=people-only", user="trials") == 200
+    # the trials Secret in the namespace holds exactly the trials user
+    trials = cluster.get_json("secret", "kubesweep-mlflow-trials", namespace=ns)["data"]
+    assert base64.b64decode(trials["username"]).decode() == stack.users["trials"][0]
 
 
 # -------------------------------------------------------------------------- 2 and 4: a sweep, and a kubelet outage
@@ -426,3 +468,157 @@ def test_trial_over_its_memory_limit_is_oom_and_not_retried(stack: Stack, tmp_pa
     assert failed["reason"] == "PodFailurePolicy", failed
     shown = json.loads(stack.sweep("status", name, "-o", "json").stdout)
     assert [t.get("outcome") for t in shown["trials"]] == ["oom"], shown
+
+
+# ------------------------------------------------------------------------------------------------ 6: locked down
+
+PROBE = r"""
+import json, os, ssl, urllib.error, urllib.request
+ns = os.environ["PROBE_NAMESPACE"]
+api = "https://%s:%s" % (os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])
+token_file = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+headers = {"Content-Type": "application/json"}
+if os.path.exists(token_file):
+    headers["Authorization"] = "Bearer " + open(token_file).read().strip()
+def call(method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(api + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, context=ssl._create_unverified_context(), timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "escape"}, "spec": {"template": {"spec": {
+    "restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}
+print(json.dumps({"token": os.path.exists(token_file),
+                  "secret": call("GET", "/api/v1/namespaces/%s/secrets/kubesweep-mlflow-trials" % ns),
+                  "job": call("POST", "/apis/batch/v1/namespaces/%s/jobs" % ns, job)}))
+"""
+
+
+class _Listener:
+    """An HTTP server on the node's address (reachable from the host and from pods) that counts requests."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.count = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.count += 1
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b'{"internal": "secret"}')
+
+            do_POST = do_GET
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer((_rn().NODE_IP, 0), Handler)
+        self.uri = f"http://{_rn().NODE_IP}:{self.httpd.server_address[1]}"
+        import threading
+
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def _as_user(stack: Stack, user: str, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    proc: subprocess.CompletedProcess[str] = stack.cluster.kubectl(*args, f"--as={user}", namespace=stack.namespace,
+                                                                   input=input, check=False)
+    return proc
+
+
+def _spec_doc(tmp_path: Path, name: str, image: str, **kwargs: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(_write_spec(tmp_path / f"{name}.yaml", name, image, **kwargs).read_text())
+    return doc
+
+
+def _create_as(stack: Stack, user: str, doc: dict[str, Any]) -> None:
+    """The Sweep resource `sweep submit` would apply, created with kubectl as `user`."""
+    from kubesweep.operator.store import resource_body
+    from kubesweep.spec import parse_sweep
+
+    out = _as_user(stack, user, "create", "-f", "-", input=json.dumps(resource_body(parse_sweep(doc), stack.namespace)))
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_sweep_author_gains_nothing_beyond_the_sweep(stack: Stack, tmp_path: Path) -> None:
+    """A user who may only create and read Sweeps: the tuner of their search sweep runs the operator's image (the
+    Sweep's image never holds the tuner's token); code in the Sweep's image, running as a trial, can neither read
+    a Secret nor create a Job; a Sweep naming another tracking server is Invalid and nothing reaches it."""
+    cluster, ns, user = stack.cluster, stack.namespace, "sweep-author@example.com"
+    rbac = "rbac.authorization.k8s.io"
+    cluster.apply([
+        {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": {"name": "sweep-author", "namespace": ns},
+         "rules": [{"apiGroups": ["kubesweep.io"], "resources": ["sweeps"],
+                    "verbs": ["create", "get", "list", "watch"]}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding", "metadata": {"name": "sweep-author", "namespace": ns},
+         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": "sweep-author"},
+         "subjects": [{"apiGroup": rbac, "kind": "User", "name": user}]}])
+
+    def can(who: str, verb: str, resource: str) -> bool:
+        return _as_user(stack, who, "auth", "can-i", verb, resource).stdout.strip() == "yes"
+
+    tuner = f"system:serviceaccount:{ns}:kubesweep-tuner"
+    operator = f"system:serviceaccount:{ns}:{RELEASE}-kubesweep-operator"
+    checks = (("get", "secrets"), ("create", "jobs.batch"), ("create", "pods"), ("create", "sweeps.kubesweep.io"),
+              ("patch", "sweeps.kubesweep.io"))
+    allowed = {(who, verb, res) for who in (user, tuner, operator) for verb, res in checks if can(who, verb, res)}
+    assert allowed == {(user, "create", "sweeps.kubesweep.io"), (tuner, "create", "jobs.batch"),
+                       (operator, "create", "jobs.batch")}, allowed
+
+    # 1: a search sweep: its tuner Job runs the operator's image under kubesweep-tuner
+    search = {"strategy": "tune", "num_samples": 1,
+              "space": {"batch_size": {"type": "choice", "values": [8]}}}
+    doc = _spec_doc(tmp_path, "lock-tune", stack.image, job={"train_samples": 64})
+    doc["spec"]["search"] = search
+    _create_as(stack, user, doc)
+    operator_image = cluster.get_json("deployment", f"{RELEASE}-kubesweep-operator", namespace=ns)[
+        "spec"]["template"]["spec"]["containers"][0]["image"]
+    tuner_job = _kc().wait_until("the tuner Job", lambda: cluster.get_json("job", "lock-tune-tuner", namespace=ns),
+                                 60)
+    pod_spec = tuner_job["spec"]["template"]["spec"]
+    assert pod_spec["containers"][0]["image"] == operator_image != stack.image
+    assert pod_spec["serviceAccountName"] == "kubesweep-tuner"
+    assert {"name": "KUBESWEEP_IMAGE", "value": stack.image} in pod_spec["containers"][0]["env"]
+    # the fields that decide identity and privilege cannot change afterwards (CEL rules of the CRD)
+    for field_name, value in (("service_account", "default"), ("image", stack.image.replace("@", "-other@"))):
+        patched = cluster.kubectl("patch", "sweep", "lock-tune", "--type=merge", "-p",
+                                  json.dumps({"spec": {field_name: value}}), namespace=ns, check=False)
+        assert patched.returncode != 0 and f"spec.{field_name} is immutable" in patched.stderr, patched
+    cluster.kubectl("delete", "sweep", "lock-tune", "--wait=false", namespace=ns)
+
+    # 2: the Sweep's own code, in a running trial: no token, no Secret, no Job
+    name = "lock-probe"
+    _create_as(stack, user, _spec_doc(tmp_path, name, stack.image, job={"train_samples": 400, "epochs": 50}))
+    try:
+        def running() -> str | None:
+            pods = [p for p in stack.pods(name) if p["status"].get("phase") == "Running"]
+            return pods[0]["metadata"]["name"] if pods else None
+
+        pod = _kc().wait_until("a running trial", running, 600, interval=1.0)
+        probe = cluster.kubectl("exec", pod, "--", "env", f"PROBE_NAMESPACE={ns}", "python", "-c", PROBE,
+                                namespace=ns, check=False)
+        assert probe.returncode == 0, probe.stderr
+        seen = json.loads(probe.stdout.strip().splitlines()[-1])
+        assert seen["token"] is False and seen["secret"] in (401, 403) and seen["job"] in (401, 403), seen
+    finally:
+        cluster.kubectl("delete", "sweep", name, "--wait=false", namespace=ns, check=False)
+
+    # 3: a tracking server the chart did not allow: Invalid, and no request reaches it
+    listener = _Listener()
+    try:
+        doc = _spec_doc(tmp_path, "lock-track", stack.image, job={})
+        doc["spec"]["tracking"]["uri"] = listener.uri
+        _create_as(stack, user, doc)
+        status = stack.wait_phase("lock-track", {"Invalid"}, timeout=60)
+        assert "is not a tracking server this operator may use" in status["message"], status
+        assert "secret" not in status["message"]
+        time.sleep(12)  # two more resyncs (operator.resyncSeconds=5)
+        assert listener.count == 0
+        assert stack.pods("lock-track") == []
+    finally:
+        listener.httpd.shutdown()
+        cluster.kubectl("delete", "sweep", "lock-track", "--wait=false", namespace=ns, check=False)

@@ -35,6 +35,8 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from kubesweep.images import EXTRAS
+
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KUBESWEEP_IMAGES_CACHE", Path.home() / ".cache" / "kubesweep-images"))
 SUITE = "bookworm"
@@ -265,13 +267,14 @@ def torch_closure() -> dict[str, str]:
 
 def job_wheel_closure() -> dict[str, str]:
     """Wheels the job image installs on top of the base: kubesweep[job,tracking]'s closure less the base's."""
-    closure = installed_closure([("kubesweep", ("job", "tracking"))])
+    closure = installed_closure([("kubesweep", EXTRAS["job"])])
     base = installed_closure([("torch", ())])
     return {n: v for n, v in closure.items() if n not in base and n != "kubesweep"}
 
 
 def operator_wheel_closure() -> dict[str, str]:
-    closure = installed_closure([("kubesweep", ("k8s",))])
+    """Wheels the operator image installs (it runs the tuner too): kubesweep[k8s,tune,tracking]'s closure."""
+    closure = installed_closure([("kubesweep", EXTRAS["operator"])])
     closure.pop("kubesweep")
     return closure
 

@@ -209,9 +209,13 @@ def test_tuner_job_manifest_is_a_valid_job() -> None:
     sweep = parse_sweep(sweep_doc({"strategy": "tune", "space": {"batch_size": {"type": "choice", "values": [8]}}},
                                   image="registry.example/job@sha256:" + "0" * 64,
                                   storage={"checkpoint_claim": "ckpt"}))
-    job = render_tuner_job(sweep, image="img@sha256:" + "1" * 64, namespace="ns")
+    job = render_tuner_job(sweep, image="img@sha256:" + "1" * 64, namespace="ns",
+                           trial_image="registry.example/job@sha256:" + "0" * 64)
     assert job["metadata"]["name"] == tuner_name("t") == "t-tuner"
     container = job["spec"]["template"]["spec"]["containers"][0]
+    # the tuner (token that may create Jobs) runs the given image; the sweep's image only reaches its trials
+    assert container["image"] == "img@sha256:" + "1" * 64
+    assert {"name": "KUBESWEEP_IMAGE", "value": "registry.example/job@sha256:" + "0" * 64} in container["env"]
     assert container["command"][:4] == ["python", "-m", "kubesweep.tune", "--spec"]
     assert "/checkpoints/t/search" in container["command"]
     doc = json.loads(job["spec"]["template"]["metadata"]["annotations"][ANNOTATION_SWEEP])

@@ -6,7 +6,8 @@ import pytest
 
 from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.operator import testhooks
-from kubesweep.operator.controller import _changed
+from kubesweep.operator.controller import OperatorBackend, _changed
+from kubesweep.operator.leader import LeaseElector
 from kubesweep.operator.store import SweepStore, counts_for, recorded_outcomes
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import plan
@@ -53,3 +54,148 @@ def test_status_view_counts_and_leaves_recorded_flags_alone() -> None:
     moved = {**view, "trials": {**view["trials"], b.id: {**view["trials"][b.id], "phase": "Succeeded"}}}
     assert _changed(moved, stored)
     assert set(recorded_outcomes(stored)) == {a.id}  # only entries with an outcome count as recorded
+
+
+# -- fault points and the write guard ---------------------------------------------------------------------
+
+
+def test_fault_points_are_parsed_and_bad_ones_refused() -> None:
+    faults = testhooks.FaultPoints.from_env({testhooks.KILL_ENV: "job-apply:3, outcome-recorded:1",
+                                             testhooks.STOP_ENV: "write:6"})
+    assert faults.kill_at == {"job-apply": 3, "outcome-recorded": 1} and faults.stop_at == {"write": 6}
+    assert not testhooks.FaultPoints.from_env({})
+    testhooks.FaultPoints().reached("job-apply")  # no points: nothing happens
+    with pytest.raises(testhooks.TestHookError, match="unknown point 'job-aply'"):
+        testhooks.FaultPoints.from_env({testhooks.KILL_ENV: "job-aply:3"})
+    with pytest.raises(testhooks.TestHookError, match="POINT:N"):
+        testhooks.FaultPoints.from_env({testhooks.KILL_ENV: "cancel-delete:0"})
+    with pytest.raises(testhooks.TestHookError, match="unknown point"):
+        testhooks.FaultPoints.from_env({testhooks.STOP_ENV: "job-apply:1"})  # only `write` stops
+
+
+def test_a_kill_point_kills_the_process_at_its_nth_passage() -> None:
+    import signal
+    import subprocess
+    import sys
+
+    code = ("from kubesweep.operator import testhooks\n"
+            "f = testhooks.FaultPoints(kill_at={'job-apply': 2})\n"
+            "f.reached('outcome-recorded'); f.reached('job-apply'); print('first', flush=True)\n"
+            "f.reached('job-apply'); print('second', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    assert proc.stdout == "first\n" and "SIGKILL at job-apply #2" in proc.stderr
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Leases:
+    """A coordination API where the Lease does not exist yet and creating it succeeds."""
+
+    def read_namespaced_lease(self, name: str, namespace: str) -> None:
+        raise type("NotFound", (Exception,), {"status": 404})()
+
+    def create_namespaced_lease(self, namespace: str, body: dict) -> None:  # type: ignore[type-arg]
+        pass
+
+
+def _guarded_backend() -> tuple[_Clock, LeaseElector, OperatorBackend]:
+    import kubernetes
+
+    clock = _Clock()
+    elector = LeaseElector(_Leases(), "ns", "lease", "me", duration=15, renew_every=5, margin=2, clock=clock)
+    backend = OperatorBackend("ns", api_client=kubernetes.client.ApiClient(), may_write=elector.holding,
+                              lease_remaining=elector.remaining)
+    return clock, elector, backend
+
+
+def test_writes_carry_the_remaining_lease_as_timeout_and_stop_once_it_lapsed() -> None:
+    from kubesweep.operator.controller import NotLeader
+
+    clock, elector, backend = _guarded_backend()
+    calls: list[dict] = []  # type: ignore[type-arg]
+
+    def write(*args: object, **kwargs: object) -> str:
+        calls.append(kwargs)
+        return "done"
+
+    with pytest.raises(NotLeader):  # no Lease yet: nothing is sent
+        backend._write(write, "x")
+    assert calls == [] and elector.remaining() == 0
+
+    assert elector.try_acquire_or_renew()
+    clock.now += 4
+    assert backend._write(write, "x", field_manager="m") == "done"
+    assert calls[-1] == {"field_manager": "m", "_request_timeout": 9.0}  # 15 - 2 - 4 s left
+
+    def slow_write(*args: object, **kwargs: object) -> str:  # the process paused past the Lease mid-request
+        calls.append(kwargs)
+        clock.now += 20
+        return "done"
+
+    with pytest.raises(NotLeader, match="lapsed during a write"):
+        backend._write(slow_write, "x")
+    assert len(calls) == 2
+    with pytest.raises(NotLeader):  # and it makes no further write
+        backend._write(write, "x")
+    assert len(calls) == 2
+
+
+def test_a_write_is_not_sent_with_too_little_lease_left() -> None:
+    from kubesweep.operator.controller import MIN_WRITE_WINDOW, NotLeader
+
+    clock, elector, backend = _guarded_backend()
+    assert elector.try_acquire_or_renew()
+    clock.now += 13 - MIN_WRITE_WINDOW / 2
+    assert elector.holding()
+    with pytest.raises(NotLeader, match="about to lapse"):
+        backend._write(lambda *a, **k: pytest.fail("sent"), "x")
+
+
+def test_operator_jobs_carry_the_outcome_finalizer_and_unguarded_jobs_a_ttl_floor() -> None:
+    import kubernetes
+
+    from kubesweep.backends.kubernetes import UNGUARDED_TTL_FLOOR, KubernetesBackend
+
+    _, _, operator = _guarded_backend()
+    job: dict = {"metadata": {}, "spec": {"ttlSecondsAfterFinished": 0}}  # type: ignore[type-arg]
+    operator._protect(job)
+    assert job == {"metadata": {"finalizers": ["kubesweep.io/outcome"]}, "spec": {"ttlSecondsAfterFinished": 0}}
+
+    direct = KubernetesBackend(namespace="ns", api_client=kubernetes.client.ApiClient())  # and the tuner's
+    for ttl, kept in ((0, UNGUARDED_TTL_FLOOR), (7 * 86400, 7 * 86400)):
+        job = {"metadata": {}, "spec": {"ttlSecondsAfterFinished": ttl}}
+        direct._protect(job)
+        assert job == {"metadata": {}, "spec": {"ttlSecondsAfterFinished": kept}}
+
+
+def test_the_supervisor_steps_a_sweep_without_task_whose_jobs_wait_on_the_finalizer() -> None:
+    import asyncio
+
+    from kubesweep.operator.runtime import Supervisor
+
+    steps: list[tuple[str, str]] = []
+    leader = [False]
+
+    async def run() -> None:
+        sup = Supervisor(lambda ns, name: steps.append((ns, name)), is_leader=lambda: leader[0], resync=60,
+                         debounce=0)
+        sup.orphaned("ns", "gone")  # a standby only remembers it
+        await asyncio.sleep(0.05)
+        assert steps == [] and sup.orphans == {("ns", "gone")}
+        leader[0] = True
+        sup.wake_all()  # gaining the Lease: one step, then it is forgotten
+        await asyncio.sleep(0.1)
+        assert steps == [("ns", "gone")] and not sup.orphans
+        sup.notice("ns", "deleted", deleted=True)  # a deleted Sweep gets one more step
+        await asyncio.sleep(0.1)
+        assert steps[-1] == ("ns", "deleted") and not sup.orphans
+        await sup.stop()
+
+    asyncio.run(run())

@@ -67,3 +67,31 @@ seccompProfile:
 {{- range $i := until 16 }}{{ $hosts = append $hosts (printf "172.%d.*" (add 16 $i)) }}{{ end -}}
 {{- join "," (concat $hosts .Values.mlflow.allowedHosts) -}}
 {{- end -}}
+
+{{/* MLflow authentication: the release's Secret (both users) and, in each served namespace, the trials' one. */}}
+{{- define "kubesweep.mlflowAuthSecret" -}}{{ include "kubesweep.mlflowName" . }}-auth{{- end -}}
+{{- define "kubesweep.trialsSecret" -}}kubesweep-mlflow-trials{{- end -}}
+{{- define "kubesweep.mlflowAuth" -}}
+{{- if and .Values.mlflow.enabled .Values.mlflow.auth.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* The image tuner Jobs run: tuner.image when set, else the operator's own. */}}
+{{- define "kubesweep.tunerImage" -}}
+{{- if .Values.tuner.image.digest -}}
+{{- printf "%s@%s" (.Values.tuner.image.repository | default .Values.operator.image.repository) .Values.tuner.image.digest -}}
+{{- else -}}
+{{- include "kubesweep.image" .Values.operator.image -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The MLflow server's (and its init container's) settings of the basic-auth app. */}}
+{{- define "kubesweep.mlflowAuthEnv" -}}
+- name: MLFLOW_AUTH_CONFIG_PATH
+  value: /etc/mlflow-auth/basic_auth.ini
+- name: MLFLOW_AUTH_ADMIN_USERNAME
+  valueFrom: {secretKeyRef: {name: {{ include "kubesweep.mlflowAuthSecret" . }}, key: admin-username}}
+- name: MLFLOW_AUTH_ADMIN_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ include "kubesweep.mlflowAuthSecret" . }}, key: admin-password}}
+- name: MLFLOW_FLASK_SERVER_SECRET_KEY
+  valueFrom: {secretKeyRef: {name: {{ include "kubesweep.mlflowAuthSecret" . }}, key: flask-secret-key}}
+{{- end -}}

@@ -1,0 +1,97 @@
+"""The operator's tracking policy (which servers a Sweep may name) and its MLflow client's errors, which end up in a
+Sweep's status: they carry an HTTP status and MLflow's error code, never a response body. A real local HTTP
+server answers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from kubesweep.manifests import TrackingEnv
+from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
+
+SECRET_BODY = "internal-service-says: db-password=hunter2"
+
+
+def test_only_the_default_server_and_allowed_hosts_are_used() -> None:
+    policy = TrackingPolicy("http://ks-mlflow.kubesweep.svc:5000", ("mlflow.example.com", "*.corp.example:443"))
+    assert policy.refusal("http://ks-mlflow.kubesweep.svc:5000") is None
+    assert policy.refusal("http://KS-MLFLOW.kubesweep.svc.:5000/") is None
+    assert policy.refusal("https://mlflow.example.com") is None          # no port in the entry: any port
+    assert policy.refusal("http://mlflow.example.com:8080") is None
+    assert policy.refusal("https://tracking.corp.example") is None       # *.domain, port 443
+    assert policy.refusal("http://tracking.corp.example:80") is not None
+    for uri in ("http://ks-mlflow.kubesweep.svc:5001", "http://169.254.169.254/latest/meta-data",
+                "http://10.0.0.7:5000", "http://mlflow.example.com.evil.io", "http://corp.example.evil:443"):
+        message = policy.refusal(uri)
+        assert message is not None and "not a tracking server this operator may use" in message, uri
+        assert "tracking.allowedHosts" in message
+    assert "expected an http:// or https:// URL" in str(policy.refusal("file:///etc/passwd"))
+    assert "allowed: none" in str(TrackingPolicy().refusal("http://x:1"))
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, str | None]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                server.requests.append((self.command, self.path, self.headers.get("Authorization")))
+                status, body = server.reply
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.reply: tuple[int, str] = (200, "{}")
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+@pytest.fixture()
+def server() -> Iterator[_Server]:
+    s = _Server()
+    yield s
+    s.httpd.shutdown()
+
+
+@pytest.mark.parametrize("reply", [(500, SECRET_BODY), (403, json.dumps({"error_code": SECRET_BODY})),
+                                   (200, SECRET_BODY), (404, "<html>" + SECRET_BODY)])
+def test_no_response_body_reaches_an_error(server: _Server, reply: tuple[int, str]) -> None:
+    server.reply = reply
+    with pytest.raises(MlflowError) as err:
+        MlflowRest(server.url, environ={}).experiment_id("e")
+    assert "hunter2" not in str(err.value) and "internal-service" not in str(err.value)
+
+
+def test_mlflow_error_codes_and_credentials(server: _Server) -> None:
+    server.reply = (401, json.dumps({"error_code": "UNAUTHENTICATED", "message": SECRET_BODY}))
+    with pytest.raises(MlflowError, match=r"HTTP 401 UNAUTHENTICATED \(the operator's MLflow credentials"):
+        MlflowRest(server.url, environ={"MLFLOW_TRACKING_USERNAME": "u", "MLFLOW_TRACKING_PASSWORD": "p w"}
+                   ).experiment_id("e")
+    assert server.requests[-1][2] == "Basic " + base64.b64encode(b"u:p w").decode()
+    with pytest.raises(MlflowError):
+        MlflowRest(server.url, environ={"MLFLOW_TRACKING_TOKEN": "t0k"}).experiment_id("e")
+    assert server.requests[-1][2] == "Bearer t0k"
+
+
+def test_trials_read_the_credentials_from_a_secret_of_their_namespace() -> None:
+    env = {e["name"]: e for e in TrackingEnv("http://m:5000", "exp", "run1", credentials_secret="creds").env()}
+    assert env["MLFLOW_TRACKING_USERNAME"]["valueFrom"] == {"secretKeyRef": {"name": "creds", "key": "username"}}
+    assert env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "creds", "key": "password"}}
+    assert env["KUBESWEEP_TRACKING_SECRET"]["value"] == "creds"  # the tuner passes it on to its trials
+    assert "MLFLOW_TRACKING_USERNAME" not in {e["name"] for e in TrackingEnv("http://m:5000", "exp").env()}
