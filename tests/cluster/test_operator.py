@@ -42,6 +42,7 @@ FAULTS_STOP = "KUBESWEEP_TEST_STOP_AT"
 FINALIZER = "kubesweep.io/outcome"
 CPU_NODE = "kubesweep-test-cpu-0"
 JOB_IMAGE = "registry.example/kubesweep-job@sha256:" + "0" * 64
+TUNER_IMAGE = "registry.example/kubesweep-operator@" + OPERATOR_DIGEST
 DIGEST_SETS = ["--set", f"operator.image.digest={OPERATOR_DIGEST}", "--set", f"mlflow.image.digest={MLFLOW_DIGEST}"]
 
 
@@ -207,7 +208,8 @@ class OperatorProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kubesweep.operator", "--namespace", self.inst.namespace,
                  "--lease-name", OPERATOR, "--lease-namespace", self.inst.namespace, "--identity", self.identity,
-                 "--lease-duration", str(self.lease_duration), "--resync", "2", "--test-hooks"],
+                 "--lease-duration", str(self.lease_duration), "--resync", "2", "--test-hooks",
+                 "--tuner-image", TUNER_IMAGE],
                 env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         return self
 
@@ -752,6 +754,34 @@ def test_ttl_zero_runs_every_trial_once(installed: Installed, operator: Operator
     assert status["phase"] == "Succeeded" and status["counts"]["succeeded"] == 6, status
     assert all(t["final"] for t in status["trials"].values())
     rec.assert_each_trial_ran(6)
+
+
+def test_a_finished_tuner_is_recorded_and_never_run_again(installed: Installed, operator: OperatorProcess,
+                                                          tmp_path: Path) -> None:
+    """A search sweep's tuner Job runs the operator's tuner image (not the Sweep's), is kept at least
+    UNGUARDED_TTL_FLOOR seconds whatever the spec's TTL, and once it finished the Sweep records it
+    (`status.searchFinished`): the Job deleted afterwards (as its TTL would) is not created again. kwok plays the
+    tuner's pod, which succeeds after 2 s."""
+    from kubesweep.manifests import UNGUARDED_TTL_FLOOR
+
+    name = "search-once"
+    doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": name},
+           "spec": {"image": JOB_IMAGE, "resources": {"ttl_seconds_after_finished": 0},
+                    "search": {"strategy": "tune", "num_samples": 2,
+                               "space": {"batch_size": {"type": "choice", "values": [8, 16]}}}}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    kubectl_apply(installed, path)
+    cluster, ns = installed.cluster, installed.namespace
+    job = _kwok().wait_until("the tuner Job", lambda: cluster.get_json("job", f"{name}-tuner", namespace=ns), 60)
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == TUNER_IMAGE
+    assert job["spec"]["ttlSecondsAfterFinished"] == UNGUARDED_TTL_FLOOR
+    _kwok().wait_until("searchFinished recorded", lambda: sweep_status(installed, name).get("searchFinished"), 90)
+    cluster.kubectl("delete", "job", f"{name}-tuner", "--wait=true", namespace=ns)
+    time.sleep(6)  # three resyncs of 2 s
+    left = cluster.kubectl("get", "job", f"{name}-tuner", namespace=ns, check=False)
+    assert left.returncode != 0 and "NotFound" in left.stderr, left.stdout
+    assert "search: finished" in sweep_status(installed, name).get("message", "")
 
 
 def _audit_events(path: Path) -> list[dict[str, Any]]:
