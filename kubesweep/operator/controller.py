@@ -130,16 +130,16 @@ class OperatorBackend(SweepStore):
             self.faults.reached("outcome-recorded")
 
     def _cancel_impl(self, sweep: str) -> None:
-        self._scope.name = "cancel"
-        try:
-            super()._cancel_impl(sweep)
-        finally:
-            self._scope.name = None
+        self._within("cancel", super()._cancel_impl, sweep)
 
     def _resume_impl(self, sweep: str) -> None:
-        self._scope.name = "resume"
+        self._within("resume", super()._resume_impl, sweep)
+
+    def _within(self, scope: str, fn: Callable[[str], None], sweep: str) -> None:
+        """Run a cancel or resume with its name set for this thread (the fault points `<scope>-delete`)."""
+        self._scope.name = scope
         try:
-            super()._resume_impl(sweep)
+            fn(sweep)
         finally:
             self._scope.name = None
 

@@ -234,16 +234,10 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
         plain = {k: base64.b64decode(v).decode() for k, v in secret.items()}
         st.users = {who: (plain[f"{who}-username"], plain[f"{who}-password"]) for who in ("admin", "trials")}
         # this process and the `sweep` CLI read MLflow as a person does: with the admin user's credentials
-        saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
-        os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = st.users["admin"]
-        try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("MLFLOW_TRACKING_USERNAME", st.users["admin"][0])
+            env.setenv("MLFLOW_TRACKING_PASSWORD", st.users["admin"][1])
             yield st
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
     finally:
         subprocess.run([helm, "uninstall", RELEASE, "-n", ns, "--wait", "--kubeconfig", str(cluster.kubeconfig)],
                        capture_output=True, timeout=180, check=False)
