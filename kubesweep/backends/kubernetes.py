@@ -343,12 +343,15 @@ class KubernetesBackend(Backend):
         follower = self._followers.get(sweep)
         if follower is not None and follower.jobs.synced.is_set() and follower.pods.synced.is_set():
             return follower.jobs.snapshot(), follower.pods.snapshot()
-        selector = f"{LABEL_SWEEP}={sweep}"
-        jobs = json.loads(self._call(self.batch.list_namespaced_job, self.namespace, label_selector=selector,
-                                     _preload_content=False).data)["items"]
-        pods = json.loads(self._call(self.core.list_namespaced_pod, self.namespace, label_selector=selector,
-                                     _preload_content=False).data)["items"]
-        return jobs, pods
+        return self._jobs(sweep), self._labelled(self.core.list_namespaced_pod, sweep)
+
+    def _jobs(self, sweep: str) -> list[dict[str, Any]]:
+        """The sweep's Jobs as the API server has them now (no follower's snapshot)."""
+        return self._labelled(self.batch.list_namespaced_job, sweep)
+
+    def _labelled(self, list_fn: Callable[..., Any], sweep: str) -> list[dict[str, Any]]:
+        resp = self._call(list_fn, self.namespace, label_selector=f"{LABEL_SWEEP}={sweep}", _preload_content=False)
+        return json.loads(resp.data)["items"]  # type: ignore[no-any-return]
 
     def _observe(self, state: SweepState, p: Plan) -> dict[str, tuple[Observed, bool]]:
         """trial id → (what the cluster says, whether its Job exists)."""

@@ -12,7 +12,6 @@ its outcome is recorded in the Sweep's status, so a Job deleted early (TTL, by h
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
 from kubesweep.backends.kubernetes import Recorded, SweepState, _phase_for
-from kubesweep.manifests import LABEL_SWEEP, LABEL_TRIAL, TrackingEnv, render_tuner_job, resolve_image, tuner_name
+from kubesweep.manifests import LABEL_TRIAL, TrackingEnv, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
 from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
 from kubesweep.operator.store import (
@@ -95,28 +94,24 @@ class OperatorBackend(SweepStore):
         try:
             result = super()._write(fn, *args, _request_timeout=left, **kwargs)
         except BackendError:
-            if not self.may_write():
-                log.warning("the leader Lease lapsed while a write was under way: the step stops")
-                raise NotLeader("the leader Lease lapsed during a write") from None
+            self._still_leading()
             raise
-        if not self.may_write():
-            log.warning("the leader Lease lapsed while a write was under way: the step stops")
-            raise NotLeader("the leader Lease lapsed during a write")
+        self._still_leading()
         return result
 
+    def _still_leading(self) -> None:
+        if not self.may_write():
+            log.warning("the leader Lease lapsed while a write was under way: the step stops")
+            raise NotLeader("the leader Lease lapsed during a write") from None
+
     def _apply(self, patch_fn: Callable[..., Any], body: Mapping[str, Any]) -> None:
-        self._guard()
-        super()._apply(patch_fn, body)
+        super()._apply(patch_fn, body)  # a guarded `_write`
         if body.get("kind") == "Job":
             self.faults.reached("job-apply")
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
-        self._guard()
+        self._guard()  # before `_status_extra` is taken: a replica that may not write keeps it
         super().patch_status(name, {**patch, **self._status_extra.pop(name, {})})
-
-    def _delete_jobs(self, sweep: str, trial_ids: set[str] | None = None) -> None:
-        self._guard()
-        super()._delete_jobs(sweep, trial_ids)
 
     def _deleted(self, job: Mapping[str, Any]) -> None:
         scope = getattr(self._scope, "name", None)
@@ -144,11 +139,6 @@ class OperatorBackend(SweepStore):
             self._scope.name = None
 
     # -- the finalizer on trial Jobs -------------------------------------------------------------------
-
-    def _jobs(self, sweep: str) -> list[dict[str, Any]]:
-        resp = self._call(self.batch.list_namespaced_job, self.namespace, label_selector=f"{LABEL_SWEEP}={sweep}",
-                          _preload_content=False)
-        return json.loads(resp.data)["items"]  # type: ignore[no-any-return]
 
     def _release_jobs(self, sweep: str) -> None:
         """Remove the finalizer from all of the sweep's Jobs: its Sweep is gone or being deleted, so nothing is
@@ -303,7 +293,7 @@ class OperatorBackend(SweepStore):
         current = (self._resources.get(state.sweep.name) or {}).get("status") or {}
         if current.get("searchFinished"):
             return f"{strategy} search: finished (tuner Job {name})"
-        jobs, _ = self._objects(state.sweep.name)
+        jobs = self._jobs(state.sweep.name)
         tuner = next((j for j in jobs if j["metadata"]["name"] == name), None)
         if tuner is not None and _job_finished(tuner):
             # recorded while the Job is still there (its TTL is at least UNGUARDED_TTL_FLOOR), so a tuner Job the
@@ -333,7 +323,7 @@ class OperatorBackend(SweepStore):
         """A cancel was recorded: make sure no Job of a cancelled trial still runs (a process killed between
         recording and deleting left some)."""
         p = self._plan_for(state)
-        jobs, _ = self._objects(state.sweep.name)
+        jobs = self._jobs(state.sweep.name)
         cancelled = {tid for tid, rec in state.outcomes.items() if rec.outcome == Outcome.CANCELLED}
         running = {j["metadata"]["labels"].get(LABEL_TRIAL) for j in jobs if not _job_finished(j)}
         stale = (cancelled & running) & set(p.by_id())
