@@ -25,6 +25,7 @@ from rich.console import Console
 from kubesweep import __version__
 from kubesweep.gpus import CatalogError, load_catalog
 from kubesweep.images import app as images_app
+from kubesweep.plan import DEFAULT_MAX_TRIALS
 from kubesweep.spec import SpecError, Sweep, load_sweep_file
 
 if TYPE_CHECKING:
@@ -70,6 +71,12 @@ class ResultsFormat(StrEnum):
 
 SpecFile = Annotated[Path, typer.Argument(help="sweep spec (YAML)", show_default=False)]
 AllowUnpinned = Annotated[bool, typer.Option("--allow-unpinned", help="accept image tags not pinned by digest")]
+MaxTrialsOpt = Annotated[
+    int,
+    typer.Option("--max-trials", envvar="KUBESWEEP_MAX_TRIALS", min=1,
+                 help="refuse a spec that makes more trials than this (a search: the most it can make), counted "
+                      "before anything is expanded"),
+]
 BackendOpt = Annotated[
     BackendName, typer.Option("--backend", "-b", envvar="KUBESWEEP_BACKEND", help="where trials run")
 ]
@@ -133,10 +140,15 @@ def load(path: Path, allow_unpinned: bool) -> Sweep:
         fail(str(exc), EXIT_USAGE)
 
 
-def make_plan(sweep: Sweep) -> Plan:
-    from kubesweep.plan import plan
+def make_plan(sweep: Sweep, max_trials: int = DEFAULT_MAX_TRIALS) -> Plan:
+    """The sweep's plan, after its size is checked against `max_trials` (over it: exit 2, nothing expanded)."""
+    from kubesweep.plan import check_size, plan
 
-    return plan(sweep)
+    try:
+        check_size(sweep, max_trials)
+        return plan(sweep, max_trials=max_trials)
+    except SpecError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def get_backend(
@@ -196,10 +208,11 @@ def open_tracking(name: str, spec: dict[str, Any], trials: int, backend: Backend
 
 
 @app.command()
-def validate(file: SpecFile, allow_unpinned: AllowUnpinned = False) -> None:
+def validate(file: SpecFile, allow_unpinned: AllowUnpinned = False,
+             max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS) -> None:
     """Check a sweep spec; print each problem as FILE:LINE: FIELD: what was expected."""
     sweep = load(file, allow_unpinned)
-    p = make_plan(sweep)
+    p = make_plan(sweep, max_trials)
     console.print(f"{file}: valid — sweep {sweep.name!r}, {len(p.trials)} trials, {len(p.dropped)} cells dropped")
 
 
@@ -208,12 +221,13 @@ def plan_cmd(
     file: SpecFile,
     output: Annotated[PlanFormat, typer.Option("--output", "-o", help="table or json")] = PlanFormat.table,
     allow_unpinned: AllowUnpinned = False,
+    max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS,
 ) -> None:
     """Show the trials a spec expands to (and the cells dropped, with the reason)."""
     from kubesweep import views
 
     sweep = load(file, allow_unpinned)
-    p = make_plan(sweep)
+    p = make_plan(sweep, max_trials)
     if output == PlanFormat.json:
         console.print_json(json.dumps(views.plan_json(p)))
     else:
@@ -225,13 +239,14 @@ def render(
     file: SpecFile,
     allow_unpinned: AllowUnpinned = False,
     namespace: NamespaceOpt = None,
+    max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS,
 ) -> None:
     """Print the Kubernetes manifests (a YAML stream) the spec's trials run as."""
     from kubesweep.manifests import RenderError, render_plan, to_yaml
 
     sweep = load(file, allow_unpinned)
     try:
-        objects = render_plan(make_plan(sweep), allow_unpinned=allow_unpinned, namespace=namespace)
+        objects = render_plan(make_plan(sweep, max_trials), allow_unpinned=allow_unpinned, namespace=namespace)
     except RenderError as exc:
         fail(str(exc), EXIT_USAGE)
     sys.stdout.write(to_yaml(objects))
@@ -259,6 +274,7 @@ def submit(
     direct: DirectOpt = False,
     tracking_uri: TrackingUriOpt = None,
     no_tracking: NoTrackingOpt = False,
+    max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS,
 ) -> None:
     """Expand a spec into trials and run them. Submitting the same spec again starts nothing twice.
 
@@ -269,11 +285,11 @@ def submit(
     from kubesweep.backends import BackendError
 
     sweep = load(file, allow_unpinned)
-    p = make_plan(sweep)
+    p = make_plan(sweep, max_trials)
     searching = sweep.spec.search.strategy in SEARCHES and (backend == BackendName.local or direct)
     if searching and detach:
         _spawn_search(file, home, backend, allow_unpinned, tracking_uri, no_tracking, parallel, any_gpu,
-                      namespace, kubeconfig, direct)
+                      namespace, kubeconfig, direct, max_trials)
         console.print(f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search detached; follow with "
                       f"`sweep status {sweep.name}`")
         return
@@ -351,7 +367,8 @@ def _print_search(summary: dict[str, Any]) -> None:
 
 def _spawn_search(file: Path, home: Path | None, backend: BackendName, allow_unpinned: bool,
                   tracking_uri: str | None, no_tracking: bool, parallel: int, any_gpu: bool,
-                  namespace: str | None, kubeconfig: Path | None, direct: bool) -> None:
+                  namespace: str | None, kubeconfig: Path | None, direct: bool,
+                  max_trials: int = DEFAULT_MAX_TRIALS) -> None:
     """`sweep submit` of the same spec, in the foreground of a new session with its output in driver.log: the
     search runs on after this shell returns."""
     from kubesweep.backends.local import default_home
@@ -361,7 +378,7 @@ def _spawn_search(file: Path, home: Path | None, backend: BackendName, allow_unp
     log = home_path / "sweeps" / sweep.name / "driver.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "kubesweep", "submit", str(file.resolve()), "--home", str(home_path),
-            "--backend", backend.value, "--parallel", str(parallel)]
+            "--backend", backend.value, "--parallel", str(parallel), "--max-trials", str(max_trials)]
     argv += ["--allow-unpinned"] if allow_unpinned else []
     argv += ["--any-gpu"] if any_gpu else []
     argv += ["--tracking-uri", tracking_uri] if tracking_uri else []

@@ -9,6 +9,8 @@ turns axis values into a named trial, so every path names a trial the same way.
   `bert-gpu-matrix-h100-80gb-bs32-bf16-c-1a2b3c4d`.
 - Cells a GPU cannot run (bf16 on V100/T4, tf32 before Ampere) are dropped with the reason, not an error.
 - Trials are ordered so GPU types interleave: one type's queue never sits in front of another's.
+- Size is known before anything is expanded: `count_trials` counts a sweep's trials without building the
+  product, and `plan` refuses (`SweepTooLarge`) a sweep over `max_trials` (default `DEFAULT_MAX_TRIALS`).
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.jobs.config import JOB_FIELDS, JobConfig, TrialConfig
-from kubesweep.spec import MaxBatchSearch, RandomSearch, Sweep, TuneSearch, set_axes
+from kubesweep.spec import MaxBatchSearch, Problem, RandomSearch, SpecError, Sweep, TuneSearch, set_axes
 
 MAX_NAME = 63
 ID_LENGTH = 10
@@ -158,25 +162,289 @@ def make_trial(sweep: Sweep, axes: Mapping[str, Any], repeat: int = 0,
     return Trial(config=config, axes=dict(axes), num_nodes=nodes)
 
 
-def _matches(cell: Mapping[str, Any], rule: Mapping[str, Any]) -> bool:
-    return all(k in cell and cell[k] == v for k, v in rule.items())
+# ---------------------------------------------------------------------------------------------------------
+# Size: how many trials a sweep makes, known without expanding it
+
+DEFAULT_MAX_TRIALS = 10_000
+RAISE_HINT = "--max-trials to raise it"
+_COUNT_WORK = 100_000  # steps an exact count may take before the size check falls back (see `_Grid`)
 
 
-def cells(sweep: Sweep) -> Iterator[dict[str, Any]]:
-    """The matrix product minus `exclude` rules, then the `include` cells not already present."""
-    matrix = set_axes(sweep.spec.matrix)
-    excludes = [set_axes(rule) for rule in sweep.spec.exclude]
+class SweepTooLarge(SpecError):
+    """A sweep that makes more trials than the limit: a spec error (the CLI exits 2), with the numbers."""
+
+    def __init__(self, source: str, message: str, count: int, limit: int):
+        self.count = count
+        self.limit = limit
+        super().__init__(source, [Problem(("spec",), message)])
+
+
+def count_cells(sweep: Sweep) -> int:
+    """How many cells `cells(sweep)` yields (before the catalog drops any), without expanding the product."""
+    grid = _Grid(sweep)
+    return grid.total() + sum(1 for _ in _includes(sweep, grid))
+
+
+def count_trials(sweep: Sweep) -> int:
+    """The trials the sweep can make, counted without expanding it: for a grid search exactly
+    `len(plan(sweep).trials)` before the catalog drops cells (cells x repeats); for a search, its budget:
+    random, min(num_samples, cells) x repeats; tune, num_samples (algorithm grid: the points of the choice
+    grid); max_batch, cells x the most probes one cell's bisection can run."""
+    search = sweep.spec.search
+    if isinstance(search, TuneSearch):
+        return _tune_budget(search)
+    return _budget(sweep, count_cells(sweep))
+
+
+def check_size(sweep: Sweep, limit: int = DEFAULT_MAX_TRIALS, *, source: str | None = None,
+               hint: str = RAISE_HINT) -> int:
+    """`count_trials(sweep)`, or `SweepTooLarge` when it is over `limit`, or when a search would enumerate a
+    matrix of more than `limit` cells (random, max_batch). The message names the file, the count and the limit
+    (`hint` says how to raise it), e.g. `sweeps/huge.yaml: spec: this sweep expands to 100,000,000 trials, over
+    the limit of 10,000 (--max-trials to raise it)`.
+
+    The count is exact. For a matrix with many overlapping exclude rules whose exact count would take long,
+    the check falls back to bounds: a plain product within the limit is walked and counted exactly; otherwise
+    the sweep is refused, as over the limit when the product less each rule's cells already is, else as too
+    large to count (a limit of at least the product counts it)."""
+    return _check(sweep, limit, source or sweep.source, hint, budgets=True)
+
+
+def _tune_budget(search: TuneSearch) -> int:
+    if search.algorithm == "grid":  # one pass over the grid of choice values (num_samples is not used)
+        return math.prod(len(d.values) for d in search.space.values() if d.type == "choice" and d.values)
+    return search.num_samples
+
+
+def _budget(sweep: Sweep, n_cells: int) -> int:
+    search, repeats = sweep.spec.search, sweep.spec.repeats
+    if isinstance(search, RandomSearch):
+        return min(search.num_samples, n_cells) * repeats
+    if isinstance(search, MaxBatchSearch):
+        return n_cells * max_batch_probes(search)
+    return n_cells * repeats
+
+
+def max_batch_probes(search: MaxBatchSearch) -> int:
+    """The most probe trials one cell's bisection can run: over every sequence of outcomes of
+    `tune.maxbatch.next_probes`, counted on the gap between the known fit and the known OOM."""
+    from kubesweep.tune.maxbatch import next_probes
+
+    start = search.low if search.step == 1 else max(search.step, -(-search.low // search.step) * search.step)
+    n = max(0, (search.high - start) // search.step + 1)  # len(tune.maxbatch.candidates(search))
+    worst: dict[int, int] = {}
+
+    def probes(gap: int) -> int:  # the most probes to close a gap of `gap` open candidates
+        if gap not in worst:
+            picks = next_probes(-1, gap, search.probes)
+            bounds = [-1, *picks, gap]
+            worst[gap] = len(picks) + max(probes(b - a - 1) for a, b in itertools.pairwise(bounds)) if picks else 0
+        return worst[gap]
+
+    return probes(n)
+
+
+def _check(sweep: Sweep, limit: int, source: str, hint: str, *, budgets: bool) -> int:
+    """Refuse a sweep over `limit`. budgets=False (`plan`): only what `plan` itself expands, so not the trials a
+    tune or max_batch search makes as it runs."""
+    search = sweep.spec.search
+    over = f"over the limit of {limit:,} ({hint})"
+    if isinstance(search, TuneSearch):
+        trials = _tune_budget(search)
+        if budgets and trials > limit:
+            raise SweepTooLarge(source, f"this sweep's tune search can make up to {trials:,} trials, {over}",
+                                trials, limit)
+        return trials
+    grid = _Grid(sweep, work=_COUNT_WORK)
+    n_cells, exact = _count_capped(sweep, grid, limit)
+    some = "" if exact else "at least "
+    trials = _budget(sweep, n_cells)
+    if trials > limit and isinstance(search, MaxBatchSearch):
+        if budgets:
+            raise SweepTooLarge(source, f"this sweep's max_batch search can make up to {some}{trials:,} probe "
+                                        f"trials ({n_cells:,} cells x {max_batch_probes(search)}), {over}",
+                                trials, limit)
+    elif trials > limit:
+        raise SweepTooLarge(source, f"this sweep expands to {some}{trials:,} trials, {over}", trials, limit)
+    if n_cells > limit:  # a random or max_batch search enumerates the whole matrix
+        raise SweepTooLarge(source, f"this sweep's {search.strategy} search draws from {some}{n_cells:,} matrix "
+                                    f"cells, {over}", n_cells, limit)
+    if not exact:
+        raise SweepTooLarge(source, f"this sweep's {len(grid.rules)} exclude rules overlap too much to count its "
+                                    f"trials quickly, and its matrix has {grid.product:,} cells, {over}",
+                            grid.product, limit)
+    return trials
+
+
+def _count_capped(sweep: Sweep, grid: _Grid, limit: int) -> tuple[int, bool]:
+    """(`count_cells`, True) within `_COUNT_WORK` steps; past them, a product within the limit is walked and
+    counted, (exact, True), and a larger one gives (a lower bound, False)."""
+    try:
+        return grid.total() + sum(1 for _ in _includes(sweep, grid)), True
+    except _TooComplex:
+        pass
+    if grid.product > limit:
+        return grid.lower_bound(), False
+    grid.look_ahead = False
+    return sum(1 for _ in grid.walk()) + sum(1 for _ in _includes(sweep, grid)), True
+
+
+class _TooComplex(Exception):
+    """Counting the matrix took more steps than allowed (many exclude rules that overlap)."""
+
+
+class _Grid:
+    """The matrix minus its `exclude` rules, counted and walked without expanding the product.
+
+    A cell matches a rule when it has every axis the rule names with an equal value (`value == rule value`, the
+    comparison the planner has always used; no hashing, so dict and list values work). Per axis the rule names,
+    a rule is the set of that axis's value indices it matches; a rule naming an axis outside the matrix, or a
+    value equal to none of the axis's values, matches no cell and is left out; a rule naming no axis matches
+    every cell.
+
+    Axes are taken in matrix order. `count(d, active)` is how many ways the axes from `d` on complete a prefix
+    that has matched the `active` rules on each of their axes before `d` (so a rule is dropped once the prefix
+    misses it, and the prefix is excluded once it meets a rule's last axis). On axis `d` the values fall into
+    classes by which active rules they satisfy, so a step costs the number of distinct values the rules name
+    there, not the axis's length; once no rule is active the rest is the plain product. Results are memoized on
+    `(d, active)`. This is exact. It is exponential only for many rules that overlap on many axes (counting
+    matches of a DNF is #P-hard); `work` caps the steps and raises `_TooComplex` past it.
+    """
+
+    def __init__(self, sweep: Sweep, work: int | None = None):
+        matrix = set_axes(sweep.spec.matrix)
+        self.names: list[str] = list(matrix)
+        self.values: list[list[Any]] = [list(matrix[n]) for n in self.names]
+        index = {name: d for d, name in enumerate(self.names)}
+        self.everything_excluded = False
+        rules: list[dict[int, frozenset[int]]] = []
+        for cell in sweep.spec.exclude:
+            rule: dict[int, frozenset[int]] = {}
+            for axis, wanted in set_axes(cell).items():
+                d = index.get(axis)
+                hits = frozenset() if d is None else frozenset(
+                    i for i, v in enumerate(self.values[d]) if v == wanted)
+                if d is None or not hits:
+                    break  # the rule matches no cell
+                rule[d] = hits
+            else:
+                if rule:
+                    rules.append(rule)
+                else:
+                    self.everything_excluded = True
+        self.rules = rules
+        self.last = [max(rule) for rule in rules]
+        n = len(self.names)
+        self.fixing = [frozenset(j for j, rule in enumerate(rules) if d in rule) for d in range(n)]
+        # per axis: the rules each value satisfies, and how many values satisfy the same rules
+        self.accept = [[frozenset(j for j in self.fixing[d] if i in rules[j][d]) for i in range(len(self.values[d]))]
+                       for d in range(n)]
+        self.classes = [Counter(accepts) for accepts in self.accept]
+        self.suffix = [1] * (n + 1)
+        for d in reversed(range(n)):
+            self.suffix[d] = self.suffix[d + 1] * len(self.values[d])
+        self.work = work
+        self.spent = 0
+        self._memo: dict[tuple[int, frozenset[int]], int] = {}
+        self.look_ahead = True
+
+    @property
+    def product(self) -> int:
+        """Cells of the plain product, before the rules."""
+        return self.suffix[0]
+
+    def start(self) -> frozenset[int]:
+        return frozenset(range(len(self.rules)))
+
+    def total(self) -> int:
+        """Cells of the product that match no rule."""
+        return 0 if self.everything_excluded else self.count(0, self.start())
+
+    def lower_bound(self) -> int:
+        """The product less each rule's own cells: a bound below `total` that costs one pass over the rules."""
+        if self.everything_excluded:
+            return 0
+        matched = sum(math.prod(len(rule[d]) if d in rule else len(self.values[d]) for d in range(len(self.names)))
+                      for rule in self.rules)
+        return max(0, self.product - matched)
+
+    def _step(self, d: int, active: frozenset[int], accepts: frozenset[int]) -> frozenset[int] | None:
+        """The rules still active after a value of axis d that satisfies `accepts`; None: the cell is excluded."""
+        fixing = active & self.fixing[d]
+        sig = accepts & fixing
+        if any(self.last[j] == d for j in sig):
+            return None
+        return (active - fixing) | sig
+
+    def count(self, d: int, active: frozenset[int]) -> int:
+        if not active:
+            return self.suffix[d]
+        if d == len(self.names):  # not reached: a rule ends at its last axis
+            return 0
+        key = (d, active)
+        found = self._memo.get(key)
+        if found is not None:
+            return found
+        self.spent += len(self.classes[d])
+        if self.work is not None and self.spent > self.work:
+            raise _TooComplex
+        total = 0
+        for accepts, size in self.classes[d].items():
+            after = self._step(d, active, accepts)
+            if after is not None:
+                total += size * self.count(d + 1, after)
+        self._memo[key] = total
+        return total
+
+    def walk(self) -> Iterator[tuple[Any, ...]]:
+        """The cells that match no rule, in product order, without visiting a prefix with none."""
+        if not self.everything_excluded:
+            yield from self._walk(0, self.start(), ())
+
+    def _walk(self, d: int, active: frozenset[int], prefix: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+        if not active:
+            for rest in itertools.product(*self.values[d:]):
+                yield prefix + rest
+            return
+        for i, value in enumerate(self.values[d]):
+            after = self._step(d, active, self.accept[d][i])
+            if after is not None and not self._none_after(d + 1, after):
+                yield from self._walk(d + 1, after, (*prefix, value))
+
+    def _none_after(self, d: int, active: frozenset[int]) -> bool:
+        if self.look_ahead:
+            try:
+                return self.count(d, active) == 0
+            except _TooComplex:  # past the budget, walk on without the look-ahead: as exact, only slower
+                self.look_ahead = False
+        return False
+
+    def holds(self, cell: Mapping[str, Any]) -> bool:
+        """Whether `walk` yields a cell equal to `cell` (as dicts: the same axes, equal values)."""
+        if self.everything_excluded or set(cell) != set(self.names):
+            return False
+        options = [[i for i, v in enumerate(self.values[d]) if v == cell[name]] for d, name in enumerate(self.names)]
+        return any(not any(all(choice[d] in hits for d, hits in rule.items()) for rule in self.rules)
+                   for choice in itertools.product(*options))
+
+
+def _includes(sweep: Sweep, grid: _Grid) -> Iterator[dict[str, Any]]:
+    """`include` cells, each once, less those the matrix already has."""
     seen: list[dict[str, Any]] = []
-    names = list(matrix)
-    for values in itertools.product(*(matrix[n] for n in names)):
-        cell = dict(zip(names, values, strict=True))
-        if not any(_matches(cell, rule) for rule in excludes):
-            yield cell
     for rule in sweep.spec.include:
         extra = set_axes(rule)
         if extra not in seen:
             seen.append(extra)
-            yield extra
+            if not grid.holds(extra):
+                yield extra
+
+
+def cells(sweep: Sweep) -> Iterator[dict[str, Any]]:
+    """The matrix product minus `exclude` rules, then the `include` cells not already present."""
+    grid = _Grid(sweep, work=_COUNT_WORK)
+    for values in grid.walk():
+        yield dict(zip(grid.names, values, strict=True))
+    yield from _includes(sweep, grid)
 
 
 def drop_reason(sweep: Sweep, cell: Mapping[str, Any], catalog: Catalog) -> str | None:
@@ -201,7 +469,12 @@ def interleave(trials: Iterable[Trial]) -> list[Trial]:
     return ordered
 
 
-def plan(sweep: Sweep, catalog: Catalog | None = None) -> Plan:
+def plan(sweep: Sweep, catalog: Catalog | None = None, *, max_trials: int | None = DEFAULT_MAX_TRIALS) -> Plan:
+    """The sweep's trials. A sweep whose expansion here is over `max_trials` (None: no limit) is refused with
+    `SweepTooLarge` before anything is built: its trials, and the matrix a random or max_batch search draws from.
+    (The trials a tune or max_batch search makes as it runs are not built here; `check_size` counts those.)"""
+    if max_trials is not None:
+        _check(sweep, max_trials, sweep.source, RAISE_HINT, budgets=False)
     catalog = catalog or load_catalog()
     search = sweep.spec.search
     if isinstance(search, TuneSearch):
