@@ -52,8 +52,8 @@ test-cluster: setup system-deps cluster-tools  ## only the tests against the rea
 	$(PY) -m pytest tests/cluster -q $(PYTEST_ARGS)
 
 crd: setup  ## regenerate the checked-in Sweep CRD from the spec model
-	$(PY) -m kubesweep.crd > manifests/crd/sweeps.kubesweep.io.yaml
-	cp manifests/crd/sweeps.kubesweep.io.yaml charts/kubesweep/crds/
+	$(PY) -m kubesweep.crd > manifests/crd/kubesweep.io.yaml
+	cp manifests/crd/kubesweep.io.yaml charts/kubesweep/crds/
 
 images: setup  ## build, push and lock the job and operator images: make images REGISTRY=registry.example/team
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" images/build.sh $(IMAGES_ARGS)

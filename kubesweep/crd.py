@@ -17,7 +17,7 @@ The matrix, everything that decides which trials exist and what they run, and wh
 privilege (images, `service_account`, the tracking target) are immutable (CEL transition rules); `suspend`,
 `concurrency` and `storage` can change while a sweep runs.
 
-    python -m kubesweep.crd > manifests/crd/sweeps.kubesweep.io.yaml     # or: sweep crd
+    python -m kubesweep.crd > manifests/crd/kubesweep.io.yaml     # or: sweep crd (both CRDs: Sweep, TrialSlice)
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ PLURAL = "sweeps"
 SINGULAR = "sweep"
 SHORT_NAMES = ["ksw"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
-CHECKED_IN = ("manifests/crd/sweeps.kubesweep.io.yaml", "charts/kubesweep/crds/sweeps.kubesweep.io.yaml")
+SLICE_KIND = "TrialSlice"
+SLICE_PLURAL = "trialslices"
+SLICE_CRD_NAME = f"{SLICE_PLURAL}.{GROUP}"
+CHECKED_IN = ("manifests/crd/kubesweep.io.yaml", "charts/kubesweep/crds/kubesweep.io.yaml")
 
 # Fields of spec that decide which trials exist, what each runs, and with which identity and privileges (images,
 # the ServiceAccount, the tracking server): fixed once the sweep exists.
@@ -53,18 +56,13 @@ class _StatusModel(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class TrialState(_StatusModel):
-    """One trial as the operator last saw it."""
+class TrialNote(_StatusModel):
+    """A trial that needs a look (failed, OOM, GPU mismatch, unschedulable)."""
 
     name: str = Field(description="the trial's Job name")
-    cell: str = Field("", description="the matrix cell, e.g. `h100-80gb batch_size=32 precision=bf16`")
-    gpu: str | None = Field(None, description="GPU type (catalog name)")
-    phase: TrialPhase = "Pending"
-    outcome: str | None = Field(None, description="succeeded, oom, gpu_mismatch, failed, cancelled, ...")
+    phase: TrialPhase
+    outcome: str | None = None
     reason: str | None = Field(None, description="why it failed or waits (exit code, scheduler message)")
-    startedAt: str | None = Field(None, description="RFC 3339")
-    finishedAt: str | None = Field(None, description="RFC 3339")
-    final: bool = Field(False, description="the outcome is recorded: it survives the Job's deletion (TTL)")
 
 
 class Counts(_StatusModel):
@@ -87,7 +85,10 @@ class SweepStatusBody(_StatusModel):
     message: str = ""
     progress: str = Field("0/0", description="done/total, for `kubectl get sweeps`")
     counts: Counts = Field(default_factory=Counts)
-    trials: dict[str, TrialState] = Field(default_factory=dict, description="trial id → state")
+    attention: list[TrialNote] = Field(default_factory=list, description="up to 10 trials that failed, ran out of "
+                                       "memory, got the wrong GPU or cannot be scheduled, newest first")
+    trialSlices: int = Field(0, description="TrialSlice resources (`<sweep>-<k>`) holding each trial's phase and "
+                                            "outcome")
     observedGeneration: int | None = None
     cancelled: bool = Field(False, description="a cancel request was carried out")
     resumeHandled: str | None = Field(None, description="the last `kubesweep.io/resume` request carried out")
@@ -207,7 +208,8 @@ def spec_schema() -> dict[str, Any]:
 
 def status_schema() -> dict[str, Any]:
     schema = _schema_of(SweepStatusBody)
-    schema["description"] = "Written by the operator: counts, each trial's phase and outcome, the MLflow run."
+    schema["description"] = ("Written by the operator: phase, counts, the trials that need a look, the MLflow run. "
+                             "Each trial's phase and outcome are in the sweep's TrialSlices.")
     return schema
 
 
@@ -260,12 +262,58 @@ def crd() -> dict[str, Any]:
     }
 
 
+def slice_crd() -> dict[str, Any]:
+    """TrialSlice: one slice of a sweep's per-trial records (at most 500 trials), written by the operator."""
+    root = {
+        "type": "object",
+        "description": "Up to 500 trials of a Sweep: each trial's phase and outcome, as the operator last saw them "
+                       "(kubesweep.io). Owned by the Sweep; written by the operator only.",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "sweep": {"type": "string", "description": "the Sweep these trials belong to"},
+            "slice": {"type": "integer", "minimum": 0, "description": "the slice's index: trials at plan positions "
+                                                                   "500*slice ... 500*slice+499"},
+            "trials": {"type": "object", "maxProperties": 500, "additionalProperties": {"type": "string"},
+                       "description": "trial id → `phase|outcome|started|finished|final|reason` (epoch seconds; "
+                                      "final = 1 once the outcome is recorded)"},
+        },
+    }
+    columns = [
+        {"name": "Sweep", "type": "string", "jsonPath": ".sweep"},
+        {"name": "Slice", "type": "integer", "jsonPath": ".slice"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": SLICE_CRD_NAME,
+            "labels": {"app.kubernetes.io/name": "kubesweep", "app.kubernetes.io/part-of": "kubesweep"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {"kind": SLICE_KIND, "listKind": f"{SLICE_KIND}List", "plural": SLICE_PLURAL,
+                      "singular": SLICE_KIND.lower(), "categories": ["kubesweep"]},
+            "versions": [{"name": VERSION, "served": True, "storage": True, "additionalPrinterColumns": columns,
+                          "schema": {"openAPIV3Schema": root}}],
+        },
+    }
+
+
 HEADER = ("# Generated by `python -m kubesweep.crd` from kubesweep/spec.py and kubesweep/crd.py: do not edit.\n"
           "# A unit test fails when this file and the generator differ.\n")
 
 
+def crds() -> list[dict[str, Any]]:
+    """Every CustomResourceDefinition of kubesweep: Sweep and TrialSlice."""
+    return [crd(), slice_crd()]
+
+
 def crd_yaml() -> str:
-    return HEADER + yaml.safe_dump(crd(), sort_keys=False, width=1000)
+    return HEADER + yaml.safe_dump_all(crds(), sort_keys=False, width=1000)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,11 @@
 """The Kubernetes backend: each trial a Job (rendered by `kubesweep.manifests`), followed by watches.
 
 State lives in the cluster, so any shell (or the operator) can pick a sweep up:
-- the sweep's spec and the outcomes of finished trials in a ConfigMap `kubesweep-sweep-<name>` (outcomes survive
-  the Jobs' `ttlSecondsAfterFinished`); the operator keeps the same in the Sweep's status instead;
-- the trials themselves as Jobs labelled `kubesweep.io/sweep` and `kubesweep.io/trial`.
+- the sweep's spec, flags and per-trial outcomes in a `StateStore` (`k8s_state`): ConfigMaps when the backend is
+  used directly (`kubesweep-sweep-<name>` and its trial slices), the Sweep resource and its TrialSlices for the
+  operator; outcomes survive the Jobs' `ttlSecondsAfterFinished`, and no object grows with the sweep;
+- the trials themselves as Jobs labelled `kubesweep.io/sweep` and `kubesweep.io/trial`, read through
+  watch-backed caches (`k8s_watch`) while a sweep is followed, by a LIST otherwise.
 
 `reconcile` is the one step everything uses: observe the sweep's Jobs and pods, record newly finished outcomes,
 and create the next trials the concurrency limits allow (server-side apply, field manager `kubesweep`;
@@ -26,7 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,16 @@ from kubesweep.backends.base import (
     SweepStatus,
     TrialStatus,
 )
+from kubesweep.backends.k8s_state import (
+    STATE_PREFIX,
+    ConfigMapStore,
+    Recorded,
+    StateStore,
+    SweepState,
+    phase_for,
+)
 from kubesweep.backends.k8s_status import Observed, observe
+from kubesweep.backends.k8s_watch import Informer, Obj, trim_job, trim_pod
 from kubesweep.manifests import (
     FIELD_MANAGER,
     LABEL_SWEEP,
@@ -53,14 +64,12 @@ from kubesweep.manifests import (
 )
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import Plan, Trial, make_trial, plan
-from kubesweep.spec import SpecError, Sweep, parse_sweep
 
-STATE_PREFIX = "kubesweep-sweep-"
 SEARCH_SUFFIX = "-search"  # ConfigMap of the trials a search added while the sweep runs
-STATE_COMPONENT = "sweep-state"
 APPLY = "application/apply-patch+yaml"
 WRITE_THREADS = 8
 STRATEGIC = "application/strategic-merge-patch+json"
+APPLIED_GRACE = 60.0  # seconds a Job applied here counts as existing while no cache has shown it
 PodAnnotations = Callable[[Trial], Mapping[str, str]]
 
 
@@ -73,103 +82,10 @@ def _import_client() -> Any:
 
 
 @dataclass
-class Recorded:
-    """A finished trial's outcome as recorded in the sweep's state."""
-
-    outcome: Outcome
-    reason: str = ""
-    started_at: float | None = None
-    finished_at: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"outcome": self.outcome.value, "reason": self.reason, "started": self.started_at,
-                "finished": self.finished_at}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Recorded:
-        return cls(Outcome(data["outcome"]), data.get("reason", ""), data.get("started"), data.get("finished"))
-
-
-@dataclass
-class SweepState:
-    sweep: Sweep
-    outcomes: dict[str, Recorded] = field(default_factory=dict)
-    cancelled: bool = False
-    parent_run_id: str | None = None
-
-
-class _Informer:
-    """A label-selected list+watch of Jobs or Pods in one namespace: resumes from resourceVersion and
-    re-lists on 410 Gone. `changed` is set on every event."""
-
-    def __init__(self, list_fn: Callable[..., Any], namespace: str, selector: str, changed: threading.Event):
-        self.list_fn = list_fn
-        self.namespace = namespace
-        self.selector = selector
-        self.changed = changed
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.lock = threading.Lock()
-        self.stopped = threading.Event()
-        self.synced = threading.Event()
-        self.error: Exception | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{selector}")
-        self.thread.start()
-
-    def _list(self) -> str:
-        resp = self.list_fn(self.namespace, label_selector=self.selector, _preload_content=False)
-        body = json.loads(resp.data)
-        with self.lock:
-            self.objects = {o["metadata"]["name"]: o for o in body.get("items", [])}
-        self.synced.set()
-        self.changed.set()
-        return str(body["metadata"]["resourceVersion"])
-
-    def _run(self) -> None:
-        version = ""
-        while not self.stopped.is_set():
-            try:
-                if not version:
-                    version = self._list()
-                resp = self.list_fn(self.namespace, label_selector=self.selector, watch=True,
-                                    resource_version=version, allow_watch_bookmarks=True, timeout_seconds=30,
-                                    _preload_content=False, _request_timeout=40)
-                for line in resp:
-                    if self.stopped.is_set():
-                        break
-                    event = json.loads(line)
-                    kind, obj = event.get("type"), event.get("object", {})
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:  # our resourceVersion is too old: re-list
-                            version = ""
-                        break
-                    version = obj.get("metadata", {}).get("resourceVersion", version)
-                    if kind == "BOOKMARK":
-                        continue
-                    with self.lock:
-                        if kind == "DELETED":
-                            self.objects.pop(obj["metadata"]["name"], None)
-                        else:
-                            self.objects[obj["metadata"]["name"]] = obj
-                    self.changed.set()
-                resp.release_conn()
-            except Exception as exc:  # the API server went away or the watch broke: back off, re-list
-                self.error = exc
-                version = ""
-                self.stopped.wait(1.0)
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return list(self.objects.values())
-
-    def stop(self) -> None:
-        self.stopped.set()
-
-
-@dataclass
 class _Follower:
     changed: threading.Event
-    jobs: _Informer
-    pods: _Informer
+    jobs: Informer
+    pods: Informer
 
 
 class KubernetesBackend(Backend):
@@ -178,6 +94,8 @@ class KubernetesBackend(Backend):
     reads_search_trials = True
     # finalizers put on trial Jobs and removed once their outcome is recorded (the operator's; none here)
     job_finalizers: tuple[str, ...] = ()
+    # trials started by one reconcile at most (None: all the limits allow); the next reconcile starts more
+    max_starts_per_step: int | None = None
 
     def __init__(self, namespace: str | None = None, kubeconfig: str | Path | None = None, *,
                  api_client: Any = None, tracking: TrackingEnv | None = None, allow_unpinned: bool = False,
@@ -198,11 +116,13 @@ class KubernetesBackend(Backend):
         self.writes = 0  # API write requests made, for benchmarks
         self._followers: dict[str, _Follower] = {}
         self._plans: dict[str, Plan] = {}
+        self._orders: dict[str, tuple[int, dict[str, int]]] = {}
+        self._applied: dict[str, dict[str, float]] = {}  # sweep -> trial id -> when its Job was applied here
+        self._released: dict[str, float] = {}  # Job uid -> when its finalizer was removed here
+        self.store: StateStore = ConfigMapStore(self.core, self.namespace, call=self._call, write=self._write,
+                                                not_found=self.ApiException)
 
     # -- state ----------------------------------------------------------------------------------------
-
-    def _state_name(self, sweep: str) -> str:
-        return f"{STATE_PREFIX}{sweep}"
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
@@ -217,18 +137,7 @@ class KubernetesBackend(Backend):
             raise BackendError(f"cannot reach the Kubernetes API: {exc}") from None
 
     def _load_state(self, sweep: str) -> SweepState:
-        try:
-            cm = self._call(self.core.read_namespaced_config_map, self._state_name(sweep), self.namespace)
-        except self.ApiException:
-            raise SweepNotFound(f"no sweep named {sweep!r} in namespace {self.namespace}") from None
-        data = cm.data or {}
-        try:
-            parsed = parse_sweep(json.loads(data["sweep.json"]), source=f"configmap/{cm.metadata.name}",
-                                 allow_unpinned=True)
-        except (KeyError, ValueError, SpecError) as exc:
-            raise BackendError(f"the state of sweep {sweep!r} is unreadable: {exc}") from None
-        outcomes = {k: Recorded.from_json(v) for k, v in json.loads(data.get("outcomes.json", "{}")).items()}
-        return SweepState(parsed, outcomes, data.get("cancelled") == "true", data.get("parent_run_id") or None)
+        return self.store.load(sweep)
 
     def spec_of(self, sweep: str) -> dict[str, Any] | None:
         """The sweep's document as submitted (None for an unknown sweep)."""
@@ -237,20 +146,11 @@ class KubernetesBackend(Backend):
         except SweepNotFound:
             return None
 
-    def _save_state(self, sweep: Sweep, *, outcomes: Mapping[str, Recorded] | None = None,
+    def _save_state(self, state: SweepState, *, outcomes: Mapping[str, Recorded] | None = None,
                     cancelled: bool | None = None, parent_run_id: str | None = None) -> None:
-        data: dict[str, str] = {"sweep.json": json.dumps(sweep.to_document(), sort_keys=True)}
-        if outcomes is not None:
-            data["outcomes.json"] = json.dumps({k: v.to_json() for k, v in outcomes.items()}, sort_keys=True)
-        if cancelled is not None:
-            data["cancelled"] = "true" if cancelled else "false"
-        if parent_run_id:
-            data["parent_run_id"] = parent_run_id
-        body = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": self._state_name(sweep.name), "namespace": self.namespace,
-                             "labels": {**sweep_labels(sweep.name), "app.kubernetes.io/component": STATE_COMPONENT}},
-                "data": data}
-        self._apply(self.core.patch_namespaced_config_map, body)
+        """Record outcomes (the complete set: a trial left out is forgotten and runs again) and flags."""
+        self.store.save(state, self._order(state), outcomes=outcomes, cancelled=cancelled,
+                        parent_run_id=parent_run_id)
 
     def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Every write request to the API goes through here (the operator guards and times each one)."""
@@ -263,7 +163,7 @@ class KubernetesBackend(Backend):
 
     def _owner(self, state: SweepState) -> dict[str, Any] | None:
         """The ownerReference put on a sweep's Jobs (the operator: its Sweep, so deleting it cascades)."""
-        return None
+        return self.store.owner(state.sweep.name)
 
     def _tracking_for(self, state: SweepState) -> TrackingEnv | None:
         """Where a sweep's trials log (the operator: each Sweep's own experiment and parent run)."""
@@ -272,16 +172,25 @@ class KubernetesBackend(Backend):
             tracking = replace(tracking, parent_run_id=state.parent_run_id)
         return tracking
 
+    def _order(self, state: SweepState) -> dict[str, int]:
+        """trial id → its position in the plan (which decides its trial slice)."""
+        p = self._plan_for(state)
+        cached = self._orders.get(state.sweep.name)
+        if cached is None or cached[0] != id(p):
+            cached = self._orders[state.sweep.name] = (id(p), {t.id: i for i, t in enumerate(p.trials)})
+        return cached[1]
+
     def _plan_for(self, state: SweepState) -> Plan:
         cached = self._plans.get(state.sweep.name)
         if cached is None or cached.sweep.to_document() != state.sweep.to_document():
-            cached = self._plans[state.sweep.name] = self._with_added(plan(state.sweep))
+            # admitted at submission (`sweep submit`'s --max-trials, the operator's check): planned without a limit
+            cached = self._plans[state.sweep.name] = self._with_added(plan(state.sweep, max_trials=None))
         return cached
 
     # -- trials added while the sweep runs (a search's suggestions): ConfigMap <state>-search ---------------
 
     def _search_name(self, sweep: str) -> str:
-        return f"{self._state_name(sweep)}{SEARCH_SUFFIX}"
+        return f"{STATE_PREFIX}{sweep}{SEARCH_SUFFIX}"
 
     def _added(self, sweep: str) -> list[dict[str, Any]]:
         try:
@@ -333,37 +242,54 @@ class KubernetesBackend(Backend):
     def _stop_trial_impl(self, sweep: str, trial: TrialStatus, reason: str) -> None:
         """Record the trial stopped, then delete its Job (its pods go with it: background propagation)."""
         state = self._load_state(sweep)
-        state.outcomes[trial.trial_id] = Recorded(Outcome.STOPPED, reason, trial.started_at, time.time())
-        self._save_state(state.sweep, outcomes=state.outcomes, cancelled=state.cancelled)
+        stopped = Recorded(Outcome.STOPPED, reason, trial.started_at, time.time())
+        self._save_state(state, outcomes={**state.outcomes, trial.trial_id: stopped})
         self._delete_jobs(sweep, {trial.trial_id})
 
     # -- observing ----------------------------------------------------------------------------------------
 
-    def _objects(self, sweep: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _informers(self, sweep: str) -> tuple[Informer, Informer] | None:
+        """Synced caches of the sweep's Jobs and pods, if any (a follower's; the operator's are per namespace)."""
         follower = self._followers.get(sweep)
         if follower is not None and follower.jobs.synced.is_set() and follower.pods.synced.is_set():
-            return follower.jobs.snapshot(), follower.pods.snapshot()
-        return self._jobs(sweep), self._labelled(self.core.list_namespaced_pod, sweep)
+            return follower.jobs, follower.pods
+        return None
 
-    def _jobs(self, sweep: str) -> list[dict[str, Any]]:
-        """The sweep's Jobs as the API server has them now (no follower's snapshot)."""
+    def _objects(self, sweep: str) -> tuple[list[Obj], list[Obj]]:
+        cached = self._informers(sweep)
+        if cached is not None:
+            return cached[0].of_sweep(self.namespace, sweep), cached[1].of_sweep(self.namespace, sweep)
+        return self._labelled(self.batch.list_namespaced_job, sweep), self._labelled(self.core.list_namespaced_pod,
+                                                                                     sweep)
+
+    def _jobs(self, sweep: str) -> list[Obj]:
+        """The sweep's Jobs: from the cache when there is one, else as the API server lists them now."""
+        cached = self._informers(sweep)
+        if cached is not None:
+            return cached[0].of_sweep(self.namespace, sweep)
         return self._labelled(self.batch.list_namespaced_job, sweep)
 
-    def _labelled(self, list_fn: Callable[..., Any], sweep: str) -> list[dict[str, Any]]:
+    def _labelled(self, list_fn: Callable[..., Any], sweep: str) -> list[Obj]:
         resp = self._call(list_fn, self.namespace, label_selector=f"{LABEL_SWEEP}={sweep}", _preload_content=False)
         return json.loads(resp.data)["items"]  # type: ignore[no-any-return]
 
     def _observe(self, state: SweepState, p: Plan) -> dict[str, tuple[Observed, bool]]:
-        """trial id → (what the cluster says, whether its Job exists)."""
-        jobs, pods = self._objects(state.sweep.name)
+        """trial id → (what the cluster says, whether its Job exists). A Job applied here that the cache has
+        not shown yet counts as existing (Pending), so a lagging cache never makes it applied again."""
+        name = state.sweep.name
+        jobs, pods = self._objects(name)
         jobs_by_trial = {j["metadata"]["labels"].get(LABEL_TRIAL): j for j in jobs}
-        pods_by_trial: dict[str, list[dict[str, Any]]] = {}
+        pods_by_trial: dict[str, list[Obj]] = {}
         for pod in pods:
             pods_by_trial.setdefault(pod["metadata"].get("labels", {}).get(LABEL_TRIAL, ""), []).append(pod)
+        applied = self._applied.get(name, {})
+        now = time.monotonic()
+        for tid in [t for t, at in applied.items() if t in jobs_by_trial or now - at > APPLIED_GRACE]:
+            del applied[tid]
         out = {}
         for trial in p.trials:
             job = jobs_by_trial.get(trial.id)
-            out[trial.id] = (observe(job, pods_by_trial.get(trial.id, [])), job is not None)
+            out[trial.id] = (observe(job, pods_by_trial.get(trial.id, [])), job is not None or trial.id in applied)
         return out
 
     def _statuses(self, state: SweepState, p: Plan, seen: Mapping[str, tuple[Observed, bool]]) -> list[TrialStatus]:
@@ -372,7 +298,7 @@ class KubernetesBackend(Backend):
             observed, exists = seen[trial.id]
             recorded = state.outcomes.get(trial.id)
             if recorded and (recorded.outcome == Outcome.STOPPED or not (exists and not observed.phase.terminal)):
-                phase = _phase_for(recorded.outcome)
+                phase = phase_for(recorded.outcome)
                 statuses.append(TrialStatus(trial.id, trial.name, trial.label(), trial.gpu, phase, recorded.outcome,
                                             recorded.reason, 1, recorded.started_at, recorded.finished_at,
                                             axes=trial.axes))
@@ -406,8 +332,7 @@ class KubernetesBackend(Backend):
             raise SweepConflict(f"a sweep named {sweep.name!r} already exists in namespace {self.namespace} with a "
                                 f"different spec; `sweep resume {sweep.name}` continues it, `sweep delete` removes it")
         if existing is None:
-            self._save_state(sweep, outcomes={}, cancelled=False,
-                             parent_run_id=self.tracking.parent_run_id if self.tracking else None)
+            self.store.create(sweep, self.tracking.parent_run_id if self.tracking else None)
         self._plans[sweep.name] = plan
         self.reconcile(sweep.name)
 
@@ -420,8 +345,7 @@ class KubernetesBackend(Backend):
                  for tid, (o, _) in seen.items()
                  if o.phase.terminal and o.outcome and tid not in state.outcomes}
         if newly:
-            state.outcomes.update(newly)
-            self._save_state(state.sweep, outcomes=state.outcomes)
+            self._save_state(state, outcomes={**state.outcomes, **newly})
         statuses = self._statuses(state, p, seen)
         if not state.cancelled and not state.sweep.spec.suspend:
             self._start_next(state, p, statuses)
@@ -436,6 +360,8 @@ class KubernetesBackend(Backend):
         per_type = Counter(s.gpu for s in active)
         chosen: list[Trial] = []
         trials = p.by_id()
+        if self.max_starts_per_step:
+            room = min(room, self.max_starts_per_step)
         for s in statuses:
             if room <= 0:
                 break
@@ -478,17 +404,35 @@ class KubernetesBackend(Backend):
         the garbage collector's `foregroundDeletion`, stay). Call it only once the trial's outcome is recorded,
         or when the Job's outcome no longer matters (its Sweep is going away)."""
         mine = [f for f in self.job_finalizers if f in (job["metadata"].get("finalizers") or [])]
-        if not mine:
+        key = job["metadata"].get("uid") or job["metadata"]["name"]
+        now = time.monotonic()
+        if not mine or now - self._released.get(key, -APPLIED_GRACE) < APPLIED_GRACE:  # a cache behind our patch
             return
         with contextlib.suppress(self.ApiException):  # 404: gone already
             self._write(self.batch.patch_namespaced_job, job["metadata"]["name"], self.namespace,
                         {"metadata": {"$deleteFromPrimitiveList/finalizers": mine}}, _content_type=STRATEGIC,
                         _preload_content=False)
+        self._released[key] = now
+        if len(self._released) > 4 * len(self._applied) + 10_000:  # keep it bounded: drop expired entries
+            self._released = {k: t for k, t in self._released.items() if now - t < APPLIED_GRACE}
+
+    def _release_all(self, jobs: list[Obj]) -> None:
+        """`_release` each Job, `WRITE_THREADS` at a time (a step may release a thousand)."""
+        if len(jobs) <= 1:
+            for job in jobs:
+                self._release(job)
+            return
+        with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, len(jobs))) as pool:
+            list(pool.map(self._release, jobs))
 
     def _apply_all(self, objects: list[dict[str, Any]]) -> None:
         def apply(obj: dict[str, Any]) -> None:
-            fn = self.batch.patch_namespaced_job if obj["kind"] == "Job" else self.core.patch_namespaced_service
-            self._apply(fn, obj)
+            if obj["kind"] != "Job":
+                self._apply(self.core.patch_namespaced_service, obj)
+                return
+            self._apply(self.batch.patch_namespaced_job, obj)
+            labels = obj["metadata"]["labels"]
+            self._applied.setdefault(labels[LABEL_SWEEP], {})[labels[LABEL_TRIAL]] = time.monotonic()
 
         with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, len(objects))) as pool:
             list(pool.map(apply, objects))
@@ -498,11 +442,13 @@ class KubernetesBackend(Backend):
         if follower is None:
             changed = threading.Event()
             selector = f"{LABEL_SWEEP}={sweep}"
-            follower = _Follower(changed, _Informer(self.batch.list_namespaced_job, self.namespace, selector, changed),
-                                 _Informer(self.core.list_namespaced_pod, self.namespace, selector, changed))
-            self._followers[sweep] = follower
-            follower.jobs.synced.wait(10)
-            follower.pods.synced.wait(10)
+            jobs = Informer(self.batch.list_namespaced_job, self.namespace, selector, trim=trim_job, changed=changed,
+                            name="jobs").start()
+            pods = Informer(self.core.list_namespaced_pod, self.namespace, selector, trim=trim_pod, changed=changed,
+                            name="pods").start()
+            follower = self._followers[sweep] = _Follower(changed, jobs, pods)
+            jobs.wait_synced(10)
+            pods.wait_synced(10)
         return follower
 
     def _wait_step(self, sweep: str, interval: float) -> SweepStatus:
@@ -557,7 +503,7 @@ class KubernetesBackend(Backend):
                     state.outcomes[s.trial_id] = Recorded(s.outcome, s.reason, s.started_at, s.finished_at)
                 else:
                     state.outcomes[s.trial_id] = Recorded(Outcome.CANCELLED, "cancelled", s.started_at, now)
-        self._save_state(state.sweep, outcomes=state.outcomes, cancelled=True)
+        self._save_state(state, outcomes=state.outcomes, cancelled=True)
         unfinished = {s.trial_id for s in statuses if not s.phase.terminal}
         self._delete_jobs(sweep, unfinished)
 
@@ -569,7 +515,9 @@ class KubernetesBackend(Backend):
         outcomes = {k: v for k, v in state.outcomes.items() if k not in rerun}
         self._delete_jobs(sweep, rerun)
         self._wait_gone(sweep, rerun)
-        self._save_state(state.sweep, outcomes=outcomes, cancelled=False)
+        for tid in rerun:
+            self._applied.get(sweep, {}).pop(tid, None)
+        self._save_state(state, outcomes=outcomes, cancelled=False)
         self.reconcile(sweep)
 
     def _wait_gone(self, sweep: str, trial_ids: set[str], timeout: float = 60) -> None:
@@ -584,15 +532,19 @@ class KubernetesBackend(Backend):
         self._load_state(sweep)
         self._unfollow(sweep)
         self._delete_jobs(sweep)
-        for name in (self._search_name(sweep), self._state_name(sweep)):
-            with contextlib.suppress(self.ApiException):  # 404: gone already
-                self._write(self.core.delete_namespaced_config_map, name, self.namespace)
-        self._plans.pop(sweep, None)
+        with contextlib.suppress(self.ApiException):  # 404: gone already
+            self._write(self.core.delete_namespaced_config_map, self._search_name(sweep), self.namespace)
+        self.store.delete(sweep)
+        self._forget(sweep)
+
+    def _forget(self, sweep: str) -> None:
+        """Drop everything this process remembers of a sweep."""
+        for cache in (self._plans, self._orders, self._applied):
+            cache.pop(sweep, None)  # type: ignore[attr-defined]
+        self.store.forget(sweep)
 
     def _list_impl(self) -> list[str]:
-        selector = f"app.kubernetes.io/component={STATE_COMPONENT}"
-        items = self._call(self.core.list_namespaced_config_map, self.namespace, label_selector=selector).items
-        return sorted(cm.metadata.labels.get(LABEL_SWEEP, "") for cm in items)
+        return self.store.names()
 
     # -- logs --------------------------------------------------------------------------------------------
 
@@ -613,11 +565,6 @@ class KubernetesBackend(Backend):
                 yield self.core.read_namespaced_pod_log(name, self.namespace)
         except self.ApiException as exc:
             raise BackendError(f"cannot read the log of pod {name}: {_api_error(exc)}") from None
-
-
-def _phase_for(outcome: Outcome) -> Phase:
-    return {Outcome.SUCCEEDED: Phase.SUCCEEDED, Outcome.CANCELLED: Phase.CANCELLED,
-            Outcome.SKIPPED: Phase.SKIPPED, Outcome.STOPPED: Phase.STOPPED}.get(outcome, Phase.FAILED)
 
 
 def _api_error(exc: Any) -> str:

@@ -17,12 +17,24 @@ import sys
 import uuid
 from pathlib import Path
 
+from kubesweep.plan import DEFAULT_MAX_TRIALS
+
 DEFAULT_LEASE = "kubesweep-operator"
 USER_AGENT = "kubesweep-operator"
 
 
 def _env_list(name: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -64,6 +76,11 @@ def parser() -> argparse.ArgumentParser:
                    help="image the tuner Jobs of search sweeps run (env KUBESWEEP_TUNER_IMAGE; the chart sets the "
                         "operator's own image). The Sweep's image runs only the trials, which hold no token")
     p.add_argument("--allow-unpinned", action="store_true", help="accept job images not pinned by digest")
+    # a string default goes through `type` too, so a bad KUBESWEEP_MAX_TRIALS is a usage error like a bad flag
+    p.add_argument("--max-trials", type=_positive_int, metavar="N",
+                   default=os.environ.get("KUBESWEEP_MAX_TRIALS") or str(DEFAULT_MAX_TRIALS),
+                   help="a Sweep that makes more trials than this (a search: the most it can make) is refused "
+                        f"before anything is expanded (env KUBESWEEP_MAX_TRIALS, default {DEFAULT_MAX_TRIALS:,})")
     p.add_argument("--test-hooks", action="store_true", default=os.environ.get("KUBESWEEP_TEST_HOOKS") == "1",
                    help="TESTS ONLY: copy a Sweep's kubesweep.io/test-pod-annotations onto its pods, and kill or "
                         "stop this process at the fault points named by KUBESWEEP_TEST_KILL_AT / "
@@ -89,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     from kubesweep.backends.base import BackendError
     from kubesweep.backends.kubernetes import _load_config
     from kubesweep.operator import handlers, testhooks  # noqa: F401  (handlers registers the handlers)
+    from kubesweep.operator.cache import ClusterCache
     from kubesweep.operator.controller import SweepController
     from kubesweep.operator.leader import LeaseElector
     from kubesweep.operator.mlflow_rest import TrackingPolicy
@@ -122,10 +140,12 @@ def main(argv: list[str] | None = None) -> int:
                            margin=min(2.0, args.lease_duration / 5))
     allowed = args.tracking_allowed_hosts or _env_list("KUBESWEEP_TRACKING_ALLOWED_HOSTS")
     tracking = TrackingPolicy(args.mlflow_uri or None, tuple(allowed), args.tracking_secret)
+    cache = ClusterCache(api_client, None if args.all_namespaces else namespaces)
     controller = SweepController(api_client, may_write=elector.holding, lease_remaining=elector.remaining,
                                  faults=faults, tracking=tracking,
                                  tuner_image=args.tuner_image,
-                                 test_hooks=args.test_hooks, allow_unpinned=args.allow_unpinned)
+                                 test_hooks=args.test_hooks, allow_unpinned=args.allow_unpinned,
+                                 max_trials=args.max_trials, cache=cache)
     supervisor = Supervisor(controller.step, is_leader=elector.holding, resync=args.resync, workers=args.workers)
     if args.test_hooks:
         logging.getLogger("kubesweep.operator").warning(
@@ -134,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger("kubesweep.operator").warning("TEST FAULT POINTS: kill at %s, stop at %s",
                                                             faults.kill_at, faults.stop_at)
     # standalone: kopf's own peering is off; the Lease above decides who acts.
+    runtime = Runtime(elector, supervisor, cache=cache, on_lead=controller.leading)
     kopf.run(clusterwide=args.all_namespaces, namespaces=namespaces, liveness_endpoint=args.liveness,
-             standalone=True, memo=kopf.Memo(runtime=Runtime(elector, supervisor)))
+             standalone=True, memo=kopf.Memo(runtime=runtime))
     return 0
 
 

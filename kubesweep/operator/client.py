@@ -1,7 +1,8 @@
 """What the CLI uses on a cluster with the Sweep CRD: the Sweep resource is the interface, the operator acts.
 
 - `submit` applies the Sweep (server-side apply, field manager `kubesweep-cli`);
-- `status`/`wait` read `.status` (written by the operator), trials in plan order;
+- `status`/`wait` read `.status` and the sweep's TrialSlices (both written by the operator), trials in plan
+  order;
 - `cancel`/`resume` annotate the Sweep (`kubesweep.io/cancel`, `kubesweep.io/resume`) and wait until the
   operator has carried the request out; `delete` deletes the Sweep, and its Jobs go with it;
 - `logs` reads the trial's pod log directly.
@@ -14,7 +15,8 @@ import uuid
 from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, SweepConflict, SweepNotFound, SweepStatus, TrialStatus
-from kubesweep.backends.kubernetes import SweepState
+from kubesweep.backends.k8s_state import SweepState, TrialEntry
+from kubesweep.backends.kubernetes import KubernetesBackend, _import_client
 from kubesweep.crd import CRD_NAME, GROUP, PLURAL, VERSION
 from kubesweep.manifests import RenderError, resolve_image
 from kubesweep.operator.store import (
@@ -22,13 +24,13 @@ from kubesweep.operator.store import (
     ANNOTATION_RESUME,
     APPLY,
     CLIENT_MANAGER,
+    MERGE,
     InvalidSweep,
-    SweepStore,
+    SweepResourceStore,
     epoch,
     resource_body,
     sweep_from_resource,
 )
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import Plan
 
 INSTALL_HINT = ("install the chart (helm install kubesweep charts/kubesweep -n kubesweep --create-namespace, "
@@ -51,12 +53,27 @@ def crd_installed(api_client: Any) -> bool:
     return any(r.name == PLURAL for r in resources.resources or [])
 
 
-class SweepClient(SweepStore):
+class SweepClient(KubernetesBackend):
+    """The Kubernetes backend as seen by a user of the operator: it writes only the Sweep resource (and the
+    requests on it); the operator does everything else. Reads need get/list on sweeps and trialslices."""
+
     name = "kubernetes"
+    reads_search_trials = False  # a search sweep's trials belong to its tuner Job
 
     def __init__(self, *args: Any, poll: float = 1.0, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.poll = poll
+        self.custom = _import_client().client.CustomObjectsApi(self.client)
+        self.sweeps = SweepResourceStore(self.custom, self.namespace, call=self._call, write=self._write,
+                                         not_found=self.ApiException, allow_unpinned=self.allow_unpinned)
+        self.store = self.sweeps
+
+    def get_resource(self, name: str) -> dict[str, Any]:
+        return self.sweeps.get(name)
+
+    def patch_metadata(self, name: str, metadata: dict[str, Any]) -> None:
+        self._write(self.custom.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
+                    {"metadata": metadata}, field_manager=CLIENT_MANAGER, _content_type=MERGE)
 
     # -- submit -----------------------------------------------------------------------------------------
 
@@ -88,22 +105,19 @@ class SweepClient(SweepStore):
     # -- status -----------------------------------------------------------------------------------------
 
     def _status_impl(self, sweep: str) -> SweepStatus:
-        body = self.get_resource(sweep)
-        status = body.get("status") or {}
         try:
-            state = self._load_state(sweep)
+            state = self._load_state(sweep)  # the resource and its slices, read now
         except InvalidSweep as exc:
             raise BackendError(str(exc)) from None
+        body = self.sweeps.resources[sweep]
         p = self._plan_for(state)
-        entries = status.get("trials") or {}
+        entries = self.sweeps.slices.held(sweep) or {}
         trials = []
         for trial in p.trials:
-            e = entries.get(trial.id) or {}
-            outcome = Outcome(e["outcome"]) if e.get("outcome") else None
-            trials.append(TrialStatus(trial.id, trial.name, trial.label(), trial.gpu,
-                                      Phase(e.get("phase") or Phase.PENDING.value), outcome, e.get("reason") or "",
-                                      1 if e.get("startedAt") or e.get("phase") not in (None, "Pending") else 0,
-                                      epoch(e.get("startedAt")), epoch(e.get("finishedAt")), axes=trial.axes))
+            e = entries.get(trial.id) or TrialEntry(Phase.PENDING)
+            trials.append(TrialStatus(trial.id, trial.name, trial.label(), trial.gpu, e.phase, e.outcome, e.reason,
+                                      1 if e.started_at or e.phase != Phase.PENDING else 0, e.started_at,
+                                      e.finished_at, axes=trial.axes))
         return SweepStatus(sweep, self.name, trials, message=self._message(body))
 
     def _message(self, body: dict[str, Any]) -> str:
@@ -125,7 +139,7 @@ class SweepClient(SweepStore):
 
     def _wait_step(self, sweep: str, interval: float) -> SweepStatus:
         status = self._status_impl(sweep)
-        body = self._resources.get(sweep) or {}
+        body = self.sweeps.resources.get(sweep) or {}
         if (body.get("status") or {}).get("phase") == "Invalid":
             raise BackendError(f"the operator rejected sweep {sweep!r}: {body['status'].get('message', '')}")
         if not status.done:

@@ -1,13 +1,15 @@
 """One idempotent step per Sweep: carry out requests, reconcile with the planner and renderer, publish status.
 
-`OperatorBackend` is `SweepStore` (state in the Sweep resource) plus a write guard: every write to the cluster
-first checks that this replica still holds the Lease (`may_write`), carries the Lease's remaining validity as
-its request timeout, and is followed by a second check that stops the step when the Lease was lost meanwhile;
-so a replica that lost it (paused, partitioned, slow) stops acting before another may have started. A step can
-be interrupted at any point (SIGKILL included) and the next step, in this process or another, observes the same
-Jobs and finishes the work; Jobs are named after their trial and created by server-side apply only for trials
-that have none, so no trial is started twice. Each trial Job carries the finalizer `kubesweep.io/outcome` until
-its outcome is recorded in the Sweep's status, so a Job deleted early (TTL, by hand) is read before it goes.
+`OperatorBackend` is the Kubernetes backend with its state in the Sweep resource and its TrialSlices
+(`SweepResourceStore`), Jobs and pods read from the operator's watch caches (`ClusterCache`), plus a write
+guard: every write to the cluster first checks that this replica still holds the Lease (`may_write`), carries
+the Lease's remaining validity as its request timeout, and is followed by a second check that stops the step
+when the Lease was lost meanwhile; so a replica that lost it (paused, partitioned, slow) stops acting before
+another may have started. A step can be interrupted at any point (SIGKILL included) and the next step, in this
+process or another, observes the same Jobs and finishes the work; Jobs are named after their trial and created
+by server-side apply only for trials that have none, so no trial is started twice. Each trial Job carries the
+finalizer `kubesweep.io/outcome` until its outcome is recorded in its TrialSlice, so a Job deleted early (TTL,
+by hand) is read before it goes.
 """
 
 from __future__ import annotations
@@ -21,21 +23,24 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
-from kubesweep.backends.kubernetes import Recorded, SweepState, _phase_for
+from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for, recorded_in
+from kubesweep.backends.k8s_watch import Informer
+from kubesweep.backends.kubernetes import KubernetesBackend, _import_client
 from kubesweep.manifests import LABEL_TRIAL, TrackingEnv, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
+from kubesweep.operator.cache import ClusterCache
 from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
 from kubesweep.operator.store import (
     ANNOTATION_CANCEL,
     ANNOTATION_RESUME,
     FINALIZER_OUTCOME,
     InvalidSweep,
-    SweepStore,
+    SweepResourceStore,
     epoch,
-    recorded_outcomes,
+    status_view,
 )
 from kubesweep.outcomes import Outcome
-from kubesweep.plan import Trial
+from kubesweep.plan import SweepTooLarge, Trial, check_size
 from kubesweep.spec import Sweep
 
 log = logging.getLogger("kubesweep.operator")
@@ -44,21 +49,32 @@ MIN_WRITE_WINDOW = 0.25
 # The request timeout of writes where no Lease bounds them (a backend built without `lease_remaining`).
 DEFAULT_WRITE_TIMEOUT = 30.0
 DELETED_EARLY = "its Job was deleted before the trial finished"
+SLOW_STEP = 2.0  # seconds: a step taking longer is logged with its number of writes
 
 
 class NotLeader(BackendError):
     """This replica does not hold the Lease (any more): it must not write."""
 
 
-class OperatorBackend(SweepStore):
+class OperatorBackend(KubernetesBackend):
     job_finalizers = (FINALIZER_OUTCOME,)
+    reads_search_trials = False  # a search sweep's trials belong to its tuner Job
+    # a step publishes status after at most this many new Jobs (their cache events bring the next step at once)
+    max_starts_per_step = 500
 
     def __init__(self, namespace: str, *, api_client: Any, may_write: Callable[[], bool],
                  lease_remaining: Callable[[], float] | None = None, faults: testhooks.FaultPoints | None = None,
                  tracking: TrackingPolicy | None = None, tuner_image: str | None = None,
-                 test_hooks: bool = False, allow_unpinned: bool = False):
+                 test_hooks: bool = False, allow_unpinned: bool = False, cache: ClusterCache | None = None,
+                 max_trials: int | None = None):
         super().__init__(namespace=namespace, api_client=api_client, allow_unpinned=allow_unpinned,
                          pod_annotations=self._hook_annotations if test_hooks else None)
+        self.custom = _import_client().client.CustomObjectsApi(self.client)
+        self.sweeps = SweepResourceStore(self.custom, namespace, call=self._call, write=self._write,
+                                         not_found=self.ApiException, remember=True, allow_unpinned=allow_unpinned)
+        self.store = self.sweeps
+        self.cache = cache
+        self.max_trials = max_trials
         self.may_write = may_write
         self.lease_remaining = lease_remaining
         self.faults = faults if faults is not None else testhooks.FaultPoints()
@@ -111,16 +127,28 @@ class OperatorBackend(SweepStore):
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self._guard()  # before `_status_extra` is taken: a replica that may not write keeps it
-        super().patch_status(name, {**patch, **self._status_extra.pop(name, {})})
+        self.sweeps.patch_status(name, {**patch, **self._status_extra.pop(name, {})})
+
+    def _informers(self, sweep: str) -> tuple[Informer, Informer] | None:
+        if self.cache is None:
+            return super()._informers(sweep)
+        return self.cache.synced(self.namespace)
+
+    def _recorded(self, name: str) -> dict[str, Recorded]:
+        """The outcomes recorded for the sweep now (this process is their only writer while it leads)."""
+        return recorded_in(self.sweeps.entries(name))
+
+    def _body(self, name: str) -> dict[str, Any]:
+        return self.sweeps.resources.get(name) or {}
 
     def _deleted(self, job: Mapping[str, Any]) -> None:
         scope = getattr(self._scope, "name", None)
         if scope:
             self.faults.reached(f"{scope}-delete")
 
-    def _save_state(self, sweep: Sweep, *, outcomes: Mapping[str, Recorded] | None = None,
+    def _save_state(self, state: SweepState, *, outcomes: Mapping[str, Recorded] | None = None,
                     cancelled: bool | None = None, parent_run_id: str | None = None) -> None:
-        super()._save_state(sweep, outcomes=outcomes, cancelled=cancelled, parent_run_id=parent_run_id)
+        super()._save_state(state, outcomes=outcomes, cancelled=cancelled, parent_run_id=parent_run_id)
         if outcomes is not None:
             self.faults.reached("outcome-recorded")
 
@@ -143,18 +171,17 @@ class OperatorBackend(SweepStore):
     def _release_jobs(self, sweep: str) -> None:
         """Remove the finalizer from all of the sweep's Jobs: its Sweep is gone or being deleted, so nothing is
         left to record and the garbage collector must not wait on us."""
-        for job in self._jobs(sweep):
-            self._release(job)
+        self._release_all(self._jobs(sweep))
 
-    def _record_deleted(self, sweep: Sweep, jobs: list[dict[str, Any]]) -> None:
+    def _record_deleted(self, state: SweepState, jobs: list[dict[str, Any]]) -> None:
         """A trial Job deleted before its trial finished (by hand) is still there, held by the finalizer: record
         the trial as cancelled (`sweep resume` runs it again), so that it is not started again on its own once
         the Job is gone. A deleted Job that did finish (its TTL) is left to the next step's reconcile, which
         records its real outcome."""
-        body = self._resources.get(sweep.name) or {}
-        uid = body.get("metadata", {}).get("uid")
-        recorded = recorded_outcomes(body.get("status") or {})
-        trials = self._plan_for(SweepState(sweep)).by_id()
+        name = state.sweep.name
+        uid = self._body(name).get("metadata", {}).get("uid")
+        recorded = self._recorded(name)
+        trials = self._plan_for(state).by_id()
         now = time.time()
         gone: dict[str, Recorded] = {}
         for job in jobs:
@@ -167,41 +194,49 @@ class OperatorBackend(SweepStore):
                                      now)
         if gone:
             log.warning("sweep %s/%s: Job(s) %s deleted before the trial finished: recorded as cancelled",
-                        self.namespace, sweep.name, ", ".join(sorted(trials[t].name for t in gone)))
-            self._save_state(sweep, outcomes={**recorded, **gone})
+                        self.namespace, name, ", ".join(sorted(trials[t].name for t in gone)))
+            self._save_state(state, outcomes={**recorded, **gone})
 
     def _shown_as_recorded(self, name: str, status: SweepStatus) -> SweepStatus:
         """The status with every recorded outcome shown as such: a trial recorded while its Job still runs (a Job
-        deleted early, waiting on the finalizer) must not be published as running, since the view's nulls would
-        erase the recorded outcome."""
-        recorded = recorded_outcomes((self._resources.get(name) or {}).get("status") or {})
+        deleted early, waiting on the finalizer) is published with its recorded outcome, not as running."""
+        recorded = self._recorded(name)
         trials = []
         for t in status.trials:
             rec = recorded.get(t.trial_id)
             if rec is not None and not t.phase.terminal:
-                t = replace(t, phase=_phase_for(rec.outcome), outcome=rec.outcome, reason=rec.reason,
+                t = replace(t, phase=phase_for(rec.outcome), outcome=rec.outcome, reason=rec.reason,
                             started_at=rec.started_at or t.started_at, finished_at=rec.finished_at)
             trials.append(t)
         return replace(status, trials=trials)
 
-    def _release_recorded(self, sweep: Sweep, jobs: list[dict[str, Any]]) -> None:
-        """Remove the finalizer from every Job whose trial's outcome is recorded (`final: true` in status), and
+    def _release_recorded(self, name: str, jobs: list[dict[str, Any]]) -> None:
+        """Remove the finalizer from every Job whose trial's outcome is recorded (`final` in its slice), and
         from Jobs that this Sweep (by UID) does not own."""
-        body = self._resources.get(sweep.name) or {}
-        uid = body.get("metadata", {}).get("uid")
-        recorded = recorded_outcomes(body.get("status") or {})
+        uid = self._body(name).get("metadata", {}).get("uid")
+        recorded = self._recorded(name)
+        done = []
         for job in jobs:
             meta = job["metadata"]
+            if FINALIZER_OUTCOME not in (meta.get("finalizers") or []):
+                continue
             owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
             if meta.get("labels", {}).get(LABEL_TRIAL) in recorded or uid not in owners:
-                self._release(job)
+                done.append(job)
+        self._release_all(done)
 
     # -- per-sweep hooks -----------------------------------------------------------------------------
 
     def _load_state(self, sweep: str) -> SweepState:
         state = super()._load_state(sweep)
+        if self.max_trials is not None:  # counted from the axes, before anything is expanded
+            try:
+                check_size(state.sweep, self.max_trials, source=f"sweep {self.namespace}/{sweep}",
+                           hint="the operator's --max-trials, chart value operator.maxTrials")
+            except SweepTooLarge as exc:
+                raise InvalidSweep(str(exc)) from None
         if self.test_hooks:
-            annotations = self._resources[sweep]["metadata"].get("annotations") or {}
+            annotations = self._body(sweep)["metadata"].get("annotations") or {}
             try:
                 self._hook_rules[sweep] = testhooks.parse_rules(annotations.get(testhooks.ANNOTATION))
             except testhooks.TestHookError as exc:
@@ -220,6 +255,16 @@ class OperatorBackend(SweepStore):
 
     def step(self, name: str) -> SweepStatus | None:
         """Bring one Sweep forward. Returns its status, or None when it is gone, invalid or waiting."""
+        began, writes = time.monotonic(), self.writes
+        try:
+            return self._step(name)
+        finally:
+            took = time.monotonic() - began
+            if took > SLOW_STEP:
+                log.info("sweep %s/%s: a step took %.1f s (%d writes)", self.namespace, name, took,
+                         self.writes - writes)
+
+    def _step(self, name: str) -> SweepStatus | None:
         try:
             state = self._load_state(name)
         except SweepNotFound:  # its Jobs are being garbage-collected: nothing is left to record
@@ -227,12 +272,12 @@ class OperatorBackend(SweepStore):
             self._forget(name)
             return None
         except InvalidSweep as exc:
-            if (self._resources.get(name) or {}).get("metadata", {}).get("deletionTimestamp"):
+            if self._body(name).get("metadata", {}).get("deletionTimestamp"):
                 self._release_jobs(name)
             else:
                 self._publish_message(name, "Invalid", str(exc))
             return None
-        body = self._resources[name]
+        body = self._body(name)
         if body["metadata"].get("deletionTimestamp"):  # e.g. foreground deletion, which waits for its Jobs
             log.info("sweep %s/%s is being deleted: removing the finalizers of its Jobs", self.namespace, name)
             self._release_jobs(name)
@@ -265,15 +310,15 @@ class OperatorBackend(SweepStore):
                 self._publish_message(name, "Pending", f"waiting for MLflow (no trial starts without the "
                                                       f"sweep's parent run): {exc}")
                 return None
-            self._save_state(state.sweep, parent_run_id=run_id)
+            self._save_state(state, parent_run_id=run_id)
 
         if state.sweep.spec.search.strategy in ("tune", "max_batch"):
             message = self._ensure_tuner(state, tracking)
         status = self.reconcile(name)
-        self._record_late(state.sweep, status)
+        self._record_late(state, status)
         jobs = self._jobs(name)
-        self._record_deleted(state.sweep, jobs)
-        self._release_recorded(state.sweep, jobs)
+        self._record_deleted(state, jobs)
+        self._release_recorded(name, jobs)
         status = self._shown_as_recorded(name, status)
         if state.sweep.spec.suspend and not status.done:
             message = "suspended: running trials finish, no new trial starts"
@@ -290,8 +335,7 @@ class OperatorBackend(SweepStore):
             return (f"{state.sweep.spec.search.strategy} search: waiting, this operator has no tuner image "
                     "(--tuner-image or KUBESWEEP_TUNER_IMAGE; the chart sets it to the operator's image)")
         strategy = state.sweep.spec.search.strategy
-        current = (self._resources.get(state.sweep.name) or {}).get("status") or {}
-        if current.get("searchFinished"):
+        if self.sweeps.status_of(state.sweep.name).get("searchFinished"):
             return f"{strategy} search: finished (tuner Job {name})"
         jobs = self._jobs(state.sweep.name)
         tuner = next((j for j in jobs if j["metadata"]["name"] == name), None)
@@ -310,14 +354,14 @@ class OperatorBackend(SweepStore):
                                          namespace=self.namespace, tracking=tracking, owner=self._owner(state)))
         return f"{strategy} search: tuner Job {name} makes and runs the trials"
 
-    def _record_late(self, sweep: Sweep, status: SweepStatus) -> None:
+    def _record_late(self, state: SweepState, status: SweepStatus) -> None:
         """Record outcomes that finished between reconcile's two looks at the cluster, so a published terminal
         phase always has its outcome recorded."""
-        recorded = recorded_outcomes((self._resources.get(sweep.name) or {}).get("status") or {})
+        recorded = self._recorded(state.sweep.name)
         late = {t.trial_id: Recorded(t.outcome, t.reason, t.started_at, t.finished_at) for t in status.trials
                 if t.phase.terminal and t.outcome and t.trial_id not in recorded}
         if late:
-            self._save_state(sweep, outcomes={**recorded, **late})
+            self._save_state(state, outcomes={**recorded, **late})
 
     def _finish_cancel(self, state: SweepState) -> None:
         """A cancel was recorded: make sure no Job of a cancelled trial still runs (a process killed between
@@ -331,22 +375,26 @@ class OperatorBackend(SweepStore):
             self._delete_jobs(state.sweep.name, stale)
 
     def publish(self, name: str, sweep: Sweep, status: SweepStatus, message: str = "") -> None:
-        body = self._resources.get(name) or {}
-        view = self.status_view(status, sweep, message=message,
-                                generation=body.get("metadata", {}).get("generation"))
+        """Write what changed: the trials' phases into their slices, then the bounded status."""
+        state = SweepState(sweep)
+        self.sweeps.publish(name, status.trials, self._order(state))
+        body = self._body(name)
+        view = status_view(status, sweep, message=message, generation=body.get("metadata", {}).get("generation"),
+                           slices=self.sweeps.slices.count(name))
         if _changed(view, body.get("status") or {}):
             view["updatedAt"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             self.patch_status(name, view)
 
     def _publish_message(self, name: str, phase: str, message: str) -> None:
-        current = (self._resources.get(name) or {}).get("status") or {}
+        current = self.sweeps.status_of(name)
         if current.get("phase") != phase or current.get("message") != message:
             log.warning("sweep %s/%s: %s", self.namespace, name, message)
             self.patch_status(name, {"phase": phase, "message": message})
 
-    def _forget(self, name: str) -> None:
-        for cache in (self._resources, self._plans, self._hook_rules, self._status_extra):
-            cache.pop(name, None)  # type: ignore[attr-defined]
+    def _forget(self, sweep: str) -> None:
+        super()._forget(sweep)
+        for cache in (self._hook_rules, self._status_extra):
+            cache.pop(sweep, None)  # type: ignore[attr-defined]
 
 
 def _job_finished(job: Mapping[str, Any]) -> bool:
@@ -362,20 +410,7 @@ def _strip(value: Any) -> Any:
 
 def _changed(view: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
     """Whether a merge patch of `view` would change `current` (null values delete; absent keys stay)."""
-    for key, value in view.items():
-        have = current.get(key)
-        if isinstance(value, dict):
-            if key == "trials":
-                have_trials = have or {}
-                for tid, entry in value.items():
-                    old = have_trials.get(tid) or {}
-                    if any(old.get(k) != v for k, v in entry.items()):
-                        return True
-            elif _strip(value) != _strip(have or {}):
-                return True
-        elif value != have:
-            return True
-    return False
+    return any(_strip(value) != _strip(current.get(key)) for key, value in view.items())
 
 
 class SweepController:
@@ -384,13 +419,15 @@ class SweepController:
 
     def __init__(self, api_client: Any, *, may_write: Callable[[], bool],
                  lease_remaining: Callable[[], float] | None = None, faults: testhooks.FaultPoints | None = None,
-                 tracking: TrackingPolicy | None = None,
-                 tuner_image: str | None = None, test_hooks: bool = False, allow_unpinned: bool = False):
+                 tracking: TrackingPolicy | None = None, tuner_image: str | None = None, test_hooks: bool = False,
+                 allow_unpinned: bool = False, cache: ClusterCache | None = None, max_trials: int | None = None):
         self.api_client = api_client
         self.may_write = may_write
+        self.cache = cache
         self.options: dict[str, Any] = {"lease_remaining": lease_remaining, "faults": faults,
                                         "tracking": tracking, "tuner_image": tuner_image,
-                                        "test_hooks": test_hooks, "allow_unpinned": allow_unpinned}
+                                        "test_hooks": test_hooks, "allow_unpinned": allow_unpinned,
+                                        "cache": cache, "max_trials": max_trials}
         self._backends: dict[str, OperatorBackend] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()
@@ -401,6 +438,19 @@ class SweepController:
                 self._backends[namespace] = OperatorBackend(namespace, api_client=self.api_client,
                                                             may_write=self.may_write, **self.options)
             return self._backends[namespace]
+
+    def leading(self) -> None:
+        """This replica just gained the Lease: forget what it remembered (another leader may have written
+        since), so each sweep's next step reads its state from the cluster."""
+        with self._guard:
+            backends = list(self._backends.items())
+            locks = dict(self._locks)
+        for namespace, backend in backends:
+            for (ns, name), lock in locks.items():
+                if ns == namespace:
+                    with lock:
+                        backend._forget(name)
+            backend._released.clear()
 
     def step(self, namespace: str, name: str) -> SweepStatus | None:
         with self._guard:

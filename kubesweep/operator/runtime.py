@@ -1,13 +1,16 @@
 """The operator's moving parts between kopf's events and `SweepController.step` (asyncio, kopf-free).
 
 - `Supervisor`: one asyncio task per known Sweep. It runs a step (in a worker thread) whenever the Sweep, one
-  of its Jobs or one of its pods changes (kopf's watches call `notice`/`wake`), and at least every `resync`
-  seconds. Steps of one sweep never overlap; a burst of events becomes one step. A Job that is being deleted
-  while it still carries the operator's finalizer, of a sweep with no task (its Sweep is gone), gets one step
-  of its own (`orphaned`), which removes the finalizer, so nothing waits on a Sweep that no longer exists.
-- `Runtime`: the Lease loop plus the supervisor. While this replica does not hold the Lease, steps are
-  skipped; when it gains the Lease, every sweep is stepped at once, so a new leader picks up where the old
-  one stopped, from the cluster's state alone.
+  of its Jobs or one of its pods changes (kopf's Sweep watch calls `notice`, the Job and pod caches `wake`), and
+  at least every `resync` seconds while the sweep is not finished (a finished sweep costs nothing until
+  something of it changes). Steps of one sweep never overlap; a burst of events becomes one step. A Job that
+  is being deleted while it still carries the operator's finalizer, of a sweep with no task (its Sweep is gone),
+  gets one step of its own (`orphaned`), which removes the finalizer, so nothing waits on a Sweep that no longer
+  exists.
+- `Runtime`: the Lease loop, the supervisor and the Job and pod caches (`ClusterCache`, whose events it turns
+  into wake-ups). While this replica does not hold the Lease, steps are skipped; when it gains the Lease, it
+  forgets what it remembered (`on_lead`) and every sweep is stepped at once, so a new leader picks up where
+  the old one stopped, from the cluster's state alone.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kubesweep.manifests import LABEL_SWEEP
+from kubesweep.operator.cache import ClusterCache
 from kubesweep.operator.leader import LeaseElector
+from kubesweep.operator.store import FINALIZER_OUTCOME
 
 log = logging.getLogger("kubesweep.operator")
 Key = tuple[str, str]
@@ -102,17 +108,20 @@ class Supervisor:
         failures = 0
         while True:
             event.clear()
+            resync: float | None = self.resync
             if self.is_leader():
                 try:
-                    await loop.run_in_executor(self.executor, self.step, *key)
+                    status = await loop.run_in_executor(self.executor, self.step, *key)
                     failures = 0
+                    if getattr(status, "done", False):  # finished: only a change (an event) brings a step
+                        resync = None
                 except Exception as exc:
                     failures += 1
                     log.warning("sweep %s/%s: step failed (%s); retrying", *key, exc, exc_info=failures == 1)
                     await asyncio.sleep(min(2.0 ** failures, 30.0))
                     event.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout=self.resync)
+                await asyncio.wait_for(event.wait(), timeout=resync)
             await asyncio.sleep(self.debounce)
 
     async def stop(self) -> None:
@@ -126,13 +135,36 @@ class Supervisor:
 
 
 class Runtime:
-    def __init__(self, elector: LeaseElector, supervisor: Supervisor):
+    def __init__(self, elector: LeaseElector, supervisor: Supervisor, *, cache: ClusterCache | None = None,
+                 on_lead: Callable[[], None] | None = None):
         self.elector = elector
         self.supervisor = supervisor
+        self.cache = cache
+        self.on_lead = on_lead
         self._lease_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def from_cache(kind: str, event: str, obj: dict[str, Any]) -> None:  # a cache's thread → the loop
+            loop.call_soon_threadsafe(self.changed, kind, event, obj)
+
+        if self.cache is not None:
+            self.cache.start(from_cache)
         self._lease_task = asyncio.create_task(self._lease_loop(), name="lease")
+
+    def changed(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        """A cached Job or pod changed: wake its sweep. A Job being deleted while it still carries the
+        operator's finalizer is `orphaned` (its sweep may be gone; that step removes the finalizer)."""
+        meta = obj["metadata"]
+        namespace, sweep = meta.get("namespace") or "", (meta.get("labels") or {}).get(LABEL_SWEEP)
+        if not sweep:
+            return
+        held = meta.get("deletionTimestamp") and FINALIZER_OUTCOME in (meta.get("finalizers") or [])
+        if kind == "Job" and held and event != "DELETED":
+            self.supervisor.orphaned(namespace, sweep)
+        elif event != "LISTED":  # a list wakes nothing: `notice` steps every sweep it finds
+            self.supervisor.wake(namespace, sweep)
 
     async def _lease_loop(self) -> None:
         was_leader = False
@@ -143,6 +175,8 @@ class Runtime:
                 log.warning("Lease round failed: %s", exc)
                 leader = self.elector.holding()
             if leader and not was_leader:
+                if self.on_lead is not None:
+                    await asyncio.to_thread(self.on_lead)
                 log.info("leading (Lease %s/%s, identity %s): driving %d sweep(s)", self.elector.namespace,
                          self.elector.name, self.elector.identity, len(self.supervisor.tasks))
                 self.supervisor.wake_all()
@@ -160,4 +194,6 @@ class Runtime:
             self._lease_task.cancel()
             await asyncio.gather(self._lease_task, return_exceptions=True)
         await self.supervisor.stop()
+        if self.cache is not None:
+            self.cache.stop()
         await asyncio.to_thread(self.elector.release)

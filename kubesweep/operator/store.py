@@ -1,26 +1,41 @@
-"""The Kubernetes backend with its state in the Sweep custom resource instead of a ConfigMap.
+"""The operator's `StateStore`: a sweep's state in its Sweep resource and the TrialSlices it owns.
 
 - the spec is the resource's `.spec`, validated by the same model as a spec file (`parse_sweep`);
-- recorded outcomes are `.status.trials[<id>]` entries with `final: true` (they outlive the Jobs' TTL);
-- a carried-out cancel is `.status.cancelled`, the MLflow parent run `.status.mlflowParentRunId`;
-- the trials' Jobs are owned by the Sweep (`ownerReferences`), so deleting it deletes them;
+- `.status` is bounded: phase, counts, progress, the trials that need a look (`attention`), flags (a carried-out
+  cancel, the last resume request handled, the MLflow parent run);
+- every trial's phase and outcome are in `TrialSlice` resources (`<sweep>-<k>`, at most `SLICE_SIZE` trials each,
+  owned by the Sweep, so deleting it deletes them); an entry with `final` is a recorded outcome, which outlives
+  the trial's Job;
 - each trial Job carries the finalizer `kubesweep.io/outcome` until its outcome is recorded, so a Job deleted
   early (its TTL, or by hand) is still there to be read: the operator records, then removes the finalizer.
 
-Everything else (which Jobs exist, their pods, their outcomes) is read from the cluster on every step, so a
-process that dies at any point loses nothing: the next one observes the same Jobs and writes the same status.
+The operator is the only writer of status and slices, and only while it holds the Lease, so what it wrote in this
+term is what the cluster has: the slices are read once per sweep and term (`remember`), then kept in memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
-from kubesweep.backends.kubernetes import KubernetesBackend, Recorded, SweepState, _api_error, _import_client
-from kubesweep.crd import GROUP, KIND, PLURAL, VERSION, Counts, SweepStatusBody, TrialState
+from kubesweep.backends.base import BackendError, Phase, SweepNotFound, SweepStatus, TrialStatus
+from kubesweep.backends.k8s_state import (
+    LABEL_COMPONENT,
+    LABEL_SLICE,
+    SLICE_COMPONENT,
+    Recorded,
+    SliceKind,
+    StateStore,
+    SweepState,
+    TrialEntry,
+    TrialSlices,
+    recorded_in,
+)
+from kubesweep.crd import GROUP, KIND, PLURAL, SLICE_KIND, SLICE_PLURAL, VERSION, Counts, SweepStatusBody, TrialNote
+from kubesweep.manifests import LABEL_SWEEP, sweep_labels
 from kubesweep.outcomes import Outcome
 from kubesweep.spec import SpecError, Sweep, parse_sweep
 
@@ -32,8 +47,9 @@ OPERATOR_MANAGER = "kubesweep-operator"
 # Requests from `sweep cancel` / `sweep resume`, carried out by the operator (the only writer of status).
 ANNOTATION_CANCEL = f"{GROUP}/cancel"
 ANNOTATION_RESUME = f"{GROUP}/resume"
-# On the operator's trial Jobs until their outcome is recorded in the Sweep's status (then removed).
+# On the operator's trial Jobs until their outcome is recorded (then removed).
 FINALIZER_OUTCOME = f"{GROUP}/outcome"
+ATTENTION = 10  # trials named in status.attention (failed, OOM, GPU mismatch, unschedulable), newest first
 
 
 class InvalidSweep(BackendError):
@@ -70,19 +86,7 @@ def sweep_from_resource(body: Mapping[str, Any], *, allow_unpinned: bool = False
     return parse_sweep(document, source=source, allow_unpinned=allow_unpinned)
 
 
-def recorded_outcomes(status: Mapping[str, Any]) -> dict[str, Recorded]:
-    """The outcomes a Sweep's status has recorded (its `final` trial entries)."""
-    outcomes = {}
-    for tid, entry in (status.get("trials") or {}).items():
-        if entry.get("final") and entry.get("outcome"):
-            outcomes[tid] = Recorded(Outcome(entry["outcome"]), entry.get("reason") or "",
-                                     epoch(entry.get("startedAt")), epoch(entry.get("finishedAt")))
-    return outcomes
-
-
 def counts_for(status: SweepStatus) -> Counts:
-    from kubesweep.backends.base import Phase
-
     c = Counts(total=len(status.trials))
     for t in status.trials:
         c.done += t.phase.terminal
@@ -97,118 +101,175 @@ def counts_for(status: SweepStatus) -> Counts:
     return c
 
 
-class SweepStore(KubernetesBackend):
-    """`KubernetesBackend` whose `_load_state`/`_save_state` read and write the Sweep resource."""
+def attention(status: SweepStatus, limit: int = ATTENTION) -> list[dict[str, Any]]:
+    """The trials a person should look at (failed, OOM, GPU mismatch, unschedulable), newest first, at most
+    `limit`: `kubectl get sweep -o yaml` shows why a sweep is not green without reading every slice."""
+    flagged = [t for t in status.trials if t.phase == Phase.UNSCHEDULABLE
+               or t.outcome in (Outcome.FAILED, Outcome.OOM, Outcome.GPU_MISMATCH)]
+    flagged.sort(key=lambda t: t.finished_at or t.started_at or 0, reverse=True)
+    return [TrialNote(name=t.name, phase=t.phase.value, outcome=t.outcome.value if t.outcome else None,
+                      reason=(t.reason or "").encode()[:240].decode(errors="ignore") or None
+                      ).model_dump(mode="json") for t in flagged[:limit]]
 
-    reads_search_trials = False  # a search sweep's trials belong to its tuner Job
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        k8s = _import_client()
-        self.custom = k8s.client.CustomObjectsApi(self.client)
-        self._resources: dict[str, dict[str, Any]] = {}  # the last body read, per sweep
+def entry_of(trial: TrialStatus) -> TrialEntry:
+    """A trial's live entry in its slice (not final: its outcome is recorded by `save`)."""
+    return TrialEntry(trial.phase, trial.outcome, trial.reason, trial.started_at, trial.finished_at)
+
+
+class TrialSliceKind(SliceKind):
+    """Slices as `TrialSlice` resources (`trials`: trial id → entry), applied by the operator."""
+
+    def __init__(self, custom: Any, call: Callable[..., Any], write: Callable[..., Any]):
+        self.custom = custom
+        self.call = call
+        self.write = write
+
+    def list(self, namespace: str, sweep: str) -> list[dict[str, Any]]:
+        body = self.call(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, SLICE_PLURAL,
+                         label_selector=f"{LABEL_SWEEP}={sweep}")
+        return body.get("items", [])  # type: ignore[no-any-return]
+
+    def body(self, namespace: str, sweep: str, index: int, entries: Mapping[str, str],
+             owner: dict[str, Any] | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": f"{sweep}-{index}", "namespace": namespace,
+                                "labels": {**sweep_labels(sweep), LABEL_COMPONENT: SLICE_COMPONENT,
+                                           LABEL_SLICE: str(index)}}
+        if owner:
+            meta["ownerReferences"] = [owner]
+        return {"apiVersion": API_VERSION, "kind": SLICE_KIND, "metadata": meta, "sweep": sweep, "slice": index,
+                "trials": dict(entries)}
+
+    def apply(self, body: dict[str, Any]) -> None:
+        meta = body["metadata"]
+        self.write(self.custom.patch_namespaced_custom_object, GROUP, VERSION, meta["namespace"], SLICE_PLURAL,
+                   meta["name"], body, field_manager=OPERATOR_MANAGER, force=True, _content_type=APPLY,
+                   _preload_content=False)
+
+    def delete(self, namespace: str, name: str) -> None:
+        self.write(self.custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, SLICE_PLURAL, name)
+
+    def entries_of(self, obj: Mapping[str, Any]) -> Mapping[str, str]:
+        return obj.get("trials") or {}
+
+
+class SweepResourceStore(StateStore):
+    """State in the Sweep resource and its TrialSlices. `remember`: keep the slices read in memory (the
+    operator, the only writer while it leads); without, every `load` reads them again (a client)."""
+
+    publishes_phases = True
+
+    def __init__(self, custom: Any, namespace: str, *, call: Callable[..., Any], write: Callable[..., Any],
+                 not_found: type[Exception], remember: bool = False, allow_unpinned: bool = False):
+        self.custom = custom
+        self.namespace = namespace
+        self.call = call
+        self.write = write
+        self.not_found = not_found
+        self.remember = remember
+        self.allow_unpinned = allow_unpinned
+        self.slices = TrialSlices(TrialSliceKind(custom, call, write), namespace)
+        self.resources: dict[str, dict[str, Any]] = {}  # the last body read or written, per sweep
 
     # -- the resource ---------------------------------------------------------------------------------
 
-    def get_resource(self, name: str) -> dict[str, Any]:
+    def get(self, name: str) -> dict[str, Any]:
         try:
-            resp = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name,
-                                                            _preload_content=False)
-        except self.ApiException as exc:
-            if exc.status == 404:
-                raise SweepNotFound(f"no sweep named {name!r} in namespace {self.namespace}") from None
-            raise BackendError(_api_error(exc)) from None
-        except Exception as exc:
-            raise BackendError(f"cannot reach the Kubernetes API: {exc}") from None
+            resp = self.call(self.custom.get_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
+                             _preload_content=False)
+        except self.not_found:
+            raise SweepNotFound(f"no sweep named {name!r} in namespace {self.namespace}") from None
         body: dict[str, Any] = json.loads(resp.data)
-        self._resources[name] = body
+        self.resources[name] = body
         return body
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
-        self._write(self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace, PLURAL,
-                    name, {"status": dict(patch)}, field_manager=OPERATOR_MANAGER, _content_type=MERGE)
+        resp = self.write(self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace,
+                          PLURAL, name, {"status": dict(patch)}, field_manager=OPERATOR_MANAGER,
+                          _content_type=MERGE, _preload_content=False)
+        self.resources[name] = json.loads(resp.data)
 
-    def patch_metadata(self, name: str, metadata: Mapping[str, Any]) -> None:
-        self._write(self.custom.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
-                    {"metadata": dict(metadata)}, field_manager=CLIENT_MANAGER, _content_type=MERGE)
+    def status_of(self, name: str) -> dict[str, Any]:
+        return (self.resources.get(name) or {}).get("status") or {}
 
-    # -- the backend's state hooks ----------------------------------------------------------------------
+    # -- StateStore --------------------------------------------------------------------------------------
 
-    def _load_state(self, sweep: str) -> SweepState:
-        body = self.get_resource(sweep)
+    def entries(self, sweep: str) -> dict[str, TrialEntry]:
+        held = self.slices.held(sweep) if self.remember else None
+        return held if held is not None else self.slices.read(sweep)
+
+    def load(self, sweep: str) -> SweepState:
+        body = self.get(sweep)
         try:
             parsed = sweep_from_resource(body, allow_unpinned=self.allow_unpinned)
         except SpecError as exc:
             raise InvalidSweep(str(exc)) from None
         status = body.get("status") or {}
-        return SweepState(parsed, recorded_outcomes(status), bool(status.get("cancelled")),
+        return SweepState(parsed, recorded_in(self.entries(sweep)), bool(status.get("cancelled")),
                           status.get("mlflowParentRunId"))
 
-    def _save_state(self, sweep: Sweep, *, outcomes: Mapping[str, Recorded] | None = None,
-                    cancelled: bool | None = None, parent_run_id: str | None = None) -> None:
-        patch: dict[str, Any] = {}
-        if outcomes is not None:
-            current = ((self._resources.get(sweep.name) or {}).get("status") or {}).get("trials") or {}
-            trials = self._plan_for(SweepState(sweep)).by_id()
-            entries: dict[str, Any] = {}
-            for tid, rec in outcomes.items():
-                if tid in trials:
-                    entries[tid] = {"name": trials[tid].name, "final": True, "outcome": rec.outcome.value,
-                                    "reason": rec.reason or None, "startedAt": rfc3339(rec.started_at),
-                                    "finishedAt": rfc3339(rec.finished_at)}
-            for tid, entry in current.items():
-                if entry.get("final") and tid not in outcomes:  # forgotten by resume: to be run again
-                    entries[tid] = {"final": False, "outcome": None, "reason": None, "phase": "Pending",
-                                    "finishedAt": None}
-            if entries:
-                patch["trials"] = entries
-        if cancelled is not None:
-            patch["cancelled"] = cancelled
-        if parent_run_id:
-            patch["mlflowParentRunId"] = parent_run_id
-        if patch:
-            self.patch_status(sweep.name, patch)
-            status = self._resources.setdefault(sweep.name, {}).setdefault("status", {}) or {}
-            for key, value in patch.items():
-                if key == "trials":
-                    trials_now = status.setdefault("trials", {})
-                    for tid, entry in value.items():
-                        trials_now[tid] = {**trials_now.get(tid, {}), **entry}
-                else:
-                    status[key] = value
+    def create(self, sweep: Sweep, parent_run_id: str | None) -> None:
+        raise BackendError("a Sweep resource is created by `sweep submit` or `kubectl apply`, not by the operator")
 
-    def _owner(self, state: SweepState) -> dict[str, Any] | None:
-        body = self._resources.get(state.sweep.name)
+    def save(self, state: SweepState, order: Mapping[str, int], *, outcomes: Mapping[str, Recorded] | None = None,
+             cancelled: bool | None = None, parent_run_id: str | None = None) -> None:
+        name = state.sweep.name
+        if outcomes is not None:
+            known = self.entries(name)
+            changed = {tid: TrialEntry.of(rec) for tid, rec in outcomes.items()}
+            # forgotten (a resume): to be run again
+            changed.update({tid: TrialEntry(Phase.PENDING) for tid, e in known.items()
+                            if e.final and tid not in outcomes})
+            self.slices.write(name, changed, order, self.owner(name))
+            state.outcomes = dict(outcomes)
+        patch: dict[str, Any] = {}
+        if cancelled is not None:
+            patch["cancelled"] = state.cancelled = cancelled
+        if parent_run_id:
+            patch["mlflowParentRunId"] = state.parent_run_id = parent_run_id
+        if patch:
+            self.patch_status(name, patch)
+
+    def publish(self, sweep: str, trials: list[TrialStatus], order: Mapping[str, int]) -> int:
+        """Write the trials' live phases (the slices that changed; recorded outcomes are never overwritten).
+        Returns the number of slices written."""
+        known = self.entries(sweep)
+        live = {t.trial_id: entry_of(t) for t in trials if not (known.get(t.trial_id) or TrialEntry(Phase.PENDING)
+                                                                ).final}
+        return self.slices.write(sweep, live, order, self.owner(sweep))
+
+    def delete(self, sweep: str) -> None:
+        with contextlib.suppress(self.not_found):  # gone already
+            self.write(self.custom.delete_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, sweep,
+                       propagation_policy="Background")
+        self.forget(sweep)
+
+    def names(self) -> list[str]:
+        body = self.call(self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL)
+        return sorted(item["metadata"]["name"] for item in body.get("items", []))
+
+    def owner(self, sweep: str) -> dict[str, Any] | None:
+        body = self.resources.get(sweep)
         if not body:
             return None
         return {"apiVersion": API_VERSION, "kind": KIND, "name": body["metadata"]["name"],
                 "uid": body["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
 
-    def _list_impl(self) -> list[str]:
-        body = self._call(self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL)
-        return sorted(item["metadata"]["name"] for item in body.get("items", []))
+    def forget(self, sweep: str) -> None:
+        self.resources.pop(sweep, None)
+        self.slices.forget(sweep)
 
-    # -- status ----------------------------------------------------------------------------------------
 
-    @staticmethod
-    def status_view(status: SweepStatus, sweep: Sweep, *, message: str = "",
-                    generation: int | None = None) -> dict[str, Any]:
-        """The `.status` view of a SweepStatus, JSON-ready. It leaves out each trial's `final` flag, which only
-        `_save_state` writes, so a merge patch of the view never unrecords an outcome."""
-        counts = counts_for(status)
-        phase = status.phase
-        if sweep.spec.suspend and not status.done:
-            phase = "Suspended"
-        trials = {
-            t.trial_id: TrialState(name=t.name, cell=t.label, gpu=t.gpu, phase=t.phase.value,
-                                   outcome=t.outcome.value if t.outcome else None, reason=t.reason or None,
-                                   startedAt=rfc3339(t.started_at), finishedAt=rfc3339(t.finished_at),
-                                   ).model_dump(mode="json", exclude={"final"})
-            for t in status.trials
-        }
-        body = SweepStatusBody(phase=phase, message=message, progress=f"{counts.done}/{counts.total}",
-                               counts=counts, observedGeneration=generation)
-        view = body.model_dump(mode="json", include={"phase", "message", "progress", "counts",
-                                                     "observedGeneration"})
-        view["trials"] = trials
-        return view
+def status_view(status: SweepStatus, sweep: Sweep, *, message: str = "", generation: int | None = None,
+                slices: int = 0) -> dict[str, Any]:
+    """The `.status` of a Sweep for a SweepStatus, JSON-ready and bounded (no per-trial list)."""
+    counts = counts_for(status)
+    phase = status.phase
+    if sweep.spec.suspend and not status.done:
+        phase = "Suspended"
+    body = SweepStatusBody(phase=phase, message=message, progress=f"{counts.done}/{counts.total}",
+                           counts=counts, observedGeneration=generation, trialSlices=slices)
+    view = body.model_dump(mode="json", include={"phase", "message", "progress", "counts", "observedGeneration",
+                                                 "trialSlices"})
+    view["attention"] = attention(status)
+    return view

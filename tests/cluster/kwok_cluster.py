@@ -224,10 +224,15 @@ def kwokctl_config(bins: Path, kubectl: Path, versions: dict[str, str], *, real_
     docs = [conf, cluster_logs()]
     # One controller-manager and one scheduler: they need no leader election. With it, an API server slowed past
     # the 10 s renew deadline (a busy 2-core machine pulling images) made both exit ("leaderelection lost"), and
-    # kwokctl does not restart them: Deployments then never became ready.
+    # kwokctl does not restart them: Deployments then never became ready. Client rate limits as a production
+    # control plane would set them for thousands of pods (with the defaults, 20-50 requests/s, the Job controller
+    # took 300 s to start the pods of 1,000 trials), and more parallel Job syncs: the operator is what the scale
+    # tests measure, not the controller-manager's throttle. kwokctl sets none of these flags itself, so each is
+    # appended (`override` only replaces a flag kwokctl already set, and drops the patch otherwise).
+    common = [("leader-elect", "false"), ("kube-api-qps", "400"), ("kube-api-burst", "800")]
+    flags = {"kube-controller-manager": [*common, ("concurrent-job-syncs", "50")], "kube-scheduler": common}
     patches: dict[str, list[dict[str, Any]]] = {
-        name: [{"key": "leader-elect", "value": "false", "override": True}]
-        for name in ("kube-controller-manager", "kube-scheduler")}
+        name: [{"key": key, "value": value} for key, value in pairs] for name, pairs in flags.items()}
     if real_node_pki is not None:
         options, node_patches = real_node.kwokctl_patches(real_node_pki)
         conf["options"].update(options)

@@ -26,6 +26,11 @@ from typing import Any
 import pytest
 import yaml
 
+from kubesweep.backends.k8s_state import TrialEntry
+from kubesweep.outcomes import Outcome
+from kubesweep.plan import plan
+from kubesweep.spec import parse_sweep
+
 pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -279,6 +284,20 @@ def sweep_status(inst: Installed, name: str) -> dict[str, Any]:
     return inst.cluster.get_json("sweep", name, namespace=inst.namespace).get("status") or {}
 
 
+def trial_slices(inst: Installed, name: str) -> dict[str, TrialEntry]:
+    """Every trial's entry in the sweep's TrialSlices (trial id → entry), as the operator wrote them."""
+    items = inst.cluster.get_json("trialslices", "-l", f"kubesweep.io/sweep={name}", namespace=inst.namespace)["items"]
+    return {tid: TrialEntry.decode(text) for item in items for tid, text in (item.get("trials") or {}).items()}
+
+
+def trials_by_cell(inst: Installed, name: str, path: Path) -> dict[str, TrialEntry]:
+    """The entries keyed by matrix cell (`l4 batch_size=16`), planned from the sweep file."""
+    doc = yaml.safe_load(path.read_text())
+    doc.setdefault("metadata", {})["name"] = name
+    cells = {t.id: t.label() for t in plan(parse_sweep(doc, allow_unpinned=True)).trials}
+    return {cells[tid]: entry for tid, entry in trial_slices(inst, name).items()}
+
+
 def wait_phase(inst: Installed, name: str, phases: set[str], timeout: float = 120, op: Any = None) -> dict[str, Any]:
     def reached() -> dict[str, Any] | None:
         status = sweep_status(inst, name)
@@ -348,7 +367,8 @@ def test_gpu_matrix_through_the_cli_reaches_succeeded(installed: Installed, oper
     assert status["phase"] == "Succeeded", status
     assert status["counts"]["total"] == 12 and status["counts"]["succeeded"] == 12 and status["counts"]["failed"] == 0
     assert status["progress"] == "12/12"
-    assert [t for t in status["trials"].values() if not (t.get("final") and t["outcome"] == "succeeded")] == []
+    entries = trial_slices(installed, "gpu-matrix")
+    assert len(entries) == 12 and all(e.final and e.outcome == Outcome.SUCCEEDED for e in entries.values())
 
     shown = json.loads(cli(installed, "status", "gpu-matrix", "-o", "json").stdout)
     assert len(shown["trials"]) == 12 and {t["phase"] for t in shown["trials"]} == {"Succeeded"}
@@ -383,13 +403,15 @@ def test_oom_trials_show_outcome_oom(installed: Installed, operator: OperatorPro
     path.write_text(yaml.safe_dump(doc))
     kubectl_apply(installed, path)
     status = wait_phase(installed, "oom", {"Succeeded", "Failed"}, timeout=90, op=operator)
-    by_cell = {t["cell"]: t for t in status["trials"].values()}
-    assert by_cell["l4 batch_size=16"]["outcome"] == "oom", by_cell
-    assert "CUDA out of memory" in by_cell["l4 batch_size=16"]["reason"]
-    assert by_cell["l4 batch_size=32"]["outcome"] == "oom"
-    assert "OOMKilled" in by_cell["l4 batch_size=32"]["reason"]
-    assert by_cell["l4 batch_size=8"]["outcome"] == "failed"
+    by_cell = trials_by_cell(installed, "oom", path)
+    assert by_cell["l4 batch_size=16"].outcome == Outcome.OOM, by_cell
+    assert "CUDA out of memory" in by_cell["l4 batch_size=16"].reason
+    assert by_cell["l4 batch_size=32"].outcome == Outcome.OOM
+    assert "OOMKilled" in by_cell["l4 batch_size=32"].reason
+    assert by_cell["l4 batch_size=8"].outcome == Outcome.FAILED
     assert status["phase"] == "Failed" and status["counts"]["oom"] == 2 and status["counts"]["failed"] == 1
+    # the status names the trials to look at (bounded), with their reasons
+    assert {n["outcome"] for n in status["attention"]} == {"oom", "failed"} and len(status["attention"]) == 3
 
 
 def test_deleting_the_sweep_deletes_its_jobs(installed: Installed, operator: OperatorProcess,
@@ -719,7 +741,7 @@ def test_jobs_deleted_while_the_operator_is_stopped_are_not_run_again(installed:
             assert len(held) == 3, held
             assert all(j["metadata"].get("deletionTimestamp") and FINALIZER in j["metadata"]["finalizers"]
                        for j in held)
-            assert not [t for t in (sweep_status(installed, name).get("trials") or {}).values() if t.get("final")]
+            assert not [e for e in trial_slices(installed, name).values() if e.final]
             op = OperatorProcess(installed, log).start()
             wait_phase(installed, name, {"Cancelled", "Succeeded", "Failed"}, timeout=60, op=op)
             _kwok().wait_until("the deleted Jobs gone", lambda: not sweep_jobs(installed, name) or None, 60)
@@ -727,12 +749,12 @@ def test_jobs_deleted_while_the_operator_is_stopped_are_not_run_again(installed:
             status = sweep_status(installed, name)
         finally:
             op.kill(signal.SIGTERM)
-    by_cell = {t["cell"]: t for t in status["trials"].values()}
+    by_cell = trials_by_cell(installed, name, path)
     assert status["phase"] == "Cancelled", status
     assert status["counts"]["succeeded"] == 2 and status["counts"]["cancelled"] == 1, status
-    assert by_cell["l40s batch_size=32"]["outcome"] == "cancelled", by_cell
-    assert by_cell["l40s batch_size=32"]["reason"] == "its Job was deleted before the trial finished"
-    assert all(t["final"] for t in status["trials"].values())
+    assert by_cell["l40s batch_size=32"].outcome == Outcome.CANCELLED, by_cell
+    assert by_cell["l40s batch_size=32"].reason == "its Job was deleted before the trial finished"
+    assert all(e.final for e in by_cell.values())
     rec.assert_each_trial_ran(3)
     assert not sweep_jobs(installed, name)
 
@@ -752,7 +774,7 @@ def test_ttl_zero_runs_every_trial_once(installed: Installed, operator: Operator
         _kwok().wait_until("every Job deleted by its TTL", lambda: not sweep_jobs(installed, name) or None, 60)
         time.sleep(3)  # resyncs every 2 s: nothing is started again
     assert status["phase"] == "Succeeded" and status["counts"]["succeeded"] == 6, status
-    assert all(t["final"] for t in status["trials"].values())
+    assert all(e.final for e in trial_slices(installed, name).values())
     rec.assert_each_trial_ran(6)
 
 
@@ -846,6 +868,127 @@ def test_a_paused_leader_makes_no_write_after_a_standby_took_over(installed: Ins
     assert "a write is not sent" in a.text(), a.text()[-3000:]  # the checked write, after SIGCONT
 
 
+def test_a_sweep_of_10_to_the_8_trials_is_invalid_at_once_and_the_operator_unharmed(
+        installed: Installed, operator: OperatorProcess, tmp_path: Path) -> None:
+    """The trial count is computed from the axes before anything is expanded: a Sweep of 10^8 trials (applied
+    with kubectl, so no CLI check ran) is Invalid within a second of the operator seeing it, naming the count and
+    the limit, and the operator goes on driving other sweeps."""
+    # a first sweep runs to its end: the operator's watch of Sweeps is up (not what is timed below)
+    before = sweep_file(tmp_path, "before-huge", {"gpu": ["l4"], "batch_size": [8]},
+                        hooks={"kubesweep.io/test-duration": "500ms"})
+    kubectl_apply(installed, before)
+    assert wait_phase(installed, "before-huge", {"Succeeded", "Failed"}, timeout=60, op=operator)["phase"] == (
+        "Succeeded")
+    axes = {"batch_size": list(range(1, 11)), "learning_rate": [i * 1e-5 for i in range(1, 11)],
+            "seed": list(range(10)), "max_steps": list(range(1, 11)), "grad_accum": list(range(1, 11)),
+            "num_workers": list(range(10)), "warmup_batches": list(range(10)), "log_every": list(range(1, 11))}
+    path = sweep_file(tmp_path, "huge", axes, hooks={})
+    kubectl_apply(installed, path)
+    status = _kwok().wait_until("huge Invalid", lambda: (sweep_status(installed, "huge") or {}).get("phase")
+                                == "Invalid" or None, 30, interval=0.2)
+    assert status
+    message = sweep_status(installed, "huge")["message"]
+    assert "100,000,000 trials" in message and "limit of 10,000" in message, message
+    # timed by the API server (audit log, tests/cluster/audit-policy.yaml): the apply, then the Invalid status
+    cluster = installed.cluster
+    if cluster.workdir:
+        events = [e for e in _audit_events(cluster.workdir / "logs" / "audit.log")
+                  if e["objectRef"].get("name") == "huge" and e["objectRef"].get("namespace") == installed.namespace
+                  and e["objectRef"].get("resource") == "sweeps"]
+        applied = min(datetime.fromisoformat(e["stageTimestamp"]) for e in events if not e["objectRef"].get(
+            "subresource"))
+        judged = min(_received(e) for e in events if e["objectRef"].get("subresource") == "status")
+        took = (judged - applied).total_seconds()
+        assert took < 1.0, f"Invalid {took:.2f} s after the Sweep was applied"
+    small = sweep_file(tmp_path, "after-huge", {"gpu": ["l4"], "batch_size": [8]},
+                       hooks={"kubesweep.io/test-duration": "500ms"})
+    kubectl_apply(installed, small)
+    assert wait_phase(installed, "after-huge", {"Succeeded", "Failed"}, timeout=60, op=operator)["phase"] == "Succeeded"
+    assert operator.proc is not None and operator.proc.poll() is None
+
+
+SCALE_TRIALS = 5_000
+OBJECT_BOUND = 256 * 1024
+
+
+def test_a_5000_trial_sweep_succeeds_with_bounded_objects_across_a_restart(installed: Installed,
+                                                                           tmp_path: Path) -> None:
+    """5,000 CPU trials, all allowed at once, on a kwok node with room for them: the operator is SIGKILLed once
+    about half of the Jobs exist and a new one finishes the sweep. Every trial's Job is created exactly once (the
+    audit log's server-side applies that answered 201 Created, per Job name) and ran one pod; no object the
+    operator wrote is larger than 256 KiB (the Sweep with its status, each TrialSlice), and every outcome is
+    recorded. The Lease is the production default (15 s): writes carry its remaining validity as their timeout.
+    bench/operator_scale.py measures the same path at 10,000 trials."""
+    cluster, ns = installed.cluster, installed.namespace
+    if not cluster.workdir:
+        pytest.skip("counts Job creations in the audit log of a test cluster started by kwokctl")
+    audit = cluster.workdir / "logs" / "audit.log"
+    node = f"kubesweep-scale-{uuid.uuid4().hex[:6]}"
+    manifest = _kwok().cpu_node_manifest(node)
+    room = {"cpu": "1000", "memory": "4Ti", "pods": str(SCALE_TRIALS + 100)}
+    manifest["status"] = {"allocatable": room, "capacity": dict(room)}
+    cluster.apply(manifest)
+    name = "scale"
+    doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep",
+           "metadata": {"name": name, "annotations": {
+               "kubesweep.io/test-pod-annotations": json.dumps({"kubesweep.io/test-duration": "1s"})}},
+           "spec": {"image": JOB_IMAGE, "job": {"max_steps": 2},
+                    "matrix": {"seed": list(range(SCALE_TRIALS // 50)),
+                               "learning_rate": [round(1e-5 * (i + 1), 6) for i in range(50)]},
+                    "resources": {"gpus_per_trial": 0, "cpu": "10m", "memory": "16Mi", "retries": 0},
+                    "concurrency": {"max_parallel": SCALE_TRIALS}}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    log = tmp_path / "operator.log"
+    op = OperatorProcess(installed, log, identity="scale-1", lease_duration=15).start()
+    try:
+        kubectl_apply(installed, path)
+
+        def jobs_now() -> int:
+            out = cluster.kubectl("get", "jobs", "-l", f"kubesweep.io/sweep={name}", "-o", "name", namespace=ns)
+            return len(out.stdout.split())
+
+        _kwok().wait_until("half of the Jobs", lambda: jobs_now() >= SCALE_TRIALS // 2 or None, 300, interval=2)
+        op.kill(signal.SIGKILL)
+        op = OperatorProcess(installed, log, identity="scale-2", lease_duration=15).start()
+        status = wait_phase(installed, name, {"Succeeded", "Failed"}, timeout=900, op=op)
+    finally:
+        op.kill(signal.SIGTERM)
+    assert status["phase"] == "Succeeded" and status["progress"] == f"{SCALE_TRIALS}/{SCALE_TRIALS}", status
+    assert "scale-1" in log.read_text() and "test hook" not in log.read_text()
+
+    sweep = cluster.get_json("sweep", name, namespace=ns)
+    slices = cluster.get_json("trialslices", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
+    sizes = {f"sweep/{name}": len(json.dumps(sweep))} | {f"trialslice/{s['metadata']['name']}": len(json.dumps(s))
+                                                           for s in slices}
+    assert max(sizes.values()) <= OBJECT_BOUND, sizes
+    assert len(slices) == SCALE_TRIALS // 500 == status["trialSlices"]
+    entries = trial_slices(installed, name)
+    assert len(entries) == SCALE_TRIALS and all(e.final and e.outcome == Outcome.SUCCEEDED for e in entries.values())
+
+    created: dict[str, int] = {}
+    for event in _audit_events(audit):
+        ref = event.get("objectRef", {})
+        if (ref.get("resource") == "jobs" and ref.get("namespace") == ns and not ref.get("subresource")
+                and event.get("verb") in ("create", "patch") and event.get("responseStatus", {}).get("code") == 201
+                and ref.get("name", "").startswith(f"{name}-")):
+            created[ref["name"]] = created.get(ref["name"], 0) + 1
+    # a Job created twice (deleted and applied again: its trial would run twice) answers 201 twice; an apply whose
+    # client timed out may have created its Job without a 201 in the log, so not every name need appear
+    assert len(created) >= SCALE_TRIALS * 0.99 and set(created.values()) == {1}, sorted(
+        (n, c) for n, c in created.items() if c != 1)[:10]
+    pods = cluster.get_json("pods", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
+    per_job = {}
+    for pod in pods:
+        owner = next(r["name"] for r in pod["metadata"]["ownerReferences"] if r["kind"] == "Job")
+        per_job[owner] = per_job.get(owner, 0) + 1
+    assert len(per_job) == SCALE_TRIALS and set(per_job.values()) == {1}
+
+    cluster.kubectl("delete", "sweep", name, "--wait=false", namespace=ns)
+    _kwok().wait_until("the sweep's Jobs collected", lambda: jobs_now() == 0 or None, 600, interval=5)
+    cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+
+
 def test_operator_entry_point_help() -> None:
     out = subprocess.run([sys.executable, "-m", "kubesweep.operator", "--help"], capture_output=True, text=True,
                          timeout=60)
@@ -870,7 +1013,7 @@ def test_without_the_crd_the_cli_says_how_to_install_and_direct_mode_works(insta
         job = sweep_jobs(installed, "direct")[0]
         assert not job["metadata"].get("finalizers") and job["spec"]["ttlSecondsAfterFinished"] >= 600
     finally:
-        cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "sweeps.kubesweep.io.yaml"))
+        cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "kubesweep.io.yaml"))
         # kubectl's own 30 s were once not enough on a loaded machine (the names of a just-deleted CRD are
         # released asynchronously)
         cluster.kubectl("wait", "--for=condition=Established", "crd/sweeps.kubesweep.io", "--timeout=150s",

@@ -8,7 +8,7 @@ from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.operator import testhooks
 from kubesweep.operator.controller import OperatorBackend, _changed
 from kubesweep.operator.leader import LeaseElector
-from kubesweep.operator.store import SweepStore, counts_for, recorded_outcomes
+from kubesweep.operator.store import ATTENTION, counts_for, status_view
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep
@@ -35,25 +35,29 @@ def test_hook_rules_match_by_axes_and_only_copy_test_annotations() -> None:
         testhooks.parse_rules("{")
 
 
-def test_status_view_counts_and_leaves_recorded_flags_alone() -> None:
+def test_status_view_is_bounded_counts_and_names_the_trials_to_look_at() -> None:
     sweep, p = _plan()
     a, b = p.trials
     status = SweepStatus("s", "kubernetes", [
         TrialStatus(a.id, a.name, a.label(), a.gpu, Phase.FAILED, Outcome.OOM, "CUDA out of memory", 1, 10.0, 20.0),
         TrialStatus(b.id, b.name, b.label(), b.gpu, Phase.RUNNING, None, "", 1, 15.0)])
-    view = SweepStore.status_view(status, sweep)
-    assert view["phase"] == "Running" and view["progress"] == "1/2"
+    view = status_view(status, sweep, slices=1)
+    assert view["phase"] == "Running" and view["progress"] == "1/2" and view["trialSlices"] == 1
     assert view["counts"]["oom"] == 1 and view["counts"]["running"] == 1 and view["counts"]["failed"] == 0
-    assert all("final" not in entry for entry in view["trials"].values())
-    assert view["trials"][a.id]["startedAt"] == "1970-01-01T00:00:10Z"
+    assert "trials" not in view
+    assert view["attention"] == [{"name": a.name, "phase": "Failed", "outcome": "oom",
+                                  "reason": "CUDA out of memory"}]
     assert counts_for(status).done == 1
+    stored = {k: v for k, v in view.items() if v is not None}
+    assert not _changed(view, stored)  # nulls are absent keys
+    assert _changed({**view, "progress": "2/2"}, stored)
 
-    stored = {**view, "trials": {tid: {k: v for k, v in e.items() if v is not None} | {"final": True}
-                                 for tid, e in view["trials"].items()}}
-    assert not _changed(view, stored)  # nulls are absent keys; `final` is not part of the view
-    moved = {**view, "trials": {**view["trials"], b.id: {**view["trials"][b.id], "phase": "Succeeded"}}}
-    assert _changed(moved, stored)
-    assert set(recorded_outcomes(stored)) == {a.id}  # only entries with an outcome count as recorded
+    many = SweepStatus("s", "kubernetes", [
+        TrialStatus(f"t{i}", f"s-{i}", "", None, Phase.FAILED, Outcome.FAILED, "x" * 5000, 1, float(i), float(i))
+        for i in range(10_000)])
+    view = status_view(many, sweep)
+    assert len(view["attention"]) == ATTENTION and view["attention"][0]["name"] == "s-9999"  # newest first
+    assert all(len(note["reason"]) <= 240 for note in view["attention"])
 
 
 # -- fault points and the write guard ---------------------------------------------------------------------
