@@ -948,10 +948,10 @@ def test_a_5000_trial_sweep_succeeds_with_bounded_objects_across_a_restart(insta
             out = cluster.kubectl("get", "jobs", "-l", f"kubesweep.io/sweep={name}", "-o", "name", namespace=ns)
             return len(out.stdout.split())
 
-        _kwok().wait_until("half of the Jobs", lambda: jobs_now() >= SCALE_TRIALS // 2 or None, 300, interval=2)
+        _kwok().wait_until("half of the Jobs", lambda: jobs_now() >= SCALE_TRIALS // 2 or None, 900, interval=2)
         op.kill(signal.SIGKILL)
         op = OperatorProcess(installed, log, identity="scale-2", lease_duration=15).start()
-        status = wait_phase(installed, name, {"Succeeded", "Failed"}, timeout=900, op=op)
+        status = wait_phase(installed, name, {"Succeeded", "Failed"}, timeout=1200, op=op)
     finally:
         op.kill(signal.SIGTERM)
     assert status["phase"] == "Succeeded" and status["progress"] == f"{SCALE_TRIALS}/{SCALE_TRIALS}", status
