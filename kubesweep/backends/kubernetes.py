@@ -68,6 +68,7 @@ from kubesweep.plan import Plan, Trial, make_trial, plan
 SEARCH_SUFFIX = "-search"  # ConfigMap of the trials a search added while the sweep runs
 APPLY = "application/apply-patch+yaml"
 WRITE_THREADS = 8
+CONNECTIONS = 4 * WRITE_THREADS  # HTTP connections kept per API client: write threads, watches, reads
 STRATEGIC = "application/strategic-merge-patch+json"
 APPLIED_GRACE = 60.0  # seconds a Job applied here counts as existing while no cache has shown it
 PodAnnotations = Callable[[Trial], Mapping[str, str]]
@@ -576,18 +577,24 @@ def _api_error(exc: Any) -> str:
 
 
 def _load_config(k8s: Any, kubeconfig: str | Path | None) -> tuple[Any, str | None]:
-    """An API client from the kubeconfig (flag, $KUBECONFIG, ~/.kube/config) or the in-cluster config."""
+    """An API client from the kubeconfig (flag, $KUBECONFIG, ~/.kube/config) or the in-cluster config, with a
+    connection pool of `CONNECTIONS` (the client's default, five per CPU, is smaller than the write threads plus
+    the watches: every request past it opened a new TLS connection)."""
+    config = k8s.client.Configuration()
     try:
         if kubeconfig or Path("~/.kube/config").expanduser().exists() or _env_kubeconfig():
             path = str(kubeconfig) if kubeconfig else None
             _, context = k8s.config.list_kube_config_contexts(config_file=path)
-            client = k8s.config.new_client_from_config(config_file=path)
-            return client, context.get("context", {}).get("namespace")
-        k8s.config.load_incluster_config()
-        namespace = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-        return k8s.client.ApiClient(), namespace.read_text().strip() if namespace.exists() else None
+            k8s.config.load_kube_config(config_file=path, client_configuration=config)
+            namespace = context.get("context", {}).get("namespace")
+        else:
+            k8s.config.load_incluster_config(client_configuration=config)
+            path_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            namespace = path_ns.read_text().strip() if path_ns.exists() else None
     except (k8s.config.ConfigException, OSError) as exc:
         raise BackendError(f"no usable Kubernetes configuration (kubeconfig or in-cluster): {exc}") from None
+    config.connection_pool_maxsize = CONNECTIONS
+    return k8s.client.ApiClient(configuration=config), namespace
 
 
 def _env_kubeconfig() -> bool:
