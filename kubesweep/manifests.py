@@ -284,9 +284,7 @@ def render_tuner_job(sweep: Sweep, *, image: str, trial_image: str | None = None
     env = [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONUNBUFFERED", "value": "1"},
            {"name": "KUBESWEEP_RAY_TMP", "value": "/tmp/ray"},
            {"name": "KUBESWEEP_IMAGE", "value": trial_image or image},
-           *(tracking.env() if tracking else [])]
-    if tracking and tracking.parent_run_id:
-        env.append({"name": "KUBESWEEP_PARENT_RUN_ID", "value": tracking.parent_run_id})
+           *(tracking.env() if tracking else [])]  # with the parent run, when there is one
     mounts = [{"name": "sweep-spec", "mountPath": CONFIG_DIR, "readOnly": True},
               {"name": "tmp", "mountPath": "/tmp"}]
     volumes: list[dict[str, Any]] = [

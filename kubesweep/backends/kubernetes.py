@@ -117,7 +117,7 @@ class KubernetesBackend(Backend):
         self.writes = 0  # API write requests made, for benchmarks
         self._followers: dict[str, _Follower] = {}
         self._plans: dict[str, Plan] = {}
-        self._orders: dict[str, tuple[int, dict[str, int]]] = {}
+        self._orders: dict[str, tuple[Plan, dict[str, int]]] = {}  # per sweep: the plan, trial id → position
         self._applied: dict[str, dict[str, float]] = {}  # sweep -> trial id -> when its Job was applied here
         self._released: dict[str, float] = {}  # Job uid -> when its finalizer was removed here
         self.store: StateStore = ConfigMapStore(self.core, self.namespace, call=self._call, write=self._write,
@@ -177,8 +177,8 @@ class KubernetesBackend(Backend):
         """trial id → its position in the plan (which decides its trial slice)."""
         p = self._plan_for(state)
         cached = self._orders.get(state.sweep.name)
-        if cached is None or cached[0] != id(p):
-            cached = self._orders[state.sweep.name] = (id(p), {t.id: i for i, t in enumerate(p.trials)})
+        if cached is None or cached[0] is not p:
+            cached = self._orders[state.sweep.name] = (p, {t.id: i for i, t in enumerate(p.trials)})
         return cached[1]
 
     def _plan_for(self, state: SweepState) -> Plan:

@@ -221,6 +221,13 @@ def test_tuner_job_manifest_is_a_valid_job() -> None:
     doc = json.loads(job["spec"]["template"]["metadata"]["annotations"][ANNOTATION_SWEEP])
     assert parse_sweep(doc).to_document() == sweep.to_document()
     assert len(tuner_name("x" * 63)) <= 63
+    # with the sweep's MLflow parent run: each variable once (a duplicate is refused by server-side apply)
+    from kubesweep.manifests import TrackingEnv
+
+    tracked = render_tuner_job(sweep, image="img@sha256:" + "1" * 64, namespace="ns",
+                               tracking=TrackingEnv("http://mlflow:5000", "t", "run123"))
+    names = [e["name"] for e in tracked["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert len(names) == len(set(names)) and names.count("KUBESWEEP_PARENT_RUN_ID") == 1, names
     (rendered,) = render_plan(plan(sweep))  # a search plans no trials: its manifest is the tuner Job
     assert rendered["metadata"]["name"] == "t-tuner"
     kv = pytest.importorskip("kubernetes_validate")
