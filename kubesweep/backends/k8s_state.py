@@ -80,7 +80,7 @@ class TrialEntry:
 
     def encode(self) -> str:
         """`phase|outcome|started|finished|final|reason` (epoch seconds; the reason last, it may hold `|`)."""
-        reason = self.reason.encode()[:REASON_BYTES].decode(errors="ignore").replace("\n", " ")
+        reason = clip_reason(self.reason).replace("\n", " ")
         return "|".join([self.phase.value, self.outcome.value if self.outcome else "", _num(self.started_at),
                          _num(self.finished_at), "1" if self.final else "", reason])
 
@@ -89,6 +89,11 @@ class TrialEntry:
         phase, outcome, started, finished, final, reason = text.split("|", 5)
         return cls(Phase(phase), Outcome(outcome) if outcome else None, reason,
                    float(started) if started else None, float(finished) if finished else None, final == "1")
+
+
+def clip_reason(text: str) -> str:
+    """A reason cut to `REASON_BYTES` of UTF-8, on a character boundary (what bounds slices and status)."""
+    return text.encode()[:REASON_BYTES].decode(errors="ignore")
 
 
 def _num(value: float | None) -> str:
@@ -130,6 +135,7 @@ class TrialSlices:
         self.kind = kind
         self.namespace = namespace
         self._held: dict[str, dict[int, dict[str, str]]] = {}  # sweep -> slice -> trial id -> encoded entry
+        self._decoded: dict[str, dict[str, TrialEntry]] = {}  # sweep -> trial id -> entry, as `_held` holds
 
     def read(self, sweep: str) -> dict[str, TrialEntry]:
         """Every entry of the sweep, read from the cluster (and remembered)."""
@@ -146,37 +152,44 @@ class TrialSlices:
                     raise BackendError(f"sweep {sweep!r}: trial slice {obj['metadata']['name']} holds an "
                                        f"unreadable entry for {tid}: {exc}") from None
         self._held[sweep] = held
-        return out
+        self._decoded[sweep] = out
+        return dict(out)
 
     def held(self, sweep: str) -> dict[str, TrialEntry] | None:
         """The entries as last read or written here (None: never read in this process)."""
         held = self._held.get(sweep)
         if held is None:
             return None
-        return {tid: TrialEntry.decode(text) for entries in held.values() for tid, text in entries.items()}
+        decoded = self._decoded.get(sweep)
+        if decoded is None:
+            decoded = self._decoded[sweep] = {tid: TrialEntry.decode(text) for entries in held.values()
+                                              for tid, text in entries.items()}
+        return dict(decoded)
 
     def write(self, sweep: str, entries: Mapping[str, TrialEntry], order: Mapping[str, int],
               owner: dict[str, Any] | None = None, *, replace: bool = False) -> int:
-        """Set these entries (trial id → entry; `order`: trial id → position in the plan). With `replace`, the
-        sweep's entries are exactly these (others are removed). Returns the number of slices written."""
+        """Set these entries (trial id → entry; `order`: trial id → position in the plan, which fixes each
+        trial's slice). With `replace`, the sweep's entries are exactly these (others are removed). Returns the
+        number of slices written."""
         held = self._held.setdefault(sweep, {})
-        wanted: dict[int, dict[str, str]] = {} if replace else {k: dict(v) for k, v in held.items()}
-        if not replace:
-            for entries_of_slice in wanted.values():
-                for tid in [t for t in entries_of_slice if t in entries]:
-                    del entries_of_slice[tid]
+        wanted: dict[int, dict[str, str]] = {}
         for tid, entry in entries.items():
             if tid not in order:
                 continue
-            wanted.setdefault(order[tid] // SLICE_SIZE, {})[tid] = entry.encode()
+            index = order[tid] // SLICE_SIZE
+            if index not in wanted:
+                wanted[index] = {} if replace else dict(held.get(index, {}))
+            wanted[index][tid] = entry.encode()
         written = 0
-        for index in sorted(set(wanted) | set(held)):
+        for index in sorted(set(wanted) | (set(held) if replace else set())):
             new = wanted.get(index, {})
             if new == held.get(index, {}):
                 continue
             self.kind.apply(self.kind.body(self.namespace, sweep, index, new, owner))
             held[index] = new
             written += 1
+        if written:
+            self._decoded.pop(sweep, None)
         return written
 
     def count(self, sweep: str) -> int:
@@ -185,6 +198,7 @@ class TrialSlices:
 
     def forget(self, sweep: str) -> None:
         self._held.pop(sweep, None)
+        self._decoded.pop(sweep, None)
 
     def delete(self, sweep: str) -> None:
         for obj in self.kind.list(self.namespace, sweep):

@@ -170,12 +170,7 @@ class SweepClient(KubernetesBackend):
 
     def _delete_impl(self, sweep: str) -> None:
         self.get_resource(sweep)
-        try:
-            self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, sweep,
-                                                        propagation_policy="Background")
-        except self.ApiException as exc:
-            if exc.status != 404:
-                raise BackendError(f"cannot delete sweep {sweep!r}: {exc.status} {exc.reason}") from None
+        self.sweeps.delete(sweep)  # its Jobs and TrialSlices go with it (ownerReferences)
 
     def reconcile(self, sweep: str) -> SweepStatus:  # the operator reconciles; a client only reads
         return self._status_impl(sweep)

@@ -32,6 +32,7 @@ from kubesweep.backends.k8s_state import (
     SweepState,
     TrialEntry,
     TrialSlices,
+    clip_reason,
     recorded_in,
 )
 from kubesweep.crd import GROUP, KIND, PLURAL, SLICE_KIND, SLICE_PLURAL, VERSION, Counts, SweepStatusBody, TrialNote
@@ -108,7 +109,7 @@ def attention(status: SweepStatus, limit: int = ATTENTION) -> list[dict[str, Any
                or t.outcome in (Outcome.FAILED, Outcome.OOM, Outcome.GPU_MISMATCH)]
     flagged.sort(key=lambda t: t.finished_at or t.started_at or 0, reverse=True)
     return [TrialNote(name=t.name, phase=t.phase.value, outcome=t.outcome.value if t.outcome else None,
-                      reason=(t.reason or "").encode()[:240].decode(errors="ignore") or None
+                      reason=clip_reason(t.reason or "") or None
                       ).model_dump(mode="json") for t in flagged[:limit]]
 
 
