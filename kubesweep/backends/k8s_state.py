@@ -40,6 +40,13 @@ LABEL_SLICE = "kubesweep.io/slice"
 APPLY = "application/apply-patch+yaml"
 
 
+def discard(resp: Any) -> None:
+    """Read out and release a response whose body is not wanted (a request made with `_preload_content=False`):
+    an unread response keeps its connection out of the pool, and the next request opens a new TLS connection."""
+    resp.drain_conn()
+    resp.release_conn()
+
+
 @dataclass
 class Recorded:
     """A finished trial's outcome as recorded in the sweep's state."""
@@ -276,8 +283,9 @@ class ConfigMapSlices(SliceKind):
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": dict(entries)}
 
     def apply(self, body: dict[str, Any]) -> None:
-        self.write(self.core.patch_namespaced_config_map, body["metadata"]["name"], body["metadata"]["namespace"],
-                   body, field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False)
+        discard(self.write(self.core.patch_namespaced_config_map, body["metadata"]["name"],
+                           body["metadata"]["namespace"], body, field_manager=FIELD_MANAGER, force=True,
+                           _content_type=APPLY, _preload_content=False))
 
     def delete(self, namespace: str, name: str) -> None:
         self.write(self.core.delete_namespaced_config_map, name, namespace)
@@ -336,8 +344,8 @@ class ConfigMapStore(StateStore):
             "metadata": {"name": self.name_of(sweep.name), "namespace": self.namespace,
                          "labels": {**sweep_labels(sweep.name), LABEL_COMPONENT: STATE_COMPONENT}},
             "data": data}
-        self.write(self.core.patch_namespaced_config_map, body["metadata"]["name"], self.namespace, body,
-                   field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False)
+        discard(self.write(self.core.patch_namespaced_config_map, body["metadata"]["name"], self.namespace, body,
+                           field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False))
 
     def create(self, sweep: Sweep, parent_run_id: str | None) -> None:
         self._save_main(sweep, cancelled=False, parent_run_id=parent_run_id)

@@ -7,8 +7,8 @@ list's resourceVersion, with bookmarks, and lists again only when the API server
 thread.
 
 A cache lags the API server by one watch event at most: callers must not take a missing Job for proof that none
-exists when that would start a trial twice. The backend only ever creates a trial's Job by server-side apply
-under the trial's own name, so a stale read costs a repeated (idempotent) apply, never a second run.
+exists when that would start a trial twice. The backend only ever creates a trial's Job under the trial's own
+name, so a stale read costs a refused create (409, taken as "exists"), never a second run.
 """
 
 from __future__ import annotations

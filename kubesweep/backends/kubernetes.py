@@ -7,9 +7,10 @@ State lives in the cluster, so any shell (or the operator) can pick a sweep up:
 - the trials themselves as Jobs labelled `kubesweep.io/sweep` and `kubesweep.io/trial`, read through
   watch-backed caches (`k8s_watch`) while a sweep is followed, by a LIST otherwise.
 
-`reconcile` is the one step everything uses: observe the sweep's Jobs and pods, record newly finished outcomes,
-and create the next trials the concurrency limits allow (server-side apply, field manager `kubesweep`;
-idempotent). Whoever waits on a sweep drives it by calling `reconcile` whenever a watch reports a change.
+`reconcile` is the one step everything uses: observe the sweep's Jobs and pods, record newly finished outcomes, and
+create the next trials the concurrency limits allow (a create per Job, field manager `kubesweep`; a Job of the
+trial's name already there is taken as the trial's, so it is idempotent). Whoever waits on a sweep drives it by
+calling `reconcile` whenever a watch reports a change.
 
 A trial whose Job vanished before its outcome was recorded would read as Pending and run again. The operator
 (`job_finalizers`) puts a finalizer on its trial Jobs and removes it only once the outcome is recorded. This
@@ -47,6 +48,7 @@ from kubesweep.backends.k8s_state import (
     Recorded,
     StateStore,
     SweepState,
+    discard,
     phase_for,
 )
 from kubesweep.backends.k8s_status import Observed, observe
@@ -120,6 +122,7 @@ class KubernetesBackend(Backend):
         self._orders: dict[str, tuple[Plan, dict[str, int]]] = {}  # per sweep: the plan, trial id → position
         self._applied: dict[str, dict[str, float]] = {}  # sweep -> trial id -> when its Job was applied here
         self._released: dict[str, float] = {}  # Job uid -> when its finalizer was removed here
+        self._capped: set[str] = set()  # sweeps whose last step started `max_starts_per_step` trials
         self.store: StateStore = ConfigMapStore(self.core, self.namespace, call=self._call, write=self._write,
                                                 not_found=self.ApiException)
 
@@ -159,8 +162,22 @@ class KubernetesBackend(Backend):
         return self._call(fn, *args, **kwargs)
 
     def _apply(self, patch_fn: Callable[..., Any], body: Mapping[str, Any]) -> None:
-        self._write(patch_fn, body["metadata"]["name"], self.namespace, body, field_manager=FIELD_MANAGER,
-                    force=True, _content_type=APPLY, _preload_content=False)
+        discard(self._write(patch_fn, body["metadata"]["name"], self.namespace, body, field_manager=FIELD_MANAGER,
+                            force=True, _content_type=APPLY, _preload_content=False))
+
+    def _create_job(self, job: Mapping[str, Any]) -> None:
+        """Create a trial's Job, which has none yet. A create costs the API server less than an apply (no merge
+        with a live object); a Job of that name already there (409: a cache behind, another writer) is the
+        trial's Job, left as it is."""
+        def create(body: Mapping[str, Any], **kwargs: Any) -> None:
+            try:
+                discard(self.batch.create_namespaced_job(self.namespace, body, field_manager=FIELD_MANAGER,
+                                                         _preload_content=False, **kwargs))
+            except self.ApiException as exc:
+                if exc.status != 409:
+                    raise
+
+        self._write(create, job)
 
     def _owner(self, state: SweepState) -> dict[str, Any] | None:
         """The ownerReference put on a sweep's Jobs (the operator: its Sweep, so deleting it cascades)."""
@@ -374,6 +391,8 @@ class KubernetesBackend(Backend):
             chosen.append(trials[s.trial_id])
             per_type[s.gpu] += 1
             room -= 1
+        capped = self.max_starts_per_step is not None and len(chosen) >= self.max_starts_per_step
+        (self._capped.add if capped else self._capped.discard)(state.sweep.name)
         if not chosen:
             return
         image = resolve_image(state.sweep, allow_unpinned=True)
@@ -410,9 +429,9 @@ class KubernetesBackend(Backend):
         if not mine or now - self._released.get(key, -APPLIED_GRACE) < APPLIED_GRACE:  # a cache behind our patch
             return
         with contextlib.suppress(self.ApiException):  # 404: gone already
-            self._write(self.batch.patch_namespaced_job, job["metadata"]["name"], self.namespace,
-                        {"metadata": {"$deleteFromPrimitiveList/finalizers": mine}}, _content_type=STRATEGIC,
-                        _preload_content=False)
+            discard(self._write(self.batch.patch_namespaced_job, job["metadata"]["name"], self.namespace,
+                                {"metadata": {"$deleteFromPrimitiveList/finalizers": mine}}, _content_type=STRATEGIC,
+                                _preload_content=False))
         self._released[key] = now
         if len(self._released) > 4 * len(self._applied) + 10_000:  # keep it bounded: drop expired entries
             self._released = {k: t for k, t in self._released.items() if now - t < APPLIED_GRACE}
@@ -431,7 +450,7 @@ class KubernetesBackend(Backend):
             if obj["kind"] != "Job":
                 self._apply(self.core.patch_namespaced_service, obj)
                 return
-            self._apply(self.batch.patch_namespaced_job, obj)
+            self._create_job(obj)
             labels = obj["metadata"]["labels"]
             self._applied.setdefault(labels[LABEL_SWEEP], {})[labels[LABEL_TRIAL]] = time.monotonic()
 
@@ -542,6 +561,7 @@ class KubernetesBackend(Backend):
         """Drop everything this process remembers of a sweep."""
         for cache in (self._plans, self._orders, self._applied):
             cache.pop(sweep, None)  # type: ignore[attr-defined]
+        self._capped.discard(sweep)
         self.store.forget(sweep)
 
     def _list_impl(self) -> list[str]:

@@ -1,15 +1,15 @@
 """One idempotent step per Sweep: carry out requests, reconcile with the planner and renderer, publish status.
 
 `OperatorBackend` is the Kubernetes backend with its state in the Sweep resource and its TrialSlices
-(`SweepResourceStore`), Jobs and pods read from the operator's watch caches (`ClusterCache`), plus a write
-guard: every write to the cluster first checks that this replica still holds the Lease (`may_write`), carries
-the Lease's remaining validity as its request timeout, and is followed by a second check that stops the step
-when the Lease was lost meanwhile; so a replica that lost it (paused, partitioned, slow) stops acting before
-another may have started. A step can be interrupted at any point (SIGKILL included) and the next step, in this
-process or another, observes the same Jobs and finishes the work; Jobs are named after their trial and created
-by server-side apply only for trials that have none, so no trial is started twice. Each trial Job carries the
-finalizer `kubesweep.io/outcome` until its outcome is recorded in its TrialSlice, so a Job deleted early (TTL,
-by hand) is read before it goes.
+(`SweepResourceStore`), Jobs and pods read from the operator's watch caches (`ClusterCache`), plus a write guard:
+every write to the cluster first checks that this replica still holds the Lease (`may_write`), carries the Lease's
+remaining validity as its request timeout, and is followed by a second check that stops the step when the Lease was
+lost meanwhile; so a replica that lost it (paused, partitioned, slow) stops acting before another may have started.
+A step can be interrupted at any point (SIGKILL included) and the next step, in this process or another, observes
+the same Jobs and finishes the work; Jobs are named after their trial and created only for trials that have none (a
+create, which fails on an existing name), so no trial is started twice. Each trial Job carries the finalizer
+`kubesweep.io/outcome` until its outcome is recorded in its TrialSlice, so a Job deleted early (TTL, by hand) is
+read before it goes.
 """
 
 from __future__ import annotations
@@ -120,10 +120,9 @@ class OperatorBackend(KubernetesBackend):
             log.warning("the leader Lease lapsed while a write was under way: the step stops")
             raise NotLeader("the leader Lease lapsed during a write") from None
 
-    def _apply(self, patch_fn: Callable[..., Any], body: Mapping[str, Any]) -> None:
-        super()._apply(patch_fn, body)  # a guarded `_write`
-        if body.get("kind") == "Job":
-            self.faults.reached("job-apply")
+    def _create_job(self, job: Mapping[str, Any]) -> None:
+        super()._create_job(job)  # a guarded `_write`
+        self.faults.reached("job-apply")
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self._guard()  # before `_status_extra` is taken: a replica that may not write keeps it
@@ -318,7 +317,8 @@ class OperatorBackend(KubernetesBackend):
         self._record_late(state, status)
         jobs = self._jobs(name)
         self._record_deleted(state, jobs)
-        self._release_recorded(name, jobs)
+        if name not in self._capped:  # starts first: finalizers wait for a step that started all it could
+            self._release_recorded(name, jobs)
         status = self._shown_as_recorded(name, status)
         if state.sweep.spec.suspend and not status.done:
             message = "suspended: running trials finish, no new trial starts"

@@ -33,6 +33,7 @@ from kubesweep.backends.k8s_state import (
     TrialEntry,
     TrialSlices,
     clip_reason,
+    discard,
     recorded_in,
 )
 from kubesweep.crd import GROUP, KIND, PLURAL, SLICE_KIND, SLICE_PLURAL, VERSION, Counts, SweepStatusBody, TrialNote
@@ -143,9 +144,9 @@ class TrialSliceKind(SliceKind):
 
     def apply(self, body: dict[str, Any]) -> None:
         meta = body["metadata"]
-        self.write(self.custom.patch_namespaced_custom_object, GROUP, VERSION, meta["namespace"], SLICE_PLURAL,
-                   meta["name"], body, field_manager=OPERATOR_MANAGER, force=True, _content_type=APPLY,
-                   _preload_content=False)
+        discard(self.write(self.custom.patch_namespaced_custom_object, GROUP, VERSION, meta["namespace"],
+                           SLICE_PLURAL, meta["name"], body, field_manager=OPERATOR_MANAGER, force=True,
+                           _content_type=APPLY, _preload_content=False))
 
     def delete(self, namespace: str, name: str) -> None:
         self.write(self.custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, SLICE_PLURAL, name)

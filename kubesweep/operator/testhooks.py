@@ -70,7 +70,7 @@ def annotations_for(trial: Trial, rules: list[tuple[dict[str, Any], dict[str, st
 KILL_ENV = "KUBESWEEP_TEST_KILL_AT"
 STOP_ENV = "KUBESWEEP_TEST_STOP_AT"
 KILL_POINTS = {
-    "job-apply": "right after a Job was applied (created by server-side apply)",
+    "job-apply": "right after a trial's Job was created",
     "outcome-recorded": "right after outcomes were recorded in the Sweep's status, before status is published "
                         "and before the finalizers of their Jobs are removed",
     "cancel-delete": "inside a cancel: right after a Job was deleted, before its finalizer is removed",

@@ -131,3 +131,21 @@ def test_rendered_manifests_pass_server_side_dry_run(k8s_cluster: Any, k8s_names
         text = to_yaml(render_plan(p, namespace=k8s_namespace))
         proc = k8s_cluster.kubectl("apply", "--dry-run=server", "-f", "-", namespace=k8s_namespace, input=text)
         assert "(server dry run)" in proc.stdout
+
+
+def test_job_creates_reuse_the_clients_connections(k8s_cluster: Any, k8s_namespace: str) -> None:
+    """Writes whose response body is not wanted hand their connection back to the pool: an unread response kept
+    it, and every create opened a TLS connection of its own (the API server's CPU went to handshakes)."""
+    from kubesweep.backends.kubernetes import WRITE_THREADS
+
+    backend = KubernetesBackend(namespace=k8s_namespace, kubeconfig=k8s_cluster.kubeconfig)
+    p = make_plan("pooled", {"seed": list(range(40))}, image=DIGEST, resources={"gpus_per_trial": 1},
+                  concurrency={"max_parallel": 40})
+    backend.submit(p)
+    jobs = backend.batch.list_namespaced_job(k8s_namespace, label_selector="kubesweep.io/sweep=pooled").items
+    assert len(jobs) == 40
+    manager = backend.client.rest_client.pool_manager
+    opened = sum(manager.pools[key].num_connections for key in manager.pools.keys())
+    assert 1 <= opened <= WRITE_THREADS + 4, opened  # the write threads, the watches, a read
+    backend.delete("pooled")
+    backend.close()
