@@ -5,7 +5,8 @@
   order;
 - `cancel`/`resume` annotate the Sweep (`kubesweep.io/cancel`, `kubesweep.io/resume`) and wait until the
   operator has carried the request out; `delete` deletes the Sweep, and its Jobs go with it;
-- `logs` reads the trial's pod log directly.
+- `logs` reads the trial's pod log directly;
+- trials are added and stopped only by the operator (a search's tuner Job): `add_trials` and `stop_trial` refuse.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from kubesweep.operator.store import (
     resource_body,
     sweep_from_resource,
 )
-from kubesweep.plan import Plan
+from kubesweep.plan import Plan, Trial
 
 INSTALL_HINT = ("install the chart (helm install kubesweep charts/kubesweep -n kubesweep --create-namespace, "
                 "see docs/operator.md), or pass --direct to run the sweep from this shell without the operator")
@@ -171,6 +172,15 @@ class SweepClient(KubernetesBackend):
     def _delete_impl(self, sweep: str) -> None:
         self.get_resource(sweep)
         self.sweeps.delete(sweep)  # its Jobs and TrialSlices go with it (ownerReferences)
+
+    def _add_trials_impl(self, plan: Plan, trials: list[Trial]) -> None:
+        raise BackendError(f"sweep {plan.sweep.name!r} is run by the operator, which alone adds trials: a search "
+                           "(spec.search) adds them from its tuner Job; to run other settings, submit a sweep "
+                           "that names them")
+
+    def _stop_trial_impl(self, sweep: str, trial: TrialStatus, reason: str) -> None:
+        raise BackendError(f"sweep {sweep!r} is run by the operator, which alone stops trials (a search's early "
+                           f"stopping, from its tuner Job); `sweep cancel {sweep}` stops the whole sweep")
 
     def reconcile(self, sweep: str) -> SweepStatus:  # the operator reconciles; a client only reads
         return self._status_impl(sweep)

@@ -8,13 +8,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from kubesweep.backends import Backend, Phase, SweepConflict, SweepNotFound, SweepStatus
+from kubesweep.backends import Backend, BackendError, Phase, SweepConflict, SweepNotFound, SweepStatus
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import Plan, Trial, make_trial, plan
 from kubesweep.spec import parse_sweep
@@ -30,6 +30,9 @@ class Harness:
     log_marker: Callable[[Trial], str] = lambda trial: trial.name  # text a trial's log must contain
     # (sweep, trial_id) -> True once nothing of the trial runs any more (its process, its Job)
     gone: Callable[[str, str], bool] = lambda sweep, trial_id: True
+    # whether single trials are added and stopped through this backend (a search drives it); otherwise both
+    # requests are refused and change nothing (the operator's client: the operator's tuner Job does it)
+    searches: bool = True
 
 
 def make_plan(name: str, matrix: dict[str, Any], **spec: Any) -> Plan:
@@ -41,6 +44,18 @@ def make_plan(name: str, matrix: dict[str, Any], **spec: Any) -> Plan:
                  **spec},
     }
     return plan(parse_sweep(doc))
+
+
+def kwok_annotations(trial: Trial) -> Mapping[str, str]:
+    """What the stand-in job decides from the settings, as the test cluster's kwok Stage annotations (the
+    Kubernetes harnesses: kwok runs no containers; docs/testing.md)."""
+    job = trial.job
+    notes = {"kubesweep.io/test-duration": f"{(job.max_steps or 2) * 100}ms"}
+    if job.learning_rate == CRASH_LR:
+        notes.update({"kubesweep.io/test-outcome": "crash", "kubesweep.io/test-exit-code": "1"})
+    elif job.batch_size >= 256:
+        notes.update({"kubesweep.io/test-outcome": "crash", "kubesweep.io/test-exit-code": "3"})
+    return notes
 
 
 def by_batch(status: SweepStatus, batch: int) -> list[Any]:
@@ -140,6 +155,13 @@ class BackendContract:
         p = make_plan("contract-add", {"batch_size": [8]})
         harness.backend.submit(p)
         extra = [make_trial(p.sweep, {"batch_size": b}) for b in (16, 256)]
+        if not harness.searches:
+            with pytest.raises(BackendError, match="alone adds trials"):
+                harness.backend.add_trials(p, extra)
+            status = harness.backend.wait(p.sweep.name, timeout=harness.timeout)
+            assert [t.trial_id for t in status.trials] == [p.trials[0].id]  # nothing was added
+            assert [harness.starts(p.sweep.name, t.id) for t in (p.trials[0], *extra)] == [1, 0, 0]
+            return
         harness.backend.add_trials(p, extra)
         harness.backend.add_trials(p, extra)  # the same suggestions again: nothing starts twice
         status = harness.backend.wait(p.sweep.name, timeout=harness.timeout)
@@ -159,6 +181,12 @@ class BackendContract:
 
         with pytest.raises(_Stop):
             harness.backend.wait(p.sweep.name, timeout=harness.timeout, progress=until_running, interval=0.1)
+        if not harness.searches:
+            with pytest.raises(BackendError, match="alone stops trials"):
+                harness.backend.stop_trial(p.sweep.name, victim.id)
+            assert harness.backend.status(p.sweep.name).trial(victim.id).phase == Phase.RUNNING
+            harness.backend.cancel(p.sweep.name)
+            return
         stopped = harness.backend.stop_trial(p.sweep.name, victim.id)
         assert (stopped.phase, stopped.outcome) == (Phase.STOPPED, Outcome.STOPPED)
         assert harness.gone(p.sweep.name, victim.id)

@@ -1,38 +1,24 @@
 """The backend contract on the Kubernetes backend, against the real test control plane.
 
-kwok runs no containers: the pod annotations below ask the cluster's kwok Stages for the outcome the job would
-have produced (docs/testing.md), so the real API server, Job controller and scheduler drive every path.
+kwok runs no containers: pod annotations (`kwok_annotations`) ask the cluster's kwok Stages for the outcome the
+job would have produced (docs/testing.md), so the real API server, Job controller and scheduler drive every path.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from kubesweep.backends.kubernetes import KubernetesBackend
 from kubesweep.outcomes import Outcome
-from kubesweep.plan import Trial
-from tests.backends.contract import CRASH_LR, BackendContract, Harness, make_plan
+from tests.backends.contract import BackendContract, Harness, kwok_annotations, make_plan
 
 pytestmark = pytest.mark.cluster
 DIGEST = "registry.example/kubesweep-job@sha256:" + "0" * 64
-
-
-def stage_annotations(trial: Trial) -> Mapping[str, str]:
-    """What the stand-in job decides from the settings, as kwok Stage annotations."""
-    job = trial.job
-    notes = {"kubesweep.io/test-duration": f"{(job.max_steps or 2) * 100}ms"}
-    if job.learning_rate == CRASH_LR:
-        notes.update({"kubesweep.io/test-outcome": "crash", "kubesweep.io/test-exit-code": "1"})
-    elif job.batch_size >= 256:
-        notes.update({"kubesweep.io/test-outcome": "crash", "kubesweep.io/test-exit-code": "3"})
-    return notes
-
-
 
 
 class CountingBackend(KubernetesBackend):
@@ -53,7 +39,7 @@ class CountingBackend(KubernetesBackend):
 @pytest.fixture
 def harness(k8s_cluster: Any, k8s_namespace: str) -> Iterator[Harness]:
     backend = CountingBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client(),
-                              pod_annotations=stage_annotations)
+                              pod_annotations=kwok_annotations)
 
     def starts(sweep: str, trial_id: str) -> int:
         return backend.created.get(trial_id, 0)
@@ -145,7 +131,8 @@ def test_job_creates_reuse_the_clients_connections(k8s_cluster: Any, k8s_namespa
     jobs = backend.batch.list_namespaced_job(k8s_namespace, label_selector="kubesweep.io/sweep=pooled").items
     assert len(jobs) == 40
     manager = backend.client.rest_client.pool_manager
-    opened = sum(manager.pools[key].num_connections for key in manager.pools.keys())
+    # (the pool container refuses iteration; keys() is its way)
+    opened = sum(manager.pools[key].num_connections for key in manager.pools.keys())  # noqa: SIM118
     assert 1 <= opened <= WRITE_THREADS + 4, opened  # the write threads, the watches, a read
     backend.delete("pooled")
     backend.close()

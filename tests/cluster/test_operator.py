@@ -550,13 +550,14 @@ class Recorder:
     UIDs per Job name (a trial's Job is named after the trial) and the pod UIDs per Job UID. A trial started
     twice shows as a second Job UID; a Job that ran twice, as a second pod."""
 
-    def __init__(self, inst: Installed, sweep: str):
+    def __init__(self, inst: Installed, sweep: str | None = None):
         from kubernetes import client
 
         api = inst.cluster.api_client()
         self.namespace = inst.namespace
-        self.selector = f"kubesweep.io/sweep={sweep}"
+        self.selector = f"kubesweep.io/sweep={sweep}" if sweep else "kubesweep.io/trial"  # None: every sweep's
         self.jobs: dict[str, list[str]] = {}
+        self.trials: dict[tuple[str, str], list[str]] = {}  # (sweep, trial id) -> its Jobs' UIDs
         self.pods: dict[str, set[str]] = {}
         self._stop = threading.Event()
         self._synced = [threading.Event(), threading.Event()]
@@ -578,9 +579,11 @@ class Recorder:
             thread.join(timeout=10)
 
     def _job(self, job: Any) -> None:
-        uids = self.jobs.setdefault(job.metadata.name, [])
-        if job.metadata.uid not in uids:
-            uids.append(job.metadata.uid)
+        labels = job.metadata.labels or {}
+        for uids in (self.jobs.setdefault(job.metadata.name, []),
+                     self.trials.setdefault((labels.get("kubesweep.io/sweep"), labels.get("kubesweep.io/trial")), [])):
+            if job.metadata.uid not in uids:
+                uids.append(job.metadata.uid)
 
     def _pod(self, pod: Any) -> None:
         for ref in pod.metadata.owner_references or []:
