@@ -56,7 +56,9 @@ def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def _summary(term: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    message = (term or {}).get("message") or ""
+    message = ((term or {}).get("message") or "").strip()
+    if not message.startswith("{"):  # most are not JSON: no parse attempt (a step looks at every trial)
+        return None
     try:
         data = json.loads(message)
     except ValueError:

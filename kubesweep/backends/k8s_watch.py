@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubesweep.manifests import LABEL_SWEEP
+from kubesweep.manifests import LABEL_SWEEP, LABEL_TRIAL
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -26,31 +26,55 @@ OnEvent = Callable[[str, Obj], None]  # (event type: ADDED, MODIFIED, DELETED, L
 
 PAGE = 500  # objects per LIST page
 
-_META = ("name", "namespace", "labels", "annotations", "ownerReferences", "finalizers", "deletionTimestamp",
-         "creationTimestamp", "uid")
+_META = ("name", "namespace", "finalizers", "deletionTimestamp", "creationTimestamp", "uid")
+_LABELS = (LABEL_SWEEP, LABEL_TRIAL)
+_CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
+_JOB_STATUS = ("startTime", "completionTime", "active")
+_POD_CONDITIONS = ("PodScheduled", "DisruptionTarget")
+_TERMINATED = ("exitCode", "reason", "message", "finishedAt")
 
 
 def _meta(obj: Mapping[str, Any]) -> Obj:
+    """Identity, finalizers, the sweep and trial labels and the owners' UIDs: a cache holds every trial's Job and
+    pod, so what is not read (annotations with the trial's config, other labels) is not kept."""
     meta = obj.get("metadata") or {}
-    return {k: meta[k] for k in _META if k in meta}
+    kept = {k: meta[k] for k in _META if k in meta}
+    labels = meta.get("labels") or {}
+    kept["labels"] = {k: labels[k] for k in _LABELS if k in labels}
+    if meta.get("ownerReferences"):
+        kept["ownerReferences"] = [{"uid": ref.get("uid")} for ref in meta["ownerReferences"]]
+    return kept
+
+
+def _conditions(status: Mapping[str, Any]) -> list[Obj]:
+    return [{k: c[k] for k in _CONDITION if k in c} for c in status.get("conditions") or []]
 
 
 def trim_job(job: Mapping[str, Any]) -> Obj:
-    """What kubesweep reads of a Job: identity, labels, owners, finalizers, the deadline, and status."""
+    """What kubesweep reads of a Job: identity, owners, finalizers, the deadline, and status."""
     spec = job.get("spec") or {}
+    status = job.get("status") or {}
+    kept = {k: status[k] for k in _JOB_STATUS if k in status}
+    kept["conditions"] = _conditions(status)
     return {"metadata": _meta(job), "spec": {k: spec[k] for k in ("activeDeadlineSeconds",) if k in spec},
-            "status": job.get("status") or {}}
+            "status": kept}
 
 
 def trim_pod(pod: Mapping[str, Any]) -> Obj:
-    """What kubesweep reads of a pod: identity, labels, phase, conditions, container states and messages."""
+    """What kubesweep reads of a pod: identity, phase, the scheduling and disruption conditions, and how each
+    container ended (exit code, reason, termination message)."""
     status = pod.get("status") or {}
     kept = {k: status[k] for k in ("phase", "reason", "message", "startTime") if k in status}
-    kept["conditions"] = [{k: c[k] for k in ("type", "status", "reason", "message") if k in c}
-                          for c in status.get("conditions") or []]
-    kept["containerStatuses"] = [{k: c[k] for k in ("name", "state", "lastState") if k in c}
+    kept["conditions"] = [c for c in _conditions(status) if c.get("type") in _POD_CONDITIONS]
+    kept["containerStatuses"] = [{"name": c.get("name"), "state": _ended(c.get("state")),
+                                  "lastState": _ended(c.get("lastState"))}
                                  for c in status.get("containerStatuses") or []]
     return {"metadata": _meta(pod), "status": kept}
+
+
+def _ended(state: Mapping[str, Any] | None) -> Obj:
+    term = (state or {}).get("terminated")
+    return {"terminated": {k: term[k] for k in _TERMINATED if k in term}} if term else {}
 
 
 class Informer:

@@ -365,12 +365,12 @@ class KubernetesBackend(Backend):
         if newly:
             self._save_state(state, outcomes={**state.outcomes, **newly})
         statuses = self._statuses(state, p, seen)
-        if not state.cancelled and not state.sweep.spec.suspend:
-            self._start_next(state, p, statuses)
+        if not state.cancelled and not state.sweep.spec.suspend and self._start_next(state, p, statuses):
             statuses = self._statuses(state, p, self._observe(state, p))
         return SweepStatus(sweep, self.name, statuses, message=f"namespace {self.namespace}")
 
-    def _start_next(self, state: SweepState, p: Plan, statuses: list[TrialStatus]) -> None:
+    def _start_next(self, state: SweepState, p: Plan, statuses: list[TrialStatus]) -> int:
+        """Create the Jobs of the next trials the limits allow; returns how many."""
         spec = state.sweep.spec
         active = [s for s in statuses if s.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)
                   or (s.phase == Phase.PENDING and s.attempts)]
@@ -394,7 +394,7 @@ class KubernetesBackend(Backend):
         capped = self.max_starts_per_step is not None and len(chosen) >= self.max_starts_per_step
         (self._capped.add if capped else self._capped.discard)(state.sweep.name)
         if not chosen:
-            return
+            return 0
         image = resolve_image(state.sweep, allow_unpinned=True)
         tracking = self._tracking_for(state)
         objects = []
@@ -408,6 +408,7 @@ class KubernetesBackend(Backend):
                     self._protect(obj)
                 objects.append(obj)
         self._apply_all(objects)
+        return len(chosen)
 
     def _protect(self, job: dict[str, Any]) -> None:
         """Keep a trial's Job until its outcome is recorded: with `job_finalizers` (the operator), the Job carries

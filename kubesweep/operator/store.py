@@ -217,8 +217,9 @@ class SweepResourceStore(StateStore):
              cancelled: bool | None = None, parent_run_id: str | None = None) -> None:
         name = state.sweep.name
         if outcomes is not None:
-            known = self.entries(name)
-            changed = {tid: TrialEntry.of(rec) for tid, rec in outcomes.items()}
+            known, before = self.entries(name), state.outcomes
+            # outcomes carried over from the state are the ones its slices hold: only new ones are encoded
+            changed = {tid: TrialEntry.of(rec) for tid, rec in outcomes.items() if before.get(tid) is not rec}
             # forgotten (a resume): to be run again
             changed.update({tid: TrialEntry(Phase.PENDING) for tid, e in known.items()
                             if e.final and tid not in outcomes})

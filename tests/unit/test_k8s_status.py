@@ -1,12 +1,19 @@
-"""Job/pod JSON → trial phase and outcome, for every outcome the cluster can report."""
+"""Job/pod JSON → trial phase and outcome, for every outcome the cluster can report; each case runs on the objects
+as the API server sends them and as the watch caches keep them (`trim_job`, `trim_pod`)."""
 
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pytest
+
+from kubesweep.backends import k8s_status
 from kubesweep.backends.base import Phase
-from kubesweep.backends.k8s_status import observe
+from kubesweep.backends.k8s_status import Observed, observe
+from kubesweep.backends.k8s_watch import trim_job, trim_pod
 from kubesweep.outcomes import Outcome
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:40Z"
@@ -24,6 +31,15 @@ def pod(phase: str, *, exit_code: int | None = None, reason: str = "", message: 
     container = {"state": {"terminated": terminated}} if terminated else {"state": {"running": {}}}
     return {"metadata": {"creationTimestamp": created},
             "status": {"phase": phase, "containerStatuses": [container], **status}}
+
+
+@pytest.fixture(autouse=True, params=["whole", "trimmed"])
+def _objects(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.param == "trimmed":
+        def trimmed(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> Observed:
+            return k8s_status.observe(trim_job(job) if job is not None else None, [trim_pod(p) for p in pods])
+
+        monkeypatch.setattr(sys.modules[__name__], "observe", trimmed)
 
 
 def test_not_created_is_pending() -> None:
