@@ -216,10 +216,16 @@ class Sweep(StrictModel):
     metadata: Metadata
     spec: SweepSpec = Field(default_factory=SweepSpec)
     _source: str = PrivateAttr("<input>")
+    _warnings: list[Problem] = PrivateAttr(default_factory=list)
 
     @property
     def name(self) -> str:
         return self.metadata.name
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the spec allows but a person likely did not mean, as `source:line: path: message` lines."""
+        return SpecError(self._source, self._warnings).format().splitlines() if self._warnings else []
 
     @property
     def source(self) -> str:
@@ -432,11 +438,21 @@ def load_sweep_file(
     path = Path(path)
     source = str(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SpecError(source, [Problem((), "file not found")]) from None
     except OSError as exc:
         raise SpecError(source, [Problem((), f"cannot read: {exc.strerror}")]) from None
+    if b"\x00" in data:
+        line = data.count(b"\n", 0, data.index(b"\x00")) + 1
+        raise SpecError(source, [Problem((), "not a text file: it holds NUL bytes (a sweep spec is YAML text)",
+                                         line)])
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecError(source, [Problem((), f"not a text file: byte 0x{data[exc.start]:02x} at offset {exc.start} "
+                                             "is not UTF-8 (a sweep spec is YAML text)", line)]) from None
     return parse_sweep_text(text, source=source, allow_unpinned=allow_unpinned, catalog=catalog)
 
 
@@ -453,7 +469,32 @@ def parse_sweep_text(
     if len(docs) != 1:
         found = "no document" if not docs else f"{len(docs)} documents"
         raise SpecError(source, [Problem((), f"expected one Sweep document, found {found}")])
+    duplicates = _duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), ())
+    if duplicates:
+        raise SpecError(source, duplicates)
     return parse_sweep(docs[0], source=source, text=text, allow_unpinned=allow_unpinned, catalog=catalog)
+
+
+def _duplicate_keys(node: yaml.Node | None, path: tuple[str | int, ...]) -> list[Problem]:
+    """Keys given twice in one mapping: YAML keeps the last silently, so a second `matrix:` would replace the
+    first. Each is reported at its second line, naming the first."""
+    problems: list[Problem] = []
+    if isinstance(node, yaml.MappingNode):
+        first: dict[Any, int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            if name is not None and name != "<<":
+                line = key.start_mark.line + 1
+                if name in first:
+                    problems.append(Problem((*path, name), f"given twice (lines {first[name]} and {line}); YAML "
+                                                           "would keep only the last: merge them into one", line))
+                else:
+                    first[name] = line
+            problems += _duplicate_keys(value, (*path, name if name is not None else "?"))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, value in enumerate(node.value):
+            problems += _duplicate_keys(value, (*path, i))
+    return problems
 
 
 def parse_sweep(
@@ -480,10 +521,30 @@ def parse_sweep(
             problems.setdefault(path, Problem(path, _message(error, path), lines.line(path)))
         raise SpecError(source, sorted(problems.values(), key=lambda p: p.line or 0)) from None
     sweep._source = source
+    sweep._warnings = [Problem(w.path, w.message, lines.line(w.path)) for w in _warnings_of(sweep)]
     problems_list = list(_semantic_problems(sweep, catalog or load_catalog(), allow_unpinned))
     if problems_list:
         raise SpecError(source, [Problem(p.path, p.message, lines.line(p.path)) for p in problems_list])
     return sweep
+
+
+def _warnings_of(sweep: Sweep) -> list[Problem]:
+    """What is allowed but likely not meant: an `include` cell that an `exclude` rule matches (it runs: includes
+    are added after the excludes)."""
+    warnings = []
+    excludes = [set_axes(cell) for cell in sweep.spec.exclude]
+    for i, cell in enumerate(sweep.spec.include):
+        axes = set_axes(cell)
+        for j, rule in enumerate(excludes):
+            if all(k in axes and axes[k] == v for k, v in rule.items()):
+                warnings.append(Problem(("spec", "include", i),
+                                        f"{_cell_text(axes)} matches exclude[{j}] ({_cell_text(rule)}) and runs "
+                                        "anyway: include cells are added after the excludes"))
+    return warnings
+
+
+def _cell_text(axes: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in axes.items())
 
 
 def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> Iterable[Problem]:
@@ -493,7 +554,10 @@ def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> 
         seen: list[Any] = []
         for i, value in enumerate(values):
             if value in seen:
-                yield Problem(("spec", "matrix", axis, i), f"{_short(value)} is listed twice")
+                j = seen.index(value)
+                same = " (true is torch.compile's mode 'default')" if axis == "compile" and value == "default" else ""
+                yield Problem(("spec", "matrix", axis, i),
+                              f"{_short(value)} is the same setting as {axis}[{j}]{same}; list each once")
             seen.append(value)
     for i, gpu in enumerate(matrix_axes.get("gpu", [])):
         if gpu not in catalog:

@@ -60,9 +60,18 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     }
 
 
-def print_plan(console: Console, plan: Plan) -> None:
+# a table longer than this shows its first rows and says how many it left out (`--all`: every row)
+TABLE_ROWS = 50
+
+
+def _more(console: Console, hidden: int, what: str) -> None:
+    if hidden > 0:
+        console.print(f"... {hidden:,} more {what} not shown (--all prints every row)", style="dim")
+
+
+def print_plan(console: Console, plan: Plan, *, limit: int | None = TABLE_ROWS) -> None:
     axes = list(dict.fromkeys(k for t in plan.trials for k in t.axes))
-    table = Table(title=f"sweep {plan.sweep.name}: {len(plan.trials)} trials", title_justify="left")
+    table = Table(title=f"sweep {plan.sweep.name}: {len(plan.trials):,} trials", title_justify="left")
     table.add_column("#", justify="right", style="dim")
     table.add_column("trial")
     table.add_column("id", style="dim")
@@ -70,19 +79,21 @@ def print_plan(console: Console, plan: Plan) -> None:
         table.add_column(axis)
     if plan.sweep.spec.repeats > 1:
         table.add_column("repeat", justify="right")
-    for i, t in enumerate(plan.trials, 1):
+    for i, t in enumerate(plan.trials[:limit], 1):
         cells = [str(i), t.name, t.id, *(_fmt(t.axes.get(a)) for a in axes)]
         if plan.sweep.spec.repeats > 1:
             cells.append(str(t.repeat))
         table.add_row(*cells)
     console.print(table)
+    _more(console, len(plan.trials) - len(plan.trials[:limit]), "trials")
     if plan.dropped:
-        dropped = Table(title=f"{len(plan.dropped)} cells dropped", title_justify="left")
+        dropped = Table(title=f"{len(plan.dropped):,} cells dropped", title_justify="left")
         dropped.add_column("cell")
         dropped.add_column("reason")
-        for d in plan.dropped:
+        for d in plan.dropped[:limit]:
             dropped.add_row(" ".join(f"{k}={_fmt(v)}" for k, v in d.axes.items()), d.reason)
         console.print(dropped)
+        _more(console, len(plan.dropped) - len(plan.dropped[:limit]), "dropped cells")
     for note in plan.notes:
         console.print(f"note: {note}")
 
@@ -132,20 +143,27 @@ def _elapsed(t: TrialStatus) -> str:
     return f"{end - t.started_at:.0f}s"
 
 
-def status_table(status: SweepStatus, only_active: bool = False) -> Table:
+_FIRST = (Phase.RUNNING, Phase.UNSCHEDULABLE, Phase.FAILED)
+
+
+def status_table(status: SweepStatus, only_active: bool = False, limit: int | None = None) -> Table:
+    """The sweep's trials; with `limit`, running, unschedulable and failed trials come first."""
     table = Table(title=f"sweep {status.name} [{status.phase}] {counts_text(status)}", title_justify="left")
     for column in ("trial", "cell", "phase", "outcome", "time", "reason"):
         table.add_column(column, overflow="fold" if column == "reason" else "ellipsis")
     trials = [t for t in status.trials if t.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)] if only_active else (
         status.trials)
+    if limit is not None and len(trials) > limit:
+        trials = sorted(trials, key=lambda t: t.phase not in _FIRST)[:limit]
     for t in trials:
         table.add_row(t.name, t.label, Text(t.phase.value, style=PHASE_STYLE[t.phase]),
                       t.outcome.value if t.outcome else "", _elapsed(t), t.reason)
     return table
 
 
-def print_status(console: Console, status: SweepStatus) -> None:
-    console.print(status_table(status))
+def print_status(console: Console, status: SweepStatus, *, limit: int | None = TABLE_ROWS) -> None:
+    console.print(status_table(status, limit=limit))
+    _more(console, len(status.trials) - min(len(status.trials), limit or len(status.trials)), "trials")
     if status.message:
         console.print(status.message, style="dim")
 
@@ -162,7 +180,7 @@ class ProgressView:
     def update(self, status: SweepStatus) -> None:
         if self.interactive:
             bar = _bar(status)
-            view = Group(bar, status_table(status, only_active=True))
+            view = Group(bar, status_table(status, only_active=True, limit=TABLE_ROWS))
             if self.live is None:
                 self.live = Live(view, console=self.console, refresh_per_second=4, transient=False)
                 self.live.start()

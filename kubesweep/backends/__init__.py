@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import (
+    AmbiguousTrial,
     Backend,
     BackendError,
     Phase,
@@ -16,6 +17,7 @@ from kubesweep.backends.base import (
 )
 
 __all__ = [
+    "AmbiguousTrial",
     "Backend",
     "BackendError",
     "Phase",

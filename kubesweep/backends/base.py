@@ -54,6 +54,10 @@ class SweepConflict(BackendError):
     """A sweep of that name exists with a different spec."""
 
 
+class AmbiguousTrial(BackendError):
+    """A trial reference (a name or id prefix) that matches more than one trial."""
+
+
 @dataclass
 class TrialStatus:
     trial_id: str
@@ -105,9 +109,13 @@ class SweepStatus:
         """A trial by name, id or unique name/id prefix."""
         exact = [t for t in self.trials if ref in (t.name, t.trial_id)]
         found = exact or [t for t in self.trials if t.name.startswith(ref) or t.trial_id.startswith(ref)]
-        if len(found) != 1:
-            what = "no trial" if not found else f"{len(found)} trials"
-            raise SweepNotFound(f"{what} of sweep {self.name!r} matches {ref!r}")
+        if not found:
+            raise SweepNotFound(f"no trial of sweep {self.name!r} matches {ref!r}")
+        if len(found) > 1:
+            shown = [f"  {t.name} (id {t.trial_id})" for t in found[:10]]
+            more = [f"  ... and {len(found) - 10} more"] if len(found) > 10 else []
+            raise AmbiguousTrial("\n".join([f"{ref!r} matches {len(found)} trials of sweep {self.name!r}; give "
+                                             "more of a name, or an id:", *shown, *more]))
         return found[0]
 
 

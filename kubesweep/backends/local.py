@@ -313,6 +313,10 @@ class LocalBackend(Backend):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({e["name"]: e["value"] for e in tracking.env()}) + "\n")
 
+    def parent_run_id(self, sweep: str) -> str | None:
+        """The MLflow parent run the sweep's trials log under, as recorded at submit (None: not tracked)."""
+        return self._tracking_env(sweep).get("KUBESWEEP_PARENT_RUN_ID") or None
+
     def _tracking_env(self, sweep: str) -> dict[str, str]:
         """MLflow env recorded at submit (empty when the sweep is not tracked)."""
         try:

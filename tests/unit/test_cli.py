@@ -66,9 +66,35 @@ def test_validate_exit_codes(sweep, tmp_path: Path) -> None:  # type: ignore[no-
     assert "Traceback" not in proc.stderr
 
 
+def test_validate_refuses_a_binary_file_and_a_duplicate_key(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(bytes(range(256)))
+    proc = sweep("validate", str(binary), check=2)
+    assert proc.stderr.startswith(f"{binary}:1: not a text file: it holds NUL bytes")
+    assert "Traceback" not in proc.stderr
+    duplicate = ROOT / "tests/data/bad_specs/46-duplicate-key.yaml"
+    assert "spec.matrix: given twice (lines 6 and 9)" in sweep("validate", str(duplicate), check=2).stderr
+
+
 def test_plan_json(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = json.loads(sweep("plan", str(spec(tmp_path)), "-o", "json").stdout)
     assert [t["axes"]["batch_size"] for t in out["trials"]] == [8, 16, 256]
+
+
+def test_long_tables_are_summarised_and_large_sweeps_confirmed(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = spec(tmp_path, "wide", str(list(range(1, 121))))
+    table = sweep("plan", str(path), "--confirm-over", "100").stdout
+    assert "... 70 more trials not shown (--all prints every row)" in table
+    assert "wide-bs50-" in table and "wide-bs51-" not in table
+    assert "wide-bs120-" in sweep("plan", str(path), "--all").stdout
+    warned = sweep("validate", str(path), "--confirm-over", "100").stderr
+    assert "120 trials, over the confirmation threshold of 100" in warned
+    # no terminal to ask at: refused, nothing submitted, and --yes submits
+    refused = sweep("submit", str(path), "--confirm-over", "100", "--detach", check=2).stderr
+    assert "sweep 'wide' makes 120 trials (over 100): nothing submitted. Pass --yes" in refused
+    sweep("status", "wide", check=3)
+    sweep("submit", str(path), "--confirm-over", "100", "--detach", "--yes")
+    sweep("cancel", "wide")
 
 
 def test_submit_status_logs_results(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -88,6 +114,12 @@ def test_submit_status_logs_results(sweep, tmp_path: Path) -> None:  # type: ign
         (8, "ok", 800.0), (16, "ok", 1600.0), (256, "OOM", None)]
     listing = sweep("status").stdout
     assert "cli" in listing and "Succeeded" in listing and "3/3 done, 1 oom" in listing
+    # a prefix of several trials is bad input that lists them; cancelling an ended sweep changes nothing
+    ambiguous = sweep("logs", "cli", "cli", check=2).stderr
+    assert "'cli' matches 3 trials of sweep 'cli'" in ambiguous
+    assert all(t["name"] in ambiguous for t in status["trials"])
+    assert "already ended (Succeeded): nothing to cancel" in sweep("cancel", "cli").stdout
+    assert json.loads(sweep("status", "cli", "-o", "json").stdout)["phase"] == "Succeeded"
 
 
 def test_failed_trial_gives_exit_1_and_resume_reruns_it(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

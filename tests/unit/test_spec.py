@@ -71,3 +71,31 @@ def test_compile_true_means_the_default_mode() -> None:
     sweep = parse_sweep(doc)
     assert sweep.spec.job.compile == "default"
     assert sweep.spec.matrix.compile == [False, "default", "max-autotune"]
+
+
+@pytest.mark.parametrize(("data", "line", "what"), [
+    (b"apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\n\xba\xff", 3, "byte 0xba at offset 46 is not UTF-8"),
+    (b"\x7fELF\x02\x01\x01\x00\x00\x00", 1, "it holds NUL bytes"),
+])
+def test_a_binary_file_is_not_a_spec(tmp_path: Path, data: bytes, line: int, what: str) -> None:
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(data)
+    with pytest.raises(SpecError) as info:
+        load_sweep_file(path)
+    assert str(info.value).startswith(f"{path}:{line}: not a text file: {what}")
+
+
+def test_an_include_an_exclude_drops_is_a_warning() -> None:
+    sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "w"},
+                         "spec": {"matrix": {"batch_size": [8, 16], "precision": ["fp32", "bf16"]},
+                                  "exclude": [{"batch_size": 8}, {"precision": "bf16"}],
+                                  "include": [{"batch_size": 32, "precision": "bf16"}, {"batch_size": 64}]}})
+    assert sweep.warnings == ["<input>: spec.include[0]: batch_size=32, precision=bf16 matches exclude[1] "
+                              "(precision=bf16) and runs anyway: include cells are added after the excludes"]
+
+
+def test_the_readme_spec_is_the_shipped_gpu_matrix() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## The sweep spec", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    shipped = (ROOT / "sweeps" / "gpu_matrix.yaml").read_text()
+    assert block == "".join(line for line in shipped.splitlines(keepends=True) if not line.startswith("#"))
