@@ -70,12 +70,21 @@ class ResultsFormat(StrEnum):
 
 
 SpecFile = Annotated[Path, typer.Argument(help="sweep spec (YAML)", show_default=False)]
+AllRowsOpt = Annotated[bool, typer.Option("--all", help="print every row of a long table (otherwise the first 50 "
+                                                      "and how many more there are)")]
 AllowUnpinned = Annotated[bool, typer.Option("--allow-unpinned", help="accept image tags not pinned by digest")]
 MaxTrialsOpt = Annotated[
     int,
     typer.Option("--max-trials", envvar="KUBESWEEP_MAX_TRIALS", min=1,
                  help="refuse a spec that makes more trials than this (a search: the most it can make), counted "
                       "before anything is expanded"),
+]
+CONFIRM_OVER = 1_000
+ConfirmOverOpt = Annotated[
+    int,
+    typer.Option("--confirm-over", envvar="KUBESWEEP_CONFIRM_OVER", min=0,
+                 help="ask before submitting a sweep of more trials than this (without a terminal: refuse "
+                      "unless --yes)"),
 ]
 BackendOpt = Annotated[
     BackendName, typer.Option("--backend", "-b", envvar="KUBESWEEP_BACKEND", help="where trials run")
@@ -132,12 +141,36 @@ def main_options(
 
 
 def load(path: Path, allow_unpinned: bool) -> Sweep:
+    """The spec at `path` (exit 2 with every problem if it is not valid); its warnings go to stderr."""
     try:
-        return load_sweep_file(path, allow_unpinned=allow_unpinned)
+        sweep = load_sweep_file(path, allow_unpinned=allow_unpinned)
     except SpecError as exc:
         fail(str(exc), EXIT_USAGE)
     except CatalogError as exc:
         fail(str(exc), EXIT_USAGE)
+    for warning in sweep.warnings:
+        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
+    return sweep
+
+
+def warn_if_large(p: Plan, confirm_over: int) -> None:
+    if len(p.trials) > confirm_over:
+        err.print(f"warning: {len(p.trials):,} trials, over the confirmation threshold of {confirm_over:,}: "
+                  "`sweep submit` asks first (--yes skips the question, --confirm-over moves the threshold)",
+                  markup=False, soft_wrap=True)
+
+
+def confirm_large(p: Plan, confirm_over: int, yes: bool) -> None:
+    """A sweep over `confirm_over` trials runs only when confirmed: --yes, or an answer at a terminal."""
+    n = len(p.trials)
+    if n <= confirm_over or yes:
+        return
+    question = f"sweep {p.sweep.name!r} makes {n:,} trials (over {confirm_over:,}). Submit them?"
+    if not sys.stdin.isatty():
+        fail(f"{question.rsplit('. ', 1)[0]}: nothing submitted. Pass --yes to submit it, or --confirm-over "
+             f"{n} to move the threshold", EXIT_USAGE)
+    if not typer.confirm(question, default=False, err=True):
+        fail("nothing submitted", EXIT_USAGE)
 
 
 def make_plan(sweep: Sweep, max_trials: int = DEFAULT_MAX_TRIALS) -> Plan:
@@ -209,10 +242,11 @@ def open_tracking(name: str, spec: dict[str, Any], trials: int, backend: Backend
 
 @app.command()
 def validate(file: SpecFile, allow_unpinned: AllowUnpinned = False,
-             max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS) -> None:
+             max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS, confirm_over: ConfirmOverOpt = CONFIRM_OVER) -> None:
     """Check a sweep spec; print each problem as FILE:LINE: FIELD: what was expected."""
     sweep = load(file, allow_unpinned)
     p = make_plan(sweep, max_trials)
+    warn_if_large(p, confirm_over)
     console.print(f"{file}: valid — sweep {sweep.name!r}, {len(p.trials)} trials, {len(p.dropped)} cells dropped")
 
 
@@ -220,18 +254,21 @@ def validate(file: SpecFile, allow_unpinned: AllowUnpinned = False,
 def plan_cmd(
     file: SpecFile,
     output: Annotated[PlanFormat, typer.Option("--output", "-o", help="table or json")] = PlanFormat.table,
+    all_rows: AllRowsOpt = False,
     allow_unpinned: AllowUnpinned = False,
     max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS,
+    confirm_over: ConfirmOverOpt = CONFIRM_OVER,
 ) -> None:
     """Show the trials a spec expands to (and the cells dropped, with the reason)."""
     from kubesweep import views
 
     sweep = load(file, allow_unpinned)
     p = make_plan(sweep, max_trials)
+    warn_if_large(p, confirm_over)
     if output == PlanFormat.json:
-        console.print_json(json.dumps(views.plan_json(p)))
+        sys.stdout.write(json.dumps(views.plan_json(p), indent=2) + "\n")
     else:
-        views.print_plan(console, p)
+        views.print_plan(console, p, limit=None if all_rows else views.TABLE_ROWS)
 
 
 @app.command()
@@ -275,6 +312,8 @@ def submit(
     tracking_uri: TrackingUriOpt = None,
     no_tracking: NoTrackingOpt = False,
     max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS,
+    confirm_over: ConfirmOverOpt = CONFIRM_OVER,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="submit without asking, whatever the trial count")] = False,
 ) -> None:
     """Expand a spec into trials and run them. Submitting the same spec again starts nothing twice.
 
@@ -286,6 +325,7 @@ def submit(
 
     sweep = load(file, allow_unpinned)
     p = make_plan(sweep, max_trials)
+    confirm_large(p, confirm_over, yes)
     searching = sweep.spec.search.strategy in SEARCHES and (backend == BackendName.local or direct)
     if searching and detach:
         _spawn_search(file, home, backend, allow_unpinned, tracking_uri, no_tracking, parallel, any_gpu,
@@ -386,6 +426,7 @@ def _spawn_search(file: Path, home: Path | None, backend: BackendName, allow_unp
     argv += ["--namespace", namespace] if namespace else []
     argv += ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
     argv += ["--direct"] if direct else []
+    argv += ["--yes"]  # asked (or not needed) here already
     with log.open("ab") as out:
         subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                          start_new_session=True)
@@ -459,6 +500,7 @@ def status(
     backend: BackendOpt = BackendName.local,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="keep the table live until the sweep ends")] = False,
     output: Annotated[PlanFormat, typer.Option("--output", "-o")] = PlanFormat.table,
+    all_rows: AllRowsOpt = False,
     home: HomeOpt = None,
     namespace: NamespaceOpt = None,
     kubeconfig: KubeconfigOpt = None,
@@ -488,14 +530,16 @@ def status(
     except BackendError as exc:
         fail(str(exc), _code_for(exc))
     if output == PlanFormat.json:
-        console.print_json(json.dumps(views.status_json(s)))
+        sys.stdout.write(json.dumps(views.status_json(s), indent=2) + "\n")
     else:
-        views.print_status(console, s)
+        views.print_status(console, s, limit=None if all_rows else views.TABLE_ROWS)
 
 
 def _code_for(exc: Exception) -> int:
-    from kubesweep.backends import SweepNotFound
+    from kubesweep.backends import AmbiguousTrial, SweepNotFound
 
+    if isinstance(exc, AmbiguousTrial):
+        return EXIT_USAGE
     return EXIT_NOT_FOUND if isinstance(exc, SweepNotFound) else EXIT_BACKEND
 
 
@@ -537,6 +581,12 @@ def cancel(
 
     b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
     try:
+        before = b.status(name)
+        strategy = (((_spec_of(b, name) or {}).get("spec") or {}).get("search") or {}).get("strategy")
+        if before.done and before.trials and strategy not in SEARCHES:  # a search may still make trials
+            console.print(f"sweep {name!r} has already ended ({before.phase}): nothing to cancel; "
+                          f"{views.counts_text(before)}")
+            return
         s = b.cancel(name)
     except BackendError as exc:
         fail(str(exc), _code_for(exc))
@@ -636,14 +686,23 @@ BestByOpt = Annotated[MetricName, typer.Option("--best-by", help="metric that pi
 FilterOpt = Annotated[list[str] | None, typer.Option(
     "--filter", help="KEY=VALUE[,VALUE] (repeatable): gpu, task, gpus, batch_size, precision, compile, status, "
     "outcome, best, or any job setting; e.g. --filter gpu=h100-80gb --filter precision=bf16,fp16")]
+class ResultsSource(StrEnum):
+    auto = "auto"
+    files = "files"
+    mlflow = "mlflow"
+
+
+FromOpt = Annotated[ResultsSource, typer.Option(
+    "--from", help="auto: the results files this machine keeps (local backend), else MLflow; files or mlflow: "
+    "only that one")]
 ExperimentOpt = Annotated[str | None, typer.Option(
     "--experiment", help="MLflow experiment [default: the spec's tracking.experiment, else the sweep's name]")]
 
 
 def _load_cells(name: str, backend: BackendName, home: Path | None, namespace: str | None,
                 kubeconfig: Path | None, tracking_uri: str | None, no_tracking: bool, experiment: str | None,
-                target_accuracy: float, best_by: MetricName, *,
-                direct: bool = False) -> tuple[list[Any], Any, TrackingTarget]:
+                target_accuracy: float, best_by: MetricName, *, direct: bool = False,
+                source: ResultsSource = ResultsSource.auto) -> tuple[list[Any], Any, TrackingTarget]:
     from kubesweep.backends import BackendError
     from kubesweep.backends import make_backend as make
     from kubesweep.tracking.aggregate import aggregate
@@ -659,7 +718,7 @@ def _load_cells(name: str, backend: BackendName, home: Path | None, namespace: s
         b, spec = None, None
     target = tracking_target(name, spec, backend, home, tracking_uri, no_tracking, experiment)
     try:
-        loaded = load_records(target, name, b)
+        loaded = load_records(target, name, b, source=source.value)
     except TrackingError as exc:
         fail(str(exc), EXIT_BACKEND)
     except BackendError as exc:
@@ -693,6 +752,7 @@ def results(
     tracking_uri: TrackingUriOpt = None,
     no_tracking: NoTrackingOpt = False,
     experiment: ExperimentOpt = None,
+    source: FromOpt = ResultsSource.auto,
 ) -> None:
     """The sweep's results aggregated over repeats: mean ±CV of samples/s, step p50, peak memory,
     time-to-accuracy, accuracy and $/epoch per setting; OOM and GPU-mismatch cells as such; * marks the best
@@ -708,7 +768,7 @@ def results(
             fail(str(exc), _code_for(exc))
         return
     cells, loaded, _ = _load_cells(name, backend, home, namespace, kubeconfig, tracking_uri, no_tracking,
-                                   experiment, target_accuracy, best_by, direct=direct)
+                                   experiment, target_accuracy, best_by, direct=direct, source=source)
     try:
         cells = agg.sort_cells(agg.apply_filters(cells, agg.parse_filters(filters or [])), sort, reverse)
     except agg.QueryError as exc:
@@ -806,7 +866,8 @@ def _print_rows(b: Backend, name: str, fmt: ResultsFormat) -> None:
 def report(
     name: Annotated[str, typer.Argument(help="sweep name")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="directory for report.html and the "
-                                                "figures [default: ./<sweep>-report]", show_default=False)] = None,
+                                                "figures [default: <home>/sweeps/<sweep>/report]",
+                                                show_default=False)] = None,
     target_accuracy: TargetOpt = 0.90,
     best_by: BestByOpt = MetricName.samples_per_s,
     upload: Annotated[bool, typer.Option("--upload/--no-upload", help="log the report as artifacts of the "
@@ -818,6 +879,7 @@ def report(
     tracking_uri: TrackingUriOpt = None,
     no_tracking: NoTrackingOpt = False,
     experiment: ExperimentOpt = None,
+    source: FromOpt = ResultsSource.auto,
 ) -> None:
     """An HTML report with PNG figures (throughput, compile speed-up, peak memory, time-to-accuracy, $/epoch,
     the matrix heatmap) and the comparison tables, written locally and logged to the sweep's parent run."""
@@ -828,10 +890,10 @@ def report(
     from kubesweep.tracking.runs import SweepRuns, TrackingError
 
     cells, loaded, target = _load_cells(name, backend, home, namespace, kubeconfig, tracking_uri, no_tracking,
-                                        experiment, target_accuracy, best_by)
+                                        experiment, target_accuracy, best_by, source=source)
     if not cells:
         fail(f"sweep {name!r} has no trials to report on", EXIT_NOT_FOUND)
-    directory = (output or Path(f"{name}-report")).resolve()
+    directory = (output or home_dir(home) / "sweeps" / name / "report").resolve()
     built = build(cells, directory, sweep=name, source=loaded.source, target=target_accuracy,
                   best_by=best_by.value)
     console.print(f"report: {built.html_path} ({len(built.figures)} figures, {len(built.tables)} comparison tables)")
@@ -872,20 +934,13 @@ def ui(
     chosen = port or ui_mod.free_port()
     command = ui_mod.server_command(home_dir(home), chosen, backend_uri=configured)
     console.print(f"MLflow UI: http://127.0.0.1:{chosen}  (store {command[command.index('--backend-store-uri') + 1]};"
-                  " Ctrl-C stops it)")
+                  " Ctrl-C or SIGTERM stops it and its workers)")
     # a UI-only server: no background job runner (MLflow's GenAI jobs), unless asked for in the environment
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
-    proc = subprocess.Popen(command, env=env)
-    try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        raise typer.Exit(EXIT_OK) from None
-    if code != 0:
+    code = ui_mod.run_server(command, env)
+    if code is None:
+        err.print("stopped the MLflow UI")
+    elif code != 0:
         fail(f"mlflow server exited with code {code}", EXIT_BACKEND)
 
 

@@ -4,7 +4,8 @@ Definitions (docs/tracking.md says the same, with examples):
 
 - samples/s: `train.samples_per_s` (measured steps only, all ranks) or, for inference, `inference.samples_per_s`;
 - step p50: `train.step_time_s.p50` (inference: `inference.latency_s.p50`, one batch), in milliseconds;
-- peak memory: `memory.torch_peak_allocated_bytes` in GiB (the CUDA caching allocator's peak);
+- peak memory: `memory.torch_peak_allocated_bytes` in GiB (the CUDA caching allocator's peak); on a CPU trial
+  `memory.host_peak_rss_bytes` (the process's peak resident set);
 - accuracy: `final_accuracy`, the dev accuracy of the last evaluation;
 - epoch time: `timings.train_s / train.epochs_completed`, the training loop's wall time per epoch (warm-up and
   checkpoints included, evaluation excluded);
@@ -17,6 +18,9 @@ Definitions (docs/tracking.md says the same, with examples):
   gives exactly `train_s`. An evaluation point carrying `train_elapsed_s` is used as is. Not reached: no TTA.
 - mean over the repeats that succeeded; CV (coefficient of variation) = sample standard deviation (n - 1) /
   mean, shown as a percentage; with one repeat there is no CV.
+- flags, beside a cell's numbers: repeats that ran out of memory, ran on another GPU than asked or failed;
+  repeats whose final accuracy is at chance (SST-2 has two balanced classes: <= 0.55); a single measured repeat
+  (no spread).
 """
 
 from __future__ import annotations
@@ -86,6 +90,14 @@ def time_to_accuracy(results: dict[str, Any], target: float) -> float | None:
     return None
 
 
+def _peak_memory(results: dict[str, Any]) -> float | None:
+    """Bytes: the CUDA caching allocator's peak on a GPU; on a CPU, the process's peak RSS."""
+    peak = _num(dig(results, "memory", "torch_peak_allocated_bytes"))
+    if peak is None and results.get("device") == "cpu":
+        peak = _num(dig(results, "memory", "host_peak_rss_bytes"))
+    return peak
+
+
 def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[str, float | None]:
     """One trial's measurements (all None unless it succeeded with a results file)."""
     out: dict[str, float | None] = dict.fromkeys(METRICS)
@@ -102,7 +114,7 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
         out["samples_per_s"] = _num(dig(r, "train", "samples_per_s"))
         p50 = _num(dig(r, "train", "step_time_s", "p50"))
         out["step_p50_ms"] = p50 * 1000 if p50 is not None else None
-    peak = _num(dig(r, "memory", "torch_peak_allocated_bytes"))
+    peak = _peak_memory(r)
     out["peak_mem_gib"] = peak / GIB if peak is not None else None
     out["accuracy"] = _num(r.get("final_accuracy"))
     out["tta_s"] = time_to_accuracy(r, target) if not inference else None
@@ -114,6 +126,16 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
             gpus = max(1, int(r.get("world_size") or record.gpus or 1))
             out["cost_per_epoch"] = catalog[gpu].price_per_hour * gpus * epoch_s / 3600
     return out
+
+
+CHANCE_ACCURACY = 0.5  # SST-2: two balanced classes
+CHANCE_MARGIN = 0.05
+_FLAGGED = ("oom", "gpu_mismatch", "failed")
+
+
+def at_chance(results: dict[str, Any] | None) -> bool:
+    accuracy = _num((results or {}).get("final_accuracy"))
+    return accuracy is not None and accuracy <= CHANCE_ACCURACY + CHANCE_MARGIN
 
 
 @dataclass
@@ -172,6 +194,25 @@ class Cell:
     def value(self, metric: str) -> float | None:
         stat = self.metrics.get(metric)
         return stat.mean if stat else None
+
+    @property
+    def flags(self) -> list[str]:
+        """What a reader must know beside this cell's numbers: `OOM`, `1/3 GPU mismatch`, `chance accuracy
+        (0.50)`, `n=1`."""
+        out = []
+        total = len(self.trials)
+        for outcome in _FLAGGED:
+            k = self.outcomes.get(outcome, 0)
+            if k:
+                out.append(OUTCOME_TEXT[outcome] if k == total else f"{k}/{total} {OUTCOME_TEXT[outcome]}")
+        chance = [t for t in self.trials if t.outcome == "succeeded" and at_chance(t.results)]
+        if chance:
+            accuracy = min(_num((t.results or {}).get("final_accuracy")) or 0.0 for t in chance)
+            share = "" if len(chance) == self.outcomes.get("succeeded") else f"{len(chance)}/{total} "
+            out.append(f"{share}chance accuracy ({accuracy:.2f})")
+        if self.outcomes.get("succeeded") == 1:
+            out.append("n=1")
+        return out
 
     def key_values(self) -> dict[str, Any]:
         return {**self.axes, **self.extra}
@@ -353,7 +394,7 @@ def columns(cells: list[Cell]) -> list[str]:
 def headers(cells: list[Cell]) -> list[str]:
     names = {"batch_size": "batch"}
     return ([names.get(c, c) for c in columns(cells)] + ["n", "status"]
-            + [METRICS[m][0] for m in TABLE_METRICS] + ["best"])
+            + [METRICS[m][0] for m in TABLE_METRICS] + ["best", "flags"])
 
 
 def text_rows(cells: list[Cell]) -> list[list[str]]:
@@ -364,7 +405,7 @@ def text_rows(cells: list[Cell]) -> list[list[str]]:
         row = [_norm_display(values.get(c)) for c in cols]
         row += [str(len(cell.trials)), cell.status]
         row += [metric_text(cell, m) for m in TABLE_METRICS]
-        row.append("*" if cell.best else "")
+        row += ["*" if cell.best else "", "; ".join(cell.flags)]
         rows.append(row)
     return rows
 
@@ -386,7 +427,7 @@ def to_markdown(cells: list[Cell]) -> str:
 
 def to_csv(cells: list[Cell]) -> str:
     cols = columns(cells)
-    fields = [*cols, "n", "status", "best"]
+    fields = [*cols, "n", "status", "best", "flags"]
     for m in METRICS:
         fields += [f"{m}_mean", f"{m}_cv", f"{m}_n"]
     fields += ["trials"]
@@ -396,7 +437,7 @@ def to_csv(cells: list[Cell]) -> str:
     for cell in cells:
         row: dict[str, Any] = {c: _norm_display(cell.key_values().get(c)) for c in cols}
         row.update({"n": len(cell.trials), "status": cell.status, "best": int(cell.best),
-                    "trials": " ".join(t.name for t in cell.trials)})
+                    "flags": "; ".join(cell.flags), "trials": " ".join(t.name for t in cell.trials)})
         for m in METRICS:
             stat = cell.metrics[m]
             row[f"{m}_mean"] = "" if stat.mean is None else repr(stat.mean)
@@ -414,7 +455,7 @@ def to_json(cells: list[Cell], *, sweep: str, source: str, target: float, best_b
         "best_by": best_by,
         "cells": [
             {**cell.key_values(), "n": len(cell.trials), "status": cell.status, "outcomes": dict(cell.outcomes),
-             "best": cell.best, "metrics": {m: s.as_dict() for m, s in cell.metrics.items()},
+             "best": cell.best, "flags": cell.flags, "metrics": {m: s.as_dict() for m, s in cell.metrics.items()},
              "trials": [{"id": t.trial_id, "name": t.name, "repeat": t.repeat, "outcome": t.outcome,
                          "reason": t.reason, "run_id": t.run_id} for t in cell.trials]}
             for cell in cells

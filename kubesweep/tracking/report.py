@@ -1,6 +1,8 @@
 """The sweep report: an HTML page with PNG figures and the comparison tables, from aggregated cells.
 
-Figures (each skipped, with a line saying why, when the sweep has no trials for it):
+It opens with the answer: per objective (throughput, time to the target accuracy, $ per epoch; for inference
+throughput and p50 latency) the best setting overall and per task and GPU type, with mean ±CV, n and flags.
+Figures (each skipped, with a line saying why, when the sweep has nothing for it; CPU trials count as a device):
 - `throughput.png`: samples/s vs batch size, one panel per GPU type, a line per precision (dashed: compiled);
 - `compile_speedup.png`: compiled / eager samples/s for each (GPU, batch, precision) that ran both;
 - `peak_memory.png`: peak memory vs batch size per GPU type and precision, with each GPU's memory as a line;
@@ -57,8 +59,8 @@ class Table:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
         note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
-        return (f"<h3>{html.escape(self.title)}</h3>{note}"
-                f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        title = f"<h3>{html.escape(self.title)}</h3>" if self.title else ""
+        return f"{title}{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 @dataclass
@@ -69,10 +71,118 @@ class Report:
     skipped: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     table_notes: list[str] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)
+    best: Table | None = None
 
     @property
     def html_path(self) -> Path:
         return self.directory / "report.html"
+
+
+# -- the answer ------------------------------------------------------------------------------------------------
+
+# (metric, what it answers) per task: the objectives the headline picks a best setting for
+OBJECTIVES: dict[str, list[tuple[str, str]]] = {
+    "finetune": [("samples_per_s", "highest throughput"), ("tta_s", "soonest to the target accuracy"),
+                 ("cost_per_epoch", "lowest $ per epoch")],
+    "inference": [("samples_per_s", "highest throughput"), ("step_p50_ms", "lowest p50 latency")],
+}
+
+
+UNITS = {"samples_per_s": "{} samples/s", "tta_s": "{} s", "cost_per_epoch": "${} per epoch",
+         "step_p50_ms": "{} ms"}
+
+
+@dataclass
+class Best:
+    task: str
+    gpu: str
+    metric: str
+    objective: str
+    cell: Cell | None
+    why_none: str = ""
+
+    def value_text(self) -> str:
+        if self.cell is None:
+            return self.why_none
+        stat = self.cell.metrics[self.metric]
+        spread = f" ±{stat.cv * 100:.1f}%" if stat.cv is not None else ""
+        return UNITS.get(self.metric, "{} " + METRICS[self.metric][0]).format(fmt_number(stat.mean)) + spread
+
+
+def setting_text(cell: Cell, with_gpu: bool = False) -> str:
+    """`bs64 bf16 compile=default` (`h100-80gb x2 GPUs bs64 ...` with_gpu)."""
+    parts = [_gpu_label(cell)] if with_gpu else []
+    if cell.axes["gpus"] > 1:
+        parts.append(f"x{cell.axes['gpus']} GPUs")
+    parts += [f"bs{cell.axes['batch_size']}", str(cell.axes["precision"])]
+    parts.append("eager" if cell.axes["compile"] == "off" else f"compile={cell.axes['compile']}")
+    parts += [f"{k}={v}" for k, v in cell.extra.items()]
+    return " ".join(parts)
+
+
+def _why_none(cells: list[Cell], metric: str, target: float) -> str:
+    if not any("succeeded" in c.outcomes for c in cells):
+        return "no trial succeeded"
+    if metric == "tta_s":
+        best = max((v for c in cells if (v := c.value("accuracy")) is not None), default=None)
+        return f"no trial reached {target:g} dev accuracy" + (f" (best {best:.3f})" if best is not None else "")
+    if metric == "cost_per_epoch":
+        return "no price: CPU trials" if all(c.axes["gpu"] == "cpu" for c in cells) else "no price in the catalog"
+    return "not measured"
+
+
+def best_settings(cells: list[Cell], target: float) -> list[Best]:
+    """The best setting for each objective, per task and GPU type (`cpu` for CPU trials)."""
+    groups: dict[tuple[str, str], list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.task, str(cell.axes["gpu"])), []).append(cell)
+    out = []
+    for (task, gpu), group in sorted(groups.items(), key=lambda kv: (kv[0][0] != "finetune", kv[0][1] == "cpu",
+                                                                      kv[0][1])):
+        for metric, objective in OBJECTIVES.get(task, OBJECTIVES["finetune"]):
+            rated = [c for c in group if c.value(metric) is not None]
+            higher = METRICS[metric][1]
+            chosen = (max if higher else min)(rated, key=lambda c: c.value(metric) or 0.0) if rated else None
+            out.append(Best(task, gpu, metric, objective, chosen,
+                            "" if chosen is not None else _why_none(group, metric, target)))
+    return out
+
+
+def answer_lines(cells: list[Cell], target: float) -> list[str]:
+    """One sentence per objective across every GPU type: the sweep's answer."""
+    lines = []
+    for task in ("finetune", "inference"):
+        group = [c for c in cells if c.task == task]
+        if not group:
+            continue
+        for metric, objective in OBJECTIVES[task]:
+            rated = [c for c in group if c.value(metric) is not None]
+            noun = "fine-tuning" if task == "finetune" else "inference"
+            if not rated:
+                lines.append(f"{noun}, {objective}: {_why_none(group, metric, target)}.")
+                continue
+            higher = METRICS[metric][1]
+            cell = (max if higher else min)(rated, key=lambda c: c.value(metric) or 0.0)
+            flags = f"; {', '.join(cell.flags)}" if cell.flags else ""
+            best = Best(task, str(cell.axes["gpu"]), metric, objective, cell)
+            lines.append(f"{noun}, {objective}: {setting_text(cell, with_gpu=True)}: {best.value_text()} "
+                         f"(n={cell.metrics[metric].n}{flags}).")
+    return lines
+
+
+def answer_table(cells: list[Cell], target: float) -> Table:
+    rows = []
+    for b in best_settings(cells, target):
+        c = b.cell
+        rows.append([b.task, "CPU" if b.gpu == "cpu" else b.gpu, b.objective,
+                     setting_text(c) if c is not None else "-", b.value_text(),
+                     str(c.metrics[b.metric].n) if c is not None else "-", "; ".join(c.flags) if c else ""])
+    note = (f"Per task and GPU type, the setting that does best on each objective: mean over the repeats that "
+            f"succeeded ±CV, n repeats; the target accuracy is {target:g}. Flags: OOM, GPU mismatch and failed "
+            "repeats, chance accuracy (<= 0.55 on SST-2's two classes), n=1 (no spread).")
+    return Table("Best setting per GPU type", ["task", "GPU", "objective", "setting", "value", "n", "flags"], rows,
+                 note)
 
 
 # -- comparison tables ---------------------------------------------------------------------------------------
@@ -203,7 +313,7 @@ def _series(cells: list[Cell]) -> dict[str, dict[tuple[str, str], list[Cell]]]:
     """GPU type -> (precision, compile) -> cells sorted by batch size (single-GPU fine-tuning only)."""
     out: dict[str, dict[tuple[str, str], list[Cell]]] = {}
     for cell in _finetune(cells):
-        if cell.axes["gpus"] != 1 or cell.axes["batch_size"] is None:
+        if cell.axes["gpus"] > 1 or cell.axes["batch_size"] is None:  # one device: a GPU, or the CPU (0 GPUs)
             continue
         label = str(cell.axes["gpu"]) + (" " + _other_settings(cell) if cell.extra else "")
         out.setdefault(label, {}).setdefault((str(cell.axes["precision"]), str(cell.axes["compile"])),
@@ -280,6 +390,26 @@ def _bars(cells: list[Cell], metric: str, ylabel: str, title: str, path: Path) -
     ax.grid(axis="y", alpha=0.3)
     _save(fig, path)
     return True
+
+
+def _figure_gap(name: str, cells: list[Cell], target: float) -> str:
+    """Why a figure has nothing to draw, in the reader's terms."""
+    ft = _finetune(cells)
+    if not ft:
+        return "the sweep has no fine-tuning trials"
+    if not any("succeeded" in c.outcomes for c in ft):
+        return "no fine-tuning trial succeeded"
+    if name == "compile_speedup.png":
+        if all(c.axes["compile"] == "off" for c in ft):
+            return "every trial ran eager (add a compile axis to compare)"
+        return "no setting ran both eager and compiled with a result"
+    if name == "time_to_accuracy.png":
+        return _why_none(ft, "tta_s", target)
+    if name == "cost_per_epoch.png":
+        return _why_none(ft, "cost_per_epoch", target)
+    if name == "peak_memory.png":
+        return "no trial recorded its peak memory"
+    return "no single-device fine-tuning trial has the number"
 
 
 def _cell_label(cell: Cell) -> str:
@@ -387,7 +517,8 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
          lambda p: _per_gpu_lines(cells, "samples_per_s", "samples/s", "Fine-tuning throughput", p)),
         ("compile_speedup.png", "torch.compile speed-up: compiled / eager samples/s for the same setting",
          lambda p: _speedup(cells, p)),
-        ("peak_memory.png", "Peak memory (torch allocator) vs batch size; dotted: the GPU's memory",
+        ("peak_memory.png", "Peak memory vs batch size (GPU: the torch allocator's peak, dotted: the GPU's memory; "
+         "CPU: the process's peak RSS)",
          lambda p: _per_gpu_lines(cells, "peak_mem_gib", "peak GiB", "Peak memory", p, memory_line)),
         ("time_to_accuracy.png", f"Time to {target:.0%} dev accuracy (training wall time; green: best per GPU)",
          lambda p: _bars(_finetune(cells), "tta_s", "seconds", f"Time to accuracy >= {target:g}", p)),
@@ -402,7 +533,7 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
         if draw(path):
             report.figures.append((name, caption))
         else:
-            report.skipped.append(f"{name}: no trials with the data it needs")
+            report.skipped.append(f"{name}: not drawn: {_figure_gap(name, cells, target)}")
     for title, make in (("time for N epochs at batch 16", epochs_table), ("inference latency", inference_table),
                         ("one GPU vs DDP", ddp_table)):
         table = make(cells)
@@ -410,13 +541,22 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
             report.table_notes.append(f"table '{title}' skipped: the sweep has no trials for it")
         else:
             report.tables.append(table)
-    full = Table("All results", headers(cells), text_rows(cells),
+    full = Table("", headers(cells), text_rows(cells),
                  f"mean ±CV over repeats; TTA target {target:g}; * best {METRICS[best_by][0]} per GPU type")
+    report.answer = answer_lines(cells, target)
+    report.best = answer_table(cells, target)
     summary = to_json(cells, sweep=sweep, source=source, target=target, best_by=best_by)
+    summary["answer"] = report.answer
+    summary["best"] = [{"task": b.task, "gpu": b.gpu, "metric": b.metric, "objective": b.objective,
+                        "setting": setting_text(b.cell) if b.cell else None,
+                        "stat": b.cell.metrics[b.metric].as_dict() if b.cell else None,
+                        "flags": b.cell.flags if b.cell else [], "none": b.why_none or None}
+                       for b in best_settings(cells, target)]
     summary["tables"] = [{"title": t.title, "headers": t.headers, "rows": t.rows} for t in report.tables]
     summary["figures"] = [name for name, _ in report.figures]
     (directory / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    md = [f"# Sweep {sweep}: report", ""]
+    md = [f"# Sweep {sweep}: report", "", "## The answer", ""]
+    md += [f"- {line}" for line in report.answer] + ["", report.best.markdown()]
     md += [t.markdown() for t in report.tables]
     md += ["## All results", "", to_markdown(cells)]
     md += [f"![{cap}]({name})" for name, cap in report.figures]
@@ -428,7 +568,8 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;
 text-align:right}th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}.note{color:#555;font-size:13px}
-figure{margin:1em 0 2em}figcaption{color:#555;font-size:13px}img{max-width:100%;border:1px solid #eee}"""
+figure{margin:1em 0 2em}figcaption{color:#555;font-size:13px}img{max-width:100%;border:1px solid #eee}
+ul.answer{font-size:16px;line-height:1.5}"""
 
 
 def _html(report: Report, full: Table, source: str, target: float) -> str:
@@ -438,7 +579,12 @@ def _html(report: Report, full: Table, source: str, target: float) -> str:
              f"<h1>Sweep {html.escape(report.sweep)}: report</h1>",
              f"<p class='note'>Generated {now} from {html.escape(source)}. Numbers are means over repeats ±CV "
              f"(coefficient of variation); time-to-accuracy target {target:g}. Definitions: docs/tracking.md.</p>",
-             "<h2>Comparison tables</h2>"]
+             "<h2>The answer</h2>", "<ul class='answer'>"]
+    parts += [f"<li>{html.escape(line)}</li>" for line in report.answer]
+    parts.append("</ul>")
+    if report.best is not None:
+        parts.append(report.best.html())
+    parts.append("<h2>Comparison tables</h2>")
     parts += [t.html() for t in report.tables]
     parts += [f"<p class='note'>{html.escape(n)}</p>" for n in report.table_notes]
     parts.append("<h2>Figures</h2>")

@@ -72,6 +72,8 @@ def _quick_http() -> Iterator[None]:
 
 
 def _quiet() -> None:
+    """No download progress bars and no INFO chatter on a command's stderr (a person asked for a table)."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     for name in ("alembic", "mlflow", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
 

@@ -56,27 +56,45 @@ class Loaded:
     parent_run_id: str | None = None
 
 
-def load_records(target: TrackingTarget, sweep: str, backend: Backend | None) -> Loaded:
-    """The sweep's trials from MLflow (child runs of its parent run), else from the backend's results files.
+def load_records(target: TrackingTarget, sweep: str, backend: Backend | None, *, source: str = "auto") -> Loaded:
+    """The sweep's trials. `auto`: the backend's own results files when it keeps them on this machine (the local
+    backend: the same results.json its MLflow runs hold, without a round trip) or when tracking is off, else
+    MLflow (the child runs of the sweep's parent run), else the backend's status. `files` and `mlflow` insist.
 
-    Raises `runs.TrackingError` when MLflow is configured but cannot be read, and `BackendError` when neither
-    MLflow nor the backend knows the sweep.
+    Raises `runs.TrackingError` when MLflow is asked for but cannot be read, and `BackendError` (`SweepNotFound`)
+    when what is asked for does not know the sweep.
     """
     from kubesweep.backends.base import SweepNotFound
+    from kubesweep.tracking.runs import SweepRuns, TrackingError
 
-    if target.enabled:
-        from kubesweep.tracking.runs import SweepRuns
+    keeps_files = backend is not None and getattr(backend, "results", None) is not None
+    if source == "files" or (source == "auto" and (keeps_files or not target.enabled)):
+        off = "" if target.enabled else f"{target.describe()}; reading the backend's results files"
+        if backend is None:
+            raise SweepNotFound(f"sweep {sweep!r}: {off.split(';')[0] or 'no backend'}, and no backend to read "
+                                "it from")
+        try:
+            return _from_files(backend, sweep, off)
+        except SweepNotFound:
+            if source == "files" or not target.enabled:
+                raise
+            # auto: this machine does not know the sweep; its MLflow runs may
+    if not target.enabled:
+        raise TrackingError(f"{target.describe()}: no MLflow to read the sweep's results from")
+    runs = SweepRuns(target, sweep)
+    parent = runs.find_parent()
+    if parent is not None:
+        return Loaded(from_mlflow(runs, parent, backend, sweep),
+                      f"MLflow {target.uri}, experiment {target.experiment!r}, parent run {parent}", "", parent)
+    missing = f"no MLflow parent run for sweep {sweep!r} in experiment {target.experiment!r} at {target.uri}"
+    if source == "mlflow" or backend is None:
+        raise SweepNotFound(f"sweep {sweep!r}: {missing}" + ("" if source == "mlflow" else
+                                                              ", and no backend to read it from"))
+    return Loaded(from_backend(backend, sweep), f"results files ({backend.name} backend)",
+                  f"{missing}; reading the backend's results files")
 
-        runs = SweepRuns(target, sweep)
-        parent = runs.find_parent()
-        if parent is not None:
-            records = from_mlflow(runs, parent, backend, sweep)
-            return Loaded(records, f"MLflow {target.uri}, experiment {target.experiment!r}, parent run {parent}",
-                          "", parent)
-        note = (f"no MLflow parent run for sweep {sweep!r} in experiment {target.experiment!r} at {target.uri}; "
-                "reading the backend's results files")
-    else:
-        note = f"{target.describe()}; reading the backend's results files"
-    if backend is None:
-        raise SweepNotFound(f"sweep {sweep!r}: {note.split(';')[0]}, and no backend to read it from")
-    return Loaded(from_backend(backend, sweep), f"results files ({backend.name} backend)", note)
+
+def _from_files(backend: Backend, sweep: str, note: str) -> Loaded:
+    parent = getattr(backend, "parent_run_id", None)
+    return Loaded(from_backend(backend, sweep), f"results files ({backend.name} backend)", note,
+                  parent(sweep) if parent is not None else None)

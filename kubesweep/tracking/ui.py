@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import shutil
+import signal
 import socket
+import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from types import FrameType
 
 from kubesweep.tracking.target import LOCAL_ARTIFACTS, local_store_uri
 
@@ -36,6 +43,54 @@ def server_command(home: Path, port: int, host: str = "127.0.0.1", workers: int 
     return [*mlflow_executable(), "server", "--backend-store-uri", backend_uri or local_store_uri(home),
             "--artifacts-destination", str(artifacts), "--serve-artifacts", "--host", host, "--port", str(port),
             "--workers", str(workers)]
+
+
+class Stopped(Exception):
+    """`sweep ui` was asked to stop (SIGINT, SIGTERM or SIGHUP)."""
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: its own process group, and SIGTERM when `sweep ui` dies, even by SIGKILL."""
+    os.setsid()
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
+    """SIGTERM the server's whole process group (the server and its workers); SIGKILL what outlives `grace`."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        with contextlib.suppress(ProcessLookupError):  # workers that outlived the server
+            os.killpg(proc.pid, signal.SIGKILL)
+        return
+
+
+def run_server(command: list[str], env: Mapping[str, str]) -> int | None:
+    """Run `command` as the head of a process group this process owns: stopping `sweep ui` (Ctrl-C, SIGTERM,
+    SIGHUP) stops the server and every worker it started, and a `sweep ui` killed outright takes the server
+    with it. Returns the server's exit code, or None when `sweep ui` was stopped."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    proc = None
+    try:
+        proc = subprocess.Popen(command, env=dict(env), preexec_fn=_die_with_parent)
+        return proc.wait()
+    except Stopped:
+        return None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if proc is not None:
+            stop_group(proc)
 
 
 def cluster_directions(namespace: str, uri: str | None) -> str:

@@ -1,5 +1,6 @@
 """The default store: with no tracking URI anywhere, a local sweep logs to sqlite:///<home>/mlflow.db with
-artifacts under <home>/mlartifacts, and `sweep ui` serves that store (a real `mlflow server` on 127.0.0.1).
+artifacts under <home>/mlartifacts, and `sweep ui` serves that store (a real `mlflow server` on 127.0.0.1) and owns
+it: stopping `sweep ui`, or killing it, stops the server and its workers.
 The workload is tests/support/tracked_job.py (the job's own MLflow logger, no training)."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,73 @@ def test_default_local_store_and_sweep_ui(tmp_path: Path) -> None:
         served = get(f"{base}/get-artifact?path=results.json&run_uuid={run_id}")
         assert served == results
         assert "MLflow UI: http://127.0.0.1:" in log.read_text()
-    finally:
-        os.killpg(ui.pid, signal.SIGINT)
+        server = descendants(ui.pid)
+        assert server, "no mlflow server process under `sweep ui`"
+        # SIGTERM to `sweep ui` alone (not its group: the server runs in a group of its own) stops the server
+        # and every worker it started, and the port stops answering
+        ui.send_signal(signal.SIGTERM)
         assert ui.wait(timeout=60) == 0, log.read_text()[-2000:]
+        assert "stopped the MLflow UI" in log.read_text()
+        assert_gone(server, base)
+    finally:
+        if ui.poll() is None:
+            os.killpg(ui.pid, signal.SIGKILL)
+
+
+def test_sweep_ui_killed_outright_takes_its_server_along(tmp_path: Path) -> None:
+    env = {**os.environ, **quiet_mlflow_env(), "KUBESWEEP_HOME": str(tmp_path / "home")}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    port = free_port()
+    log = tmp_path / "ui.log"
+    with log.open("wb") as sink:
+        ui = subprocess.Popen([sys.executable, "-m", "kubesweep", "ui", "--port", str(port)], env=env,
+                              stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/health", ui, log)  # type: ignore[arg-type]
+        server = descendants(ui.pid)
+        ui.kill()  # no handler runs: the server learns of it from the kernel (parent-death signal)
+        ui.wait(timeout=30)
+        assert_gone(server, base)
+    finally:
+        if ui.poll() is None:
+            ui.kill()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def assert_gone(pids: list[int], base: str, timeout: float = 30) -> None:
+    """Each of `pids` has exited (or is a zombie) and nothing answers at `base` any more."""
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in pids if alive(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"server processes outlived `sweep ui`: {left}"
+    try:
+        urllib.request.urlopen(f"{base}/health", timeout=5)
+    except OSError:
+        return
+    raise AssertionError(f"{base} still answers after `sweep ui` stopped")

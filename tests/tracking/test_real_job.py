@@ -54,7 +54,7 @@ def test_real_job_logs_a_child_run_that_results_reads(mlflow_server: MlflowServe
     assert child.data.metrics["eval/accuracy"] == pytest.approx(results["final_accuracy"])
     assert "results.json" in [a.path for a in client.list_artifacts(child.info.run_id)]
 
-    out = json.loads(run("results", "real-job", "--format", "json").stdout)
+    out = json.loads(run("results", "real-job", "--format", "json", "--from", "mlflow").stdout)
     assert out["source"].startswith("MLflow")
     (cell,) = out["cells"]
     assert cell["metrics"]["samples_per_s"]["mean"] == pytest.approx(results["train"]["samples_per_s"])

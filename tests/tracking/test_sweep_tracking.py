@@ -108,9 +108,10 @@ def test_one_parent_run_and_a_child_run_per_trial(tracked_sweep: TrackedSweep) -
 
 def test_results_from_mlflow_match_the_results_files(tracked_sweep: TrackedSweep) -> None:
     ts = tracked_sweep
-    proc = ts.sweep("results", ts.name, "--format", "json")
+    proc = ts.sweep("results", ts.name, "--format", "json", "--from", "mlflow")
     out = json.loads(proc.stdout)
     assert out["source"].startswith(f"MLflow {ts.server.url}")
+    assert "Downloading artifacts" not in proc.stderr
     expected = expected_cells(ts)
     assert len(out["cells"]) == SWEEP_CELLS == len(expected)
     for cell in out["cells"]:
@@ -137,10 +138,15 @@ def test_results_from_mlflow_match_the_results_files(tracked_sweep: TrackedSweep
             assert best == [max(rated, key=lambda c: c["metrics"]["samples_per_s"]["mean"])]
         else:
             assert best == []
-    # the same numbers without MLflow, from the local results files
-    files = json.loads(ts.sweep("results", ts.name, "--format", "json", "--no-tracking").stdout)
-    assert files["source"].startswith("results files")
-    assert [c["metrics"] for c in files["cells"]] == [c["metrics"] for c in out["cells"]]
+    # the same numbers from this machine's results files: what `sweep results` reads first (no MLflow round
+    # trip, nothing on stderr), and what it reads with tracking off
+    for args in ((), ("--no-tracking",)):
+        proc = ts.sweep("results", ts.name, "--format", "json", *args)
+        files = json.loads(proc.stdout)
+        assert files["source"].startswith("results files (local backend)")
+        assert [c["metrics"] for c in files["cells"]] == [c["metrics"] for c in out["cells"]]
+        if not args:
+            assert proc.stderr == ""
 
 
 def test_time_to_accuracy_target(tracked_sweep: TrackedSweep) -> None:

@@ -1,0 +1,90 @@
+"""The sweep report as a person sees it: headless Chromium (Debian's `chromium`, driven by Playwright) opens
+report.html for a GPU matrix and for a CPU sweep (the stand-in job's results, tests/tracking/test_report.py) and
+finds the answer in the first screen, every figure whose data exist drawn, and the flags beside the numbers.
+Screenshots go to test-output/browser/ (gitignored); `python -m tests.browser.test_report_page REPORT.html
+PNG` takes the same full-page screenshot of any report (how docs/img/ was made).
+
+Chromium is required: CI installs it (`apt-get install chromium`); a missing browser fails the test.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubesweep.tracking.aggregate import aggregate
+from kubesweep.tracking.report import build
+from tests.support.mlflow_fixtures import ROOT, SWEEP_SPEC
+from tests.tracking.test_report import CPU_SPEC, records
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+SHOTS = ROOT / "test-output" / "browser"
+VIEWPORT = {"width": 1400, "height": 900}
+
+
+def open_page(pw: Any, profile: Path) -> Any:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} not found: this test needs Debian's chromium (apt-get install chromium)")
+    return pw.chromium.launch_persistent_context(str(profile), executable_path=str(CHROMIUM), headless=True,
+                                                 args=FLAGS, viewport=VIEWPORT)
+
+
+def broken_images(page: Any) -> int:
+    return int(page.evaluate("[...document.images].filter(i => !i.complete || i.naturalWidth === 0).length"))
+
+
+@pytest.mark.parametrize(("spec", "figures"), [(SWEEP_SPEC, 6), (CPU_SPEC, 4)], ids=["gpu-matrix", "cpu"])
+def test_the_answer_is_on_the_first_screen(tmp_path: Path, spec: str, figures: int) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    def on_cpu(trial: Any, results: dict[str, Any]) -> None:
+        if not trial.gpu:
+            results["memory"] = {"torch_peak_allocated_bytes": None, "host_peak_rss_bytes": 3 * 1024**3}
+
+    built = build(aggregate(records(spec, on_cpu), target=0.85), tmp_path / "report", sweep="s", source="test",
+                  target=0.85, best_by="samples_per_s")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        context = open_page(pw, tmp_path / "profile")
+        try:
+            page = context.new_page()
+            page.goto(built.html_path.as_uri())
+            answer = page.get_by_role("heading", name="The answer")
+            best = page.get_by_role("heading", name="Best setting per GPU type")
+            for heading in (answer, best):
+                expect(heading).to_be_in_viewport()  # no scrolling to find the answer
+            first = page.locator("ul.answer li").first
+            expect(first).to_contain_text("fine-tuning, highest throughput: ")
+            expect(first).to_be_in_viewport()
+            assert page.locator("figure img").count() == figures == len(built.figures)
+            assert broken_images(page) == 0
+            assert page.get_by_role("heading", name="All results").count() == 1
+            page.screenshot(path=str(SHOTS / f"report-{'cpu' if spec == CPU_SPEC else 'gpu'}.png"), full_page=True)
+        finally:
+            context.close()
+
+
+def shoot(html_path: Path, png: Path) -> None:
+    """A full-page screenshot of a report as Chromium renders it."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        context = open_page(pw, png.parent / ".chromium-profile")
+        try:
+            page = context.new_page()
+            page.goto(html_path.resolve().as_uri())
+            assert broken_images(page) == 0, "a figure did not load"
+            page.screenshot(path=str(png), full_page=True)
+        finally:
+            context.close()
+
+
+if __name__ == "__main__":
+    shoot(Path(sys.argv[1]), Path(sys.argv[2]))

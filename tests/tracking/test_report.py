@@ -1,0 +1,109 @@
+"""The report's answer, figures and flags, built from trial records in process (no MLflow): the stand-in job's
+results (tests/support/tracked_job.py) for a GPU matrix and for a CPU sweep like `sweeps/smoke.yaml`. What the
+page looks like in a browser is tests/browser/test_report_page.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from kubesweep.plan import plan
+from kubesweep.spec import parse_sweep_text
+from kubesweep.tracking.aggregate import aggregate
+from kubesweep.tracking.records import TrialRecord
+from kubesweep.tracking.report import build
+from tests.support.mlflow_fixtures import SWEEP_SPEC
+from tests.support.tracked_job import build as stand_in
+
+CPU_SPEC = """\
+apiVersion: kubesweep.io/v1alpha1
+kind: Sweep
+metadata: {name: cpu}
+spec:
+  job: {epochs: 1, train_samples: 384}
+  matrix: {batch_size: [16, 32], precision: [fp32, bf16]}
+  resources: {gpus_per_trial: 0}
+"""
+
+
+def records(spec: str, edit: Any = None) -> list[TrialRecord]:
+    """A record per planned trial with the stand-in's results (`edit(trial, results)` may change them)."""
+    out = []
+    for trial in plan(parse_sweep_text(spec)).trials:
+        results, _ = stand_in(trial.config, "2026-01-01T00:00:00+00:00")
+        if edit is not None:
+            edit(trial, results)
+        out.append(TrialRecord(trial.id, trial.name, trial.repeat, trial.gpu, trial.gpus_per_trial,
+                               results["outcome"], dict(results["config"]), results))
+    return out
+
+
+def report(tmp_path: Path, recs: list[TrialRecord], target: float = 0.90) -> tuple[Any, str, dict[str, Any]]:
+    built = build(aggregate(recs, target=target), tmp_path / "report", sweep="s", source="test", target=target,
+                  best_by="samples_per_s")
+    summary = json.loads((built.directory / "summary.json").read_text())
+    return built, built.html_path.read_text(), summary
+
+
+def test_the_report_opens_with_the_best_setting_per_gpu_type(tmp_path: Path) -> None:
+    recs = records(SWEEP_SPEC)
+    built, page, summary = report(tmp_path, recs, target=0.85)
+    headings = re.findall(r"<h2>(.*?)</h2>", page)
+    assert headings == ["The answer", "Comparison tables", "Figures", "All results"]
+    assert page.count("All results") == 1
+    # best throughput per GPU type for fine-tuning: the highest mean samples/s among its single-node cells,
+    # computed here from the records
+    rates: dict[tuple[str, str], list[float]] = {}
+    for r in recs:
+        if r.outcome == "succeeded" and r.job["task"] == "finetune":
+            setting = (r.gpu or "cpu", f"{'x2 GPUs ' if r.gpus > 1 else ''}bs{r.job['batch_size']}")
+            rates.setdefault(setting, []).append(r.results["train"]["samples_per_s"])  # type: ignore[index]
+    best = {b["gpu"]: b for b in summary["best"] if b["task"] == "finetune" and b["metric"] == "samples_per_s"}
+    for gpu in ("h100-80gb", "l40s"):
+        mine = {s: sum(v) / len(v) for (g, s), v in rates.items() if g == gpu}
+        top = max(mine, key=lambda s: mine[s])
+        assert best[gpu]["setting"].startswith(top + " "), (best[gpu], top)
+        assert best[gpu]["stat"]["mean"] == mine[top]
+        assert best[gpu]["stat"]["n"] == 2
+    # the V100 cells all ran on another GPU: no best, and the reason
+    assert best["v100-32gb"]["setting"] is None and best["v100-32gb"]["none"] == "no trial succeeded"
+    # the answer across GPU types names the fastest setting with its spread and n
+    fastest = max(((g, s) for g, s in rates), key=lambda k: sum(rates[k]) / len(rates[k]))
+    line = next(a for a in summary["answer"] if a.startswith("fine-tuning, highest throughput"))
+    assert f": {fastest[0]} {fastest[1]} " in line and "(n=2" in line and "±" in line
+    assert len(built.figures) == 6 and not built.skipped
+
+
+def test_a_cpu_sweep_draws_every_figure_it_has_data_for(tmp_path: Path) -> None:
+    def on_cpu(trial: Any, results: dict[str, Any]) -> None:  # what the job records without a GPU
+        results["memory"] = {"torch_peak_allocated_bytes": None, "host_peak_rss_bytes": 3 * 1024**3}
+
+    built, page, summary = report(tmp_path, records(CPU_SPEC, on_cpu))
+    assert [name for name, _ in built.figures] == ["throughput.png", "peak_memory.png", "heatmap.png"]
+    assert built.skipped == [
+        "compile_speedup.png: not drawn: every trial ran eager (add a compile axis to compare)",
+        "time_to_accuracy.png: not drawn: no trial reached 0.9 dev accuracy (best 0.860)",
+        "cost_per_epoch.png: not drawn: no price: CPU trials"]
+    cpu = {b["metric"]: b for b in summary["best"] if b["gpu"] == "cpu"}
+    assert cpu["samples_per_s"]["setting"] == "bs32 bf16 eager"
+    assert cpu["tta_s"]["none"] == "no trial reached 0.9 dev accuracy (best 0.860)"
+    peaks = {c["batch_size"]: c["metrics"]["peak_mem_gib"]["mean"] for c in summary["cells"]}
+    assert set(peaks.values()) == {3.0}  # the process's peak RSS stands in for the allocator's
+    assert "n=1" in page  # one repeat: flagged
+
+
+def test_flags_sit_beside_the_numbers(tmp_path: Path) -> None:
+    def chance(trial: Any, results: dict[str, Any]) -> None:
+        if trial.gpu == "l40s" and trial.config.job.batch_size == 64 and trial.repeat == 1:
+            results["final_accuracy"] = 0.5
+            results["eval"][-1]["accuracy"] = 0.5
+
+    _, page, summary = report(tmp_path, records(SWEEP_SPEC, chance))
+    flags = {(c["gpu"], c["batch_size"], c["gpus"], c["compile"], c["task"]): c["flags"] for c in summary["cells"]}
+    assert flags[("l40s", 64, 1, "off", "finetune")] == ["1/2 chance accuracy (0.50)"]
+    assert flags[("h100-80gb", 256, 1, "off", "finetune")] == ["OOM"]
+    assert flags[("v100-32gb", 16, 1, "off", "finetune")] == ["GPU mismatch"]
+    assert flags[("l40s", 16, 1, "off", "finetune")] == []
+    assert "1/2 chance accuracy (0.50)" in page and "GPU mismatch" in page
