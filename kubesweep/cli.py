@@ -933,8 +933,14 @@ def ui(
         fail("mlflow is not installed: pip install 'kubesweep[tracking]'", EXIT_USAGE)
     chosen = port or ui_mod.free_port()
     command = ui_mod.server_command(home_dir(home), chosen, backend_uri=configured)
-    console.print(f"MLflow UI: http://127.0.0.1:{chosen}  (store {command[command.index('--backend-store-uri') + 1]};"
-                  " Ctrl-C or SIGTERM stops it and its workers)")
+    store = command[command.index("--backend-store-uri") + 1]
+    base = f"http://127.0.0.1:{chosen}"
+    console.print(f"MLflow UI: {base}  (store {store}; Ctrl-C or SIGTERM stops it and its workers)")
+    views = ui_mod.sweep_views(store, base)
+    if views:
+        console.print("each sweep's runs, best samples/s first, with the comparison columns:")
+        for experiment, url in views:
+            console.print(f"  {experiment}: {url}", soft_wrap=True)
     # a UI-only server: no background job runner (MLflow's GenAI jobs), unless asked for in the environment
     env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
     code = ui_mod.run_server(command, env)

@@ -70,12 +70,17 @@ class Trial:
         return self.config.gpus_per_trial
 
     def label(self) -> str:
-        """A short human description of the cell: `h100-80gb bs32 bf16 compile=default`."""
-        parts = [self.gpu or "any"]
-        parts += [f"{k}={_display(v)}" for k, v in self.axes.items() if k != "gpu"]
-        if self.repeat:
-            parts.append(f"repeat={self.repeat}")
-        return " ".join(parts)
+        """A short human description of the cell: `h100-80gb bs32 bf16 compile=default` (made once: a step of
+        the operator labels every trial)."""
+        made: str | None = self.__dict__.get("_label")
+        if made is None:
+            parts = [self.gpu or "any"]
+            parts += [f"{k}={_display(v)}" for k, v in self.axes.items() if k != "gpu"]
+            if self.repeat:
+                parts.append(f"repeat={self.repeat}")
+            made = " ".join(parts)
+            object.__setattr__(self, "_label", made)  # frozen: a cache, not a field
+        return made
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,7 @@ class TrialSlices:
         self.namespace = namespace
         self._held: dict[str, dict[int, dict[str, str]]] = {}  # sweep -> slice -> trial id -> encoded entry
         self._decoded: dict[str, dict[str, TrialEntry]] = {}  # sweep -> trial id -> entry, as `_held` holds
+        self._recorded: dict[str, dict[str, Recorded]] = {}  # sweep -> the final entries' outcomes, as `_held`
 
     def read(self, sweep: str) -> dict[str, TrialEntry]:
         """Every entry of the sweep, read from the cluster (and remembered)."""
@@ -160,6 +161,7 @@ class TrialSlices:
                                        f"unreadable entry for {tid}: {exc}") from None
         self._held[sweep] = held
         self._decoded[sweep] = out
+        self._recorded.pop(sweep, None)
         return dict(out)
 
     def held(self, sweep: str) -> dict[str, TrialEntry] | None:
@@ -172,6 +174,16 @@ class TrialSlices:
             decoded = self._decoded[sweep] = {tid: TrialEntry.decode(text) for entries in held.values()
                                               for tid, text in entries.items()}
         return dict(decoded)
+
+    def recorded(self, sweep: str) -> dict[str, Recorded] | None:
+        """`recorded_in(held(sweep))`, worked out once per change of what is held (a step asks several times;
+        the `Recorded` objects are shared: do not modify them)."""
+        if sweep not in self._held:
+            return None
+        cached = self._recorded.get(sweep)
+        if cached is None:
+            cached = self._recorded[sweep] = recorded_in(self.held(sweep) or {})
+        return dict(cached)
 
     def write(self, sweep: str, entries: Mapping[str, TrialEntry], order: Mapping[str, int],
               owner: dict[str, Any] | None = None, *, replace: bool = False) -> int:
@@ -197,6 +209,7 @@ class TrialSlices:
             written += 1
         if written:
             self._decoded.pop(sweep, None)
+            self._recorded.pop(sweep, None)
         return written
 
     def count(self, sweep: str) -> int:
@@ -206,6 +219,7 @@ class TrialSlices:
     def forget(self, sweep: str) -> None:
         self._held.pop(sweep, None)
         self._decoded.pop(sweep, None)
+        self._recorded.pop(sweep, None)
 
     def delete(self, sweep: str) -> None:
         for obj in self.kind.list(self.namespace, sweep):

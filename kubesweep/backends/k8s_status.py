@@ -14,6 +14,7 @@ A JSON termination message written by the job (`{"outcome": ...}`) overrides the
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ class Observed:
     summary: dict[str, Any] | None = None  # the job's termination message, when JSON
 
 
+@functools.lru_cache(maxsize=65536)  # a step reads the same few timestamps of every Job and pod
 def _ts(value: str | None) -> float | None:
     if not value:
         return None

@@ -345,6 +345,16 @@ class TrialRun:
         )
         self.artifacts[key] = name
 
+    def _log_comparison(self, results: Results) -> None:
+        """The numbers `sweep results` shows for this trial, as metrics of the same names: the columns of the
+        sweep's runs view in the MLflow UI."""
+        from kubesweep.tracking.aggregate import comparison_metrics
+
+        data = results.model_dump(mode="json")
+        step = int((data.get("train") or {}).get("steps") or 0)
+        self.tracker.log_metrics(comparison_metrics(data, gpu=self.trial.gpu, gpus=self.trial.gpus_per_trial),
+                                 step)
+
     def _finish(self) -> None:
         fields = self.fields
         if fields.get("loss_curve"):
@@ -388,6 +398,7 @@ class TrialRun:
             if (self.output_dir / "export").is_dir():
                 tracker.log_artifact(self.output_dir / "export", "export")
             tracker.set_tags({"kubesweep.outcome": self.outcome.value})
+            self._log_comparison(results)
             tracker.close("FINISHED" if self.outcome == Outcome.SUCCEEDED else "FAILED")
         t = self.timings
         print(

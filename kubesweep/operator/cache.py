@@ -26,6 +26,7 @@ class ClusterCache:
         self.namespaces = namespaces
         self._informers: dict[str | None, tuple[Informer, Informer]] = {}
         self._lock = threading.Lock()
+        self._changes: dict[tuple[str, str], int] = {}  # (namespace, sweep) -> events seen of its Jobs and pods
         self.on_event: OnEvent | None = None
 
     def start(self, on_event: OnEvent | None = None) -> None:
@@ -45,8 +46,20 @@ class ClusterCache:
         return jobs.start(), pods.start()
 
     def _event(self, kind: str, event: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        sweep = (meta.get("labels") or {}).get(LABEL_SWEEP)
+        if sweep:
+            key = (meta.get("namespace") or "", sweep)
+            with self._lock:
+                self._changes[key] = self._changes.get(key, 0) + 1
         if self.on_event is not None:
             self.on_event(kind, event, obj)
+
+    def changes(self, namespace: str, sweep: str) -> int:
+        """How many changes of the sweep's Jobs and pods the caches have seen (a step that finds the count as
+        it was knows that none of them changed since)."""
+        with self._lock:
+            return self._changes.get((namespace, sweep), 0)
 
     def synced(self, namespace: str) -> tuple[Informer, Informer] | None:
         """The Job and pod caches holding `namespace`, once both listed (waits up to SYNC_TIMEOUT); None when

@@ -14,6 +14,7 @@ read before it goes.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
-from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for, recorded_in
+from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
 from kubesweep.backends.k8s_watch import Informer
 from kubesweep.backends.kubernetes import KubernetesBackend, _import_client
 from kubesweep.manifests import LABEL_TRIAL, TrackingEnv, render_tuner_job, resolve_image, tuner_name
@@ -84,6 +85,9 @@ class OperatorBackend(KubernetesBackend):
         self.test_hooks = test_hooks
         self._hook_rules: dict[str, list[tuple[dict[str, Any], dict[str, str]]]] = {}
         self._status_extra: dict[str, dict[str, Any]] = {}
+        self._sized: dict[str, tuple[Any, ...]] = {}  # sweep -> (uid, generation) whose size was checked
+        # sweep -> (what a step saw, the status it found): a finished sweep whose last step changed nothing
+        self._settled: dict[str, tuple[tuple[Any, ...], SweepStatus]] = {}
 
     # -- every write is guarded ----------------------------------------------------------------------
 
@@ -135,7 +139,7 @@ class OperatorBackend(KubernetesBackend):
 
     def _recorded(self, name: str) -> dict[str, Recorded]:
         """The outcomes recorded for the sweep now (this process is their only writer while it leads)."""
-        return recorded_in(self.sweeps.entries(name))
+        return self.sweeps.recorded(name)
 
     def _body(self, name: str) -> dict[str, Any]:
         return self.sweeps.resources.get(name) or {}
@@ -228,12 +232,15 @@ class OperatorBackend(KubernetesBackend):
 
     def _load_state(self, sweep: str) -> SweepState:
         state = super()._load_state(sweep)
-        if self.max_trials is not None:  # counted from the axes, before anything is expanded
-            try:
+        meta = self._body(sweep).get("metadata", {})
+        sized = (meta.get("uid"), meta.get("generation"))
+        if self.max_trials is not None and self._sized.get(sweep) != sized:  # once per change of the spec
+            try:  # counted from the axes, before anything is expanded
                 check_size(state.sweep, self.max_trials, source=f"sweep {self.namespace}/{sweep}",
                            hint="the operator's --max-trials, chart value operator.maxTrials")
             except SweepTooLarge as exc:
                 raise InvalidSweep(str(exc)) from None
+            self._sized[sweep] = sized
         if self.test_hooks:
             annotations = self._body(sweep)["metadata"].get("annotations") or {}
             try:
@@ -287,6 +294,11 @@ class OperatorBackend(KubernetesBackend):
         if refusal:  # checked before anything is requested from it; the field is immutable, so this is final
             self._publish_message(name, "Invalid", refusal)
             return None
+        seen = self._seen(name, body)
+        settled = self._settled.get(name)
+        if seen is not None and settled is not None and settled[0] == seen:
+            return settled[1]  # finished, and nothing of it changed since a step that changed nothing
+        writes = self.writes
 
         if annotations.get(ANNOTATION_CANCEL) == "true" and not current.get("cancelled"):
             log.info("sweep %s/%s: cancelling", self.namespace, name)
@@ -325,7 +337,24 @@ class OperatorBackend(KubernetesBackend):
         elif self._status_extra.get(name):  # a resume request with nothing to forget
             self.patch_status(name, {})
         self.publish(name, state.sweep, status, message)
+        if seen is not None and status.done and self.writes == writes and name not in self._capped:
+            self._settled[name] = (seen, status)
+        else:
+            self._settled.pop(name, None)
         return status
+
+    def _seen(self, name: str, body: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """What a step of this sweep depends on, compared cheaply: the Sweep's identity, spec generation,
+        requests (cancel, resume, test hooks) and status, and how many changes of its Jobs and pods the caches
+        have seen. None without the caches (a change of a Job could not be told)."""
+        if self.cache is None:
+            return None
+        meta = body.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        return (meta.get("uid"), meta.get("generation"), meta.get("deletionTimestamp"),
+                annotations.get(ANNOTATION_CANCEL), annotations.get(ANNOTATION_RESUME),
+                annotations.get(testhooks.ANNOTATION), json.dumps(body.get("status") or {}, sort_keys=True),
+                self.cache.changes(self.namespace, name))
 
     def _ensure_tuner(self, state: SweepState, tracking: TrackingEnv | None) -> str:
         """A search sweep's trials are made by its tuner Job (`python -m kubesweep.tune`), which drives them
@@ -393,7 +422,7 @@ class OperatorBackend(KubernetesBackend):
 
     def _forget(self, sweep: str) -> None:
         super()._forget(sweep)
-        for cache in (self._hook_rules, self._status_extra):
+        for cache in (self._hook_rules, self._status_extra, self._sized, self._settled):
             cache.pop(sweep, None)  # type: ignore[attr-defined]
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.tracking.runs import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
+from kubesweep.tracking.view import experiment_tags
 
 TAG_UID = "kubesweep.sweep-uid"
 
@@ -123,19 +124,27 @@ class MlflowRest:
             raise MlflowError(f"cannot reach MLflow at {self.uri}: {reason}") from None
 
     def experiment_id(self, name: str) -> str:
+        """The experiment's id, created when missing; either way tagged for the UI's training view
+        (`kubesweep.tracking.view`)."""
+        tags = experiment_tags()
         try:
-            found = self._call("GET", "experiments/get-by-name", query={"experiment_name": name})
-            return str(found["experiment"]["experiment_id"])
+            found = self._call("GET", "experiments/get-by-name", query={"experiment_name": name})["experiment"]
         except MlflowError as exc:
             if "RESOURCE_DOES_NOT_EXIST" not in str(exc):
                 raise
-        try:
-            return str(self._call("POST", "experiments/create", {"name": name})["experiment_id"])
-        except MlflowError as exc:  # created meanwhile by someone else
-            if "RESOURCE_ALREADY_EXISTS" not in str(exc):
-                raise
-            return str(self._call("GET", "experiments/get-by-name", query={"experiment_name": name})
-                       ["experiment"]["experiment_id"])
+            try:
+                return str(self._call("POST", "experiments/create", {
+                    "name": name, "tags": [{"key": k, "value": v} for k, v in tags.items()]})["experiment_id"])
+            except MlflowError as exc2:  # created meanwhile by someone else
+                if "RESOURCE_ALREADY_EXISTS" not in str(exc2):
+                    raise
+                found = self._call("GET", "experiments/get-by-name", query={"experiment_name": name})["experiment"]
+        have = {t.get("key"): t.get("value") for t in found.get("tags") or []}
+        for key, value in tags.items():
+            if have.get(key) != value:
+                self._call("POST", "experiments/set-experiment-tag", {"experiment_id": found["experiment_id"],
+                                                                     "key": key, "value": value})
+        return str(found["experiment_id"])
 
     def parent_run(self, experiment: str, sweep: str, uid: str) -> str:
         """The id of the sweep's parent run, created when there is none."""

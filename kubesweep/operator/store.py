@@ -200,6 +200,11 @@ class SweepResourceStore(StateStore):
         held = self.slices.held(sweep) if self.remember else None
         return held if held is not None else self.slices.read(sweep)
 
+    def recorded(self, sweep: str) -> dict[str, Recorded]:
+        """The sweep's recorded outcomes (as remembered, when this store remembers)."""
+        held = self.slices.recorded(sweep) if self.remember else None
+        return held if held is not None else recorded_in(self.entries(sweep))
+
     def load(self, sweep: str) -> SweepState:
         body = self.get(sweep)
         try:
@@ -207,7 +212,7 @@ class SweepResourceStore(StateStore):
         except SpecError as exc:
             raise InvalidSweep(str(exc)) from None
         status = body.get("status") or {}
-        return SweepState(parsed, recorded_in(self.entries(sweep)), bool(status.get("cancelled")),
+        return SweepState(parsed, self.recorded(sweep), bool(status.get("cancelled")),
                           status.get("mlflowParentRunId"))
 
     def create(self, sweep: Sweep, parent_run_id: str | None) -> None:

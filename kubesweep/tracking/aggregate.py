@@ -128,6 +128,18 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
     return out
 
 
+# what a trial's MLflow run carries as metrics of these names, for the UI's runs view (kubesweep.tracking.view)
+COMPARISON_METRICS = ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch", "step_p50_ms", "epoch_s")
+
+
+def comparison_metrics(results: dict[str, Any], *, gpu: str | None, gpus: int,
+                       catalog: Catalog | None = None) -> dict[str, float]:
+    """One trial's `COMPARISON_METRICS` from its results, by the definitions above (none unless it succeeded)."""
+    record = TrialRecord("", "", 0, gpu, gpus, str(results.get("outcome")), {}, results)
+    values = trial_metrics(record, catalog or load_catalog(), DEFAULT_TARGET_ACCURACY)
+    return {m: float(f"{v:.5g}") for m in COMPARISON_METRICS if (v := values[m]) is not None}  # as a person reads
+
+
 CHANCE_ACCURACY = 0.5  # SST-2: two balanced classes
 CHANCE_MARGIN = 0.05
 _FLAGGED = ("oom", "gpu_mismatch", "failed")

@@ -25,6 +25,7 @@ from typing import Any
 
 from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
 from kubesweep.tracking.target import TrackingTarget, artifact_dir
+from kubesweep.tracking.view import experiment_tags
 
 SWEEP_TAG = "kubesweep.sweep"
 ROLE_TAG = "kubesweep.role"
@@ -33,9 +34,6 @@ OUTCOME_TAG = "kubesweep.outcome"
 REPORT_ARTIFACTS = "report"
 RESULTS_ARTIFACT = "results.json"
 PAGE = 1000
-# the MLflow UI opens an experiment of this kind on its model-training views (runs, charts, artifacts)
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-EXPERIMENT_KIND = "custom_model_development"
 
 
 class TrackingError(RuntimeError):
@@ -71,7 +69,7 @@ def _quick_http() -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _quiet() -> None:
+def quiet() -> None:
     """No download progress bars and no INFO chatter on a command's stderr (a person asked for a table)."""
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     for name in ("alembic", "mlflow", "urllib3"):
@@ -92,7 +90,7 @@ class SweepRuns:
     @property
     def client(self) -> Any:
         if self._client is None:
-            _quiet()
+            quiet()
             try:
                 from mlflow.tracking import MlflowClient
             except ImportError as exc:
@@ -118,6 +116,11 @@ class SweepRuns:
             if found.lifecycle_stage == "deleted":
                 raise TrackingError(f"MLflow at {self.uri}: experiment {self.target.experiment!r} is deleted; "
                                     "restore it (`mlflow experiments restore`) or set spec tracking.experiment")
+            if create:  # an experiment made elsewhere, or by an older kubesweep: the training view too
+                for key, value in experiment_tags().items():
+                    if found.tags.get(key) != value:
+                        self._call("tag the experiment", self.client.set_experiment_tag, found.experiment_id, key,
+                                   value)
             return str(found.experiment_id)
         if not create:
             return None
@@ -127,7 +130,7 @@ class SweepRuns:
             folder.mkdir(parents=True, exist_ok=True)
             location = folder.resolve().as_uri()
         return str(self._call("create the experiment", self.client.create_experiment, self.target.experiment,
-                              artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}))
+                              artifact_location=location, tags=experiment_tags()))
 
     def find_parent(self) -> str | None:
         """The sweep's parent run id (the oldest, should two submits have raced), or None."""

@@ -93,6 +93,21 @@ def run_server(command: list[str], env: Mapping[str, str]) -> int | None:
             stop_group(proc)
 
 
+def sweep_views(store_uri: str, base: str) -> list[tuple[str, str]]:
+    """(experiment name, its runs view URL) for each experiment in the store that kubesweep tagged."""
+    from kubesweep.tracking.runs import quiet
+    from kubesweep.tracking.view import VIEW_TAG, runs_url
+
+    quiet()
+    from mlflow.tracking import MlflowClient
+
+    try:
+        experiments = MlflowClient(tracking_uri=store_uri).search_experiments(max_results=1000)
+    except Exception:  # an empty or unreadable store: the server says what is wrong when it starts
+        return []
+    return [(e.name, runs_url(base, e.experiment_id)) for e in experiments if VIEW_TAG in e.tags]
+
+
 def cluster_directions(namespace: str, uri: str | None) -> str:
     lines = []
     if uri:

@@ -123,9 +123,9 @@ class _Driver:
         if self.tracking is None or not self.tracking.parent_run_id:
             return
         from kubesweep.tracking.mlflow_logger import TRIAL_TAG
-        from kubesweep.tracking.runs import OUTCOME_TAG, _quiet
+        from kubesweep.tracking.runs import OUTCOME_TAG, quiet
 
-        _quiet()
+        quiet()
         try:
             from mlflow.tracking import MlflowClient
 

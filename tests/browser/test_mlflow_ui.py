@@ -1,6 +1,7 @@
 """The MLflow UI as a person sees it: headless Chromium (Debian's `chromium`, driven by Playwright) opens the
 real `mlflow server` of tests/support/mlflow_fixtures.py after the tracked sweep ran and its report was logged,
-finds the experiment, the sweep's parent run with its child runs, and the report among the parent's artifacts.
+finds the experiment, lands on the sweep's runs view that kubesweep links to (training runs, every child run
+listed, best samples/s first, the comparison metrics as columns), and the report among the parent's artifacts.
 Screenshots go to test-output/browser/ (gitignored).
 
 Chromium is required: CI installs it (`apt-get install chromium`); a missing browser fails the test.
@@ -9,12 +10,12 @@ Chromium is required: CI installs it (`apt-get install chromium`); a missing bro
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from kubesweep.tracking.view import runs_url
 from tests.support.mlflow_fixtures import ROOT, SWEEP_TRIALS, TrackedSweep
 
 pytestmark = pytest.mark.browser
@@ -40,8 +41,9 @@ def test_experiment_parent_children_and_report_in_the_ui(tracked_sweep: TrackedS
     parent = client.search_runs([experiment.experiment_id], "tags.`kubesweep.role` = 'parent'")[0]
     parent_id = parent.info.run_id
     names = [d.name for d in ts.trial_dirs()]
-    shutil.rmtree(SHOTS, ignore_errors=True)
-    SHOTS.mkdir(parents=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for old in SHOTS.glob("[0-9]-*.png"):
+        old.unlink()
 
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
@@ -58,21 +60,27 @@ def test_experiment_parent_children_and_report_in_the_ui(tracked_sweep: TrackedS
             expect(link).to_be_visible()
             page.screenshot(path=str(SHOTS / "1-experiments.png"))
 
-            # its runs, on the model-training view: one top-level run (the sweep) and the children under it
-            page.get_by_text("Model training", exact=True).first.click()
-            link.click()
+            # what kubesweep links to (`sweep ui` prints it): the training side of the UI, not the GenAI overview,
+            # every run listed (no child folded under a collapsed parent), best samples/s first, the comparison
+            # metrics, outcome and cell settings as columns
+            page.goto(runs_url(ts.server.url, experiment.experiment_id))
             expect(page.get_by_text(f"{SWEEP_TRIALS + 1} matching runs")).to_be_visible()
-            parent_link = page.locator(f"a[href$='/runs/{parent_id}']").first
-            expect(parent_link).to_have_text("tracked")
+            assert "/runs" in page.url and "overview" not in page.url and "genai" not in page.url, page.url
+            expect(page.get_by_role("heading", name="Overview")).to_have_count(0)
             children = page.get_by_role("link", name=re.compile(r"^tracked-"))
-            expect(children).to_have_count(0)  # collapsed under the parent
-            page.screenshot(path=str(SHOTS / "2-parent-run.png"))
-            page.locator("[role=gridcell]").filter(has=parent_link).locator("button").first.click()
-            expect(children.first).to_be_visible()
+            expect(children).to_have_count(SWEEP_TRIALS)
             for name in (names[0], names[-1]):
                 expect(page.get_by_role("link", name=name, exact=True)).to_be_visible()
-            assert children.count() == SWEEP_TRIALS
-            page.screenshot(path=str(SHOTS / "3-child-runs.png"))
+            for column in ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch"):
+                expect(page.get_by_role("columnheader", name=re.compile(re.escape(column))).first).to_be_visible()
+            runs = client.search_runs([experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_id}'",
+                                      max_results=100)
+            best = max((r for r in runs if "samples_per_s" in r.data.metrics),
+                       key=lambda r: r.data.metrics["samples_per_s"])
+            expect(children.first).to_have_text(best.info.run_name)
+            page.screenshot(path=str(SHOTS / "2-sweep-runs-view.png"))
+            parent_link = page.locator(f"a[href$='/runs/{parent_id}']").first
+            expect(parent_link).to_have_text("tracked")
 
             # the parent run's artifacts hold the report; the HTML page renders in the artifact viewer
             parent_link.click()
@@ -86,11 +94,11 @@ def test_experiment_parent_children_and_report_in_the_ui(tracked_sweep: TrackedS
             expect(frame.get_by_role("heading", name="Time for 2 epochs of glue/sst2 at batch 16 per GPU"))\
                 .to_be_visible()
             expect(frame.get_by_text("GPU mismatch").first).to_be_visible()
-            page.screenshot(path=str(SHOTS / "4-report-artifact.png"))
+            page.screenshot(path=str(SHOTS / "3-report-artifact.png"))
             page.get_by_text("heatmap.png", exact=True).first.click()
             expect(page.locator("img[src*='heatmap.png'], img[src^='blob:'], img[src^='data:']").first)\
                 .to_be_visible()
-            page.screenshot(path=str(SHOTS / "5-heatmap-artifact.png"))
+            page.screenshot(path=str(SHOTS / "4-heatmap-artifact.png"))
         finally:
             context.close()
-    assert len(list(SHOTS.glob("*.png"))) == 5
+    assert len(list(SHOTS.glob("[0-9]-*.png"))) == 4

@@ -24,6 +24,7 @@ from typing import Any
 
 from kubesweep.jobs.config import TrialConfig
 from kubesweep.jobs.results import Results
+from kubesweep.tracking.aggregate import comparison_metrics
 from kubesweep.tracking.mlflow_logger import MlflowTrialLogger
 
 GIB = 1024**3
@@ -126,6 +127,8 @@ def main() -> int:
                              "inference/latency_p50_s": results.inference.latency_s.p50}, 0)
     tracker.log_artifact(out / "results.json")
     tracker.set_tags({"kubesweep.outcome": results.outcome.value})
+    tracker.log_metrics(comparison_metrics(results.model_dump(mode="json"), gpu=trial.gpu,
+                                           gpus=trial.gpus_per_trial), results.train.steps if results.train else 0)
     tracker.close("FINISHED" if code == 0 else "FAILED")
     print(f"stand-in: {results.outcome.value}", flush=True)
     return code

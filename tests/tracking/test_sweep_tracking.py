@@ -104,6 +104,11 @@ def test_one_parent_run_and_a_child_run_per_trial(tracked_sweep: TrackedSweep) -
             assert key in tags, key
         artifacts = [a.path for a in client(ts).list_artifacts(kid.info.run_id)]
         assert "results.json" in artifacts
+        if tags["kubesweep.outcome"] == "succeeded":  # the runs view's columns, as `sweep results` has them
+            assert {"samples_per_s", "peak_mem_gib", "step_p50_ms"} <= set(kid.data.metrics), kid.data.metrics
+    experiment = client(ts).get_experiment_by_name(EXPERIMENT)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert json.loads(experiment.tags["mlflow.sharedViewState.kubesweep"])["orderByKey"] == "metrics.`samples_per_s`"
 
 
 def test_results_from_mlflow_match_the_results_files(tracked_sweep: TrackedSweep) -> None:

@@ -203,3 +203,69 @@ def test_the_supervisor_steps_a_sweep_without_task_whose_jobs_wait_on_the_finali
         await sup.stop()
 
     asyncio.run(run())
+
+
+class _Changes:
+    """The caches' count of changes to a sweep's Jobs and pods."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def changes(self, namespace: str, sweep: str) -> int:
+        return self.count
+
+
+def test_a_finished_sweep_that_nothing_changed_is_not_stepped_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step of a finished sweep that wrote nothing is the answer until the Sweep (spec, requests, status) or
+    one of its Jobs or pods changes; the step's parts that read the cluster are stubbed here."""
+    import kubernetes
+
+    from kubesweep.backends.k8s_state import SweepState
+
+    cache = _Changes()
+    backend = OperatorBackend("ns", api_client=kubernetes.client.ApiClient(), may_write=lambda: True,
+                              cache=cache)  # type: ignore[arg-type]
+    sweep, p = _plan()
+    body = {"metadata": {"name": "s", "uid": "u1", "generation": 1, "annotations": {}},
+            "status": {"phase": "Succeeded"}}
+    done = SweepStatus("s", "kubernetes", [TrialStatus(t.id, t.name, t.label(), t.gpu, Phase.SUCCEEDED,
+                                                       Outcome.SUCCEEDED) for t in p.trials])
+    reconciled: list[str] = []
+
+    def publish(*args: object) -> None:
+        backend.writes += writes_per_publish
+
+    writes_per_publish = 0
+    monkeypatch.setattr(backend, "_load_state", lambda name: SweepState(sweep))
+    monkeypatch.setattr(backend, "_body", lambda name: body)
+    monkeypatch.setattr(backend, "reconcile", lambda name: reconciled.append(name) or done)
+    monkeypatch.setattr(backend, "_jobs", lambda name: [])
+    monkeypatch.setattr(backend, "_shown_as_recorded", lambda name, status: status)
+    for part in ("_record_late", "_record_deleted", "_release_recorded"):
+        monkeypatch.setattr(backend, part, lambda *args: None)
+    monkeypatch.setattr(backend, "publish", publish)
+
+    def steps(n: int) -> int:
+        before = len(reconciled)
+        for _ in range(n):
+            assert backend.step("s") is done
+        return len(reconciled) - before
+
+    assert steps(3) == 1  # one full step; then nothing changed
+    cache.count += 1  # a Job or pod of the sweep changed
+    assert steps(2) == 1
+    body["metadata"]["annotations"]["example.com/note"] = "x"  # an annotation kubesweep does not read
+    assert steps(2) == 0
+    body["metadata"]["generation"] = 2  # the spec changed
+    assert steps(2) == 1
+    body["status"] = {"phase": "Succeeded", "message": "edited"}  # someone else wrote the status
+    assert steps(1) == 1
+    writes_per_publish = 1  # a step that wrote something is not taken as the answer
+    cache.count += 1
+    assert steps(2) == 2
+    writes_per_publish = 0
+    assert steps(3) == 1
+    backend._forget("s")  # a new leader forgets: its first step is a full one
+    assert steps(2) == 1
+    backend.cache = None  # without the caches a changed Job could not be told: every step is a full one
+    assert steps(2) == 2
