@@ -702,7 +702,8 @@ ExperimentOpt = Annotated[str | None, typer.Option(
 def _load_cells(name: str, backend: BackendName, home: Path | None, namespace: str | None,
                 kubeconfig: Path | None, tracking_uri: str | None, no_tracking: bool, experiment: str | None,
                 target_accuracy: float, best_by: MetricName, *, direct: bool = False,
-                source: ResultsSource = ResultsSource.auto) -> tuple[list[Any], Any, TrackingTarget]:
+                source: ResultsSource = ResultsSource.auto
+                ) -> tuple[list[Any], Any, TrackingTarget, dict[str, Any] | None]:
     from kubesweep.backends import BackendError
     from kubesweep.backends import make_backend as make
     from kubesweep.tracking.aggregate import aggregate
@@ -726,7 +727,7 @@ def _load_cells(name: str, backend: BackendName, home: Path | None, namespace: s
     if loaded.note:
         err.print(f"note: {loaded.note}")
     cells = aggregate(loaded.records, target=target_accuracy, best_by=best_by.value)
-    return cells, loaded, target
+    return cells, loaded, target, spec
 
 
 @app.command()
@@ -767,13 +768,15 @@ def results(
         except BackendError as exc:
             fail(str(exc), _code_for(exc))
         return
-    cells, loaded, _ = _load_cells(name, backend, home, namespace, kubeconfig, tracking_uri, no_tracking,
+    cells, loaded, _, spec = _load_cells(name, backend, home, namespace, kubeconfig, tracking_uri, no_tracking,
                                    experiment, target_accuracy, best_by, direct=direct, source=source)
     try:
         cells = agg.sort_cells(agg.apply_filters(cells, agg.parse_filters(filters or [])), sort, reverse)
     except agg.QueryError as exc:
         fail(str(exc), EXIT_USAGE)
-    found = _search_summary(name, home, loaded.parent_run_id, tracking_uri, backend)
+    strategy = (((spec or {}).get("spec") or {}).get("search") or {}).get("strategy")
+    searched = strategy in SEARCHES or spec is None  # a sweep this machine does not know may be a search
+    found = _search_summary(name, home, loaded.parent_run_id, tracking_uri, backend) if searched else None
     if fmt == ResultsFormat.json:
         doc = agg.to_json(cells, sweep=name, source=loaded.source, target=target_accuracy, best_by=best_by.value)
         if found is not None:
@@ -889,7 +892,7 @@ def report(
         fail(f"the report needs matplotlib ({exc}): pip install 'kubesweep[tracking]'", EXIT_USAGE)
     from kubesweep.tracking.runs import SweepRuns, TrackingError
 
-    cells, loaded, target = _load_cells(name, backend, home, namespace, kubeconfig, tracking_uri, no_tracking,
+    cells, loaded, target, _ = _load_cells(name, backend, home, namespace, kubeconfig, tracking_uri, no_tracking,
                                         experiment, target_accuracy, best_by, source=source)
     if not cells:
         fail(f"sweep {name!r} has no trials to report on", EXIT_NOT_FOUND)

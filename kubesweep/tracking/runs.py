@@ -95,6 +95,7 @@ class SweepRuns:
                 from mlflow.tracking import MlflowClient
             except ImportError as exc:
                 raise TrackingError(f"mlflow is not installed ({exc}): pip install 'kubesweep[tracking]'") from None
+            quiet()  # importing mlflow sets its loggers' levels: set them again
             self._client = MlflowClient(tracking_uri=self.uri)
         return self._client
 

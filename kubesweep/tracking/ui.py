@@ -95,11 +95,12 @@ def run_server(command: list[str], env: Mapping[str, str]) -> int | None:
 
 def sweep_views(store_uri: str, base: str) -> list[tuple[str, str]]:
     """(experiment name, its runs view URL) for each experiment in the store that kubesweep tagged."""
+    from mlflow.tracking import MlflowClient
+
     from kubesweep.tracking.runs import quiet
     from kubesweep.tracking.view import VIEW_TAG, runs_url
 
     quiet()
-    from mlflow.tracking import MlflowClient
 
     try:
         experiments = MlflowClient(tracking_uri=store_uri).search_experiments(max_results=1000)
