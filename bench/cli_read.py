@@ -40,6 +40,14 @@ def spec_text(name: str, batches: list[int], rates: list[float]) -> str:
             f"  resources: {{gpus_per_trial: 0, retries: 0}}\n")
 
 
+def cpu_model() -> str:
+    try:
+        return next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                    if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "?"
+
+
 def timed(argv: list[str], env: dict[str, str], cwd: Path, repeats: int) -> dict[str, Any]:
     runs = []
     stderr = ""
@@ -103,7 +111,10 @@ def main() -> int:
         "benchmark": "bench/cli_read.py", "command": " ".join([".venv/bin/python", "bench/cli_read.py",
                                                                *sys.argv[1:]]),
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+                    "platform": platform.platform()},
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                 check=False).stdout.strip(),
         "sweep": {"trials": args.trials, "submit_s": round(submit_s, 1)},
         "results": {"default_files": files, "peer_from_mlflow": mlflow,
                     "speedup": speedup,

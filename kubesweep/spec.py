@@ -469,7 +469,7 @@ def parse_sweep_text(
     if len(docs) != 1:
         found = "no document" if not docs else f"{len(docs)} documents"
         raise SpecError(source, [Problem((), f"expected one Sweep document, found {found}")])
-    duplicates = _duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), ())
+    duplicates = [p for node in yaml.compose_all(text, Loader=yaml.SafeLoader) for p in _duplicate_keys(node, ())]
     if duplicates:
         raise SpecError(source, duplicates)
     return parse_sweep(docs[0], source=source, text=text, allow_unpinned=allow_unpinned, catalog=catalog)
