@@ -132,6 +132,14 @@ def _why_none(cells: list[Cell], metric: str, target: float) -> str:
     return "not measured"
 
 
+def _best(cells: list[Cell], metric: str) -> Cell | None:
+    """The cell with the best mean of `metric` (higher or lower, as the metric goes); None when none has it."""
+    rated = [c for c in cells if c.value(metric) is not None]
+    if not rated:
+        return None
+    return (max if METRICS[metric][1] else min)(rated, key=lambda c: c.value(metric) or 0.0)
+
+
 def best_settings(cells: list[Cell], target: float) -> list[Best]:
     """The best setting for each objective, per task and GPU type (`cpu` for CPU trials)."""
     groups: dict[tuple[str, str], list[Cell]] = {}
@@ -141,9 +149,7 @@ def best_settings(cells: list[Cell], target: float) -> list[Best]:
     for (task, gpu), group in sorted(groups.items(), key=lambda kv: (kv[0][0] != "finetune", kv[0][1] == "cpu",
                                                                       kv[0][1])):
         for metric, objective in OBJECTIVES.get(task, OBJECTIVES["finetune"]):
-            rated = [c for c in group if c.value(metric) is not None]
-            higher = METRICS[metric][1]
-            chosen = (max if higher else min)(rated, key=lambda c: c.value(metric) or 0.0) if rated else None
+            chosen = _best(group, metric)
             out.append(Best(task, gpu, metric, objective, chosen,
                             "" if chosen is not None else _why_none(group, metric, target)))
     return out
@@ -157,13 +163,11 @@ def answer_lines(cells: list[Cell], target: float) -> list[str]:
         if not group:
             continue
         for metric, objective in OBJECTIVES[task]:
-            rated = [c for c in group if c.value(metric) is not None]
             noun = "fine-tuning" if task == "finetune" else "inference"
-            if not rated:
+            cell = _best(group, metric)
+            if cell is None:
                 lines.append(f"{noun}, {objective}: {_why_none(group, metric, target)}.")
                 continue
-            higher = METRICS[metric][1]
-            cell = (max if higher else min)(rated, key=lambda c: c.value(metric) or 0.0)
             flags = f"; {', '.join(cell.flags)}" if cell.flags else ""
             best = Best(task, str(cell.axes["gpu"]), metric, objective, cell)
             lines.append(f"{noun}, {objective}: {setting_text(cell, with_gpu=True)}: {best.value_text()} "
