@@ -2,9 +2,7 @@
 real `mlflow server` of tests/support/mlflow_fixtures.py after the tracked sweep ran and its report was logged,
 finds the experiment, lands on the sweep's runs view that kubesweep links to (training runs, every child run
 listed, best samples/s first, the comparison metrics as columns), and the report among the parent's artifacts.
-Screenshots go to test-output/browser/ (gitignored).
-
-Chromium is required: CI installs it (`apt-get install chromium`); a missing browser fails the test.
+Screenshots go to test-output/browser/ (tests/support/chromium.py).
 """
 
 from __future__ import annotations
@@ -16,21 +14,16 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from kubesweep.tracking.view import runs_url
-from tests.support.mlflow_fixtures import ROOT, SWEEP_TRIALS, TrackedSweep
+from tests.support.chromium import SHOTS, launch
+from tests.support.mlflow_fixtures import SWEEP_TRIALS, TrackedSweep
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
-SHOTS = ROOT / "test-output" / "browser"
 TIMEOUT_MS = 120_000
 EXPERIMENT = "kubesweep-tracked"
 
 
 def test_experiment_parent_children_and_report_in_the_ui(tracked_sweep: TrackedSweep, tmp_path: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} not found: this test needs Debian's chromium (apt-get install chromium)")
     from playwright.sync_api import expect, sync_playwright
 
     ts = tracked_sweep
@@ -46,9 +39,7 @@ def test_experiment_parent_children_and_report_in_the_ui(tracked_sweep: TrackedS
         old.unlink()
 
     with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=FLAGS,
-            viewport={"width": 1600, "height": 1100})
+        context = launch(pw, tmp_path / "chromium-profile")
         try:
             page = context.new_page()
             page.set_default_timeout(TIMEOUT_MS)

@@ -1,10 +1,8 @@
 """The sweep report as a person sees it: headless Chromium (Debian's `chromium`, driven by Playwright) opens
 report.html for a GPU matrix and for a CPU sweep (the stand-in job's results, tests/tracking/test_report.py) and
 finds the answer in the first screen, every figure whose data exist drawn, and the flags beside the numbers.
-Screenshots go to test-output/browser/ (gitignored); `python -m tests.browser.test_report_page REPORT.html
-PNG` takes the same full-page screenshot of any report (how docs/img/ was made).
-
-Chromium is required: CI installs it (`apt-get install chromium`); a missing browser fails the test.
+Screenshots go to test-output/browser/ (tests/support/chromium.py); `python -m tests.browser.test_report_page
+REPORT.html PNG` takes the same full-page screenshot of any report.
 """
 
 from __future__ import annotations
@@ -17,23 +15,14 @@ import pytest
 
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.report import build
-from tests.support.mlflow_fixtures import ROOT, SWEEP_SPEC
+from tests.support.chromium import SHOTS, launch
+from tests.support.mlflow_fixtures import SWEEP_SPEC
 from tests.tracking.test_report import CPU_SPEC, records
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
-SHOTS = ROOT / "test-output" / "browser"
-VIEWPORT = {"width": 1400, "height": 900}
-
-
 def open_page(pw: Any, profile: Path) -> Any:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} not found: this test needs Debian's chromium (apt-get install chromium)")
-    return pw.chromium.launch_persistent_context(str(profile), executable_path=str(CHROMIUM), headless=True,
-                                                 args=FLAGS, viewport=VIEWPORT)
+    return launch(pw, profile, width=1400, height=900)
 
 
 def broken_images(page: Any) -> int:

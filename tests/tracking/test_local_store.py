@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.tracking.ui import free_port
+from kubesweep.tracking.view import runs_url
 from tests.support.mlflow_fixtures import TRACKED_JOB, make_runner, quiet_mlflow_env, wait_http
 
 SPEC = """\
@@ -57,14 +58,8 @@ def test_default_local_store_and_sweep_ui(tmp_path: Path) -> None:
     assert (home / "mlflow.db").exists()
     results = json.loads(next((home / "sweeps/local-one/trials").glob("*/results.json")).read_text())
 
-    port = free_port()
-    log = tmp_path / "ui.log"
-    with log.open("wb") as sink:
-        ui = subprocess.Popen([sys.executable, "-m", "kubesweep", "ui", "--port", str(port)], env=env,
-                              stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    ui, base, log = start_ui(env, tmp_path)
     try:
-        wait_http(f"{base}/health", ui, log)  # type: ignore[arg-type]
         experiment = get(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=local-one")["experiment"]
         assert experiment["artifact_location"] == (home / "mlartifacts" / "local-one").resolve().as_uri()
         parent = search(base, experiment["experiment_id"], "tags.`kubesweep.role` = 'parent'")
@@ -77,6 +72,7 @@ def test_default_local_store_and_sweep_ui(tmp_path: Path) -> None:
         served = get(f"{base}/get-artifact?path=results.json&run_uuid={run_id}")
         assert served == results
         assert "MLflow UI: http://127.0.0.1:" in log.read_text()
+        assert f"  local-one: {runs_url(base, experiment['experiment_id'])}" in log.read_text()  # the runs view
         server = descendants(ui.pid)
         assert server, "no mlflow server process under `sweep ui`"
         # SIGTERM to `sweep ui` alone (not its group: the server runs in a group of its own) stops the server
@@ -93,14 +89,8 @@ def test_default_local_store_and_sweep_ui(tmp_path: Path) -> None:
 def test_sweep_ui_killed_outright_takes_its_server_along(tmp_path: Path) -> None:
     env = {**os.environ, **quiet_mlflow_env(), "KUBESWEEP_HOME": str(tmp_path / "home")}
     env.pop("MLFLOW_TRACKING_URI", None)
-    port = free_port()
-    log = tmp_path / "ui.log"
-    with log.open("wb") as sink:
-        ui = subprocess.Popen([sys.executable, "-m", "kubesweep", "ui", "--port", str(port)], env=env,
-                              stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    ui, base, _ = start_ui(env, tmp_path)
     try:
-        wait_http(f"{base}/health", ui, log)  # type: ignore[arg-type]
         server = descendants(ui.pid)
         ui.kill()  # no handler runs: the server learns of it from the kernel (parent-death signal)
         ui.wait(timeout=30)
@@ -108,6 +98,22 @@ def test_sweep_ui_killed_outright_takes_its_server_along(tmp_path: Path) -> None
     finally:
         if ui.poll() is None:
             ui.kill()
+
+
+def start_ui(env: dict[str, str], tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """`sweep ui` on a free port, in a session of its own, once its server answers: (process, base URL, log)."""
+    port = free_port()
+    log = tmp_path / "ui.log"
+    with log.open("wb") as sink:
+        ui = subprocess.Popen([sys.executable, "-m", "kubesweep", "ui", "--port", str(port)], env=env,
+                              stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/health", ui, log)
+    except BaseException:
+        ui.kill()
+        raise
+    return ui, base, log
 
 
 def descendants(pid: int) -> list[int]:
