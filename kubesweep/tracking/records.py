@@ -73,6 +73,8 @@ def record_from_status(status: TrialStatus, results: dict[str, Any] | None = Non
         except (OSError, ValueError):
             gpus = None
     outcome = (results or {}).get("outcome") or _outcome_of(status)
+    if status.outcome is not None and status.outcome.value in ("stopped", "cancelled"):
+        outcome = status.outcome.value  # the job saw only a SIGTERM; the backend knows who sent it, and why
     reason = status.reason if outcome != "succeeded" else ""
     if results and isinstance(results.get("error"), dict) and outcome != "succeeded":
         reason = str(results["error"].get("message") or reason)
