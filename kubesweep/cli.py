@@ -352,6 +352,11 @@ def submit(
 SEARCHES = ("tune", "max_batch")
 
 
+def _strategy(doc: dict[str, Any] | None) -> str | None:
+    """The search strategy of a sweep's document (None when the document is unknown)."""
+    return (((doc or {}).get("spec") or {}).get("search") or {}).get("strategy")
+
+
 def search_storage(home: Path | None, name: str) -> Path:
     """Where a search keeps its state (Ray Tune's experiment, the max-batch bisection): under the sweep's
     local directory, or $KUBESWEEP_TUNE_STORAGE/<sweep>."""
@@ -582,7 +587,7 @@ def cancel(
     b = get_backend(backend, home, namespace=namespace, kubeconfig=kubeconfig, direct=direct)
     try:
         before = b.status(name)
-        strategy = (((_spec_of(b, name) or {}).get("spec") or {}).get("search") or {}).get("strategy")
+        strategy = _strategy(_spec_of(b, name))
         if before.done and before.trials and strategy not in SEARCHES:  # a search may still make trials
             console.print(f"sweep {name!r} has already ended ({before.phase}): nothing to cancel; "
                           f"{views.counts_text(before)}")
@@ -774,7 +779,7 @@ def results(
         cells = agg.sort_cells(agg.apply_filters(cells, agg.parse_filters(filters or [])), sort, reverse)
     except agg.QueryError as exc:
         fail(str(exc), EXIT_USAGE)
-    strategy = (((spec or {}).get("spec") or {}).get("search") or {}).get("strategy")
+    strategy = _strategy(spec)
     searched = strategy in SEARCHES or spec is None  # a sweep this machine does not know may be a search
     found = _search_summary(name, home, loaded.parent_run_id, tracking_uri, backend) if searched else None
     if fmt == ResultsFormat.json:
