@@ -65,7 +65,7 @@ typecheck: setup  ## mypy (strict)
 	$(VENV)/bin/mypy
 
 unit: setup  ## fast tests only (no cluster, no training)
-	$(PY) -m pytest tests/unit tests/backends -q $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit tests/operator tests/backends -q $(PYTEST_ARGS)
 
 test: setup system-deps cluster-tools lint typecheck  ## everything CI runs: lint, types, all tests
 	$(PY) -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -28,6 +28,7 @@ from kubesweep.jobs.command import job_argv
 from kubesweep.outcomes import ExitCode
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import DIGEST_RE, Sweep
+from kubesweep.tracking.env import TrackingEnv as TrackingEnv  # re-exported: callers import it from here too
 
 GROUP = "kubesweep.io"
 LABEL_SWEEP = f"{GROUP}/sweep"
@@ -45,11 +46,6 @@ RUN_AS = 1000
 SIGKILL_EXIT = 128 + 9  # how a container killed for exceeding its memory limit exits
 
 
-# Names the Secret with the tracking server's credentials for trials (TrackingEnv.credentials_secret); set in the
-# operator by the chart, and by the operator in the tuner, which passes it on to the trial Jobs it makes.
-TRACKING_SECRET_ENV = "KUBESWEEP_TRACKING_SECRET"
-
-
 # Finished Jobs that carry no finalizer (direct backend, tuner, the tuner's own Job) are kept at least this long,
 # whatever the spec's ttl_seconds_after_finished, so whoever follows them records their outcomes before the TTL
 # controller deletes them.
@@ -58,30 +54,6 @@ UNGUARDED_TTL_FLOOR = 600
 
 class RenderError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class TrackingEnv:
-    """What a trial needs to log into MLflow (never MLFLOW_RUN_ID: that would write into the parent run)."""
-
-    uri: str
-    experiment: str
-    parent_run_id: str | None = None
-    # A Secret of the trial's namespace with keys `username` and `password`: the tracking server's credentials
-    # for trials (the chart's MLflow has authentication on), passed as MLflow's MLFLOW_TRACKING_USERNAME/PASSWORD.
-    credentials_secret: str | None = None
-
-    def env(self) -> list[dict[str, Any]]:
-        env: list[dict[str, Any]] = [{"name": "MLFLOW_TRACKING_URI", "value": self.uri},
-                                     {"name": "KUBESWEEP_EXPERIMENT", "value": self.experiment}]
-        if self.parent_run_id:
-            env.append({"name": "KUBESWEEP_PARENT_RUN_ID", "value": self.parent_run_id})
-        if self.credentials_secret:
-            env += [{"name": TRACKING_SECRET_ENV, "value": self.credentials_secret},
-                    *({"name": name, "valueFrom": {"secretKeyRef": {"name": self.credentials_secret, "key": key}}}
-                      for name, key in (("MLFLOW_TRACKING_USERNAME", "username"),
-                                        ("MLFLOW_TRACKING_PASSWORD", "password")))]
-        return env
 
 
 def sweep_labels(sweep: str) -> dict[str, str]:
@@ -113,25 +85,24 @@ def resolve_image(sweep: Sweep, *, allow_unpinned: bool = False) -> str:
     return image
 
 
-def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None = None,
-               tracking: TrackingEnv | None = None, owner: Mapping[str, Any] | None = None,
-               catalog: Catalog | None = None, extra_annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
-    catalog = catalog or load_catalog()
-    spec = sweep.spec
-    res = spec.resources
-    gpus = trial.gpus_per_trial
-    nodes = trial.num_nodes
-    labels = trial_labels(trial)
-    config_json = json.dumps(trial.config.model_dump(mode="json", by_alias=True), sort_keys=True)
-    annotations = {ANNOTATION_CONFIG: config_json, ANNOTATION_LABEL: trial.label(), **(extra_annotations or {})}
+def trial_command(trial: Trial, rendezvous: Rendezvous) -> list[str]:
+    """The container's command: the job (torchrun in front of it for more than one GPU or node)."""
+    return job_argv(f"{CONFIG_DIR}/trial.json", OUTPUT_DIR, python="python", gpus=max(trial.gpus_per_trial, 1),
+                    num_nodes=trial.num_nodes, rdzv_endpoint=rendezvous.endpoint)
 
-    rdzv = f"{trial.name}-0.{trial.name}:{RDZV_PORT}" if nodes > 1 else None
-    command = job_argv(f"{CONFIG_DIR}/trial.json", OUTPUT_DIR, python="python", gpus=max(gpus, 1),
-                       num_nodes=nodes, rdzv_endpoint=rdzv)
+
+def trial_resources(trial: Trial, sweep: Sweep) -> dict[str, Any]:
+    """The container's resources: cpu, memory and GPUs, requests equal to limits."""
+    res = sweep.spec.resources
     limits: dict[str, str] = {"cpu": res.cpu, "memory": res.memory}
-    if gpus:
-        limits[GPU_RESOURCE] = str(gpus)
-    env = [
+    if trial.gpus_per_trial:
+        limits[GPU_RESOURCE] = str(trial.gpus_per_trial)
+    return {"requests": dict(limits), "limits": limits}
+
+
+def trial_env(trial: Trial, sweep: Sweep, *, image: str, tracking: TrackingEnv | None) -> list[dict[str, Any]]:
+    """The container's environment: the trial's identity, cache locations, tracking, the checkpoint directory."""
+    env: list[dict[str, Any]] = [
         {"name": "KUBESWEEP_SWEEP", "value": trial.config.sweep},
         {"name": "KUBESWEEP_TRIAL_ID", "value": trial.id},
         {"name": "KUBESWEEP_IMAGE", "value": image},
@@ -144,9 +115,16 @@ def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None 
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         *(tracking.env() if tracking else []),
     ]
-    if spec.storage.checkpoint_claim:
+    if sweep.spec.storage.checkpoint_claim:
         env.append({"name": "KUBESWEEP_CHECKPOINT_DIR", "value": f"{CHECKPOINT_DIR}/{trial.config.sweep}/{trial.id}"})
-    mounts = [
+    return env
+
+
+def trial_volumes(sweep: Sweep) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The container's volume mounts and the pod's volumes: the trial config (from the pod annotation), scratch
+    space for the output, the cache (a claim when the spec names one), /tmp and /dev/shm, and the checkpoint claim."""
+    storage = sweep.spec.storage
+    mounts: list[dict[str, Any]] = [
         {"name": "trial-config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "output", "mountPath": OUTPUT_DIR},
         {"name": "cache", "mountPath": CACHE_DIR},
@@ -157,91 +135,151 @@ def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None 
         {"name": "trial-config", "downwardAPI": {"items": [
             {"path": "trial.json", "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_CONFIG}']"}}]}},
         {"name": "output", "emptyDir": {}},
-        {"name": "cache", **({"persistentVolumeClaim": {"claimName": spec.storage.cache_claim}}
-                             if spec.storage.cache_claim else {"emptyDir": {}})},
+        {"name": "cache", **({"persistentVolumeClaim": {"claimName": storage.cache_claim}}
+                             if storage.cache_claim else {"emptyDir": {}})},
         {"name": "tmp", "emptyDir": {}},
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": res.shm_size}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": sweep.spec.resources.shm_size}},
     ]
-    if spec.storage.checkpoint_claim:
+    if storage.checkpoint_claim:
         mounts.append({"name": "checkpoints", "mountPath": CHECKPOINT_DIR})
-        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": spec.storage.checkpoint_claim}})
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": storage.checkpoint_claim}})
+    return mounts, volumes
+
+
+def trial_placement(trial: Trial, catalog: Catalog) -> dict[str, Any]:
+    """Where the pod may run: a GPU trial on nodes of its exact GPU product, tolerating the GPU taint."""
+    placement: dict[str, Any] = {}
+    if trial.gpu:
+        placement["nodeSelector"] = {PRODUCT_LABEL: catalog[trial.gpu].product}
+    if trial.gpus_per_trial:
+        placement["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    return placement
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """What a multi-node trial adds for torchrun's rendezvous (nothing for one node): the endpoint, pod 0 of the
+    Indexed Job by its DNS name under the headless Service (`render_rendezvous_service`); the container's port; the
+    pod's subdomain; and the Job's completion mode, one completion per node."""
+
+    endpoint: str | None = None
+    container: dict[str, Any] = field(default_factory=dict)
+    pod: dict[str, Any] = field(default_factory=dict)
+    job: dict[str, Any] = field(default_factory=dict)
+
+
+def trial_rendezvous(trial: Trial) -> Rendezvous:
+    nodes = trial.num_nodes
+    if nodes <= 1:
+        return Rendezvous()
+    return Rendezvous(endpoint=f"{trial.name}-0.{trial.name}:{RDZV_PORT}",
+                      container={"ports": [{"name": "rdzv", "containerPort": RDZV_PORT}]},
+                      pod={"subdomain": trial.name},
+                      job={"completionMode": "Indexed", "completions": nodes, "parallelism": nodes})
+
+
+def trial_failure_policy() -> dict[str, Any]:
+    """The Job's podFailurePolicy.
+
+    Rules apply in order. A disrupted pod (evicted, preempted, drained) is replaced whatever its exit code, without
+    counting against backoffLimit. Then an OOM fails the Job at once: the job's own exit 3 (CUDA out of memory) or
+    137, the SIGKILL a container gets when it exceeds its memory limit (a SIGKILL after an eviction's grace period
+    carries DisruptionTarget and matched the first rule). Retrying either would only run out of memory again; so
+    would a GPU mismatch (4)."""
+    return {"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "FailJob",
+         "onExitCodes": {"containerName": CONTAINER, "operator": "In",
+                         "values": [int(ExitCode.OOM), int(ExitCode.GPU_MISMATCH), SIGKILL_EXIT]}},
+    ]}
+
+
+def restricted_container_security() -> dict[str, Any]:
+    """A trial container's securityContext (PodSecurity `restricted`, read-only root filesystem)."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def restricted_pod_security() -> dict[str, Any]:
+    """A trial pod's securityContext: kubesweep's non-root user and group, seccomp RuntimeDefault."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "fsGroup": RUN_AS,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _object_metadata(name: str, labels: dict[str, str], *, annotations: dict[str, str] | None = None,
+                     namespace: str | None = None, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    if namespace:
+        metadata["namespace"] = namespace
+    if owner:
+        metadata["ownerReferences"] = [dict(owner)]
+    return metadata
+
+
+def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None = None,
+               tracking: TrackingEnv | None = None, owner: Mapping[str, Any] | None = None,
+               catalog: Catalog | None = None, extra_annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A trial's Job, composed of the builders above."""
+    catalog = catalog or load_catalog()
+    spec = sweep.spec
+    res = spec.resources
+    labels = trial_labels(trial)
+    config_json = json.dumps(trial.config.model_dump(mode="json", by_alias=True), sort_keys=True)
+    annotations = {ANNOTATION_CONFIG: config_json, ANNOTATION_LABEL: trial.label(), **(extra_annotations or {})}
+    rendezvous = trial_rendezvous(trial)
+    mounts, volumes = trial_volumes(sweep)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": command,
-        "env": env,
-        "resources": {"requests": dict(limits), "limits": limits},
+        "command": trial_command(trial, rendezvous),
+        "env": trial_env(trial, sweep, image=image, tracking=tracking),
+        "resources": trial_resources(trial, sweep),
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_container_security(),
+        **rendezvous.container,
     }
-    if nodes > 1:
-        container["ports"] = [{"name": "rdzv", "containerPort": RDZV_PORT}]
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
         "volumes": volumes,
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS,
-            "runAsGroup": RUN_AS,
-            "fsGroup": RUN_AS,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_pod_security(),
+        **({"serviceAccountName": spec.service_account} if spec.service_account else {}),
+        **trial_placement(trial, catalog),
+        **rendezvous.pod,
     }
-    if spec.service_account:
-        pod_spec["serviceAccountName"] = spec.service_account
-    if trial.gpu:
-        pod_spec["nodeSelector"] = {PRODUCT_LABEL: catalog[trial.gpu].product}
-    if gpus:
-        pod_spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
-    if nodes > 1:
-        pod_spec["subdomain"] = trial.name
     job_spec: dict[str, Any] = {
         "backoffLimit": res.retries,
         "activeDeadlineSeconds": res.deadline_seconds,
         "ttlSecondsAfterFinished": res.ttl_seconds_after_finished,
-        # Rules apply in order. A disrupted pod (evicted, preempted, drained) is replaced whatever its exit code,
-        # without counting against backoffLimit. Then an OOM fails the Job at once: the job's own exit 3 (CUDA
-        # out of memory) or 137, the SIGKILL a container gets when it exceeds its memory limit (a SIGKILL after
-        # an eviction's grace period carries DisruptionTarget and matched the first rule). Retrying either
-        # would only run out of memory again; so would a GPU mismatch (4).
-        "podFailurePolicy": {"rules": [
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-            {"action": "FailJob",
-             "onExitCodes": {"containerName": CONTAINER, "operator": "In",
-                             "values": [int(ExitCode.OOM), int(ExitCode.GPU_MISMATCH), SIGKILL_EXIT]}},
-        ]},
+        "podFailurePolicy": trial_failure_policy(),
         "template": {"metadata": {"labels": dict(labels), "annotations": annotations}, "spec": pod_spec},
+        **rendezvous.job,
     }
-    if nodes > 1:
-        job_spec.update({"completionMode": "Indexed", "completions": nodes, "parallelism": nodes})
-    metadata: dict[str, Any] = {"name": trial.name, "labels": labels,
-                                "annotations": {ANNOTATION_LABEL: trial.label()}}
-    if namespace:
-        metadata["namespace"] = namespace
-    if owner:
-        metadata["ownerReferences"] = [dict(owner)]
+    metadata = _object_metadata(trial.name, labels, annotations={ANNOTATION_LABEL: trial.label()},
+                                namespace=namespace, owner=owner)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 
 def render_rendezvous_service(trial: Trial, *, namespace: str | None = None,
                               owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The headless Service that gives a multi-node trial's pods stable DNS names for torchrun's rendezvous."""
-    metadata: dict[str, Any] = {"name": trial.name, "labels": trial_labels(trial)}
-    if namespace:
-        metadata["namespace"] = namespace
-    if owner:
-        metadata["ownerReferences"] = [dict(owner)]
+    metadata = _object_metadata(trial.name, trial_labels(trial), namespace=namespace, owner=owner)
     return {
         "apiVersion": "v1", "kind": "Service", "metadata": metadata,
         "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
@@ -339,7 +377,7 @@ def render_plan(plan: Plan, *, allow_unpinned: bool = False, namespace: str | No
     out: list[dict[str, Any]] = []
     for trial in plan.trials:
         out += render_trial(trial, plan.sweep, image=image, namespace=namespace, tracking=tracking, catalog=catalog)
-    if plan.sweep.spec.search.strategy in ("tune", "max_batch"):  # the search makes its trials as it runs
+    if plan.sweep.spec.search.adaptive:  # the search makes its trials as it runs
         out.append(render_tuner_job(plan.sweep, image=image, namespace=namespace, tracking=tracking))
     return out
 

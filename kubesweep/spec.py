@@ -18,14 +18,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
+from kubesweep.base import StrictModel
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.jobs.config import JobConfig, StrictModel, normalize_compile
+from kubesweep.jobs.config import JobConfig, normalize_compile
 
 API_VERSION = "kubesweep.io/v1alpha1"
 KIND = "Sweep"
@@ -129,11 +130,37 @@ class Tracking(StrictModel):
     uri: str | None = Field(None, description="MLflow tracking URI (default: flag, env, or the local store)")
 
 
-class GridSearch(StrictModel):
+# The search rule, in one place: the strategies that make their trials while they run ("adaptive": a tuner
+# drives them, in this process for the local backend or --direct, else as the operator's tuner Job), each with
+# the function that runs one to its end ("module:function", imported only where a search runs, by
+# `kubesweep.tune.dispatch.run_search`). A grid or random sweep's plan holds every trial before it starts.
+SEARCH_RUNNERS: dict[str, str] = {
+    "tune": "kubesweep.tune.driver:run_tune",
+    "max_batch": "kubesweep.tune.maxbatch:run_max_batch",
+}
+
+
+class _SearchRule(StrictModel):
+    # what every strategy answers about how it runs (no fields: the CRD schema is the strategies' own)
+    if TYPE_CHECKING:
+        strategy: str
+
+    @property
+    def adaptive(self) -> bool:
+        """The search makes its trials while it runs (a tune or max-batch search)."""
+        return self.strategy in SEARCH_RUNNERS
+
+    @property
+    def runner(self) -> str | None:
+        """`module:function` that runs the search to its end; None when the plan holds every trial."""
+        return SEARCH_RUNNERS.get(self.strategy)
+
+
+class GridSearch(_SearchRule):
     strategy: Literal["grid"] = "grid"
 
 
-class RandomSearch(StrictModel):
+class RandomSearch(_SearchRule):
     strategy: Literal["random"]
     num_samples: int = Field(ge=1, description="cells drawn from the grid, without replacement")
     seed: int = 0
@@ -156,7 +183,7 @@ class Constraint(StrictModel):
     value: float
 
 
-class TuneSearch(StrictModel):
+class TuneSearch(_SearchRule):
     strategy: Literal["tune"]
     algorithm: Literal["optuna", "hyperopt", "random", "grid"] = "optuna"
     scheduler: Literal["asha", "median", "fifo"] = "asha"
@@ -179,7 +206,7 @@ class TuneSearch(StrictModel):
         return list(self.mode) if isinstance(self.mode, list) else [self.mode] * len(self.metrics)
 
 
-class MaxBatchSearch(StrictModel):
+class MaxBatchSearch(_SearchRule):
     """Per GPU type and precision of the matrix, the largest batch size that fits, by bisection on OOM."""
 
     strategy: Literal["max_batch"]

@@ -250,6 +250,77 @@ def print_results(console: Console, sweep: str, rows: Sequence[ResultRow]) -> No
     console.print(table)
 
 
+def print_files_hint(console: Console, backend: Backend, sweep: str) -> None:
+    """Where the trials' results files are, when they are on this machine."""
+    where = backend.trial_dir(sweep, "")
+    if where is not None:
+        console.print(f"results files: {where.resolve()}/<trial>/results.json")
+
+
+def print_cells(console: Console, sweep: str, cells: list[Any], source: str, target: float,
+                best_by: str) -> None:
+    """The settings aggregated over repeats (`kubesweep.tracking.aggregate`), the best per GPU type in bold."""
+    from kubesweep.tracking import aggregate as agg
+
+    table = Table(title=f"sweep {sweep}: {len(cells)} settings", title_justify="left")
+    for header in agg.headers(cells):
+        table.add_column(header, justify="left" if header in ("task", "gpu", "precision", "compile", "status")
+                         else "right")
+    for cell, row in zip(cells, agg.text_rows(cells), strict=True):
+        table.add_row(*row, style="bold" if cell.best else None)
+    console.print(table)
+    console.print(f"mean ±CV over repeats; TTA = training time to dev accuracy >= {target:g}; * best "
+                  f"{agg.METRICS[best_by][0]} per GPU type; from {source}", style="dim")
+
+
+def print_busy(console: Console, records: Sequence[Any]) -> None:
+    """How busy the sweep kept its GPUs (nothing for a sweep without GPU trials)."""
+    from kubesweep.tracking import aggregate as agg
+
+    busy = agg.gpu_busy(list(records))
+    if busy is not None:
+        console.print(agg.busy_text(busy))
+
+
+def print_ended(console: Console, backend: Backend, sweep: str) -> None:
+    """After a sweep ends: the aggregated table from the backend's own files (no MLflow round trip)."""
+    from kubesweep.tracking.aggregate import aggregate
+    from kubesweep.tracking.records import from_backend
+
+    records = from_backend(backend, sweep)
+    print_cells(console, sweep, aggregate(records), f"results files ({backend.name} backend)", 0.90,
+                "samples_per_s")
+    print_busy(console, records)
+    print_files_hint(console, backend, sweep)
+
+
+def print_aggregated(console: Console, fmt: str, sweep: str, cells: Sequence[Any], records: Sequence[Any], *,
+                     source: str, target: float, best_by: str, found: dict[str, Any] | None) -> None:
+    """`sweep results` in one of its formats (table, json, csv, markdown), with what a search found (`found`)."""
+    from kubesweep.tracking import aggregate as agg
+
+    if fmt == "json":
+        doc = agg.to_json(list(cells), sweep=sweep, source=source, target=target, best_by=best_by,
+                          busy=agg.gpu_busy(list(records)))
+        if found is not None:
+            doc["search"] = found
+        sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(agg.to_csv(list(cells)))
+    elif fmt == "markdown":
+        sys.stdout.write(agg.to_markdown(list(cells)))
+    else:
+        print_cells(console, sweep, list(cells), source, target, best_by)
+        print_busy(console, records)
+        if found is not None:
+            print_search(console, found)
+
+
+def print_search(console: Console, summary: dict[str, Any]) -> None:
+    for line in search_lines(summary):
+        console.print(line)
+
+
 def format_rows(rows: Sequence[ResultRow], fmt: str) -> str:
     dicts = [row.as_dict() for row in rows]
     if fmt == "json":

@@ -13,10 +13,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import Plan, Trial
+from kubesweep.spec import Sweep
+from kubesweep.tracking.env import TrackingEnv
 
 
 class Phase(StrEnum):
@@ -94,6 +97,11 @@ class SweepStatus:
         return all(t.phase.terminal for t in self.trials)
 
     @property
+    def has_failures(self) -> bool:
+        """A trial failed (OOM, GPU-mismatch and stopped trials are results, not failures)."""
+        return any(t.outcome == Outcome.FAILED for t in self.trials)
+
+    @property
     def phase(self) -> str:
         counts = self.counts()
         if not self.trials:
@@ -102,8 +110,7 @@ class SweepStatus:
             return "Running" if counts[Phase.RUNNING] else "Pending"
         if counts[Phase.CANCELLED]:
             return "Cancelled"
-        failed = sum(1 for t in self.trials if t.outcome == Outcome.FAILED)
-        return "Failed" if failed else "Succeeded"
+        return "Failed" if self.has_failures else "Succeeded"
 
     def trial(self, ref: str) -> TrialStatus:
         """A trial by name, id or unique name/id prefix."""
@@ -124,6 +131,8 @@ ProgressCallback = Callable[[SweepStatus], None]
 
 class Backend(ABC):
     name: str = "abstract"
+    # the MLflow env of the trials this backend starts (None: not tracked); see `use_tracking`
+    tracking: TrackingEnv | None = None
 
     def submit(self, plan: Plan, *, wait: bool = False, progress: ProgressCallback | None = None) -> SweepStatus:
         """Start a sweep's trials. Submitting the same plan again starts nothing twice."""
@@ -168,6 +177,19 @@ class Backend(ABC):
 
     def list_sweeps(self) -> list[str]:
         return self._list_impl()
+
+    def sweep_of(self, sweep: str) -> Sweep | None:
+        """The sweep as submitted (its spec, parsed), or None when this backend does not know it."""
+        return None
+
+    def use_tracking(self, sweep: str, tracking: TrackingEnv | None) -> None:
+        """Start the sweep's trials from now on with this MLflow env (None: untracked), e.g. on resume."""
+        self.tracking = tracking
+
+    def trial_dir(self, sweep: str, trial: str) -> Path | None:
+        """The directory on this machine holding a trial's files (trial.json, results.json, log.txt); None when
+        the trials run elsewhere."""
+        return None
 
     # -- searches: trials made while the sweep runs ---------------------------------------------------
 

@@ -59,13 +59,14 @@ from kubesweep.manifests import (
     LABEL_TRIAL,
     UNGUARDED_TTL_FLOOR,
     RenderError,
-    TrackingEnv,
     render_trial,
     resolve_image,
     sweep_labels,
 )
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import Plan, Trial, make_trial, plan
+from kubesweep.spec import Sweep
+from kubesweep.tracking.env import TrackingEnv
 
 SEARCH_SUFFIX = "-search"  # ConfigMap of the trials a search added while the sweep runs
 APPLY = "application/apply-patch+yaml"
@@ -143,10 +144,10 @@ class KubernetesBackend(Backend):
     def _load_state(self, sweep: str) -> SweepState:
         return self.store.load(sweep)
 
-    def spec_of(self, sweep: str) -> dict[str, Any] | None:
-        """The sweep's document as submitted (None for an unknown sweep)."""
+    def sweep_of(self, sweep: str) -> Sweep | None:
+        """The sweep as submitted (None for an unknown sweep)."""
         try:
-            return self._load_state(sweep).sweep.to_document()
+            return self._load_state(sweep).sweep
         except SweepNotFound:
             return None
 
@@ -219,7 +220,7 @@ class KubernetesBackend(Backend):
         return added if isinstance(added, list) else []
 
     def _with_added(self, base: Plan) -> Plan:
-        if not self.reads_search_trials or base.sweep.spec.search.strategy not in ("tune", "max_batch"):
+        if not self.reads_search_trials or not base.sweep.spec.search.adaptive:
             return base
         added = self._added(base.sweep.name)
         if not added:

@@ -27,7 +27,7 @@ from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
 from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
 from kubesweep.backends.k8s_watch import Informer
 from kubesweep.backends.kubernetes import KubernetesBackend, _import_client
-from kubesweep.manifests import LABEL_TRIAL, TrackingEnv, render_tuner_job, resolve_image, tuner_name
+from kubesweep.manifests import LABEL_TRIAL, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
 from kubesweep.operator.cache import ClusterCache
 from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
@@ -43,6 +43,7 @@ from kubesweep.operator.store import (
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import SweepTooLarge, Trial, check_size
 from kubesweep.spec import Sweep
+from kubesweep.tracking.env import TrackingEnv
 
 log = logging.getLogger("kubesweep.operator")
 # A write is sent only with at least this much Lease validity left (it is the write's request timeout).
@@ -323,7 +324,7 @@ class OperatorBackend(KubernetesBackend):
                 return None
             self._save_state(state, parent_run_id=run_id)
 
-        if state.sweep.spec.search.strategy in ("tune", "max_batch"):
+        if state.sweep.spec.search.adaptive:
             message = self._ensure_tuner(state, tracking)
         status = self.reconcile(name)
         self._record_late(state, status)

@@ -86,12 +86,12 @@ def record_from_status(status: TrialStatus, results: dict[str, Any] | None = Non
 def from_backend(backend: Backend, sweep: str) -> list[TrialRecord]:
     """Records from the backend's state and results files (no MLflow)."""
     reader = getattr(backend, "results", None)
-    where = getattr(backend, "trial_dir", None)
     if reader is None:
         return [record_from_status(t) for t in backend.status(sweep).trials]
     out = []
     for status, results in reader(sweep):
-        trial_file = Path(where(sweep, status.name)) / "trial.json" if where is not None else None
+        where = backend.trial_dir(sweep, status.name)
+        trial_file = where / "trial.json" if where is not None else None
         out.append(record_from_status(status, results, trial_file))
     return out
 

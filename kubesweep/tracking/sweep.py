@@ -6,12 +6,12 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tracking.records import TrialRecord, from_backend, from_mlflow
 from kubesweep.tracking.target import TrackingTarget
 
 if TYPE_CHECKING:
     from kubesweep.backends.base import Backend
-    from kubesweep.manifests import TrackingEnv
 
 
 @dataclass
@@ -24,7 +24,6 @@ class Opened:
 def open_parent(target: TrackingTarget, sweep: str, *, backend: str, trials: int,
                 spec: dict[str, Any] | None) -> Opened:
     """Find or create the sweep's parent run; the env its trials need. Never raises for tracking trouble."""
-    from kubesweep.manifests import TrackingEnv
     from kubesweep.tracking.runs import SweepRuns, TrackingError
 
     if not target.enabled:

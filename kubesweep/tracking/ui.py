@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 
@@ -91,6 +91,24 @@ def run_server(command: list[str], env: Mapping[str, str]) -> int | None:
             signal.signal(sig, handler)
         if proc is not None:
             stop_group(proc)
+
+
+def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[str], None]) -> int | None:
+    """The MLflow UI over the local store of `home` (or `backend_uri`) on 127.0.0.1:`port` (default: a free
+    port) until it is stopped; where to open it (and each sweep's runs view) goes to `say`. Returns what
+    `run_server` returns."""
+    chosen = port or free_port()
+    command = server_command(home, chosen, backend_uri=backend_uri)
+    store = command[command.index("--backend-store-uri") + 1]
+    base = f"http://127.0.0.1:{chosen}"
+    say(f"MLflow UI: {base}  (store {store}; Ctrl-C or SIGTERM stops it and its workers)")
+    views = sweep_views(store, base)
+    if views:
+        say("each sweep's runs, best samples/s first, with the comparison columns:")
+        for experiment, url in views:
+            say(f"  {experiment}: {url}")
+    # a UI-only server: no background job runner (MLflow's GenAI jobs), unless asked for in the environment
+    return run_server(command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ})
 
 
 def sweep_views(store_uri: str, base: str) -> list[tuple[str, str]]:

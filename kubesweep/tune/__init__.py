@@ -5,7 +5,9 @@
   metrics come back through MLflow (`kubesweep.tune.metrics`), so ASHA or the median rule can stop a trial,
   which ends its process or deletes its Job.
 - `kubesweep.tune.maxbatch`: per GPU type and precision, the largest batch size that fits.
-- `python -m kubesweep.tune`: the tuner as a process (the operator runs it as a Job for `strategy: tune`).
+- `kubesweep.tune.dispatch.run_search`: starts the search the spec names (`spec.SEARCH_RUNNERS`), for every
+  backend: in `sweep submit`/`sweep resume` (the session layer) and in the tuner.
+- `python -m kubesweep.tune`: the tuner as a process (the operator runs it as a Job for every search).
 
 Ray and Optuna are imported inside the functions that use them (the `tune` extra); importing this package
 imports neither.

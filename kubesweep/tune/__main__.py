@@ -28,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from kubesweep.backends import BackendError, make_backend
-    from kubesweep.manifests import TRACKING_SECRET_ENV, TrackingEnv
-    from kubesweep.outcomes import Outcome
+    from kubesweep.session import EXIT_BACKEND, EXIT_USAGE, exit_code
+    from kubesweep.tracking.env import TRACKING_SECRET_ENV, TrackingEnv
+    from kubesweep.tune.dispatch import NoSearch, run_search
 
     try:
         text = args.spec.read_text()
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             sweep = parse_sweep_text(text, source=str(args.spec), allow_unpinned=True)
     except (OSError, ValueError, SpecError) as exc:
         print(str(exc), file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     tracking = TrackingEnv(uri, os.environ.get("KUBESWEEP_EXPERIMENT") or sweep.experiment,
                            os.environ.get("KUBESWEEP_PARENT_RUN_ID") or None,
@@ -47,28 +48,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         backend = make_backend(args.backend, home=args.home, namespace=args.namespace, direct=True,
                                tracking=tracking)
-        if sweep.spec.search.strategy == "tune":
-            from kubesweep.tune.driver import run_tune
-
-            run_tune(sweep, backend, storage=args.storage, tracking=tracking)
-        elif sweep.spec.search.strategy == "max_batch":
-            from kubesweep.tune.maxbatch import run_max_batch
-
-            run_max_batch(sweep, backend, storage=args.storage, tracking=tracking)
-        else:
-            print(f"sweep {sweep.name!r} has no search to run (strategy {sweep.spec.search.strategy!r})",
-                  file=sys.stderr)
-            return 2
+        summary = run_search(sweep, backend, storage=args.storage, tracking=tracking)
         status = backend.status(sweep.name)
+    except NoSearch as exc:
+        print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
     except BackendError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 4
+        return EXIT_BACKEND
     from kubesweep.views import search_lines
 
-    found = args.storage / ("tune.json" if sweep.spec.search.strategy == "tune" else "max_batch.json")
-    for line in search_lines(json.loads(found.read_text())):
+    for line in search_lines(summary):
         print(line)
-    return 1 if any(t.outcome == Outcome.FAILED for t in status.trials) else 0
+    return exit_code(status)
 
 
 if __name__ == "__main__":

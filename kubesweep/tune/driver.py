@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import Backend, BackendError, SweepStatus
-from kubesweep.manifests import TrackingEnv
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import make_trial, plan
 from kubesweep.spec import Sweep, TuneSearch
+from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tune import metrics as m
 from kubesweep.tune.space import axes_from_config
 

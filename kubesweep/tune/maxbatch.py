@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import Backend, SweepStatus
-from kubesweep.manifests import TrackingEnv
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import Trial, cells, drop_reason, make_trial, plan
 from kubesweep.spec import MaxBatchSearch, Sweep
+from kubesweep.tracking.env import TrackingEnv
 
 SUMMARY = "max_batch.json"
 

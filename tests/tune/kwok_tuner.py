@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from kubesweep.backends.kubernetes import KubernetesBackend
-from kubesweep.manifests import TrackingEnv
 from kubesweep.spec import Sweep
+from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tune.driver import run_tune
 from tests.cluster.kwok_cluster import ANNOTATION_OUTCOME
 

@@ -222,7 +222,7 @@ def test_tuner_job_manifest_is_a_valid_job() -> None:
     assert parse_sweep(doc).to_document() == sweep.to_document()
     assert len(tuner_name("x" * 63)) <= 63
     # with the sweep's MLflow parent run: each variable once (a duplicate is refused by server-side apply)
-    from kubesweep.manifests import TrackingEnv
+    from kubesweep.tracking.env import TrackingEnv
 
     tracked = render_tuner_job(sweep, image="img@sha256:" + "1" * 64, namespace="ns",
                                tracking=TrackingEnv("http://mlflow:5000", "t", "run123"))

@@ -106,7 +106,7 @@ def test_failure_policy_never_retries_oom_and_ignores_disruptions() -> None:
 
 
 def test_tracking_env_never_sets_the_run_id() -> None:
-    from kubesweep.manifests import TrackingEnv
+    from kubesweep.tracking.env import TrackingEnv
 
     p = plan(parse_sweep(sweep_doc()))
     job = render_plan(p, tracking=TrackingEnv("http://mlflow:5000", "exp", "parent123"))[0]

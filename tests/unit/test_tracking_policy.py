@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from kubesweep.manifests import TrackingEnv
 from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
+from kubesweep.tracking.env import TrackingEnv
 
 SECRET_BODY = "internal-service-says: db-password=hunter2"
 

@@ -1,0 +1,317 @@
+"""The session layer: what a `sweep` command does with a sweep, between parsing its arguments and printing.
+
+A `Session` holds one command's backend and tracking options and makes its backend once (`Session.backend`,
+the only backend factory the CLI uses). It submits, follows, resumes and cancels sweeps, detaches them
+(`kubesweep.detach`), opens and finishes the sweep's MLflow parent run, runs a search where one runs in this
+process (`kubesweep.tune.dispatch.run_search`), and reads a sweep's results back. It prints nothing: messages go
+to `notify(text, warning)`, progress to the callback the caller passes, outcomes come back as values, and
+errors are exceptions (`BackendError`, `SpecError`, `TrackingError`) that `error_code` maps to an exit code.
+
+    session = Session(Options(backend="local", home=home), notify=show)
+    if session.submit(sweep, plan) is None:     # a search that runs here
+        ended = session.run_search(sweep, progress=view.update)
+    else:
+        ended = session.follow(sweep.name, progress=view.update)
+    sys.exit(ended.code)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kubesweep.backends.base import Backend, ProgressCallback, SweepStatus
+    from kubesweep.plan import Plan
+    from kubesweep.spec import Sweep
+    from kubesweep.tracking.env import TrackingEnv
+    from kubesweep.tracking.sweep import Loaded
+    from kubesweep.tracking.target import TrackingTarget
+
+# Exit codes of `sweep` (and of the tuner, `python -m kubesweep.tune`)
+EXIT_OK, EXIT_TRIALS_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+Notify = Callable[[str, bool], None]  # (message, warning): a warning goes to stderr
+
+
+def exit_code(status: SweepStatus) -> int:
+    """The exit code of an ended sweep: 1 when a trial failed, else 0 (OOM and GPU-mismatch cells are results)."""
+    return EXIT_TRIALS_FAILED if status.has_failures else EXIT_OK
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The exit code that reports `exc`: 2 for bad input (an invalid spec or GPU catalog, an ambiguous trial
+    reference), 3 for a sweep or trial not found, 4 for a backend or tracking server that failed; None for
+    anything else."""
+    from kubesweep.backends.base import AmbiguousTrial, BackendError, SweepNotFound
+    from kubesweep.gpus import CatalogError
+    from kubesweep.spec import SpecError
+    from kubesweep.tracking.runs import TrackingError
+
+    if isinstance(exc, AmbiguousTrial | SpecError | CatalogError):
+        return EXIT_USAGE
+    if isinstance(exc, SweepNotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, BackendError | TrackingError):
+        return EXIT_BACKEND
+    return None
+
+
+@dataclass(frozen=True)
+class Options:
+    """Where a command's sweeps run and are tracked (the CLI's backend and tracking flags)."""
+
+    backend: str = "local"
+    home: Path | None = None  # local state directory (default ~/.kubesweep, $KUBESWEEP_HOME)
+    namespace: str | None = None
+    kubeconfig: Path | None = None
+    direct: bool = False  # kubernetes: drive the Jobs from this process, not through the operator
+    any_gpu: bool = False  # local: run trials on whatever GPU is here
+    parallel: int = 1  # local: CPU-only trials at once
+    tracking_uri: str | None = None
+    no_tracking: bool = False
+
+    @property
+    def home_dir(self) -> Path:
+        from kubesweep.backends.local import default_home
+
+        return (self.home or default_home()).expanduser()
+
+    @property
+    def drives_searches(self) -> bool:
+        """A search runs in this process (local backend, or --direct); otherwise the operator's tuner Job runs it."""
+        return self.backend == "local" or self.direct
+
+
+@dataclass
+class Ended:
+    """A sweep followed to its end: its status, the command's exit code and, for a search, what it found."""
+
+    status: SweepStatus
+    code: int
+    found: dict[str, Any] | None = None
+
+
+@dataclass
+class Results:
+    """A sweep's results, aggregated (`kubesweep.tracking.aggregate`), and where they were read from."""
+
+    cells: list[Any]
+    loaded: Loaded
+    target: TrackingTarget
+    sweep: Sweep | None  # the sweep as the backend keeps it (None: unknown here)
+    searched: bool  # the sweep is a search, or may be one (its spec is unknown here)
+
+
+def _quiet(message: str, warning: bool) -> None:
+    pass
+
+
+class Session:
+    """One command's work on sweeps: one backend, made on first use, and the sweep's tracking once opened."""
+
+    def __init__(self, options: Options, notify: Notify = _quiet):
+        self.options = options
+        self.notify = notify
+        self._backend: Backend | None = None
+        self.target: TrackingTarget | None = None  # set by open_tracking
+        self.tracking: TrackingEnv | None = None  # the parent run's env for the trials (None: not tracked)
+
+    # -- the backend ------------------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> Backend:
+        """The backend, made on first use (with the tracking env, when tracking was opened first)."""
+        if self._backend is None:
+            from kubesweep.backends import make_backend
+
+            o = self.options
+            self._backend = make_backend(o.backend, home=o.home, any_gpu=o.any_gpu, cpu_slots=o.parallel,
+                                         namespace=o.namespace, kubeconfig=o.kubeconfig, direct=o.direct,
+                                         tracking=self.tracking)
+        return self._backend
+
+    def searches(self, name: str, *, unknown: bool) -> bool:
+        """The sweep `name` is a search (its trials are made while it runs); `unknown` when the backend does not
+        know it. A stored spec that no longer validates may be a search's."""
+        from kubesweep.spec import SpecError
+
+        try:
+            sweep = self.backend.sweep_of(name)
+        except SpecError:
+            return True
+        return sweep.spec.search.adaptive if sweep is not None else unknown
+
+    def search_runs_here(self, sweep: Sweep) -> bool:
+        """The sweep's search runs in this process (`run_search`), not as the operator's tuner Job."""
+        return sweep.spec.search.adaptive and self.options.drives_searches
+
+    def search_storage(self, name: str) -> Path:
+        """Where a search keeps its state (Ray Tune's experiment, the max-batch bisection): under the sweep's
+        local directory, or $KUBESWEEP_TUNE_STORAGE/<sweep>."""
+        root = os.environ.get("KUBESWEEP_TUNE_STORAGE")
+        return Path(root) / name if root else self.options.home_dir / "sweeps" / name / "search"
+
+    # -- tracking ---------------------------------------------------------------------------------------
+
+    def tracking_target(self, name: str, sweep: Sweep | None, *, experiment: str | None = None,
+                        disabled: bool | None = None) -> TrackingTarget:
+        """Where the sweep is tracked: flag, env, spec, else the local store (kubesweep.tracking.target)."""
+        from kubesweep.tracking.target import resolve
+
+        tracking = sweep.spec.tracking if sweep is not None else None
+        return resolve(experiment=experiment or (tracking.experiment if tracking else None) or name,
+                       home=self.options.home_dir, flag=self.options.tracking_uri,
+                       spec_uri=tracking.uri if tracking else None, backend=self.options.backend,
+                       disabled=self.options.no_tracking if disabled is None else disabled)
+
+    def open_tracking(self, sweep: Sweep, trials: int) -> TrackingEnv | None:
+        """Find or create the sweep's parent run (said through `notify`); off is not an error. A backend made
+        already starts its trials with the new env from now on."""
+        from kubesweep.tracking.sweep import open_parent
+
+        target = self.tracking_target(sweep.name, sweep)
+        opened = open_parent(target, sweep.name, backend=self.options.backend, trials=trials,
+                             spec=sweep.to_document())
+        self.notify(opened.message, opened.warning)
+        if opened.env is None and self.options.backend == "local":
+            # local trials inherit this environment: keep them from logging when tracking is off
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        self.target, self.tracking = target, opened.env
+        if self._backend is not None:
+            self._backend.use_tracking(sweep.name, opened.env)
+        return opened.env
+
+    def _ended(self, name: str, status: SweepStatus, found: dict[str, Any] | None = None) -> Ended:
+        code = exit_code(status)
+        if self.target is not None:
+            from kubesweep.tracking.sweep import finish_parent
+
+            finish_parent(self.tracking, self.target, name, failed=code != EXIT_OK)
+        return Ended(status, code, found)
+
+    # -- a sweep's life ---------------------------------------------------------------------------------
+
+    def submit(self, sweep: Sweep, plan: Plan) -> SweepStatus | None:
+        """Open the sweep's tracking and start its trials (submitting the same spec again starts nothing twice).
+        None when its search runs in this process: `run_search` makes and runs the trials."""
+        self.open_tracking(sweep, len(plan.trials))
+        backend = self.backend  # made with the parent run's env
+        if self.search_runs_here(sweep):
+            return None
+        return backend.submit(plan)
+
+    def resume(self, name: str) -> tuple[Sweep, SweepStatus | None]:
+        """Open the sweep's tracking again and rerun its failed, cancelled and missing trials. (The sweep, None)
+        when its search runs in this process: `run_search` continues it from its saved state."""
+        from kubesweep.backends.base import SweepNotFound
+
+        sweep = self.backend.sweep_of(name)
+        if sweep is None:
+            raise SweepNotFound(f"no {self.options.backend} sweep named {name!r}")
+        self.open_tracking(sweep, len(self.backend.status(name).trials))
+        if self.search_runs_here(sweep):
+            return sweep, None
+        return sweep, self.backend.resume(name)
+
+    def follow(self, name: str, progress: ProgressCallback | None = None) -> Ended:
+        """Wait until every trial has ended (for the local backend, this process drives the sweep meanwhile),
+        then finish the sweep's parent run."""
+        return self._ended(name, self.backend.wait(name, progress=progress))
+
+    def run_search(self, sweep: Sweep, progress: ProgressCallback | None = None) -> Ended:
+        """Run (or continue) the sweep's search to its end, then finish its parent run; `found` says what it
+        found."""
+        from kubesweep.tune.dispatch import run_search
+
+        found = run_search(sweep, self.backend, storage=self.search_storage(sweep.name), tracking=self.tracking,
+                           progress=progress)
+        return self._ended(sweep.name, self.backend.status(sweep.name), found)
+
+    def detach(self, name: str) -> None:
+        """Leave the sweep to run without this process: a local sweep gets a driver process of its own."""
+        if self.options.backend == "local":
+            from kubesweep.detach import spawn_driver
+
+            spawn_driver(name, self.options.home)
+
+    def detach_search(self, file: Path, name: str, *, allow_unpinned: bool, max_trials: int) -> Path:
+        """Run the search of the spec `file` in a process of its own; its log file."""
+        from kubesweep.detach import spawn_search
+
+        return spawn_search(file, name, self.options, allow_unpinned=allow_unpinned, max_trials=max_trials)
+
+    def cancel(self, name: str) -> tuple[bool, SweepStatus]:
+        """Stop the sweep's running trials and start no new ones: (True, its status after). (False, its status)
+        when it has already ended; a search's sweep may still make trials, so it is cancelled all the same."""
+        before = self.backend.status(name)
+        if before.done and before.trials and not self.searches(name, unknown=False):
+            return False, before
+        return True, self.backend.cancel(name)
+
+    # -- results ----------------------------------------------------------------------------------------
+
+    def results(self, name: str, *, experiment: str | None, target_accuracy: float, best_by: str,
+                source: str = "auto") -> Results:
+        """The sweep's trials aggregated over repeats: from the backend's results files or MLflow
+        (`kubesweep.tracking.sweep.load_records`). A backend that cannot be made is a note: MLflow may still
+        know the sweep."""
+        from kubesweep.backends.base import BackendError
+        from kubesweep.spec import SpecError
+        from kubesweep.tracking.aggregate import aggregate
+        from kubesweep.tracking.sweep import load_records
+
+        backend: Backend | None
+        sweep: Sweep | None = None
+        try:
+            backend = self.backend
+        except BackendError as exc:
+            self.notify(f"note: {exc}", True)
+            backend = None
+        if backend is not None:
+            try:
+                sweep = backend.sweep_of(name)
+            except SpecError:
+                sweep = None
+        target = self.tracking_target(name, sweep, experiment=experiment)
+        loaded = load_records(target, name, backend, source=source)
+        if loaded.note:
+            self.notify(f"note: {loaded.note}", True)
+        cells = aggregate(loaded.records, target=target_accuracy, best_by=best_by)
+        searched = sweep is None or sweep.spec.search.adaptive  # a sweep not known here may be a search
+        return Results(cells, loaded, target, sweep, searched)
+
+    def search_found(self, name: str, sweep: Sweep | None, parent_run_id: str | None) -> dict[str, Any] | None:
+        """What a search found: its file under the search storage, else the parent run's artifact in MLflow
+        (`<strategy>/<strategy>.json`); any strategy's when the sweep is not known here."""
+        from kubesweep.tune.dispatch import summary_names
+
+        names = summary_names(sweep.spec.search.strategy if sweep is not None else None)
+        storage = self.search_storage(name)
+        for _, file in names:
+            try:
+                data = json.loads((storage / file).read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict):
+                return data
+        if parent_run_id is None:
+            return None
+        from kubesweep.tracking.runs import SweepRuns
+
+        runs = SweepRuns(self.tracking_target(name, None, disabled=False), name)
+        for folder, file in names:
+            with tempfile.TemporaryDirectory(prefix="kubesweep-search-") as tmp:
+                try:
+                    path = runs.client.download_artifacts(parent_run_id, f"{folder}/{file}", tmp)
+                    data = json.loads(Path(path).read_text())
+                except Exception:  # a server that cannot be read, an artifact that is not there
+                    continue
+                if isinstance(data, dict):
+                    return data
+        return None

@@ -1,0 +1,46 @@
+"""Starting a search, for every backend: the one place that turns a spec's `search` into the code that runs it.
+
+The spec says whether its search is adaptive and which function runs it (`kubesweep.spec.SEARCH_RUNNERS`);
+`run_search` imports that function and runs the search to its end. `sweep submit`/`sweep resume` call it in
+their process (the session layer, `kubesweep.session`), the tuner Job calls it through `python -m kubesweep.tune`.
+
+A search writes what it found to `<strategy>.json` in its storage and logs the same file as artifact
+`<strategy>/<strategy>.json` of the sweep's parent MLflow run; `summary_names` lists where to look for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kubesweep.spec import SEARCH_RUNNERS
+
+if TYPE_CHECKING:
+    from kubesweep.backends.base import Backend, SweepStatus
+    from kubesweep.spec import Sweep
+    from kubesweep.tracking.env import TrackingEnv
+
+
+class NoSearch(ValueError):
+    """The sweep's strategy makes no trials while it runs (grid, random): there is no search to run."""
+
+
+def run_search(sweep: Sweep, backend: Backend, *, storage: Path, tracking: TrackingEnv | None = None,
+               progress: Callable[[SweepStatus], None] | None = None) -> dict[str, Any]:
+    """Run (or continue, from the state under `storage`) the sweep's search to its end; what it found."""
+    runner = sweep.spec.search.runner
+    if runner is None:
+        raise NoSearch(f"sweep {sweep.name!r} has no search to run (strategy {sweep.spec.search.strategy!r})")
+    module, function = runner.split(":")
+    run = getattr(importlib.import_module(module), function)
+    summary: dict[str, Any] = run(sweep, backend, storage=storage, tracking=tracking, progress=progress).as_dict()
+    return summary
+
+
+def summary_names(strategy: str | None = None) -> list[tuple[str, str]]:
+    """(artifact folder, file name) of what a search found: the strategy's, or every adaptive strategy's when
+    the strategy is not known."""
+    strategies = [strategy] if strategy is not None else list(SEARCH_RUNNERS)
+    return [(s, f"{s}.json") for s in strategies if s in SEARCH_RUNNERS]

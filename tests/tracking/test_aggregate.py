@@ -1,0 +1,233 @@
+"""The numbers `sweep results` shows, by the definitions in kubesweep/tracking/aggregate.py (and docs/tracking.md):
+per-trial measurements, time-to-accuracy, aggregation over repeats, the best cell per GPU type, flags, filters,
+sorting and the table, CSV and JSON forms. Records are built in process; the end-to-end check against a real
+sweep's files is tests/tracking/test_sweep_tracking.py."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+import pytest
+
+from kubesweep.gpus import load_catalog
+from kubesweep.tracking import aggregate as agg
+from kubesweep.tracking.records import TrialRecord
+
+GIB = 1024**3
+CATALOG = load_catalog()
+
+
+def results(rate: float = 1000.0, *, accuracy: float = 0.91, train_s: float = 120.0, epochs: float = 3,
+            **extra: Any) -> dict[str, Any]:
+    return {"outcome": "succeeded", "device": "cuda", "world_size": 1,
+            "train": {"samples_per_s": rate, "step_time_s": {"p50": 0.05}, "epochs_completed": epochs,
+                      "steps": 100, "warmup_steps": 3, "warmup_time_s": 10.0},
+            "memory": {"torch_peak_allocated_bytes": 6 * GIB}, "final_accuracy": accuracy,
+            "timings": {"train_s": train_s}, **extra}
+
+
+def record(name: str, gpu: str | None = "h100-80gb", outcome: str = "succeeded", repeat: int = 0, gpus: int = 1,
+           res: dict[str, Any] | None = None, **job: Any) -> TrialRecord:
+    job = {"task": "finetune", "batch_size": 32, "precision": "bf16", "compile": False, "seed": 42 + repeat, **job}
+    return TrialRecord(name, name, repeat, gpu, gpus, outcome, job, res)
+
+
+# -- one trial --------------------------------------------------------------------------------------------------
+
+
+def test_time_to_accuracy_charges_warm_up_to_the_first_steps_and_spreads_the_rest_evenly() -> None:
+    r = results(train_s=110.0)  # 100 steps, the first 3 took 10 s: 100 s for the other 97
+    r["eval"] = [{"step": 50, "accuracy": 0.85}, {"step": 70, "accuracy": 0.905}, {"step": 100, "accuracy": 0.93}]
+    assert agg.time_to_accuracy(r, 0.90) == pytest.approx(10.0 + (70 - 3) * 100.0 / 97)
+    assert agg.time_to_accuracy(r, 0.92) == 110.0  # an evaluation at the last step: exactly train_s
+    assert agg.time_to_accuracy(r, 0.95) is None  # never reached
+    r["eval"] = [{"step": 2, "accuracy": 0.95}]
+    assert agg.time_to_accuracy(r, 0.90) == pytest.approx(10.0 * 2 / 3)  # within the warm-up
+    r["eval"] = [{"step": 2, "accuracy": 0.95, "train_elapsed_s": 4.5}]
+    assert agg.time_to_accuracy(r, 0.90) == 4.5  # measured by the job: used as is
+    del r["timings"]
+    r["eval"] = [{"step": 50, "accuracy": 0.95}]
+    assert agg.time_to_accuracy(r, 0.90) is None  # no training time to interpolate
+
+
+def test_trial_metrics_of_a_training_trial() -> None:
+    m = agg.trial_metrics(record("a", res=results(1500.0, train_s=120.0, epochs=3)), CATALOG, 0.90)
+    assert m["samples_per_s"] == 1500.0 and m["step_p50_ms"] == 50.0 and m["peak_mem_gib"] == 6.0
+    assert m["accuracy"] == 0.91 and m["epoch_s"] == 40.0
+    assert m["cost_per_epoch"] == pytest.approx(CATALOG["h100-80gb"].price_per_hour * 40.0 / 3600)
+    assert m["latency_p99_ms"] is None and m["tta_s"] is None  # no evaluations in these results
+
+    two = agg.trial_metrics(record("b", gpus=2, res=results(world_size=2)), CATALOG, 0.90)
+    assert two["cost_per_epoch"] == pytest.approx(2 * CATALOG["h100-80gb"].price_per_hour * 40.0 / 3600)
+
+
+def test_trial_metrics_of_a_cpu_and_an_inference_trial() -> None:
+    cpu = results(device="cpu", memory={"host_peak_rss_bytes": 2 * GIB})
+    m = agg.trial_metrics(record("c", gpu=None, res=cpu), CATALOG, 0.90)
+    assert m["peak_mem_gib"] == 2.0 and m["cost_per_epoch"] is None and m["epoch_s"] == 40.0
+
+    inference = {"outcome": "succeeded", "inference": {"samples_per_s": 1670.0,
+                                                        "latency_s": {"p50": 0.004, "p99": 0.006}}}
+    m = agg.trial_metrics(record("i", res=inference, task="inference"), CATALOG, 0.90)
+    assert m["samples_per_s"] == 1670.0 and m["step_p50_ms"] == 4.0 and m["latency_p99_ms"] == 6.0
+    assert m["tta_s"] is None and m["epoch_s"] is None
+
+
+def test_a_trial_that_did_not_succeed_has_no_measurements() -> None:
+    for outcome, res in (("oom", results()), ("succeeded", None), ("stopped", results())):
+        assert set(agg.trial_metrics(record("x", outcome=outcome, res=res), CATALOG, 0.9).values()) == {None}
+    nan = results(float("nan"))
+    assert agg.trial_metrics(record("n", res=nan), CATALOG, 0.9)["samples_per_s"] is None
+
+
+def test_comparison_metrics_are_rounded_to_five_significant_digits_and_only_for_a_success() -> None:
+    out = agg.comparison_metrics(results(1234.56789), gpu="h100-80gb", gpus=1)
+    assert set(out) == set(agg.COMPARISON_METRICS)
+    assert out["samples_per_s"] == 1234.6 and out["epoch_s"] == 40.0
+    assert agg.comparison_metrics({"outcome": "oom"}, gpu="h100-80gb", gpus=1) == {}
+
+
+# -- over repeats -------------------------------------------------------------------------------------------------
+
+
+def test_stat_mean_sample_std_and_cv() -> None:
+    s = agg.Stat([90.0, 100.0, 110.0])
+    assert s.n == 3 and s.mean == 100.0 and s.std == 10.0 and s.cv == pytest.approx(0.1)
+    assert agg.Stat([5.0]).std is None and agg.Stat([5.0]).cv is None
+    assert agg.Stat([]).mean is None
+    assert agg.Stat([0.0, 0.0]).cv is None  # no CV of a zero mean
+    assert agg.Stat([1.0, 3.0]).as_dict() == {"mean": 2.0, "cv": math.sqrt(2) / 2, "std": math.sqrt(2), "n": 2,
+                                              "values": [1.0, 3.0]}
+
+
+def test_repeats_of_a_setting_are_one_cell_and_the_best_per_gpu_type_is_marked() -> None:
+    recs = [record("h32-0", res=results(1000.0)), record("h32-1", repeat=1, res=results(1200.0)),
+            record("h64-0", batch_size=64, res=results(1500.0)),
+            record("h128-0", batch_size=128, outcome="oom", res={"outcome": "oom"}),
+            record("l4-0", gpu="l4", res=results(300.0))]
+    cells = agg.aggregate(recs, catalog=CATALOG)
+    assert [[t.name for t in c.trials] for c in cells] == [["h32-0", "h32-1"], ["h64-0"], ["h128-0"], ["l4-0"]]
+    assert cells[0].value("samples_per_s") == 1100.0 and cells[0].metrics["samples_per_s"].n == 2
+    assert [c.best for c in cells] == [False, True, False, True]  # the fastest H100 cell, the only L4 cell
+    assert cells[0].axes == {"task": "finetune", "gpu": "h100-80gb", "gpus": 1, "batch_size": 32,
+                             "precision": "bf16", "compile": "off"}
+    assert cells[0].extra == {}  # seed differs between repeats: not a setting
+
+    agg.mark_best(cells, "peak_mem_gib")  # lower is better; equal values keep the first
+    assert [c.best for c in cells] == [True, False, False, True]
+
+
+def test_job_settings_that_vary_between_cells_become_columns() -> None:
+    recs = [record("a", res=results(), learning_rate=2e-5), record("b", res=results(), learning_rate=5e-5)]
+    cells = agg.aggregate(recs, catalog=CATALOG)
+    assert [c.extra for c in cells] == [{"learning_rate": 2e-5}, {"learning_rate": 5e-5}]
+    assert agg.columns(cells) == ["task", "gpu", "batch_size", "precision", "compile", "learning_rate"]
+    two_gpus = agg.aggregate([*recs, record("c", gpus=2, res=results())], catalog=CATALOG)
+    assert "gpus" in agg.columns(two_gpus)
+
+
+def test_status_and_flags_say_what_a_reader_must_know() -> None:
+    ok, chance = results(accuracy=0.91), results(accuracy=0.509)
+    [cell] = agg.aggregate([record("a", res=ok), record("b", repeat=1, res=chance),
+                            record("c", repeat=2, outcome="oom", res={"outcome": "oom"})], catalog=CATALOG)
+    assert cell.status == "2 ok, 1 OOM"
+    assert cell.flags == ["1/3 OOM", "1/3 chance accuracy (0.51)"]
+    [cell] = agg.aggregate([record("a", outcome="gpu_mismatch")], catalog=CATALOG)
+    assert cell.status == "GPU mismatch" and cell.flags == ["GPU mismatch"]
+    [cell] = agg.aggregate([record("a", res=chance)], catalog=CATALOG)
+    assert cell.status == "ok" and cell.flags == ["chance accuracy (0.51)", "n=1"]
+    assert agg.metric_text(cell, "samples_per_s") == "1,000"
+    [cell] = agg.aggregate([record("a", outcome="pending")], catalog=CATALOG)
+    assert agg.metric_text(cell, "samples_per_s") == "pending"
+
+
+def test_metric_text_gives_mean_cv_and_how_many_repeats_reached_the_target() -> None:
+    reached, missed = results(1000.0, train_s=110.0), results(1200.0, train_s=110.0)
+    reached["eval"] = [{"step": 100, "accuracy": 0.95}]
+    missed["eval"] = [{"step": 100, "accuracy": 0.80}]
+    [cell] = agg.aggregate([record("a", res=reached), record("b", repeat=1, res=missed)], catalog=CATALOG)
+    assert agg.metric_text(cell, "tta_s") == "110.0 (1/2)"
+    cv = agg.Stat([1000.0, 1200.0]).cv
+    assert cv is not None and agg.metric_text(cell, "samples_per_s") == f"1,100 ±{cv * 100:.1f}%"
+    assert agg.metric_text(cell, "latency_p99_ms") == "-"  # succeeded, without that number
+
+
+@pytest.mark.parametrize(("value", "text"), [(None, "-"), (0, "0"), (12345.6, "12,346"), (123.45, "123.5"),
+                                             (1.234, "1.23"), (0.01234, "0.0123"), (0.0001234, "0.000123"),
+                                             (-2.5, "-2.50")])
+def test_fmt_number(value: float | None, text: str) -> None:
+    assert agg.fmt_number(value) == text
+
+
+# -- filters and sorting ------------------------------------------------------------------------------------------
+
+
+def cells_for_queries() -> list[agg.Cell]:
+    return agg.aggregate([
+        record("h-bf16", res=results(1500.0)),
+        record("h-fp32", precision="fp32", compile="default", res=results(900.0)),
+        record("l4-bf16", gpu="l4", res=results(300.0)),
+        record("l4-oom", gpu="l4", batch_size=256, outcome="oom", res={"outcome": "oom"}),
+    ], catalog=CATALOG)
+
+
+def names(cells: list[agg.Cell]) -> list[str]:
+    return [c.trials[0].name for c in cells]
+
+
+def test_filters_by_axis_status_outcome_best_and_job_setting() -> None:
+    cells = cells_for_queries()
+    assert names(agg.apply_filters(cells, agg.parse_filters(["gpu=l4"]))) == ["l4-bf16", "l4-oom"]
+    assert names(agg.apply_filters(cells, agg.parse_filters(["precision=fp32,bf16", "gpu=h100-80gb"]))) == [
+        "h-bf16", "h-fp32"]
+    assert names(agg.apply_filters(cells, agg.parse_filters(["compile=false"]))) == ["h-bf16", "l4-bf16", "l4-oom"]
+    assert names(agg.apply_filters(cells, agg.parse_filters(["status=OOM"]))) == ["l4-oom"]
+    assert names(agg.apply_filters(cells, agg.parse_filters(["outcome=oom"]))) == ["l4-oom"]
+    assert names(agg.apply_filters(cells, agg.parse_filters(["best=yes"]))) == ["h-bf16", "l4-bf16"]
+    assert names(agg.apply_filters(cells, agg.parse_filters(["seed=42"]))) == names(cells)  # a job setting
+    assert names(agg.apply_filters(cells, agg.parse_filters(["seed=7"]))) == []
+    assert agg.apply_filters(cells, []) is cells
+
+
+def test_bad_filters_are_refused_with_what_is_expected() -> None:
+    with pytest.raises(agg.QueryError, match="expected KEY=VALUE"):
+        agg.parse_filters(["gpu"])
+    with pytest.raises(agg.QueryError, match=r"unknown key 'colour'; known: batch_size, best, .*, seed, status, task"):
+        agg.apply_filters(cells_for_queries(), agg.parse_filters(["colour=red"]))
+
+
+def test_sorting_by_a_metric_puts_the_best_first_and_missing_values_last() -> None:
+    cells = cells_for_queries()
+    assert names(agg.sort_cells(cells, "samples_per_s")) == ["h-bf16", "h-fp32", "l4-bf16", "l4-oom"]
+    assert names(agg.sort_cells(cells, "samples_per_s", reverse=True)) == ["l4-bf16", "h-fp32", "h-bf16", "l4-oom"]
+    assert names(agg.sort_cells(cells, "step_p50_ms"))[-1] == "l4-oom"
+    assert names(agg.sort_cells(cells, "batch_size", reverse=True))[0] == "l4-oom"
+    assert agg.sort_cells(cells, None) is cells
+    with pytest.raises(agg.QueryError, match="--sort: unknown key 'speed'"):
+        agg.sort_cells(cells, "speed")
+
+
+# -- output -------------------------------------------------------------------------------------------------------
+
+
+def test_markdown_csv_and_json_carry_the_same_cells() -> None:
+    cells = cells_for_queries()
+    md = agg.to_markdown(cells).splitlines()
+    assert md[0] == "| " + " | ".join(agg.headers(cells)) + " |" and len(md) == 2 + len(cells)
+    assert md[2].startswith("| finetune | h100-80gb | 32 | bf16 | off | 1 | ok | 1,500 |")
+    assert md[2].endswith("| * | n=1 |")
+
+    rows = list(csv.DictReader(io.StringIO(agg.to_csv(cells))))
+    assert [r["trials"] for r in rows] == names(cells)
+    assert rows[0]["samples_per_s_mean"] == "1500.0" and rows[0]["samples_per_s_n"] == "1"
+    assert rows[3]["samples_per_s_mean"] == "" and rows[3]["status"] == "OOM" and rows[3]["best"] == "0"
+
+    out = agg.to_json(cells, sweep="s", source="test", target=0.9, best_by="samples_per_s")
+    assert (out["sweep"], out["best_by"], len(out["cells"])) == ("s", "samples_per_s", 4)
+    first = out["cells"][0]
+    assert first["gpu"] == "h100-80gb" and first["best"] and first["metrics"]["samples_per_s"]["mean"] == 1500.0
+    assert first["trials"] == [{"id": "h-bf16", "name": "h-bf16", "repeat": 0, "outcome": "succeeded", "reason": "",
+                                "run_id": None}]

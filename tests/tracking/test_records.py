@@ -1,0 +1,167 @@
+"""Trial records, the input of `sweep results` and the report: from a backend's status and results files (a real
+local sweep run with the stand-in job), and from MLflow child runs (`runs.ChildRun` values as `SweepRuns` returns
+them; the round trip through a real MLflow server is tests/tracking/test_sweep_tracking.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubesweep.backends.base import Phase, TrialStatus
+from kubesweep.backends.local import LocalBackend
+from kubesweep.outcomes import Outcome
+from kubesweep.tracking.records import dig, from_backend, from_mlflow, record_from_child, record_from_status
+from kubesweep.tracking.runs import ChildRun
+from tests.backends.contract import CRASH_LR, make_plan
+
+STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
+
+
+def test_dig_follows_keys_and_gives_none_where_one_is_missing() -> None:
+    data = {"train": {"step_time_s": {"p50": 0.04}}, "eval": [1, 2]}
+    assert dig(data, "train", "step_time_s", "p50") == 0.04
+    assert dig(data, "train", "missing") is None
+    assert dig(data, "eval", "0") is None  # not a dict
+    assert dig(None, "train") is None
+    assert dig(data) is data
+
+
+# -- from a backend's status ---------------------------------------------------------------------------------
+
+
+def status(outcome: Outcome | None, phase: Phase = Phase.SUCCEEDED, reason: str = "", **axes: Any) -> TrialStatus:
+    return TrialStatus("tid", "t-1", "cell", "l4", phase, outcome, reason, axes=axes)
+
+
+def test_the_job_comes_from_the_results_file_then_the_trial_file_then_the_axes(tmp_path: Path) -> None:
+    trial_file = tmp_path / "trial.json"
+    trial_file.write_text(json.dumps({"job": {"batch_size": 16, "precision": "fp16"}, "gpus_per_trial": 2}))
+    s = status(Outcome.SUCCEEDED, batch_size=8, gpu="l4", gpus_per_trial=1, num_nodes=1)
+    results = {"outcome": "succeeded", "config": {"batch_size": 32}, "trial": {"repeat": 1, "gpus_per_trial": 4}}
+
+    record = record_from_status(s, results, trial_file)
+    assert (record.job, record.gpus, record.repeat) == ({"batch_size": 32}, 4, 1)
+    record = record_from_status(s, None, trial_file)
+    assert record.job == {"batch_size": 16, "precision": "fp16"}
+    assert record.gpus == 1  # the axes name it before the trial file
+    record = record_from_status(status(Outcome.SUCCEEDED), None, trial_file)
+    assert record.gpus == 2
+    record = record_from_status(s, None, tmp_path / "missing.json")
+    assert record.job == {"batch_size": 8}  # the axes, less the ones that are not job settings
+    trial_file.write_text("{not json")
+    assert record_from_status(status(Outcome.SUCCEEDED, batch_size=8), None, trial_file).job == {"batch_size": 8}
+    assert record_from_status(status(Outcome.SUCCEEDED), None, trial_file).gpus == 1
+
+
+def test_the_outcome_is_the_results_files_unless_the_backend_stopped_or_cancelled_the_trial() -> None:
+    oom = {"outcome": "oom", "error": {"message": "CUDA out of memory. Tried to allocate 2.00 GiB"}}
+    record = record_from_status(status(Outcome.FAILED, Phase.FAILED, reason="exit code 3"), oom)
+    assert record.outcome == "oom" and record.reason == "CUDA out of memory. Tried to allocate 2.00 GiB"
+
+    terminated = {"outcome": "failed", "error": {"message": "terminated (SIGTERM)"}}
+    for outcome, phase in ((Outcome.STOPPED, Phase.STOPPED), (Outcome.CANCELLED, Phase.CANCELLED)):
+        record = record_from_status(status(outcome, phase, reason="stopped early by the search scheduler"),
+                                    terminated)
+        assert record.outcome == outcome.value
+
+    record = record_from_status(status(Outcome.FAILED, Phase.FAILED, reason="exit code 1"))
+    assert (record.outcome, record.reason) == ("failed", "exit code 1")
+    record = record_from_status(status(None, Phase.RUNNING, reason="pulling image"))
+    assert (record.outcome, record.reason) == ("running", "pulling image")
+    assert record_from_status(status(Outcome.SUCCEEDED, reason="done")).reason == ""
+
+
+def test_records_of_a_local_sweep_read_its_results_and_trial_files(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path, job_command=[sys.executable, str(STAND_IN)], cpu_slots=4, devices=[])
+    p = make_plan("recs", {"batch_size": [8, 256], "learning_rate": [1e-4, CRASH_LR]})
+    backend.submit(p)
+    backend.wait("recs", timeout=60)
+    records = from_backend(backend, "recs")
+    assert [r.trial_id for r in records] == [t.id for t in p.trials]
+    by_cell = {(r.job["batch_size"], r.job["learning_rate"]): r for r in records}
+    assert by_cell[8, 1e-4].outcome == "succeeded" and by_cell[8, 1e-4].results is not None
+    assert by_cell[256, 1e-4].outcome == "oom"
+    crashed = by_cell[8, CRASH_LR]  # no results file: the job from trial.json, the outcome from the backend
+    assert crashed.results is None and crashed.outcome == "failed" and crashed.reason
+    assert crashed.job["max_steps"] == 2
+    assert {r.gpus for r in records} == {0}  # CPU trials, as trial.json says
+
+
+# -- from MLflow child runs ----------------------------------------------------------------------------------
+
+
+def child(run_id: str, status: str = "FINISHED", tags: dict[str, str] | None = None,
+          params: dict[str, str] | None = None) -> ChildRun:
+    return ChildRun(run_id, f"run-{run_id}", status, tags or {}, params or {}, {}, None, None)
+
+
+def test_a_child_run_without_results_gives_its_cell_from_params_and_tags() -> None:
+    run = child("r1", tags={"kubesweep.trial_id": "t1", "kubesweep.trial": "s-t1", "kubesweep.gpu": "h100-80gb",
+                            "kubesweep.repeat": "2"},
+                params={"trial_id": "t1", "sweep": "s", "gpus_per_trial": "2", "batch_size": "64",
+                        "precision": "bf16", "compile": "False", "tokenizer": "None", "learning_rate": "2e-05",
+                        "model": "bert-base-uncased"})
+    record = record_from_child(run, None)
+    assert (record.trial_id, record.name, record.gpu, record.gpus, record.repeat, record.run_id) == (
+        "t1", "s-t1", "h100-80gb", 2, 2, "r1")
+    assert record.job == {"batch_size": 64, "precision": "bf16", "compile": False, "tokenizer": None,
+                          "learning_rate": 2e-05, "model": "bert-base-uncased"}
+    assert record.outcome == "succeeded" and record.results is None
+
+
+@pytest.mark.parametrize(("status", "outcome"), [("RUNNING", "running"), ("SCHEDULED", "pending"),
+                                                 ("FINISHED", "succeeded"), ("KILLED", "cancelled"),
+                                                 ("FAILED", "failed")])
+def test_a_child_runs_outcome_without_results_or_tag_follows_the_run_status(status: str, outcome: str) -> None:
+    assert record_from_child(child("r", status), None).outcome == outcome
+
+
+def test_a_child_runs_results_file_wins_over_its_tags_and_params() -> None:
+    run = child("r2", "FINISHED", tags={"kubesweep.outcome": "succeeded", "kubesweep.gpu": "any"},
+                params={"batch_size": "16", "gpus_per_trial": "1"})
+    results = {"outcome": "gpu_mismatch", "config": {"batch_size": 32},
+               "trial": {"gpu": "l40s", "gpus_per_trial": 4, "repeat": 1},
+               "error": {"message": "asked for NVIDIA-L40S, found NVIDIA-L4"}}
+    record = record_from_child(run, results)
+    assert (record.outcome, record.job, record.gpu, record.gpus, record.repeat) == (
+        "gpu_mismatch", {"batch_size": 32}, "l40s", 4, 1)
+    assert record.reason == "asked for NVIDIA-L40S, found NVIDIA-L4"
+    assert record.trial_id == "r2"  # no trial id tag or param: the run id
+    assert record_from_child(run, None).outcome == "succeeded"  # the tag, without results
+    assert record_from_child(run, None).gpu is None  # "any" GPU
+
+
+class Runs:
+    """What `from_mlflow` reads of a `SweepRuns`: the parent's child runs and their results files."""
+
+    def __init__(self, children: list[ChildRun], files: dict[str, dict[str, Any] | None]):
+        self._children, self.files = children, files
+
+    def children(self, parent_run_id: str) -> list[ChildRun]:
+        assert parent_run_id == "parent"
+        return self._children
+
+    def all_results(self, children: list[ChildRun]) -> dict[str, dict[str, Any] | None]:
+        return {c.run_id: self.files.get(c.run_id) for c in children}
+
+
+def test_from_mlflow_adds_the_trials_without_a_run_from_the_backend_in_plan_order(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path, job_command=[sys.executable, str(STAND_IN)], cpu_slots=4, devices=[])
+    p = make_plan("ml", {"batch_size": [8, 16, 32]})
+    backend.submit(p)
+    backend.wait("ml", timeout=60)
+    last = p.trials[2]
+    runs = Runs([child("r-last", tags={"kubesweep.trial_id": last.id, "kubesweep.trial": last.name})],
+                {"r-last": {"outcome": "succeeded", "config": {"batch_size": 32}}})
+    records = from_mlflow(runs, "parent", backend, "ml")
+    assert [r.trial_id for r in records] == [t.id for t in p.trials]
+    assert records[2].run_id == "r-last" and records[0].run_id is None and records[0].outcome == "succeeded"
+
+    # an unknown sweep on the backend (a BackendError): the runs alone, by name
+    two = Runs([child("b", tags={"kubesweep.trial": "s-b"}), child("a", tags={"kubesweep.trial": "s-a"})], {})
+    assert [r.name for r in from_mlflow(two, "parent", backend, "nope")] == ["s-a", "s-b"]
+    assert [r.name for r in from_mlflow(two, "parent", None, "nope")] == ["s-a", "s-b"]

@@ -1,0 +1,80 @@
+"""`sweep results` per trial: the headline figures read from a results file (docs/results-schema.md), and the rows
+the local backend gives for a sweep run with the stand-in job."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from kubesweep.backends.base import Phase, TrialStatus
+from kubesweep.backends.local import LocalBackend
+from kubesweep.outcomes import Outcome
+from kubesweep.results import GIB, row_from, rows_for
+from tests.backends.contract import CRASH_LR, make_plan
+
+STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
+
+
+def finished(outcome: Outcome = Outcome.SUCCEEDED, reason: str = "", **axes: Any) -> TrialStatus:
+    phase = Phase.SUCCEEDED if outcome == Outcome.SUCCEEDED else Phase.FAILED
+    return TrialStatus("id", "t-1", "cell", "h100-80gb", phase, outcome, reason, axes=axes)
+
+
+TRAINING = {
+    "outcome": "succeeded",
+    "config": {"batch_size": 64, "precision": "bf16", "compile": "default"},
+    "trial": {"repeat": 2},
+    "train": {"samples_per_s": 1500.0, "step_time_s": {"p50": 0.0425}},
+    "memory": {"torch_peak_allocated_bytes": 3 * GIB},
+    "final_accuracy": 0.912,
+    "timings": {"train_s": 120.5, "compile_warmup_s": 30},
+}
+
+
+def test_a_training_trial_gives_rate_step_time_in_ms_memory_in_gib_accuracy_and_timings() -> None:
+    row = row_from(finished(reason="ignored on success"), TRAINING)
+    assert (row.trial, row.gpu, row.batch_size, row.precision, row.compile, row.repeat, row.outcome) == (
+        "t-1", "h100-80gb", 64, "bf16", "default", 2, "succeeded")
+    assert row.samples_per_s == 1500.0 and row.step_p50_ms == 42.5 and row.peak_mem_gib == 3.0
+    assert (row.accuracy, row.train_s, row.warmup_s) == (0.912, 120.5, 30.0)
+    assert row.reason == ""
+
+
+def test_an_inference_trial_gives_its_rate_and_batch_latency() -> None:
+    results = {"outcome": "succeeded", "config": {"batch_size": 8},
+               "inference": {"samples_per_s": 1670.0, "latency_s": {"p50": 0.00479}}}
+    row = row_from(finished(), results)
+    assert row.samples_per_s == 1670.0 and round(row.step_p50_ms or 0, 6) == 4.79
+    assert row.accuracy is None and row.peak_mem_gib is None
+
+
+def test_without_a_results_file_the_cell_comes_from_the_trial_file_or_axes_and_the_outcome_from_the_backend() -> None:
+    oom = finished(Outcome.OOM, "CUDA out of memory", batch_size=512, precision="fp16")
+    row = row_from(oom, None)
+    assert (row.batch_size, row.precision, row.outcome, row.reason) == (512, "fp16", "oom", "CUDA out of memory")
+    assert row.samples_per_s is None and row.repeat == 0
+    from_file = row_from(oom, None, {"job": {"batch_size": 256, "precision": "bf16", "compile": False}})
+    assert (from_file.batch_size, from_file.precision, from_file.compile) == (256, "bf16", False)
+    running = TrialStatus("id", "t-2", "cell", None, Phase.RUNNING)
+    assert row_from(running, None).outcome == "running"
+
+
+def test_values_that_are_not_numbers_are_left_out() -> None:
+    results = {**TRAINING, "train": {"samples_per_s": True, "step_time_s": {"p50": "fast"}}, "final_accuracy": None}
+    row = row_from(finished(), results)
+    assert row.samples_per_s is None and row.step_p50_ms is None and row.accuracy is None
+
+
+def test_rows_of_a_local_sweep_follow_the_plan_with_each_trials_outcome(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path, job_command=[sys.executable, str(STAND_IN)], cpu_slots=4, devices=[])
+    p = make_plan("rows", {"batch_size": [8, 256], "learning_rate": [1e-4, CRASH_LR]})
+    backend.submit(p)
+    backend.wait("rows", timeout=60)
+    rows = rows_for(backend, "rows")
+    assert [r.trial for r in rows] == [t.name for t in p.trials]
+    by_cell = {(r.batch_size, t.job.learning_rate): r for r, t in zip(rows, p.trials, strict=True)}
+    assert by_cell[8, 1e-4].outcome == "succeeded" and by_cell[8, 1e-4].samples_per_s == 800.0
+    assert by_cell[256, 1e-4].outcome == "oom" and by_cell[256, 1e-4].samples_per_s is None
+    crashed = by_cell[8, CRASH_LR]  # no results file: the backend's outcome and reason
+    assert crashed.outcome == "failed" and crashed.reason and crashed.batch_size == 8

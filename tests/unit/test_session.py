@@ -1,0 +1,303 @@
+"""The session layer (`kubesweep.session`) on the local backend, in this process: submit, follow, resume, cancel,
+detach, a search run through the dispatch, and the rules that give exit codes. The workload is the stand-in job
+(tests/support/stand_in_job.py): batch >= 256 is an OOM, learning_rate 0.123 a crash, max_steps/10 seconds of
+sleep."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubesweep.backends.base import (
+    AmbiguousTrial,
+    BackendError,
+    Phase,
+    SweepNotFound,
+    SweepStatus,
+    TrialStatus,
+)
+from kubesweep.gpus import CatalogError
+from kubesweep.outcomes import Outcome
+from kubesweep.plan import plan
+from kubesweep.session import (
+    EXIT_BACKEND,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_TRIALS_FAILED,
+    EXIT_USAGE,
+    Options,
+    Session,
+    error_code,
+    exit_code,
+)
+from kubesweep.spec import SEARCH_RUNNERS, SpecError, Sweep, parse_sweep
+from kubesweep.tracking.env import TrackingEnv
+from kubesweep.tracking.runs import TrackingError
+from kubesweep.tune.dispatch import NoSearch, run_search, summary_names
+
+STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
+
+
+def make_sweep(name: str = "sess", *, batches: list[int] | None = None, search: dict[str, Any] | None = None,
+               **job: Any) -> Sweep:
+    spec: dict[str, Any] = {"job": {"max_steps": 2, **job}, "resources": {"gpus_per_trial": 0, "retries": 0},
+                            "concurrency": {"max_parallel": 4}}
+    if batches is not None:
+        spec["matrix"] = {"batch_size": batches}
+    if search is not None:
+        spec["search"] = search
+    return parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": name},
+                        "spec": spec})
+
+
+class Recorder:
+    """What the session says (notify) and the progress it reports."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, bool]] = []
+        self.progress: list[SweepStatus] = []
+
+    def notify(self, message: str, warning: bool) -> None:
+        self.messages.append((message, warning))
+
+    def update(self, status: SweepStatus) -> None:
+        self.progress.append(status)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("KUBESWEEP_JOB_COMMAND", json.dumps([sys.executable, str(STAND_IN)]))
+    monkeypatch.setenv("KUBESWEEP_LOCAL_GPUS", "[]")
+    monkeypatch.delenv("KUBESWEEP_TUNE_STORAGE", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the session pops it when tracking is off
+    return tmp_path / "home"
+
+
+def session(home: Path, recorder: Recorder | None = None, **options: Any) -> Session:
+    opts = Options(home=home, no_tracking=True, parallel=4, **options)
+    return Session(opts, notify=recorder.notify) if recorder else Session(opts)
+
+
+def starts(home: Path, sweep: str) -> list[str]:
+    log = home / "sweeps" / sweep / "starts.log"
+    return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_submit_then_follow_reports_progress_and_ends_with_exit_0(home: Path) -> None:
+    recorder = Recorder()
+    s = session(home, recorder)
+    sweep = make_sweep(batches=[8, 16, 256])
+    submitted = s.submit(sweep, plan(sweep))
+    assert submitted is not None and len(submitted.trials) == 3
+    # tracking is off, said once through notify; nothing else is printed by the session
+    assert [m for m, _ in recorder.messages] == ["tracking: off (--no-tracking / KUBESWEEP_NO_TRACKING)"]
+    ended = s.follow(sweep.name, progress=recorder.update)
+    assert ended.code == EXIT_OK and ended.found is None
+    assert ended.status.done and ended.status.phase == "Succeeded"
+    assert sorted(t.outcome.value for t in ended.status.trials if t.outcome) == ["oom", "succeeded", "succeeded"]
+    assert recorder.progress and recorder.progress[-1].done
+    assert not recorder.progress[0].done  # progress came while the trials ran, not only at the end
+    # the backend is made once and keeps the sweep as submitted
+    assert s.backend is s.backend
+    assert s.backend.sweep_of(sweep.name) == sweep
+    assert s.backend.trial_dir(sweep.name, "x") == home / "sweeps" / sweep.name / "trials" / "x"
+    # submitting the same spec again starts nothing twice
+    s2 = session(home)
+    assert s2.submit(sweep, plan(sweep)) is not None
+    assert s2.follow(sweep.name).code == EXIT_OK
+    assert len(starts(home, sweep.name)) == 3
+
+
+def test_a_failed_trial_is_exit_1_and_resume_reruns_only_it(home: Path) -> None:
+    sweep = make_sweep(batches=[8, 16], learning_rate=0.123)
+    s = session(home)
+    s.submit(sweep, plan(sweep))
+    ended = s.follow(sweep.name)
+    assert ended.code == EXIT_TRIALS_FAILED
+    assert {t.outcome for t in ended.status.trials} == {Outcome.FAILED}
+
+    ok = make_sweep("mixed", batches=[8, 256])
+    s.submit(ok, plan(ok))
+    assert s.follow(ok.name).code == EXIT_OK  # an OOM is a result, not a failure
+
+    recorder = Recorder()
+    again = session(home, recorder)
+    resumed_sweep, resumed = again.resume(sweep.name)
+    assert resumed_sweep == sweep  # read back from the backend, parsed
+    assert resumed is not None
+    assert recorder.messages and recorder.messages[0][0].startswith("tracking: off")
+    assert again.follow(sweep.name).code == EXIT_TRIALS_FAILED
+    assert len(starts(home, sweep.name)) == 4  # two trials, each run twice
+    # the settled sweep: resume starts nothing
+    session(home).resume(ok.name)
+    assert len(starts(home, ok.name)) == 2
+
+
+def test_resume_and_cancel_of_an_unknown_sweep_are_not_found(home: Path) -> None:
+    s = session(home)
+    with pytest.raises(SweepNotFound, match="no local sweep named 'nope'") as resumed:
+        s.resume("nope")
+    assert error_code(resumed.value) == EXIT_NOT_FOUND
+    with pytest.raises(SweepNotFound) as cancelled:
+        s.cancel("nope")
+    assert error_code(cancelled.value) == EXIT_NOT_FOUND
+
+
+def test_cancel_stops_a_running_sweep_and_leaves_an_ended_one(home: Path) -> None:
+    slow = make_sweep("slow", batches=[1, 2], max_steps=600)
+    s = session(home)
+    s.submit(slow, plan(slow))
+    deadline = time.monotonic() + 30
+    while not any(t.phase == Phase.RUNNING for t in s.backend.advance(slow.name).trials):
+        assert time.monotonic() < deadline, "no trial started"
+        time.sleep(0.1)
+    cancelled, status = s.cancel(slow.name)
+    assert cancelled
+    assert {t.phase for t in status.trials} == {Phase.CANCELLED}
+
+    quick = make_sweep("quick", batches=[8])
+    s.submit(quick, plan(quick))
+    s.follow(quick.name)
+    cancelled, status = s.cancel(quick.name)
+    assert not cancelled and status.phase == "Succeeded"
+    assert status.trials[0].outcome == Outcome.SUCCEEDED
+
+
+def test_detach_leaves_a_driver_process_that_runs_the_sweep(home: Path) -> None:
+    s = session(home)
+    sweep = make_sweep("detached", batches=[8, 16])
+    s.submit(sweep, plan(sweep))
+    s.detach(sweep.name)
+    deadline = time.monotonic() + 60
+    while not s.backend.status(sweep.name).done:
+        assert time.monotonic() < deadline, (home / "sweeps" / sweep.name / "driver.log").read_text()
+        time.sleep(0.2)
+    assert {t.outcome for t in s.backend.status(sweep.name).trials} == {Outcome.SUCCEEDED}
+    assert (home / "sweeps" / sweep.name / "driver.log").exists()
+
+
+def test_use_tracking_is_kept_with_a_local_sweep(home: Path) -> None:
+    s = session(home)
+    sweep = make_sweep("tracked", batches=[8])
+    s.submit(sweep, plan(sweep))
+    s.follow(sweep.name)
+    env = TrackingEnv("http://mlflow.example:5000", "exp", "run123")
+    s.backend.use_tracking(sweep.name, env)
+    assert s.backend.tracking == env
+    recorded = json.loads((home / "sweeps" / sweep.name / "tracking.json").read_text())
+    assert recorded["MLFLOW_TRACKING_URI"] == "http://mlflow.example:5000"
+    assert recorded["KUBESWEEP_PARENT_RUN_ID"] == "run123"
+    # resume with tracking off: the next trials start untracked
+    session(home).resume(sweep.name)
+    assert not (home / "sweeps" / sweep.name / "tracking.json").exists()
+
+
+# -- searches ------------------------------------------------------------------------------------------------
+
+
+def test_the_spec_says_which_searches_are_adaptive_and_what_runs_them() -> None:
+    grid = make_sweep(batches=[8])
+    rand = make_sweep(batches=[8, 16], search={"strategy": "random", "num_samples": 1})
+    tune = make_sweep(search={"strategy": "tune", "space": {"batch_size": {"type": "choice", "values": [8, 16]}}})
+    max_batch = make_sweep(search={"strategy": "max_batch"})
+    assert [s.spec.search.adaptive for s in (grid, rand, tune, max_batch)] == [False, False, True, True]
+    assert grid.spec.search.runner is None and rand.spec.search.runner is None
+    assert tune.spec.search.runner == "kubesweep.tune.driver:run_tune"
+    assert max_batch.spec.search.runner == "kubesweep.tune.maxbatch:run_max_batch"
+    assert summary_names("tune") == [("tune", "tune.json")]
+    assert summary_names("grid") == []
+    assert summary_names(None) == [("tune", "tune.json"), ("max_batch", "max_batch.json")]
+
+
+def test_where_a_search_runs(home: Path) -> None:
+    search = make_sweep("searching", search={"strategy": "max_batch"})
+    grid = make_sweep("gridded", batches=[8])
+    assert Session(Options(backend="local")).search_runs_here(search)
+    assert Session(Options(backend="kubernetes", direct=True)).search_runs_here(search)
+    assert not Session(Options(backend="kubernetes")).search_runs_here(search)  # the operator's tuner Job
+    assert not Session(Options(backend="local")).search_runs_here(grid)
+    # a search that runs here submits nothing by itself: run_search makes its trials
+    s = session(home)
+    assert s.submit(search, plan(search)) is None
+    with pytest.raises(SweepNotFound):
+        s.backend.status(search.name)
+
+
+def test_run_search_dispatches_on_the_spec(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[str, Path, TrackingEnv | None]] = []
+
+    class Found:
+        def as_dict(self) -> dict[str, Any]:
+            return {"sweep": "fake", "cells": []}
+
+    def fake_runner(sweep: Sweep, backend: Any, *, storage: Path, tracking: TrackingEnv | None,
+                    progress: Any) -> Found:
+        calls.append((sweep.name, storage, tracking))
+        return Found()
+
+    module = type(sys)("fake_search_runner")
+    module.run = fake_runner  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_search_runner", module)
+    monkeypatch.setitem(SEARCH_RUNNERS, "max_batch", "fake_search_runner:run")
+    sweep = make_sweep("dispatched", search={"strategy": "max_batch"})
+    found = run_search(sweep, session(home).backend, storage=home / "st")
+    assert found == {"sweep": "fake", "cells": []}
+    assert calls == [("dispatched", home / "st", None)]
+    with pytest.raises(NoSearch, match="has no search to run"):
+        run_search(make_sweep(batches=[8]), session(home).backend, storage=home / "st")
+
+
+def test_a_max_batch_search_runs_to_its_end_through_the_session(home: Path) -> None:
+    recorder = Recorder()
+    s = session(home, recorder)
+    # the stand-in job runs out of memory from batch 256 on
+    sweep = make_sweep("mb", search={"strategy": "max_batch", "low": 64, "high": 512, "step": 64, "probes": 2,
+                                     "max_steps": 1})
+    assert s.submit(sweep, plan(sweep)) is None
+    ended = s.run_search(sweep, progress=recorder.update)
+    assert ended.code == EXIT_OK
+    assert ended.found is not None
+    (cell,) = ended.found["cells"]
+    assert (cell["max_batch"], cell["smallest_oom"]) == (192, 256)
+    assert recorder.progress
+    storage = s.search_storage(sweep.name)
+    assert storage == home / "sweeps" / "mb" / "search"
+    assert json.loads((storage / "max_batch.json").read_text()) == ended.found
+    # what results shows: the file under the storage, found for the known sweep and for an unknown one
+    assert s.search_found("mb", sweep, None) == ended.found
+    assert s.search_found("mb", None, None) == ended.found
+    assert s.searches("mb", unknown=False)
+    # cancelling the ended search still cancels (a search may make more trials)
+    cancelled, _ = s.cancel("mb")
+    assert cancelled
+    # resume: the search continues from its state, nothing submitted again
+    resumed_sweep, resumed = session(home).resume("mb")
+    assert resumed is None and resumed_sweep.spec.search.adaptive
+
+
+# -- exit codes -----------------------------------------------------------------------------------------------
+
+
+def test_exit_code_of_a_sweep() -> None:
+    def status(*outcomes: Outcome | None) -> SweepStatus:
+        return SweepStatus("x", "local", [TrialStatus(str(i), f"t{i}", "", None, Phase.SUCCEEDED, o)
+                                          for i, o in enumerate(outcomes)])
+
+    assert exit_code(status(Outcome.SUCCEEDED, Outcome.OOM, Outcome.GPU_MISMATCH, Outcome.STOPPED)) == EXIT_OK
+    assert exit_code(status(Outcome.SUCCEEDED, Outcome.FAILED)) == EXIT_TRIALS_FAILED
+    assert exit_code(status()) == EXIT_OK
+
+
+def test_error_codes() -> None:
+    assert error_code(AmbiguousTrial("two trials")) == EXIT_USAGE
+    assert error_code(SpecError("x.yaml", [])) == EXIT_USAGE
+    assert error_code(CatalogError("bad catalog")) == EXIT_USAGE
+    assert error_code(SweepNotFound("no sweep")) == EXIT_NOT_FOUND
+    assert error_code(BackendError("cluster down")) == EXIT_BACKEND
+    assert error_code(TrackingError("server down")) == EXIT_BACKEND
+    assert error_code(ValueError("a bug")) is None
