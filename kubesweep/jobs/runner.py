@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from kubesweep.jobs import model as model_mod
 from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.errors import UsageError
+from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.jobs.metrics import NvmlSampler, host_peak_rss_bytes, system_metrics, torch_memory_peaks
 from kubesweep.jobs.results import Results
 from kubesweep.jobs.train import FineTuner, TrainOutcome
@@ -38,6 +40,16 @@ TERMINATE_FLUSH_S = 10.0
 
 class Terminated(BaseException):
     """SIGTERM: the trial is being stopped from outside (its pod evicted or deleted, the process killed)."""
+
+
+@dataclass
+class Inputs:
+    """A trial's model (in host memory until the engine moves it), tokenizer and data."""
+
+    loaded: model_mod.LoadedModel
+    train_data: TokenizedSplit | None
+    eval_data: TokenizedSplit
+    load_s: float
 
 
 def process_start_time() -> float:
@@ -68,6 +80,8 @@ class TrialRun:
         self.exit_code: int = ExitCode.OK
         self.error: dict[str, str] | None = None
         self.terminated = False  # SIGTERM ended the trial
+        self.environment: dict[str, Any] = {}
+        self.lease = GpuLease(None)
 
     # --------------------------------------------------------------------------------------------- driver
 
@@ -87,69 +101,93 @@ class TrialRun:
                 signal.signal(signal.SIGTERM, previous)
 
     def _run(self) -> int:
-        dist = distributed.init()
-        self.dist = dist
+        self.dist = dist = distributed.identity()  # ranks from the environment; the device comes with the lease
         cfg = self.cfg
         if dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             self.state_dir().mkdir(parents=True, exist_ok=True)
-        devices = env.local_devices()
-        environment = env.capture(devices)
-        self.environment = environment
+            self._write_json("trial.json", self.trial.model_dump(mode="json", by_alias=True), "trial")
+        self.lease = GpuLease.from_env(dist.local_rank)
         tracker = self._tracker() if dist.is_main else NullLogger()
         self.tracker = tracker
-        sampler = NvmlSampler(devices, cfg.nvml_interval_s, on_sample=self._on_gpu_sample)
         self._system_step = tracker.prior_step("system/")  # an earlier attempt's GPU samples come first
-        if dist.is_main:
-            self._write_json("trial.json", self.trial.model_dump(mode="json", by_alias=True), "trial")
-            self._write_json("environment.json", environment, "environment")
-            gpu = ", ".join(g["name"] for g in environment["gpus"]) or "none (CPU)"
-            print(
-                f"trial {self.trial.trial_id} ({self.trial.name}): {cfg.task} {cfg.engine} model {cfg.model} "
-                f"batch {cfg.batch_size} {cfg.precision} compile {cfg.compile} padding {cfg.padding}; "
-                f"gpu {gpu}; world {dist.world_size}",
-                flush=True,
-            )
+        sampler: NvmlSampler | None = None
+        inputs: Inputs | None = None
+        model: Any = None
         try:
-            mismatch = env.check_gpu(self.trial.gpu_product, env.gpu_names(devices))
-            if mismatch:
-                self._end(Outcome.GPU_MISMATCH, ExitCode.GPU_MISMATCH, "GpuMismatch", mismatch)
+            # the GPU's identity from NVML, and then the host-only preparation: another trial may hold the GPU
+            mismatch = env.check_gpu(self.trial.gpu_product, env.gpu_names(env.local_devices()))
+            inputs = None if mismatch else self._prepare()
+            self.timings["gpu_wait_s"] = self.lease.acquire(f"{self.trial.sweep}/{self.trial.name}")
+            self.dist = dist = distributed.init()
+            devices = env.local_devices()
+            self.environment = env.capture(devices)
+            if dist.is_main:
+                self._write_json("environment.json", self.environment, "environment")
+                gpu = ", ".join(g["name"] for g in self.environment["gpus"]) or "none (CPU)"
+                print(
+                    f"trial {self.trial.trial_id} ({self.trial.name}): {cfg.task} {cfg.engine} model {cfg.model} "
+                    f"batch {cfg.batch_size} {cfg.precision} compile {cfg.compile} padding {cfg.padding}; "
+                    f"gpu {gpu}; world {dist.world_size}",
+                    flush=True,
+                )
+            sampler = NvmlSampler(devices, cfg.nvml_interval_s, on_sample=self._on_gpu_sample)
+            if mismatch or inputs is None:
+                self._end(Outcome.GPU_MISMATCH, ExitCode.GPU_MISMATCH, "GpuMismatch", mismatch or "")
             else:
                 sampler.start()
                 runtime.check_attention_kernels(cfg, cuda=dist.cuda)
-                self._execute()
+                model = self._execute(inputs)
+                self.fields["compile_cache"] = runtime.compile_cache_stats()
         except UsageError as err:
             self._end(Outcome.FAILED, ExitCode.USAGE, "UsageError", str(err))
         except BaseException as err:
-            if isinstance(err, KeyboardInterrupt):
-                self._end(Outcome.CANCELLED, ExitCode.FAILED, "KeyboardInterrupt", "interrupted")
-            elif isinstance(err, Terminated):
-                self.terminated = True
-                self._end(Outcome.CANCELLED, ExitCode.FAILED, "Terminated",
-                          "stopped by SIGTERM (pod evicted or deleted, or a search stopped it); the next attempt "
-                          "resumes from the last checkpoint")
-                if isinstance(self.tracker, MlflowTrialLogger):
-                    self.tracker.flush_timeout_s = min(self.tracker.flush_timeout_s, TERMINATE_FLUSH_S)
-            elif runtime.is_oom(err):
-                self._end(
-                    Outcome.OOM,
-                    ExitCode.OOM,
-                    type(err).__name__,
-                    str(err).splitlines()[0] if str(err) else "",
-                )
-            else:
-                traceback.print_exc()
-                self._end(Outcome.FAILED, ExitCode.FAILED, type(err).__name__, str(err) or repr(err))
+            self._failed(err)
         finally:
-            sampler.stop()
-        self.fields["gpu_monitor"] = sampler.summary() if sampler.samples else None
-        memory = {**torch_memory_peaks(), "nvml_peak_used_bytes": sampler.peak_used_bytes()}
+            if sampler is not None:
+                sampler.stop()
+        self.fields["gpu_monitor"] = sampler.summary() if sampler is not None and sampler.samples else None
+        memory = {**torch_memory_peaks(),
+                  "nvml_peak_used_bytes": sampler.peak_used_bytes() if sampler is not None else None}
         memory["host_peak_rss_bytes"] = host_peak_rss_bytes()
         self.fields["memory"] = memory
+        keep = model is not None and dist.is_main and bool(cfg.export) and self.outcome == Outcome.SUCCEEDED
+        model = runtime.free_device_memory(model, keep=keep)
+        self.lease.release()
+        self.timings["gpu_held_s"] = self.lease.held_s
+        self.fields["gpu_lease"] = self.lease.record()
+        if not self.environment:  # failed before the device was set up
+            self.environment = env.capture(env.local_devices() if self.lease.path is None else [])
+        if keep and inputs is not None:
+            try:
+                self._export(model, inputs.loaded.tokenizer, inputs.eval_data)
+            except BaseException as err:
+                self._failed(err)
         if dist.is_main:
             self._finish()
         distributed.shutdown(dist)
         return int(self.exit_code)
+
+    def _failed(self, err: BaseException) -> None:
+        if isinstance(err, KeyboardInterrupt):
+            self._end(Outcome.CANCELLED, ExitCode.FAILED, "KeyboardInterrupt", "interrupted")
+        elif isinstance(err, Terminated):
+            self.terminated = True
+            self._end(Outcome.CANCELLED, ExitCode.FAILED, "Terminated",
+                      "stopped by SIGTERM (pod evicted or deleted, or a search stopped it); the next attempt "
+                      "resumes from the last checkpoint")
+            if isinstance(self.tracker, MlflowTrialLogger):
+                self.tracker.flush_timeout_s = min(self.tracker.flush_timeout_s, TERMINATE_FLUSH_S)
+        elif runtime.is_oom(err):
+            self._end(
+                Outcome.OOM,
+                ExitCode.OOM,
+                type(err).__name__,
+                str(err).splitlines()[0] if str(err) else "",
+            )
+        else:
+            traceback.print_exc()
+            self._end(Outcome.FAILED, ExitCode.FAILED, type(err).__name__, str(err) or repr(err))
 
     def _end(self, outcome: Outcome, code: ExitCode, kind: str, message: str) -> None:
         self.outcome, self.exit_code = outcome, code
@@ -159,7 +197,8 @@ class TrialRun:
 
     # ------------------------------------------------------------------------------------------- engines
 
-    def _execute(self) -> None:
+    def _prepare(self) -> Inputs:
+        """What the trial needs before it touches the GPU: the model in host memory, the tokenizer, the data."""
         cfg, dist = self.cfg, self.dist
         t0 = time.perf_counter()
         loaded = model_mod.load(cfg)
@@ -191,16 +230,16 @@ class TrialRun:
             )
         for note in loaded.notes:
             print(f"note: {note}", flush=True)
+        return Inputs(loaded, train_data, eval_data, load_s=t1 - t0)
 
-        # the measured work on sdpa_backend's attention kernels; exports are checked on the CPU with PyTorch's own
-        with runtime.attention_kernels(cfg):
-            if cfg.task == "inference":
-                self._inference(loaded, eval_data, load_s=t1 - t0)
-                return
-            assert train_data is not None
-            model = self._finetune(loaded, train_data, eval_data, load_s=t1 - t0)
-        if dist.is_main:
-            self._export(model, loaded.tokenizer, eval_data)
+    def _execute(self, inputs: Inputs) -> Any:
+        """The measured work, on sdpa_backend's attention kernels; returns the trained model (None: inference)."""
+        with runtime.attention_kernels(self.cfg):
+            if self.cfg.task == "inference":
+                self._inference(inputs.loaded, inputs.eval_data, load_s=inputs.load_s)
+                return None
+            assert inputs.train_data is not None
+            return self._finetune(inputs.loaded, inputs.train_data, inputs.eval_data, load_s=inputs.load_s)
 
     def _inference(self, loaded: model_mod.LoadedModel, eval_data: TokenizedSplit, *, load_s: float) -> None:
         self.timings["model_s"] = load_s

@@ -105,8 +105,8 @@ def compile_model(module: Any, cfg: JobConfig) -> Any:
 
     `model`: the whole model with static shapes; each padded shape (one per bucket) is compiled once and
     reused. `layers`: each layer of the model's repeated stack is compiled in place (its weights and
-    state_dict keys unchanged), with automatic dynamic shapes: one compilation serves all layers, and after
-    the second shape seen, every later one; the embeddings, classifier head and loss run eagerly around it.
+    state_dict keys unchanged), with dynamic shapes where the padding varies them: one compilation serves all
+    layers and every shape; the embeddings, classifier head and loss run eagerly around it.
     """
     if not cfg.compile:
         return module
@@ -118,8 +118,11 @@ def compile_model(module: Any, cfg: JobConfig) -> Any:
     dynamo_config.cache_size_limit = max(int(dynamo_config.cache_size_limit), 64)
     mode = None if cfg.compile == "default" else str(cfg.compile)
     if cfg.compile_scope == "layers":
+        # Shapes vary with the padding (dynamic, bucketed): one dynamic-shape compilation up front, rather than
+        # a static one for the first shape and a dynamic one at the second.
+        dynamic = None if cfg.padding == "max_length" else True
         for layer in repeated_blocks(module):
-            layer.compile(mode=mode, dynamic=None)
+            layer.compile(mode=mode, dynamic=dynamic)
         return module
     return torch.compile(module, mode=mode, dynamic=False)
 
@@ -149,3 +152,48 @@ def is_oom(err: BaseException) -> bool:
     if isinstance(err, torch.OutOfMemoryError):
         return True
     return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+def compile_cache_stats() -> dict[str, Any] | None:
+    """What torch.compile found in its caches in this process: Inductor's FX graph cache and AOTAutograd's.
+
+    `hit` is true when every compiled graph came from the cache (no compilation ran), false when any was
+    compiled, None when nothing was compiled or looked up (eager runs).
+    """
+    if "torch" not in sys.modules:
+        return None
+    from torch._dynamo.utils import counters
+
+    fx = counters["inductor"]
+    aot = counters["aot_autograd"]
+    stats = {
+        "fx_graph_hits": int(fx["fxgraph_cache_hit"]),
+        "fx_graph_misses": int(fx["fxgraph_cache_miss"]),
+        "aot_autograd_hits": int(aot["autograd_cache_hit"]),
+        "aot_autograd_misses": int(aot["autograd_cache_miss"]),
+    }
+    looked = sum(stats.values())
+    if not looked:
+        return None
+    misses = stats["fx_graph_misses"] + stats["aot_autograd_misses"]
+    return {**stats, "hit": misses == 0, "dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}
+
+
+def free_device_memory(model: Any, *, keep: bool) -> Any:
+    """Before a trial gives its GPU back: the model moves to host memory when `keep` (exports follow), else it
+    is dropped; then the caching allocator returns what it holds. Returns the model (None when dropped)."""
+    if "torch" not in sys.modules:
+        return model if keep else None
+    import gc
+
+    import torch
+
+    if model is not None and keep:
+        model = model.to("cpu")
+    elif not keep:
+        model = None
+    gc.collect()
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return model

@@ -98,6 +98,19 @@ def _peak_memory(results: dict[str, Any]) -> float | None:
     return peak
 
 
+def gpu_type(record: TrialRecord, catalog: Catalog) -> str | None:
+    """The trial's GPU type: the one it asked for, else the one it ran on (a trial that takes any GPU: its
+    results' device, as a catalog name where the catalog knows the product); None on the CPU."""
+    if record.gpu:
+        return record.gpu
+    res = record.results or {}
+    if res.get("device") != "cuda":
+        return None
+    gpus = dig(res, "environment", "gpus") or []
+    product = str(gpus[0].get("product") or "") if gpus and isinstance(gpus[0], dict) else ""
+    return (catalog.by_product(product) or product) if product else None
+
+
 def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[str, float | None]:
     """One trial's measurements (all None unless it succeeded with a results file)."""
     out: dict[str, float | None] = dict.fromkeys(METRICS)
@@ -121,7 +134,7 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
     train_s, epochs = _num(dig(r, "timings", "train_s")), _num(dig(r, "train", "epochs_completed"))
     if train_s is not None and epochs:
         epoch_s = out["epoch_s"] = train_s / epochs
-        gpu = record.gpu
+        gpu = gpu_type(record, catalog)
         if gpu and gpu in catalog and r.get("device", "cuda") != "cpu":
             gpus = max(1, int(r.get("world_size") or record.gpus or 1))
             out["cost_per_epoch"] = catalog[gpu].price_per_hour * gpus * epoch_s / 3600
@@ -254,7 +267,9 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
     cells = []
     for trials in groups.values():
         first = trials[0]
-        axes = {"task": first.job.get("task", "finetune"), "gpu": first.gpu or "cpu", "gpus": first.gpus,
+        ran = next((t for t in trials if t.results), first)
+        gpu = gpu_type(ran, catalog) or ("any GPU" if first.gpus and not ran.results else "cpu")
+        axes = {"task": first.job.get("task", "finetune"), "gpu": gpu, "gpus": first.gpus,
                 "batch_size": first.job.get("batch_size"), "precision": first.job.get("precision"),
                 "compile": _compile_text(first.job.get("compile"))}
         per_trial = [trial_metrics(t, catalog, target) for t in trials]
@@ -459,12 +474,14 @@ def to_csv(cells: list[Cell]) -> str:
     return buf.getvalue()
 
 
-def to_json(cells: list[Cell], *, sweep: str, source: str, target: float, best_by: str) -> dict[str, Any]:
+def to_json(cells: list[Cell], *, sweep: str, source: str, target: float, best_by: str,
+            busy: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "sweep": sweep,
         "source": source,
         "target_accuracy": target,
         "best_by": best_by,
+        "gpu_busy": busy,
         "cells": [
             {**cell.key_values(), "n": len(cell.trials), "status": cell.status, "outcomes": dict(cell.outcomes),
              "best": cell.best, "flags": cell.flags, "metrics": {m: s.as_dict() for m, s in cell.metrics.items()},
@@ -473,3 +490,67 @@ def to_json(cells: list[Cell], *, sweep: str, source: str, target: float, best_b
             for cell in cells
         ],
     }
+
+
+def _unix(iso: Any) -> float | None:
+    import datetime as dt
+
+    if not isinstance(iso, str):
+        return None
+    try:
+        return dt.datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return None
+
+
+def gpu_busy(records: list[TrialRecord]) -> dict[str, Any] | None:
+    """How much of the sweep's wall time its GPUs spent in measured training steps.
+
+    fraction = Σ measured training time * GPUs of the trial / (sweep wall * GPUs the sweep used), where the
+    sweep wall runs from the first trial process's start to the last results file, and the GPUs used are the
+    distinct devices the trials ran on (at least the largest trial). Warm-up (compilation, first steps),
+    evaluation, start-up and everything between trials count as idle. None for sweeps without GPU trials.
+    """
+    starts: list[float] = []
+    ends: list[float] = []
+    measured = 0.0
+    devices: set[tuple[str, str]] = set()
+    widest = 0
+    trials = 0
+    for record in records:
+        res = record.results
+        if not res or res.get("device") != "cuda":
+            continue
+        start, end = _unix(res.get("started_at")), _unix(res.get("finished_at"))
+        if start is None or end is None:
+            continue
+        start -= float(dig(res, "timings", "startup_s") or 0.0)
+        starts.append(start)
+        ends.append(end)
+        world = int(res.get("world_size") or 1)
+        widest = max(widest, world)
+        measured += float(dig(res, "train", "measured_time_s") or 0.0) * world
+        env = res.get("environment") or {}
+        for gpu in env.get("gpus") or []:
+            devices.add((str(env.get("node_name")), str(gpu.get("uuid") or gpu.get("index"))))
+        trials += 1
+    wall = max(ends) - min(starts) if trials else 0.0
+    if wall <= 0:
+        return None
+    gpus = max(len(devices), widest, 1)
+    return {
+        "fraction": measured / (wall * gpus),
+        "measured_train_s": round(measured, 2),
+        "wall_s": round(wall, 2),
+        "gpus": gpus,
+        "trials": trials,
+        "wall_per_trial_s": round(wall / trials, 2),
+    }
+
+
+def busy_text(busy: dict[str, Any]) -> str:
+    fraction = busy.get("fraction")
+    share = f"{fraction:.1%}" if isinstance(fraction, float) else "-"
+    gpus = f" on {busy['gpus']} GPUs" if busy.get("gpus", 1) > 1 else ""
+    return (f"GPU busy {share}: {busy['measured_train_s']:,.1f} s of measured training in {busy['wall_s']:,.1f} s "
+            f"of sweep wall{gpus} ({busy['trials']} GPU trials, {busy['wall_per_trial_s']:,.1f} s each)")

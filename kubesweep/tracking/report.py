@@ -27,7 +27,9 @@ from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking.aggregate import (
     METRICS,
     Cell,
+    busy_text,
     fmt_number,
+    gpu_busy,
     headers,
     metric_text,
     text_rows,
@@ -168,7 +170,8 @@ def answer_lines(cells: list[Cell], target: float) -> list[str]:
             if cell is None:
                 lines.append(f"{noun}, {objective}: {_why_none(group, metric, target)}.")
                 continue
-            flags = f"; {', '.join(cell.flags)}" if cell.flags else ""
+            shown = [f for f in cell.flags if f != "n=1"]  # n is given beside them
+            flags = f"; {', '.join(shown)}" if shown else ""
             best = Best(task, str(cell.axes["gpu"]), metric, objective, cell)
             lines.append(f"{noun}, {objective}: {setting_text(cell, with_gpu=True)}: {best.value_text()} "
                          f"(n={cell.metrics[metric].n}{flags}).")
@@ -396,8 +399,45 @@ def _bars(cells: list[Cell], metric: str, ylabel: str, title: str, path: Path) -
     return True
 
 
+def _timeline(cells: list[Cell], path: Path) -> bool:
+    """Where the sweep's wall time went on its GPUs: each GPU trial's process (grey), the span it held its GPU
+    (blue, trials started early behind another) and its measured training time (green, inside that span)."""
+    rows = []
+    for record in (t for c in cells for t in c.trials):
+        res = record.results or {}
+        if res.get("device") != "cuda" or not res.get("started_at") or not res.get("finished_at"):
+            continue
+        timings = res.get("timings") or {}
+        end = dt.datetime.fromisoformat(res["finished_at"]).timestamp()
+        start = dt.datetime.fromisoformat(res["started_at"]).timestamp() - float(timings.get("startup_s") or 0.0)
+        lease = res.get("gpu_lease") or {}
+        measured = float(dig(res, "train", "measured_time_s") or 0.0)
+        rows.append((start, end, lease.get("acquired_at"), lease.get("released_at"), measured, record.name))
+    if not any(end > start for start, end, *_ in rows):
+        return False  # no trial with a time span to draw
+    rows.sort()
+    t0 = rows[0][0]
+    fig = _figure(11.0, max(3.0, 0.22 * len(rows) + 1.2))
+    ax = fig.subplots()
+    for y, (start, end, acquired, released, measured, _) in enumerate(rows):
+        ax.barh(y, end - start, left=start - t0, color="#dddddd", height=0.8)
+        if acquired is not None and released is not None:
+            ax.barh(y, released - acquired, left=acquired - t0, color="tab:blue", height=0.8)
+            ax.barh(y, measured, left=released - t0 - measured, color="tab:green", height=0.4)
+    ax.set_yticks(range(len(rows)), [r[5] for r in rows], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the first trial started")
+    busy = gpu_busy([t for c in cells for t in c.trials])
+    ax.set_title(busy_text(busy) if busy else "GPU timeline", fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    _save(fig, path)
+    return True
+
+
 def _figure_gap(name: str, cells: list[Cell], target: float) -> str:
     """Why a figure has nothing to draw, in the reader's terms."""
+    if name == "gpu_timeline.png":
+        return "the sweep has no GPU trials with results"
     ft = _finetune(cells)
     if not ft:
         return "the sweep has no fine-tuning trials"
@@ -530,6 +570,9 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
          lambda p: _bars(_finetune(cells), "cost_per_epoch", "USD", "$ per epoch", p)),
         ("heatmap.png", "The whole fine-tuning matrix: samples/s; grey cells say why there is no number",
          lambda p: _heatmap(cells, p)),
+        ("gpu_timeline.png", "Where the GPU time went: each trial's process (grey), the time it held its GPU "
+         "(blue) and its measured training steps (green; drawn at the end of the blue span, where training "
+         "runs after warm-up)", lambda p: _timeline(cells, p)),
     ]
     for name, caption, draw in figures:
         path = directory / name
@@ -548,8 +591,11 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
     full = Table("", headers(cells), text_rows(cells),
                  f"mean ±CV over repeats; TTA target {target:g}; * best {METRICS[best_by][0]} per GPU type")
     report.answer = answer_lines(cells, target)
+    busy = gpu_busy([t for c in cells for t in c.trials])
+    if busy is not None:
+        report.answer.append(busy_text(busy) + " (measured training steps over the sweep's wall time)")
     report.best = answer_table(cells, target)
-    summary = to_json(cells, sweep=sweep, source=source, target=target, best_by=best_by)
+    summary = to_json(cells, sweep=sweep, source=source, target=target, best_by=best_by, busy=busy)
     summary["answer"] = report.answer
     summary["best"] = [{"task": b.task, "gpu": b.gpu, "metric": b.metric, "objective": b.objective,
                         "setting": setting_text(b.cell) if b.cell else None,

@@ -13,7 +13,7 @@ from kubesweep.outcomes import ExitCode
 from .conftest import JobRun, run_job, tiny_args
 
 STEPS = "12"
-RESUME_ARGS = ("--max-steps", STEPS, "--checkpoint-every", "4", "--export", "onnx,torchscript")
+RESUME_ARGS = ("--max-steps", STEPS, "--checkpoint-every", "4", "--export", "weights,onnx,torchscript")
 
 
 @pytest.fixture(scope="module")

@@ -164,7 +164,7 @@ def test_job_logs_everything_through_a_server_outage(
         "outage-trial",
         "--sweep",
         "sw",
-        *tiny_args(sst2, token_cache, "--max-steps", str(steps)),
+        *tiny_args(sst2, token_cache, "--max-steps", str(steps), "--export", "weights"),
     ]
     log_path = tmp_path.parent / "job.log"
     with log_path.open("w") as log:

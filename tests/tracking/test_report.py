@@ -4,6 +4,7 @@ page looks like in a browser is tests/browser/test_report_page.py."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from pathlib import Path
@@ -73,7 +74,8 @@ def test_the_report_opens_with_the_best_setting_per_gpu_type(tmp_path: Path) -> 
     fastest = max(((g, s) for g, s in rates), key=lambda k: sum(rates[k]) / len(rates[k]))
     line = next(a for a in summary["answer"] if a.startswith("fine-tuning, highest throughput"))
     assert f": {fastest[0]} {fastest[1]} " in line and "(n=2" in line and "±" in line
-    assert len(built.figures) == 6 and not built.skipped
+    assert len(built.figures) == 6 and built.skipped == [  # the stand-in's trials take no time
+        "gpu_timeline.png: not drawn: the sweep has no GPU trials with results"]
 
 
 def test_a_cpu_sweep_draws_every_figure_it_has_data_for(tmp_path: Path) -> None:
@@ -85,7 +87,8 @@ def test_a_cpu_sweep_draws_every_figure_it_has_data_for(tmp_path: Path) -> None:
     assert built.skipped == [
         "compile_speedup.png: not drawn: every trial ran eager (add a compile axis to compare)",
         "time_to_accuracy.png: not drawn: no trial reached 0.9 dev accuracy (best 0.860)",
-        "cost_per_epoch.png: not drawn: no price: CPU trials"]
+        "cost_per_epoch.png: not drawn: no price: CPU trials",
+        "gpu_timeline.png: not drawn: the sweep has no GPU trials with results"]
     cpu = {b["metric"]: b for b in summary["best"] if b["gpu"] == "cpu"}
     assert cpu["samples_per_s"]["setting"] == "bs32 bf16 eager"
     assert cpu["tta_s"]["none"] == "no trial reached 0.9 dev accuracy (best 0.860)"
@@ -107,3 +110,43 @@ def test_flags_sit_beside_the_numbers(tmp_path: Path) -> None:
     assert flags[("v100-32gb", 16, 1, "off", "finetune")] == ["GPU mismatch"]
     assert flags[("l40s", 16, 1, "off", "finetune")] == []
     assert "1/2 chance accuracy (0.50)" in page and "GPU mismatch" in page
+
+
+def test_the_report_says_how_busy_the_gpu_was_and_draws_where_the_time_went(tmp_path: Path) -> None:
+    """Four one-GPU trials started early, one behind the other: their GPU spans, measured training and the
+    fraction `sweep results` and the report print (measured training over the sweep's wall time)."""
+    spans = {0: (0.0, 10.0, 40.0), 1: (5.0, 40.0, 70.0), 2: (30.0, 70.0, 95.0), 3: (60.0, 95.0, 120.0)}
+    seen: list[Any] = []
+
+    def timed(trial: Any, results: dict[str, Any]) -> None:
+        i = len(seen)
+        seen.append(trial)
+        start, acquired, released = (1_700_000_000.0 + t for t in spans[i])
+        results["started_at"] = dt.datetime.fromtimestamp(start + 2.0, dt.UTC).isoformat()
+        results["finished_at"] = dt.datetime.fromtimestamp(released + 1.0, dt.UTC).isoformat()
+        results["device"] = "cuda"
+        results["timings"]["startup_s"] = 2.0
+        results["train"]["measured_time_s"] = 20.0
+        results["gpu_lease"] = {"path": "/home/gpus/gpu-0.lock", "acquired_at": acquired, "released_at": released}
+        results["environment"] = {"node_name": "n1", "gpus": [{"uuid": "GPU-1", "product": "NVIDIA-H100-80GB-HBM3"}]}
+
+    spec = SWEEP_SPEC_ONE_GPU
+    built, page, summary = report(tmp_path, records(spec, timed))
+    busy = summary["gpu_busy"]
+    assert busy["trials"] == 4 and busy["gpus"] == 1
+    assert busy["wall_s"] == 121.0 and busy["measured_train_s"] == 80.0  # first start to last results file
+    assert busy["fraction"] == 80.0 / 121.0
+    assert "GPU busy 66.1%: 80.0 s of measured training in 121.0 s of sweep wall" in page
+    assert "gpu_timeline.png" in [name for name, _ in built.figures]
+    assert {c["gpu"] for c in summary["cells"]} == {"h100-80gb"}  # the GPU it ran on, though it asked for any
+
+
+SWEEP_SPEC_ONE_GPU = """\
+apiVersion: kubesweep.io/v1alpha1
+kind: Sweep
+metadata: {name: busy}
+spec:
+  job: {epochs: 1}
+  matrix: {batch_size: [16, 32], precision: [fp32, bf16]}
+  resources: {gpus_per_trial: 1}
+"""
