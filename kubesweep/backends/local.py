@@ -262,6 +262,8 @@ class LocalBackend(Backend):
             if row.phase != Phase.PENDING:
                 continue
             active = [r for r in supervisor.running.values() if not r.staged]
+            if len(active) >= max_parallel and not (self.prestart and self.devices):
+                break  # nothing more starts this step, early or not
             by_type = Counter(r.row.gpu for r in active)
             devices = None
             if len(active) < max_parallel and not (per_type and row.gpu and by_type[row.gpu] >= per_type):
