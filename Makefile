@@ -48,8 +48,8 @@ cluster-up: cluster-tools system-deps  ## start the test Kubernetes cluster (kwo
 cluster-down:  ## delete the test cluster
 	tests/cluster/down
 
-test-cluster: setup system-deps cluster-tools  ## only the tests against the real control plane
-	$(PY) -m pytest tests/cluster -q $(PYTEST_ARGS)
+test-cluster: setup system-deps cluster-tools  ## only the tests against the real control plane (marker cluster)
+	$(PY) -m pytest tests -m cluster -q $(PYTEST_ARGS)
 
 crd: setup  ## regenerate the checked-in Sweep CRD from the spec model
 	$(PY) -m kubesweep.crd > manifests/crd/kubesweep.io.yaml
@@ -64,8 +64,11 @@ lint: setup  ## ruff
 typecheck: setup  ## mypy (strict)
 	$(VENV)/bin/mypy
 
-unit: setup  ## fast tests only (no cluster, no training)
-	$(PY) -m pytest tests/unit tests/operator tests/backends -q $(PYTEST_ARGS)
+# Tests choose their environment by marker (pyproject.toml), not by directory: tests/ mirrors the package.
+FAST_MARKERS := not cluster and not realnode and not images and not browser and not gpu and not slow
+
+unit: setup  ## fast tests only: no cluster, images, browser or GPU, nothing marked slow
+	$(PY) -m pytest tests -m "$(FAST_MARKERS)" -q $(PYTEST_ARGS)
 
 test: setup system-deps cluster-tools lint typecheck  ## everything CI runs: lint, types, all tests
 	$(PY) -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)

@@ -232,7 +232,8 @@ def install_rbac(cluster: Any, kwok: Any, namespace: str) -> None:
 
 
 def sa_kubeconfig(cluster: Any, path: Path) -> Path:
-    """A kubeconfig with a token of the operator's ServiceAccount (as tests/cluster/test_operator.py makes it)."""
+    """A kubeconfig with a token of the operator's ServiceAccount (as tests/operator/test_controller_cluster.py
+    makes it)."""
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
     server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])["cluster"]

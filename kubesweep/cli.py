@@ -15,19 +15,19 @@ Exit codes:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from kubesweep import __version__, views
+from kubesweep import cli_options as opts
+from kubesweep import views
+from kubesweep.cli_options import CONFIRM_OVER, BackendName, MetricName, PlanFormat, ResultsFormat, ResultsSource
 from kubesweep.gpus import load_catalog
 from kubesweep.images import app as images_app
 from kubesweep.plan import DEFAULT_MAX_TRIALS
@@ -76,122 +76,8 @@ console = Console(highlight=False, soft_wrap=True,
 err = Console(stderr=True, highlight=False)
 
 
-class BackendName(StrEnum):
-    local = "local"
-    kubernetes = "kubernetes"
-
-
-class PlanFormat(StrEnum):
-    table = "table"
-    json = "json"
-
-
-class ResultsFormat(StrEnum):
-    table = "table"
-    csv = "csv"
-    json = "json"
-    markdown = "markdown"
-
-
-class MetricName(StrEnum):
-    samples_per_s = "samples_per_s"
-    step_p50_ms = "step_p50_ms"
-    peak_mem_gib = "peak_mem_gib"
-    tta_s = "tta_s"
-    accuracy = "accuracy"
-    cost_per_epoch = "cost_per_epoch"
-
-
-class ResultsSource(StrEnum):
-    auto = "auto"
-    files = "files"
-    mlflow = "mlflow"
-
-
-SpecFile = Annotated[Path, typer.Argument(help="sweep spec (YAML)", show_default=False)]
-NameArg = Annotated[str, typer.Argument(help="sweep name")]
-AllRowsOpt = Annotated[bool, typer.Option("--all", help="print every row of a long table (otherwise the first 50 "
-                                                      "and how many more there are)")]
-AllowUnpinned = Annotated[bool, typer.Option("--allow-unpinned", help="accept image tags not pinned by digest")]
-MaxTrialsOpt = Annotated[
-    int,
-    typer.Option("--max-trials", envvar="KUBESWEEP_MAX_TRIALS", min=1,
-                 help="refuse a spec that makes more trials than this (a search: the most it can make), counted "
-                      "before anything is expanded"),
-]
-CONFIRM_OVER = 1_000
-ConfirmOverOpt = Annotated[
-    int,
-    typer.Option("--confirm-over", envvar="KUBESWEEP_CONFIRM_OVER", min=0,
-                 help="ask before submitting a sweep of more trials than this (without a terminal: refuse "
-                      "unless --yes)"),
-]
-BackendOpt = Annotated[
-    BackendName, typer.Option("--backend", "-b", envvar="KUBESWEEP_BACKEND", help="where trials run")
-]
-HomeOpt = Annotated[
-    Path | None,
-    typer.Option("--home", envvar="KUBESWEEP_HOME", help="local state directory [default: ~/.kubesweep]"),
-]
-NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Kubernetes namespace")]
-TrackingUriOpt = Annotated[
-    str | None,
-    typer.Option("--tracking-uri", help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI, the spec's "
-                 "tracking.uri, else the local store sqlite:///<home>/mlflow.db]", show_default=False),
-]
-NoTrackingOpt = Annotated[
-    bool, typer.Option("--no-tracking", envvar="KUBESWEEP_NO_TRACKING", help="do not log to MLflow")
-]
-KubeconfigOpt = Annotated[Path | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file")]
-DirectOpt = Annotated[
-    bool,
-    typer.Option("--direct", envvar="KUBESWEEP_DIRECT",
-                 help="kubernetes: drive the Jobs from this shell (state in a ConfigMap) instead of through the "
-                      "Sweep resource and the operator"),
-]
-TargetOpt = Annotated[float, typer.Option("--target-accuracy", min=0.0, max=1.0,
-                                          help="dev accuracy that time-to-accuracy measures the time to")]
-BestByOpt = Annotated[MetricName, typer.Option("--best-by", help="metric that picks the best setting per GPU type")]
-FilterOpt = Annotated[list[str] | None, typer.Option(
-    "--filter", help="KEY=VALUE[,VALUE] (repeatable): gpu, task, gpus, batch_size, precision, compile, status, "
-    "outcome, best, or any job setting; e.g. --filter gpu=h100-80gb --filter precision=bf16,fp16")]
-FromOpt = Annotated[ResultsSource, typer.Option(
-    "--from", help="auto: the results files this machine keeps (local backend), else MLflow; files or mlflow: "
-    "only that one")]
-ExperimentOpt = Annotated[str | None, typer.Option(
-    "--experiment", help="MLflow experiment [default: the spec's tracking.experiment, else the sweep's name]")]
-
-ResultsFormatOpt = Annotated[ResultsFormat, typer.Option("--format", "-f", help="table, csv, json or markdown")]
-SortOpt = Annotated[str | None, typer.Option(
-    "--sort", help="metric (best first: samples_per_s, step_p50_ms, peak_mem_gib, tta_s, accuracy, "
-    "cost_per_epoch, epoch_s) or axis (gpu, batch_size, precision, compile, ...)")]
-PerTrialOpt = Annotated[bool, typer.Option("--per-trial", help="one row per trial from the results files, "
-                                           "not aggregated")]
-ReportDirOpt = Annotated[Path | None, typer.Option("--output", "-o", help="directory for report.html and the "
-                                                   "figures [default: <home>/sweeps/<sweep>/report]",
-                                                   show_default=False)]
-UploadOpt = Annotated[bool, typer.Option("--upload/--no-upload", help="log the report as artifacts of the "
-                                         "sweep's MLflow parent run")]
-PortOpt = Annotated[int | None, typer.Option("--port", "-p", min=1, max=65535, help="port [default: a free one]",
-                                             show_default=False)]
-
-
-def version_callback(value: bool) -> None:
-    if value:
-        console.print(f"kubesweep {__version__}")
-        raise typer.Exit()
-
-
 @app.callback()
-def main_options(
-    gpu_catalog: Annotated[
-        Path | None,
-        typer.Option("--gpu-catalog", envvar="KUBESWEEP_GPU_CATALOG", help="GPU catalog replacing the shipped one"),
-    ] = None,
-    version: Annotated[
-        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="print the version")
-    ] = False,
-) -> None:
+def main_options(gpu_catalog: opts.GpuCatalogOpt = None, version: opts.VersionOpt = False) -> None:
     if gpu_catalog is not None:
         os.environ["KUBESWEEP_GPU_CATALOG"] = str(gpu_catalog)
         load_catalog(gpu_catalog)
@@ -200,16 +86,8 @@ def main_options(
 def load(path: Path, allow_unpinned: bool) -> Sweep:
     """The spec at `path` (exit 2 with every problem if it is not valid); its warnings go to stderr."""
     sweep = load_sweep_file(path, allow_unpinned=allow_unpinned)
-    for warning in sweep.warnings:
-        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
+    views.print_warnings(err, sweep.warnings)
     return sweep
-
-
-def warn_if_large(p: Plan, confirm_over: int) -> None:
-    if len(p.trials) > confirm_over:
-        err.print(f"warning: {len(p.trials):,} trials, over the confirmation threshold of {confirm_over:,}: "
-                  "`sweep submit` asks first (--yes skips the question, --confirm-over moves the threshold)",
-                  markup=False, soft_wrap=True)
 
 
 def confirm_large(p: Plan, confirm_over: int, yes: bool) -> None:
@@ -236,29 +114,23 @@ def make_plan(sweep: Sweep, max_trials: int = DEFAULT_MAX_TRIALS) -> Plan:
 def session(backend: BackendName = BackendName.local, home: Path | None = None, namespace: str | None = None,
             kubeconfig: Path | None = None, direct: bool = False, **more: Any) -> Session:
     """The session of one command; what it has to say goes to stdout, warnings and notes to stderr."""
-    def notify(message: str, warning: bool) -> None:
-        (err if warning else console).print(message)
-
-    return Session(Options(backend.value, home, namespace, kubeconfig, direct, **more), notify=notify)
+    return Session(Options(backend.value, home, namespace, kubeconfig, direct, **more),
+                   notify=lambda message, warning: (err if warning else console).print(message))
 
 
 def _watch(run: Callable[[ProgressCallback], Ended], interrupted: str) -> Ended:
     """Follow a sweep to its end behind a live progress view; Ctrl-C: exit 130, saying what is kept."""
-    view = views.ProgressView(console)
     try:
-        return run(view.update)
+        return views.watch(console, run)
     except KeyboardInterrupt:
-        view.stop()
         err.print(interrupted)
         raise typer.Exit(EXIT_INTERRUPTED) from None
-    finally:
-        view.stop()
 
 
 def _follow(s: Session, name: str, detach: bool) -> None:
     if detach:
         s.detach(name)
-        console.print(f"detached; follow with `sweep status {name}`, results with `sweep results {name}`")
+        views.print_detached(console, name)
         return
     ended = _watch(lambda progress: s.follow(name, progress), f"interrupted; finished trials are kept. "
                    f"`sweep resume {name}` continues, `sweep cancel {name}` stops")
@@ -268,8 +140,7 @@ def _follow(s: Session, name: str, detach: bool) -> None:
 
 def _search(s: Session, sweep: Sweep) -> NoReturn:
     """Run (or continue) a tune or max-batch search here to its end, then print what it found."""
-    console.print(f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search on the {s.options.backend} backend "
-                  f"(state in {s.search_storage(sweep.name)})")
+    views.print_search_start(console, sweep, s.options.backend, s.search_storage(sweep.name))
     ended = _watch(lambda progress: s.run_search(sweep, progress), f"interrupted; the search state is kept. "
                    f"`sweep submit` of the same spec or `sweep resume {sweep.name}` continues it")
     views.print_ended(console, s.backend, sweep.name)
@@ -281,39 +152,32 @@ def _search(s: Session, sweep: Sweep) -> NoReturn:
 
 
 @app.command()
-def validate(file: SpecFile, allow_unpinned: AllowUnpinned = False,
-             max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS, confirm_over: ConfirmOverOpt = CONFIRM_OVER) -> None:
+def validate(
+    file: opts.SpecFile, allow_unpinned: opts.AllowUnpinned = False, max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
+    confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER,
+) -> None:
     """Check a sweep spec; print each problem as FILE:LINE: FIELD: what was expected."""
-    sweep = load(file, allow_unpinned)
-    p = make_plan(sweep, max_trials)
-    warn_if_large(p, confirm_over)
-    console.print(f"{file}: valid — sweep {sweep.name!r}, {len(p.trials)} trials, {len(p.dropped)} cells dropped")
+    p = make_plan(load(file, allow_unpinned), max_trials)
+    views.warn_if_large(err, p, confirm_over)
+    views.print_valid(console, file, p)
 
 
 @app.command("plan")
 def plan_cmd(
-    file: SpecFile,
-    output: Annotated[PlanFormat, typer.Option("--output", "-o", help="table or json")] = PlanFormat.table,
-    all_rows: AllRowsOpt = False,
-    allow_unpinned: AllowUnpinned = False,
-    max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS,
-    confirm_over: ConfirmOverOpt = CONFIRM_OVER,
+    file: opts.SpecFile, output: opts.PlanOutputOpt = PlanFormat.table, all_rows: opts.AllRowsOpt = False,
+    allow_unpinned: opts.AllowUnpinned = False, max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
+    confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER,
 ) -> None:
     """Show the trials a spec expands to (and the cells dropped, with the reason)."""
     p = make_plan(load(file, allow_unpinned), max_trials)
-    warn_if_large(p, confirm_over)
-    if output == PlanFormat.json:
-        sys.stdout.write(json.dumps(views.plan_json(p), indent=2) + "\n")
-    else:
-        views.print_plan(console, p, limit=None if all_rows else views.TABLE_ROWS)
+    views.warn_if_large(err, p, confirm_over)
+    views.show_plan(console, p, output.value, all_rows)
 
 
 @app.command()
 def render(
-    file: SpecFile,
-    allow_unpinned: AllowUnpinned = False,
-    namespace: NamespaceOpt = None,
-    max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS,
+    file: opts.SpecFile, allow_unpinned: opts.AllowUnpinned = False, namespace: opts.NamespaceOpt = None,
+    max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
 ) -> None:
     """Print the Kubernetes manifests (a YAML stream) the spec's trials run as."""
     from kubesweep.manifests import RenderError, render_plan, to_yaml
@@ -336,18 +200,12 @@ def crd() -> None:
 
 @app.command()
 def submit(
-    file: SpecFile,
-    backend: BackendOpt = BackendName.local,
-    detach: Annotated[bool, typer.Option("--detach", "-d", help="return at once; follow with `sweep status`")] = False,
-    any_gpu: Annotated[bool, typer.Option("--any-gpu", help="local: run trials on whatever GPU is here")] = False,
-    parallel: Annotated[int, typer.Option("--parallel", min=1, help="local: CPU-only trials at once")] = 1,
-    allow_unpinned: AllowUnpinned = False,
-    home: HomeOpt = None, namespace: NamespaceOpt = None, kubeconfig: KubeconfigOpt = None,
-    direct: DirectOpt = False,
-    tracking_uri: TrackingUriOpt = None, no_tracking: NoTrackingOpt = False,
-    max_trials: MaxTrialsOpt = DEFAULT_MAX_TRIALS,
-    confirm_over: ConfirmOverOpt = CONFIRM_OVER,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="submit without asking, whatever the trial count")] = False,
+    file: opts.SpecFile, backend: opts.BackendOpt = BackendName.local, detach: opts.SubmitDetachOpt = False,
+    any_gpu: opts.AnyGpuOpt = False, parallel: opts.ParallelOpt = 1, allow_unpinned: opts.AllowUnpinned = False,
+    home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
+    direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
+    max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS, confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER,
+    yes: opts.YesOpt = False,
 ) -> None:
     """Expand a spec into trials and run them. Submitting the same spec again starts nothing twice.
 
@@ -362,64 +220,42 @@ def submit(
                 tracking_uri=tracking_uri, no_tracking=no_tracking)
     if detach and s.search_runs_here(sweep):
         s.detach_search(file, sweep.name, allow_unpinned=allow_unpinned, max_trials=max_trials)
-        console.print(f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search detached; follow with "
-                      f"`sweep status {sweep.name}`")
+        views.print_search_detached(console, sweep)
         return
     status = s.submit(sweep, p)
     if status is None:
         _search(s, sweep)
-    console.print(f"sweep {sweep.name!r}: {len(p.trials)} trials on the {backend.value} backend ({status.message})")
-    if p.dropped:
-        console.print(f"{len(p.dropped)} cells dropped (see `sweep plan {file}`)")
+    views.print_submitted(console, file, p, backend.value, status.message)
     _follow(s, sweep.name, detach)
 
 
 @app.command("_drive", hidden=True)
-def drive(name: str, home: HomeOpt = None) -> None:
+def drive(name: str, home: opts.HomeOpt = None) -> None:
     """Run a local sweep's supervisor until every trial is done (used by --detach)."""
     raise typer.Exit(session(home=home).follow(name).code)
 
 
 @app.command()
 def status(
-    name: Annotated[str | None, typer.Argument(help="sweep name; omit to list sweeps", show_default=False)] = None,
-    backend: BackendOpt = BackendName.local,
-    watch: Annotated[bool, typer.Option("--watch", "-w", help="keep the table live until the sweep ends")] = False,
-    output: Annotated[PlanFormat, typer.Option("--output", "-o")] = PlanFormat.table,
-    all_rows: AllRowsOpt = False,
-    home: HomeOpt = None, namespace: NamespaceOpt = None, kubeconfig: KubeconfigOpt = None,
-    direct: DirectOpt = False,
+    name: opts.StatusNameArg = None, backend: opts.BackendOpt = BackendName.local, watch: opts.WatchOpt = False,
+    output: opts.StatusOutputOpt = PlanFormat.table, all_rows: opts.AllRowsOpt = False, home: opts.HomeOpt = None,
+    namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
     """Show a sweep's trials and their phases (or list the sweeps)."""
     b = session(backend, home, namespace, kubeconfig, direct).backend
     if name is None:
-        names = b.list_sweeps()
-        if names:
-            views.print_sweeps(console, [b.status(n) for n in names])
-        else:
-            console.print("no sweeps")
-        return
-    if watch:
-        view = views.ProgressView(console)
-        try:
-            b.wait(name, progress=view.update)
-        finally:
-            view.stop()
-        return
-    s = b.status(name)
-    if output == PlanFormat.json:
-        sys.stdout.write(json.dumps(views.status_json(s), indent=2) + "\n")
+        views.print_sweeps(console, [b.status(n) for n in b.list_sweeps()])
+    elif watch:
+        views.watch(console, lambda progress: b.wait(name, progress=progress))
     else:
-        views.print_status(console, s, limit=None if all_rows else views.TABLE_ROWS)
+        views.show_status(console, b.status(name), output.value, all_rows)
 
 
 @app.command()
 def logs(
-    name: NameArg,
-    trial: Annotated[str, typer.Argument(help="trial name or id (a unique prefix is enough)")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the trial ends")] = False,
-    backend: BackendOpt = BackendName.local, home: HomeOpt = None, namespace: NamespaceOpt = None,
-    kubeconfig: KubeconfigOpt = None, direct: DirectOpt = False,
+    name: opts.NameArg, trial: opts.TrialArg, follow: opts.FollowOpt = False,
+    backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
+    kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
     """Print a trial's log."""
     for chunk in session(backend, home, namespace, kubeconfig, direct).backend.logs(name, trial, follow=follow):
@@ -429,26 +265,19 @@ def logs(
 
 @app.command()
 def cancel(
-    name: NameArg,
-    backend: BackendOpt = BackendName.local, home: HomeOpt = None, namespace: NamespaceOpt = None,
-    kubeconfig: KubeconfigOpt = None, direct: DirectOpt = False,
+    name: opts.NameArg, backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None,
+    namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
     """Stop a sweep's running trials and start no new ones; finished trials keep their results."""
     cancelled, s = session(backend, home, namespace, kubeconfig, direct).cancel(name)
-    if cancelled:
-        console.print(f"sweep {name!r} cancelled: {views.counts_text(s)}")
-    else:
-        console.print(f"sweep {name!r} has already ended ({s.phase}): nothing to cancel; {views.counts_text(s)}")
+    views.print_cancelled(console, name, cancelled, s)
 
 
 @app.command()
 def resume(
-    name: NameArg,
-    backend: BackendOpt = BackendName.local,
-    detach: Annotated[bool, typer.Option("--detach", "-d", help="return at once")] = False,
-    home: HomeOpt = None, namespace: NamespaceOpt = None, kubeconfig: KubeconfigOpt = None,
-    direct: DirectOpt = False,
-    tracking_uri: TrackingUriOpt = None, no_tracking: NoTrackingOpt = False,
+    name: opts.NameArg, backend: opts.BackendOpt = BackendName.local, detach: opts.ResumeDetachOpt = False,
+    home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
+    direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
     """Run again only the trials that failed, were cancelled or are missing (into the same MLflow runs); a search
     continues from its saved state."""
@@ -461,9 +290,8 @@ def resume(
 
 @app.command()
 def delete(
-    name: NameArg,
-    backend: BackendOpt = BackendName.local, home: HomeOpt = None, namespace: NamespaceOpt = None,
-    kubeconfig: KubeconfigOpt = None, direct: DirectOpt = False,
+    name: opts.NameArg, backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None,
+    namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
     """Cancel a sweep and forget its state (local: its trial directories too)."""
     session(backend, home, namespace, kubeconfig, direct).backend.delete(name)
@@ -472,19 +300,13 @@ def delete(
 
 @app.command()
 def results(
-    name: NameArg,
-    fmt: ResultsFormatOpt = ResultsFormat.table,
-    sort: SortOpt = None,
-    reverse: Annotated[bool, typer.Option("--reverse", help="reverse the --sort order")] = False,
-    filters: FilterOpt = None,
-    target_accuracy: TargetOpt = 0.90,
-    best_by: BestByOpt = MetricName.samples_per_s,
-    per_trial: PerTrialOpt = False,
-    backend: BackendOpt = BackendName.local, home: HomeOpt = None, namespace: NamespaceOpt = None,
-    kubeconfig: KubeconfigOpt = None, direct: DirectOpt = False,
-    tracking_uri: TrackingUriOpt = None, no_tracking: NoTrackingOpt = False,
-    experiment: ExperimentOpt = None,
-    source: FromOpt = ResultsSource.auto,
+    name: opts.NameArg, fmt: opts.ResultsFormatOpt = ResultsFormat.table, sort: opts.SortOpt = None,
+    reverse: opts.ReverseOpt = False, filters: opts.FilterOpt = None, target_accuracy: opts.TargetOpt = 0.90,
+    best_by: opts.BestByOpt = MetricName.samples_per_s, per_trial: opts.PerTrialOpt = False,
+    backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
+    kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None,
+    no_tracking: opts.NoTrackingOpt = False, experiment: opts.ExperimentOpt = None,
+    source: opts.FromOpt = ResultsSource.auto,
 ) -> None:
     """The sweep's results aggregated over repeats: mean ±CV of samples/s, step p50, peak memory,
     time-to-accuracy, accuracy and $/epoch per setting; OOM and GPU-mismatch cells as such; * marks the best
@@ -493,12 +315,7 @@ def results(
 
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
     if per_trial:
-        rows = views.result_rows(s.backend, name)
-        if fmt == ResultsFormat.table:
-            views.print_results(console, name, rows)
-            views.print_files_hint(console, s.backend, name)
-        else:
-            sys.stdout.write(views.format_rows(rows, fmt.value))
+        views.show_trial_rows(console, s.backend, name, fmt.value)
         return
     r = s.results(name, experiment=experiment, target_accuracy=target_accuracy, best_by=best_by.value,
                   source=source.value)
@@ -513,16 +330,12 @@ def results(
 
 @app.command()
 def report(
-    name: NameArg,
-    output: ReportDirOpt = None,
-    target_accuracy: TargetOpt = 0.90,
-    best_by: BestByOpt = MetricName.samples_per_s,
-    upload: UploadOpt = True,
-    backend: BackendOpt = BackendName.local, home: HomeOpt = None, namespace: NamespaceOpt = None,
-    kubeconfig: KubeconfigOpt = None,
-    tracking_uri: TrackingUriOpt = None, no_tracking: NoTrackingOpt = False,
-    experiment: ExperimentOpt = None,
-    source: FromOpt = ResultsSource.auto,
+    name: opts.NameArg, output: opts.ReportDirOpt = None, target_accuracy: opts.TargetOpt = 0.90,
+    best_by: opts.BestByOpt = MetricName.samples_per_s, upload: opts.UploadOpt = True,
+    backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
+    kubeconfig: opts.KubeconfigOpt = None, tracking_uri: opts.TrackingUriOpt = None,
+    no_tracking: opts.NoTrackingOpt = False, experiment: opts.ExperimentOpt = None,
+    source: opts.FromOpt = ResultsSource.auto,
 ) -> None:
     """An HTML report with PNG figures (throughput, compile speed-up, peak memory, time-to-accuracy, $/epoch,
     the matrix heatmap) and the comparison tables, written locally and logged to the sweep's parent run."""
@@ -538,11 +351,8 @@ def report(
     if not r.cells:
         fail(f"sweep {name!r} has no trials to report on", EXIT_NOT_FOUND)
     directory = (output or s.options.home_dir / "sweeps" / name / "report").resolve()
-    built = build(r.cells, directory, sweep=name, source=r.loaded.source, target=target_accuracy,
-                  best_by=best_by.value)
-    console.print(f"report: {built.html_path} ({len(built.figures)} figures, {len(built.tables)} comparison tables)")
-    for note in built.skipped + built.table_notes:
-        console.print(f"  {note}", style="dim")
+    views.print_report(console, build(r.cells, directory, sweep=name, source=r.loaded.source,
+                                      target=target_accuracy, best_by=best_by.value))
     if upload and r.loaded.parent_run_id:
         try:
             SweepRuns(r.target, name).log_report(r.loaded.parent_run_id, directory)
@@ -555,11 +365,8 @@ def report(
 
 @app.command()
 def ui(
-    port: PortOpt = None,
-    backend: BackendOpt = BackendName.local,
-    home: HomeOpt = None,
-    namespace: NamespaceOpt = None,
-    tracking_uri: TrackingUriOpt = None,
+    port: opts.PortOpt = None, backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None,
+    namespace: opts.NamespaceOpt = None, tracking_uri: opts.TrackingUriOpt = None,
 ) -> None:
     """Start the MLflow UI over the local store (127.0.0.1), or print how to reach the cluster's."""
     from kubesweep.tracking import ui as ui_mod

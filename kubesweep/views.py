@@ -1,4 +1,5 @@
-"""What the CLI shows: plan and status tables, the live progress display, the results table and exports."""
+"""What the CLI shows: plan and status tables, what a command did, the live progress display, the results table
+and exports."""
 
 from __future__ import annotations
 
@@ -8,19 +9,24 @@ import json
 import sys
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kubesweep.backends.base import Backend, Phase, SweepStatus, TrialStatus
+from kubesweep.backends.base import Backend, Phase, ProgressCallback, SweepStatus, TrialStatus
 from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, rows_for
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
+    from pathlib import Path
+
+    from kubesweep.spec import Sweep
+
+T = TypeVar("T")
 
 PHASE_STYLE = {
     Phase.PENDING: "dim",
@@ -58,6 +64,14 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "dropped": [{"axes": d.axes, "reason": d.reason} for d in plan.dropped],
         "notes": plan.notes,
     }
+
+
+def show_plan(console: Console, plan: Plan, fmt: str, all_rows: bool) -> None:
+    """`sweep plan`: JSON, or the table (the first `TABLE_ROWS` rows unless `all_rows`)."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps(plan_json(plan), indent=2) + "\n")
+    else:
+        print_plan(console, plan, limit=None if all_rows else TABLE_ROWS)
 
 
 # a table longer than this shows its first rows and says how many it left out (`--all`: every row)
@@ -98,6 +112,61 @@ def print_plan(console: Console, plan: Plan, *, limit: int | None = TABLE_ROWS) 
         console.print(f"note: {note}")
 
 
+# -- commands ---------------------------------------------------------------------------------------------
+
+
+def print_warnings(err: Console, warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
+
+
+def warn_if_large(err: Console, plan: Plan, confirm_over: int) -> None:
+    """A plan over the confirmation threshold, said at `validate` and `plan` time."""
+    if len(plan.trials) > confirm_over:
+        err.print(f"warning: {len(plan.trials):,} trials, over the confirmation threshold of {confirm_over:,}: "
+                  "`sweep submit` asks first (--yes skips the question, --confirm-over moves the threshold)",
+                  markup=False, soft_wrap=True)
+
+
+def print_valid(console: Console, file: Path, plan: Plan) -> None:
+    console.print(f"{file}: valid — sweep {plan.sweep.name!r}, {len(plan.trials)} trials, "
+                  f"{len(plan.dropped)} cells dropped")
+
+
+def print_submitted(console: Console, file: Path, plan: Plan, backend: str, message: str) -> None:
+    console.print(f"sweep {plan.sweep.name!r}: {len(plan.trials)} trials on the {backend} backend ({message})")
+    if plan.dropped:
+        console.print(f"{len(plan.dropped)} cells dropped (see `sweep plan {file}`)")
+
+
+def print_search_detached(console: Console, sweep: Sweep) -> None:
+    console.print(f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search detached; follow with "
+                  f"`sweep status {sweep.name}`")
+
+
+def print_search_start(console: Console, sweep: Sweep, backend: str, storage: Path) -> None:
+    console.print(f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search on the {backend} backend "
+                  f"(state in {storage})")
+
+
+def print_detached(console: Console, name: str) -> None:
+    console.print(f"detached; follow with `sweep status {name}`, results with `sweep results {name}`")
+
+
+def print_cancelled(console: Console, name: str, cancelled: bool, status: SweepStatus) -> None:
+    if cancelled:
+        console.print(f"sweep {name!r} cancelled: {counts_text(status)}")
+    else:
+        console.print(f"sweep {name!r} has already ended ({status.phase}): nothing to cancel; {counts_text(status)}")
+
+
+def print_report(console: Console, built: Any) -> None:
+    """What `sweep report` wrote (a `kubesweep.tracking.report` build)."""
+    console.print(f"report: {built.html_path} ({len(built.figures)} figures, {len(built.tables)} comparison tables)")
+    for note in built.skipped + built.table_notes:
+        console.print(f"  {note}", style="dim")
+
+
 # -- status ----------------------------------------------------------------------------------------------
 
 
@@ -113,6 +182,10 @@ def counts_text(status: SweepStatus) -> str:
 
 
 def print_sweeps(console: Console, statuses: Sequence[SweepStatus]) -> None:
+    """`sweep status` without a name: one row per sweep, or `no sweeps`."""
+    if not statuses:
+        console.print("no sweeps")
+        return
     table = Table(title="sweeps", title_justify="left")
     for column in ("sweep", "phase", "trials"):
         table.add_column(column)
@@ -168,6 +241,14 @@ def print_status(console: Console, status: SweepStatus, *, limit: int | None = T
         console.print(status.message, style="dim")
 
 
+def show_status(console: Console, status: SweepStatus, fmt: str, all_rows: bool) -> None:
+    """`sweep status NAME`: JSON, or the table (the first `TABLE_ROWS` rows unless `all_rows`)."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps(status_json(status), indent=2) + "\n")
+    else:
+        print_status(console, status, limit=None if all_rows else TABLE_ROWS)
+
+
 class ProgressView:
     """Live table on a terminal; one line per trial transition otherwise (CI logs, pipes)."""
 
@@ -206,6 +287,15 @@ class ProgressView:
         if self.live is not None:
             self.live.stop()
             self.live = None
+
+
+def watch(console: Console, run: Callable[[ProgressCallback], T]) -> T:
+    """`run(progress)` behind a progress view, stopped however `run` ends."""
+    view = ProgressView(console)
+    try:
+        return run(view.update)
+    finally:
+        view.stop()
 
 
 def _bar(status: SweepStatus) -> Text:
@@ -248,6 +338,16 @@ def print_results(console: Console, sweep: str, rows: Sequence[ResultRow]) -> No
     for row in rows:
         table.add_row(*(_fmt(getattr(row, key)) for key, _ in RESULT_COLUMNS))
     console.print(table)
+
+
+def show_trial_rows(console: Console, backend: Backend, sweep: str, fmt: str) -> None:
+    """`sweep results --per-trial`: the table and where the results files are, or an export (csv, json, markdown)."""
+    rows = result_rows(backend, sweep)
+    if fmt == "table":
+        print_results(console, sweep, rows)
+        print_files_hint(console, backend, sweep)
+    else:
+        sys.stdout.write(format_rows(rows, fmt))
 
 
 def print_files_hint(console: Console, backend: Backend, sweep: str) -> None:

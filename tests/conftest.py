@@ -1,22 +1,45 @@
-"""Fixtures shared across test directories (session-scoped: one MLflow server and one tracked sweep per run)."""
+"""Fixtures shared by every test module, and the xdist groups.
+
+A test says which environment it needs by its markers (`cluster`, `realnode`, `images`, `browser`, `gpu`, `slow`;
+declared in pyproject.toml), never by where it lives: tests/ mirrors the package, so `-m` selects by environment.
+The session-scoped fixtures (one test control plane, one image registry, one MLflow server and one tracked sweep
+per run) come from tests/support and are imported here so that every module finds them.
+"""
 
 import pytest
 
 from tests.support.cluster_fixtures import k8s_cluster, k8s_namespace
 from tests.support.image_fixtures import buildah, built_images, image_tools, registry, standin_bases
+from tests.support.job_fixtures import sst2, token_cache
 from tests.support.mlflow_fixtures import mlflow_server, tracked_sweep
 
 __all__ = ["buildah", "built_images", "image_tools", "k8s_cluster", "k8s_namespace", "mlflow_server", "registry",
-           "standin_bases", "tracked_sweep"]
+           "sst2", "standin_bases", "token_cache", "tracked_sweep"]
+
+IMAGE_FIXTURES = {"buildah", "built_images", "image_tools", "registry", "standin_bases"}
+MLFLOW_FIXTURES = {"mlflow_server", "tracked_sweep"}
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    """The shared component a test uses: the control plane (marker `cluster`), else the image registry (marker
+    `images`), else the MLflow server and its tracked sweep (marker `browser`, or the fixtures)."""
+    markers = {mark.name for mark in item.iter_markers()}
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "cluster" in markers or "k8s_cluster" in fixtures:
+        return "k8s"
+    if "images" in markers or fixtures & IMAGE_FIXTURES:
+        return "images"
+    if "browser" in markers or fixtures & MLFLOW_FIXTURES:
+        return "mlflow"
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(config: object, items: list[object]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`-n N --dist loadgroup`), tests that share a session-scoped real component run on
     one worker, so each component starts once: the Kubernetes control plane, the image registry, the MLflow
-    server with its tracked sweep."""
-    groups = {"cluster": "k8s", "images": "images", "tracking": "mlflow", "browser": "mlflow", "tune": "mlflow"}
+    server with its tracked sweep. A test that needs the cluster and another component goes with the cluster."""
     for item in items:
-        folder = item.path.parent.name  # type: ignore[attr-defined]
-        if folder in groups:
-            item.add_marker(pytest.mark.xdist_group(groups[folder]))  # type: ignore[attr-defined]
+        group = xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -19,6 +19,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from transformers import (
+    DataCollatorWithPadding,
+    PrinterCallback,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+
 from kubesweep.jobs import runtime
 from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.data import TokenizedSplit, pad_length
@@ -48,106 +57,100 @@ class RowDataset:
         return {"input_ids": ids, "attention_mask": mask, "labels": int(self.split.labels[i])}
 
 
-def run(
-    cfg: JobConfig,
-    loaded: LoadedModel,
-    train_data: TokenizedSplit,
-    eval_data: TokenizedSplit,
-    dist: Dist,
-    checkpoint_dir: Path | None,
-    sink: MetricSink,
-) -> tuple[TrainOutcome, float]:
-    """Train with Trainer; returns the outcome (same shape as the kubesweep engine's) and the set-up time."""
-    import numpy as np
-    from transformers import (
-        DataCollatorWithPadding,
-        PrinterCallback,
-        Trainer,
-        TrainerCallback,
-        TrainingArguments,
-    )
+class Measure(TrainerCallback):  # type: ignore[misc]  # transformers ships no type information
+    """Trainer's events into the outcome: a StepClock mark per step, warm-up and measured steps (read every
+    `log_every` steps and at each evaluation), evaluation points and the loss curve, each logged to the sink."""
 
-    t0 = time.perf_counter()
-    runtime.setup_precision(cfg)
-    pad_to = cfg.max_seq_len if cfg.padding == "max_length" else None
-    per_rank_batches = math.ceil(len(train_data) / (cfg.batch_size * dist.world_size))
-    steps_per_epoch = max(1, math.ceil(per_rank_batches / cfg.grad_accum))
-    target = cfg.max_steps or math.ceil(cfg.epochs * steps_per_epoch)
-    out = TrainOutcome(steps=0, target_steps=target, steps_per_epoch=steps_per_epoch)
-    clock = StepClock(dist.cuda)
-    samples_per_step = cfg.batch_size * cfg.grad_accum * dist.world_size
-    mean_tokens = float(train_data.lengths.mean())
-    padded_width = float(
-        pad_length(int(train_data.lengths.max()), cfg.padding, cfg.max_seq_len, cfg.bucket_multiple)
-    )
+    def __init__(
+        self,
+        cfg: JobConfig,
+        dist: Dist,
+        sink: MetricSink,
+        out: TrainOutcome,
+        clock: StepClock,
+        *,
+        samples_per_step: int,
+        eval_rows: int,
+    ) -> None:
+        self.cfg = cfg
+        self.dist = dist
+        self.sink = sink
+        self.out = out
+        self.clock = clock
+        self.samples_per_step = samples_per_step
+        self.eval_rows = eval_rows
+        self.steps_this_run = 0
 
-    class Measure(TrainerCallback):  # type: ignore[misc]  # transformers ships no type information
-        steps_this_run = 0
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.out.resumed_from_step = state.global_step or None
+        self.clock.mark()
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            out.resumed_from_step = state.global_step or None
-            clock.mark()
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.clock.mark()
+        self.steps_this_run += 1
+        if self.steps_this_run % self.cfg.log_every == 0:
+            self.collect()
 
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            clock.mark()
-            self.steps_this_run += 1
-            if self.steps_this_run % cfg.log_every == 0:
-                self._collect()
-
-        def on_evaluate(
-            self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any
-        ) -> None:
-            self._collect()
-            clock.reset()
-            clock.mark()
-            if metrics and "eval_accuracy" in metrics:
-                point = {
-                    "epoch": round(state.global_step / steps_per_epoch, 4),
-                    "step": state.global_step,
-                    "accuracy": float(metrics["eval_accuracy"]),
-                    "loss": float(metrics["eval_loss"]),
-                    "samples": len(eval_data),
-                }
-                out.eval_points.append(point)
-                out.eval_s += float(metrics.get("eval_runtime", 0.0))
-                sink({"eval/accuracy": point["accuracy"], "eval/loss": point["loss"]}, state.global_step)
-                if dist.is_main:
-                    print(
-                        f"eval epoch {point['epoch']:.2f} step {point['step']}: "
-                        f"accuracy {point['accuracy']:.4f}",
-                        flush=True,
-                    )
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-            if logs and "loss" in logs:
-                point = {
-                    "step": state.global_step,
-                    "loss": float(logs["loss"]),
-                    "learning_rate": float(logs.get("learning_rate", 0.0)),
-                }
-                out.loss_curve.append(point)
-                sink(
-                    {"train/loss": point["loss"], "train/learning_rate": point["learning_rate"]},
-                    state.global_step,
+    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+        out = self.out
+        self.collect()
+        self.clock.reset()
+        self.clock.mark()
+        if metrics and "eval_accuracy" in metrics:
+            point = {
+                "epoch": round(state.global_step / out.steps_per_epoch, 4),
+                "step": state.global_step,
+                "accuracy": float(metrics["eval_accuracy"]),
+                "loss": float(metrics["eval_loss"]),
+                "samples": self.eval_rows,
+            }
+            out.eval_points.append(point)
+            out.eval_s += float(metrics.get("eval_runtime", 0.0))
+            self.sink({"eval/accuracy": point["accuracy"], "eval/loss": point["loss"]}, state.global_step)
+            if self.dist.is_main:
+                print(
+                    f"eval epoch {point['epoch']:.2f} step {point['step']}: accuracy {point['accuracy']:.4f}",
+                    flush=True,
                 )
-                if dist.is_main:
-                    print(f"step {state.global_step}/{target} loss {point['loss']:.4f}", flush=True)
 
-        def _collect(self) -> None:
-            for dt_s in clock.drain():
-                out.samples += samples_per_step
-                if out.warmup_steps + out.measured_steps < cfg.measure_skip_steps:
-                    out.warmup_steps += 1
-                    out.warmup_time_s += dt_s
-                    continue
-                out.measured_steps += 1
-                out.measured_time_s += dt_s
-                out.measured_samples += samples_per_step
-                out.step_times.append(dt_s)
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if logs and "loss" in logs:
+            point = {
+                "step": state.global_step,
+                "loss": float(logs["loss"]),
+                "learning_rate": float(logs.get("learning_rate", 0.0)),
+            }
+            self.out.loss_curve.append(point)
+            self.sink(
+                {"train/loss": point["loss"], "train/learning_rate": point["learning_rate"]},
+                state.global_step,
+            )
+            if self.dist.is_main:
+                print(f"step {state.global_step}/{self.out.target_steps} loss {point['loss']:.4f}", flush=True)
 
-    def accuracy(pred: Any) -> dict[str, float]:
-        return {"accuracy": float((np.argmax(pred.predictions, axis=-1) == pred.label_ids).mean())}
+    def collect(self) -> None:
+        """Read the step times marked so far into the outcome: the first `measure_skip_steps` are warm-up."""
+        out, samples_per_step = self.out, self.samples_per_step
+        for dt_s in self.clock.drain():
+            out.samples += samples_per_step
+            if out.warmup_steps + out.measured_steps < self.cfg.measure_skip_steps:
+                out.warmup_steps += 1
+                out.warmup_time_s += dt_s
+                continue
+            out.measured_steps += 1
+            out.measured_time_s += dt_s
+            out.measured_samples += samples_per_step
+            out.step_times.append(dt_s)
 
+
+def accuracy(pred: Any) -> dict[str, float]:
+    """Trainer's `compute_metrics`: the share of rows whose arg-max logit is the label."""
+    return {"accuracy": float((np.argmax(pred.predictions, axis=-1) == pred.label_ids).mean())}
+
+
+def training_arguments(cfg: JobConfig, dist: Dist, target: int, checkpoint_dir: Path | None) -> Any:
+    """The trial's settings as Trainer's `TrainingArguments`; without a checkpoint directory Trainer writes into
+    a temporary one."""
     work_dir = checkpoint_dir or Path(tempfile.mkdtemp(prefix="kubesweep-hf-"))
     options: dict[str, Any] = {
         "output_dir": str(work_dir),
@@ -186,8 +189,19 @@ def run(
             options["train_sampling_strategy"] = "group_by_length"
         else:
             options["group_by_length"] = True
-    args = TrainingArguments(**options)
-    measure = Measure()
+    return TrainingArguments(**options)
+
+
+def make_trainer(
+    cfg: JobConfig,
+    loaded: LoadedModel,
+    train_data: TokenizedSplit,
+    eval_data: TokenizedSplit,
+    args: Any,
+    pad_to: int | None,
+    measure: Measure,
+) -> Any:
+    """The Trainer over the trial's rows, padded as `cfg.padding` says, reporting through `measure` only."""
     collator = None
     if pad_to is None:
         multiple = cfg.bucket_multiple if cfg.padding == "bucketed" else None
@@ -202,19 +216,63 @@ def run(
         callbacks=[measure],
     )
     trainer.remove_callback(PrinterCallback)  # progress is printed by Measure, in the job's format
-    setup_s = time.perf_counter() - t0
+    return trainer
+
+
+def train(cfg: JobConfig, trainer: Any, measure: Measure, checkpoint_dir: Path | None) -> None:
+    """Run the training (resuming from the latest checkpoint when asked), then evaluate the final weights unless
+    the last epoch's evaluation already did."""
+    out = measure.out
     resume = None
     if checkpoint_dir is not None and cfg.resume and any(checkpoint_dir.glob("checkpoint-*")):
         resume = True
     t1 = time.perf_counter()
     trainer.train(resume_from_checkpoint=resume)
-    measure._collect()
+    measure.collect()
     out.train_s = time.perf_counter() - t1 - out.eval_s
     out.steps = trainer.state.global_step
     if not out.eval_points or out.eval_points[-1]["step"] != out.steps:
         trainer.evaluate()  # recorded by Measure.on_evaluate
+
+
+def extract_results(
+    out: TrainOutcome, mean_tokens: float, padded_width: float, pre_padded: bool, checkpoint_dir: Path | None
+) -> None:
+    """The figures Trainer does not count: tokens from the measured samples (padded tokens: `padded_width` for
+    pre-padded rows, else the mean length), and the checkpoints left behind."""
     out.measured_tokens = int(out.measured_samples * mean_tokens)
-    out.measured_padded_tokens = int(out.measured_samples * (padded_width if pad_to else mean_tokens))
+    out.measured_padded_tokens = int(out.measured_samples * (padded_width if pre_padded else mean_tokens))
     if checkpoint_dir is not None:
         out.checkpoints = sorted(str(p) for p in checkpoint_dir.glob("checkpoint-*"))
+
+
+def run(
+    cfg: JobConfig,
+    loaded: LoadedModel,
+    train_data: TokenizedSplit,
+    eval_data: TokenizedSplit,
+    dist: Dist,
+    checkpoint_dir: Path | None,
+    sink: MetricSink,
+) -> tuple[TrainOutcome, float]:
+    """Train with Trainer; returns the outcome (same shape as the kubesweep engine's) and the set-up time."""
+    t0 = time.perf_counter()
+    runtime.setup_precision(cfg)
+    pad_to = cfg.max_seq_len if cfg.padding == "max_length" else None
+    per_rank_batches = math.ceil(len(train_data) / (cfg.batch_size * dist.world_size))
+    steps_per_epoch = max(1, math.ceil(per_rank_batches / cfg.grad_accum))
+    target = cfg.max_steps or math.ceil(cfg.epochs * steps_per_epoch)
+    out = TrainOutcome(steps=0, target_steps=target, steps_per_epoch=steps_per_epoch)
+    clock = StepClock(dist.cuda)
+    samples_per_step = cfg.batch_size * cfg.grad_accum * dist.world_size
+    mean_tokens = float(train_data.lengths.mean())
+    padded_width = float(
+        pad_length(int(train_data.lengths.max()), cfg.padding, cfg.max_seq_len, cfg.bucket_multiple)
+    )
+    args = training_arguments(cfg, dist, target, checkpoint_dir)
+    measure = Measure(cfg, dist, sink, out, clock, samples_per_step=samples_per_step, eval_rows=len(eval_data))
+    trainer = make_trainer(cfg, loaded, train_data, eval_data, args, pad_to, measure)
+    setup_s = time.perf_counter() - t0
+    train(cfg, trainer, measure, checkpoint_dir)
+    extract_results(out, mean_tokens, padded_width, bool(pad_to), checkpoint_dir)
     return out, setup_s

@@ -111,6 +111,31 @@ class TrainOutcome:
         }
 
 
+@dataclass
+class LogWindow:
+    """The steps since the last read (`log_every` at most): their losses summed in a device buffer, their
+    boundaries on the clock, their metadata and learning rates on the host."""
+
+    clock: StepClock
+    loss_buf: Any  # a device tensor of `log_every` losses
+    start: int  # the last step before the window
+    pending: list[StepMeta] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    last_print: float = 0.0
+
+
+@dataclass
+class LoopState:
+    """The training loop's host-side state for this process: shapes seen (compilation and CUDA graph warm-up),
+    steps taken, and the step being accumulated."""
+
+    warm_calls: int  # a shape's steps that are warm-up: 1, or 2 where its second step records a CUDA graph
+    seen_shapes: dict[tuple[int, ...], int] = field(default_factory=dict)
+    steps_this_run: int = 0
+    micro_in_step: int = 0
+    step_meta: StepMeta = field(default_factory=lambda: StepMeta(False, 0, 0, 0))
+
+
 class FineTuner:
     def __init__(
         self,
@@ -290,133 +315,22 @@ class FineTuner:
         import torch
 
         cfg, out = self.cfg, self.out
-        clock = StepClock(self.dist.cuda)
-        loss_buf = torch.zeros(cfg.log_every, device=self.device)
-        pending: list[StepMeta] = []
-        window_lrs: list[float] = []
-        window_start = out.steps
+        window = LogWindow(StepClock(self.dist.cuda), torch.zeros(cfg.log_every, device=self.device), out.steps)
         # Under compile a new shape compiles; under CUDA graphs (reduce-overhead, step_graph) its second step
         # records the graph too. Those steps are warm-up.
-        seen_shapes: dict[tuple[int, ...], int] = {}
-        warm_calls = 2 if cfg.compile == "reduce-overhead" or cfg.step_graph else 1
-        steps_this_run = 0
-        last_print = 0.0
+        loop = LoopState(warm_calls=2 if cfg.compile == "reduce-overhead" or cfg.step_graph else 1)
         t_start = time.perf_counter()
-
-        def flush() -> None:
-            nonlocal window_start, last_print
-            n = out.steps - window_start
-            if n <= 0:
-                return
-            losses = loss_buf[:n].clone()
-            if self.dist.enabled:
-                torch.distributed.all_reduce(losses)
-                losses /= self.dist.world_size
-            loss_values = losses.tolist()  # the one host sync of the window
-            loss_buf.zero_()
-            times = clock.drain()
-            metas, pending[:] = pending[: len(times)], pending[len(times) :]
-            window_samples = window_time = 0.0
-            for meta, dt_s in zip(metas, times, strict=True):
-                if meta.warmup:
-                    out.warmup_steps += 1
-                    out.warmup_time_s += dt_s
-                    continue
-                out.measured_steps += 1
-                out.measured_time_s += dt_s
-                out.measured_samples += meta.samples
-                out.measured_tokens += meta.tokens
-                out.measured_padded_tokens += meta.padded_tokens
-                out.step_times.append(dt_s)
-                window_samples += meta.samples
-                window_time += dt_s
-            for i, (loss, lr) in enumerate(zip(loss_values, window_lrs, strict=True)):
-                step = window_start + i + 1
-                out.loss_curve.append({"step": step, "loss": loss, "learning_rate": lr})
-                metrics = {"train/loss": loss, "train/learning_rate": lr}
-                if step == out.steps and window_time > 0:
-                    metrics["train/samples_per_s"] = window_samples / window_time
-                self.sink(metrics, step)
-            last_lr = window_lrs[-1]
-            window_lrs.clear()
-            window_start = out.steps
-            now = time.perf_counter()
-            if self.dist.is_main and (now - last_print > 5 or out.steps >= self.target_steps):
-                last_print = now
-                rate = f"{window_samples / window_time:,.0f} samples/s" if window_time > 0 else "warm-up"
-                print(
-                    f"step {out.steps}/{self.target_steps} epoch {out.steps / self.steps_per_epoch:.2f} "
-                    f"loss {loss_values[-1]:.4f} lr {last_lr:.3g} {rate}",
-                    flush=True,
-                )
-
-        def pause_clock() -> None:
-            """Read everything up to here, so eval/checkpoint time is not charged to the next step."""
-            flush()
-            pending.clear()
-            clock.reset()
-
         self.train_module.train()
-        clock.mark()
-        micro_in_step = 0
-        step_meta = StepMeta(False, 0, 0, 0)
+        window.clock.mark()
         while out.steps < self.target_steps:
             plan = self._plan(self.epoch)[self.dist.rank :: self.dist.world_size][: self.micro_per_epoch]
             batches = data.loader(cfg, self.train_data, plan[self.micro_in_epoch :], pin_memory=self.pin)
             for batch in batches:
-                shape = tuple(batch["input_ids"].shape)
-                if (cfg.compile or cfg.step_graph) and seen_shapes.get(shape, 0) < warm_calls:
-                    step_meta.warmup = True
-                seen_shapes[shape] = seen_shapes.get(shape, 0) + 1
-                rows = shape[0]
-                step_meta.samples += rows * self.dist.world_size
-                step_meta.tokens += batch["n_tokens"] * self.dist.world_size
-                step_meta.padded_tokens += rows * shape[1] * self.dist.world_size
-                self.micro_in_epoch += 1
-                micro_in_step += 1
-                last_micro = micro_in_step == cfg.grad_accum or self.micro_in_epoch == self.micro_per_epoch
-                if steps_this_run == 0 and micro_in_step == 1:
-                    runtime.oom_hook(rows)
-                if self.graphs is not None:
-                    loss_buf[out.steps - window_start] += self.graphs.step(batch, non_blocking=self.pin)
-                    self.scheduler.step()
-                else:
-                    loss = self._forward_backward(batch, sync=last_micro)
-                    loss_buf[out.steps - window_start] += loss
-                    if not last_micro:
-                        continue
-                    self._optimizer_step()
-                out.steps += 1
-                steps_this_run += 1
-                micro_in_step = 0
-                clock.mark()
-                step_meta.warmup = step_meta.warmup or steps_this_run <= cfg.measure_skip_steps
-                pending.append(step_meta)
-                out.samples += step_meta.samples
-                step_meta = StepMeta(False, 0, 0, 0)
-                window_lrs.append(self._current_lr())
-                if out.steps - window_start >= cfg.log_every or out.steps >= self.target_steps:
-                    flush()
-                epoch_done = self.micro_in_epoch == self.micro_per_epoch
-                if epoch_done:
-                    self.epoch += 1
-                    self.micro_in_epoch = 0
-                    if cfg.eval_every_epoch and out.steps < self.target_steps:
-                        pause_clock()
-                        self._evaluate()
-                        clock.mark()
-                if (
-                    self.checkpoint_dir is not None
-                    and cfg.checkpoint_every
-                    and out.steps % cfg.checkpoint_every == 0
-                ):
-                    pause_clock()
-                    self._save_checkpoint()
-                    clock.mark()
-                runtime.crash_hook(out.steps)
-                if out.steps >= self.target_steps or epoch_done:
+                if not self._micro_step(batch, window, loop):
+                    continue
+                if self._end_step(window, loop):
                     break
-        flush()
+        self._flush(window)
         out.train_s = time.perf_counter() - t_start - out.eval_s
         if not out.eval_points or out.eval_points[-1]["step"] != out.steps:
             self._evaluate()
@@ -425,6 +339,125 @@ class FineTuner:
                 self._save_checkpoint()
             out.checkpoints = [str(p) for p in checkpoint.list_checkpoints(self.checkpoint_dir)]
         return out
+
+    def _micro_step(self, batch: dict[str, Any], window: LogWindow, loop: LoopState) -> bool:
+        """One micro-batch: counted into the step's `StepMeta`, forward and backward into the window's loss
+        buffer; on the step's last micro-batch, the optimizer step. True when an optimizer step was taken."""
+        cfg, out, world_size = self.cfg, self.out, self.dist.world_size
+        step_meta = loop.step_meta
+        shape = tuple(batch["input_ids"].shape)
+        if (cfg.compile or cfg.step_graph) and loop.seen_shapes.get(shape, 0) < loop.warm_calls:
+            step_meta.warmup = True
+        loop.seen_shapes[shape] = loop.seen_shapes.get(shape, 0) + 1
+        rows = shape[0]
+        step_meta.samples += rows * world_size
+        step_meta.tokens += batch["n_tokens"] * world_size
+        step_meta.padded_tokens += rows * shape[1] * world_size
+        self.micro_in_epoch += 1
+        loop.micro_in_step += 1
+        last_micro = loop.micro_in_step == cfg.grad_accum or self.micro_in_epoch == self.micro_per_epoch
+        if loop.steps_this_run == 0 and loop.micro_in_step == 1:
+            runtime.oom_hook(rows)
+        if self.graphs is not None:
+            window.loss_buf[out.steps - window.start] += self.graphs.step(batch, non_blocking=self.pin)
+            self.scheduler.step()
+            return True
+        loss = self._forward_backward(batch, sync=last_micro)
+        window.loss_buf[out.steps - window.start] += loss
+        if not last_micro:
+            return False
+        self._optimizer_step()
+        return True
+
+    def _end_step(self, window: LogWindow, loop: LoopState) -> bool:
+        """After an optimizer step: its clock mark and metadata into the window, a flush when the window is full,
+        the end of an epoch (with its evaluation), a checkpoint when one is due. True when the epoch or the
+        training has ended."""
+        cfg, out = self.cfg, self.out
+        out.steps += 1
+        loop.steps_this_run += 1
+        loop.micro_in_step = 0
+        window.clock.mark()
+        step_meta = loop.step_meta
+        step_meta.warmup = step_meta.warmup or loop.steps_this_run <= cfg.measure_skip_steps
+        window.pending.append(step_meta)
+        out.samples += step_meta.samples
+        loop.step_meta = StepMeta(False, 0, 0, 0)
+        window.lrs.append(self._current_lr())
+        if out.steps - window.start >= cfg.log_every or out.steps >= self.target_steps:
+            self._flush(window)
+        epoch_done = self.micro_in_epoch == self.micro_per_epoch
+        if epoch_done:
+            self.epoch += 1
+            self.micro_in_epoch = 0
+            if cfg.eval_every_epoch and out.steps < self.target_steps:
+                self._pause_clock(window)
+                self._evaluate()
+                window.clock.mark()
+        if self.checkpoint_dir is not None and cfg.checkpoint_every and out.steps % cfg.checkpoint_every == 0:
+            self._pause_clock(window)
+            self._save_checkpoint()
+            window.clock.mark()
+        runtime.crash_hook(out.steps)
+        return out.steps >= self.target_steps or epoch_done
+
+    def _flush(self, window: LogWindow) -> None:
+        """Read the window: one host sync for its losses, the clock's step times into warm-up or measured steps,
+        each step's metrics to the sink, and a progress line at most every 5 s (and at the end)."""
+        import torch
+
+        out = self.out
+        n = out.steps - window.start
+        if n <= 0:
+            return
+        losses = window.loss_buf[:n].clone()
+        if self.dist.enabled:
+            torch.distributed.all_reduce(losses)
+            losses /= self.dist.world_size
+        loss_values = losses.tolist()  # the one host sync of the window
+        window.loss_buf.zero_()
+        times = window.clock.drain()
+        pending = window.pending
+        metas, pending[:] = pending[: len(times)], pending[len(times) :]
+        window_samples = window_time = 0.0
+        for meta, dt_s in zip(metas, times, strict=True):
+            if meta.warmup:
+                out.warmup_steps += 1
+                out.warmup_time_s += dt_s
+                continue
+            out.measured_steps += 1
+            out.measured_time_s += dt_s
+            out.measured_samples += meta.samples
+            out.measured_tokens += meta.tokens
+            out.measured_padded_tokens += meta.padded_tokens
+            out.step_times.append(dt_s)
+            window_samples += meta.samples
+            window_time += dt_s
+        for i, (loss, lr) in enumerate(zip(loss_values, window.lrs, strict=True)):
+            step = window.start + i + 1
+            out.loss_curve.append({"step": step, "loss": loss, "learning_rate": lr})
+            metrics = {"train/loss": loss, "train/learning_rate": lr}
+            if step == out.steps and window_time > 0:
+                metrics["train/samples_per_s"] = window_samples / window_time
+            self.sink(metrics, step)
+        last_lr = window.lrs[-1]
+        window.lrs.clear()
+        window.start = out.steps
+        now = time.perf_counter()
+        if self.dist.is_main and (now - window.last_print > 5 or out.steps >= self.target_steps):
+            window.last_print = now
+            rate = f"{window_samples / window_time:,.0f} samples/s" if window_time > 0 else "warm-up"
+            print(
+                f"step {out.steps}/{self.target_steps} epoch {out.steps / self.steps_per_epoch:.2f} "
+                f"loss {loss_values[-1]:.4f} lr {last_lr:.3g} {rate}",
+                flush=True,
+            )
+
+    def _pause_clock(self, window: LogWindow) -> None:
+        """Read everything up to here, so eval/checkpoint time is not charged to the next step."""
+        self._flush(window)
+        window.pending.clear()
+        window.clock.reset()
 
     def _forward_backward(self, batch: dict[str, Any], *, sync: bool) -> Any:
         import contextlib

@@ -1,5 +1,5 @@
 """The backend contract on the local backend. The workload is `tests/support/stand_in_job.py`, which honours
-the job's command line, results file and exit codes without training (the real job runs in tests/job and in
+the job's command line, results file and exit codes without training (the real job runs in tests/jobs and in
 the smoke sweep test)."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Real image tooling for tests/images: a local OCI registry, buildah, and stand-ins for the public base images.
+"""Real image tooling for the image tests (tests/test_images_build.py): a local OCI registry, buildah, and
+stand-ins for the public base images.
 
 Public registries cannot be reached here, so the bases the Containerfiles name are replaced (through the BASE
 build argument) by stand-ins built from Debian packages and from the PyPI wheels the project already installs:

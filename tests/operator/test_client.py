@@ -3,7 +3,7 @@
 The Kubernetes client talks HTTP to `ApiServer`, a stand-in for the API server's part in these exchanges: it
 serves the kubesweep.io discovery document, stores Sweep resources (server-side apply, merge patches of
 annotations) and lists TrialSlices. `on_patch` plays the operator where a test needs one. The client against a
-real control plane with the operator running is tests/cluster/test_operator_client.py."""
+real control plane with the operator running is tests/operator/test_client_cluster.py."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Replicas share one Lease held by `LeaseServer`, which plays the API server's par
 Lease as JSON, returns it through the Kubernetes client's own deserializer (times as datetimes, fields in
 snake_case, as a real read returns them) and refuses a write that does not carry the current resourceVersion
 (409 Conflict), as the API server does. Each replica has its own clock; `elapse` moves them together. Replicas on
-a real API server, killed and paused, are tests/cluster/test_operator.py."""
+a real API server, killed and paused, are tests/operator/test_controller_cluster.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """pytest fixtures for tests against the real test control plane (see docs/testing.md); the root conftest
-makes them available to every test directory, so the cluster starts once per session whoever asks first.
+makes them available to every test module, so the cluster starts once per session whoever asks first.
 
 - ``k8s_cluster`` (session): a :class:`kwok_cluster.K8sCluster`. With ``KUBESWEEP_TEST_KUBECONFIG`` set,
   the cluster of that kubeconfig is used as it is; otherwise the kwok cluster ``KUBESWEEP_TEST_CLUSTER``

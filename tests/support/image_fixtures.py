@@ -1,7 +1,8 @@
-"""Fixtures for the tests that need real images (tests/images, and the real node's tests in tests/cluster): a local
-registry, buildah, stand-in bases, and the job and operator images built and pushed by `images/build.sh`. The root
-conftest makes them available to every test directory, so the images are built once per session whoever asks
-first. Missing tools or a registry that will not start FAIL these tests (never skip)."""
+"""Fixtures for the tests that need real images (tests/test_images_build.py, and the real node's tests in
+tests/operator/test_controller_realnode.py): a local registry, buildah, stand-in bases, and the job and operator
+images built and pushed by `images/build.sh`. The root conftest makes them available to every test module, so
+the images are built once per session whoever asks first. Missing tools or a registry that will not start FAIL
+these tests (never skip)."""
 
 from __future__ import annotations
 

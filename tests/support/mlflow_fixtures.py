@@ -5,7 +5,7 @@ The sweep's workload is `tests/support/tracked_job.py`: it logs through the job'
 (`kubesweep.tracking.mlflow_logger`) and writes results files validated by the job's schema, without training,
 so the matrix (GPU types x batch sizes, compile, an OOM cell, a GPU-mismatch cell, DDP, inference on CPU and GPU,
 two repeats) runs in about a minute. GPUs are declared through KUBESWEEP_LOCAL_GPUS; nothing runs on a GPU.
-`tests/tracking/test_real_job.py` runs the real job once.
+`tests/tracking/test_sweep_real_job.py` runs the real job once.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The numbers `sweep results` shows, by the definitions in kubesweep/tracking/aggregate.py (and docs/tracking.md):
 per-trial measurements, time-to-accuracy, aggregation over repeats, the best cell per GPU type, flags, filters,
 sorting and the table, CSV and JSON forms. Records are built in process; the end-to-end check against a real
-sweep's files is tests/tracking/test_sweep_tracking.py."""
+sweep's files is tests/tracking/test_sweep.py."""
 
 from __future__ import annotations
 

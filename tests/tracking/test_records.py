@@ -1,6 +1,6 @@
 """Trial records, the input of `sweep results` and the report: from a backend's status and results files (a real
 local sweep run with the stand-in job), and from MLflow child runs (`runs.ChildRun` values as `SweepRuns` returns
-them; the round trip through a real MLflow server is tests/tracking/test_sweep_tracking.py)."""
+them; the round trip through a real MLflow server is tests/tracking/test_sweep.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The report's answer, figures and flags, built from trial records in process (no MLflow): the stand-in job's
 results (tests/support/tracked_job.py) for a GPU matrix and for a CPU sweep like `sweeps/smoke.yaml`. What the
-page looks like in a browser is tests/browser/test_report_page.py."""
+page looks like in a browser is tests/tracking/test_report_browser.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tuner of tests/tune/test_cluster_tune.py, in a process of its own (Ray then lives and dies with it):
+"""The tuner of tests/tune/test_driver_cluster.py, in a process of its own (Ray then lives and dies with it):
 
     python -m tests.tune.kwok_tuner SPEC.json NAMESPACE KUBECONFIG STORAGE URI EXPERIMENT PARENT_RUN_ID SUMMARY.json
 

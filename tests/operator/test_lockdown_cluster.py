@@ -4,7 +4,7 @@ namespaces, and serving every namespace.
 `kubectl auth can-i` against the real API server's RBAC, for a user bound only to create and read Sweeps, for the
 tuner's ServiceAccount and for the operator's: none of them reads a Secret, creates a pod directly, or writes
 RBAC; only the operator and the tuner create Jobs, and each only where it serves. The real-node module
-(test_real_node.py) shows the same user's search sweep end to end.
+(test_controller_realnode.py) shows the same user's search sweep end to end.
 """
 
 from __future__ import annotations

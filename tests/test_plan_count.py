@@ -32,7 +32,7 @@ from kubesweep.plan import (
 from kubesweep.spec import MaxBatchSearch, SpecError, Sweep, parse_sweep, set_axes
 from kubesweep.tune.maxbatch import candidates, next_probes
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[1]
 GPUS = default_catalog().names
 
 # Axis -> values a spec may use. Some are unhashable (dicts, lists) or compare across types (1 == 1.0 == True):

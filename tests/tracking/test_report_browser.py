@@ -1,7 +1,7 @@
 """The sweep report as a person sees it: headless Chromium (Debian's `chromium`, driven by Playwright) opens
 report.html for a GPU matrix and for a CPU sweep (the stand-in job's results, tests/tracking/test_report.py) and
 finds the answer in the first screen, every figure whose data exist drawn, and the flags beside the numbers.
-Screenshots go to test-output/browser/ (tests/support/chromium.py); `python -m tests.browser.test_report_page
+Screenshots go to test-output/browser/ (tests/support/chromium.py); `python -m tests.tracking.test_report_browser
 REPORT.html PNG` takes the same full-page screenshot of any report.
 """
 

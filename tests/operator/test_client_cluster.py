@@ -1,7 +1,7 @@
 """The backend contract on the operator's client (`SweepClient`) with the operator running: the client writes only
 the Sweep resource (and its cancel and resume requests), `python -m kubesweep.operator` runs the trials and
 publishes the status and TrialSlices the client reads. So the suite checks the operator and its client together,
-on the same test control plane and chart install as tests/cluster/test_operator.py.
+on the same test control plane and chart install as tests/operator/test_controller_cluster.py.
 
 kwok runs no containers: each contract Sweep carries `kubesweep.io/test-pod-annotations` rules (the operator runs
 with `--test-hooks`) that give every trial's pod the outcome the stand-in job would have produced
@@ -23,7 +23,7 @@ from kubesweep.operator.testhooks import ANNOTATION
 from kubesweep.plan import Plan, plan
 from kubesweep.spec import parse_sweep
 from tests.backends.contract import BackendContract, Harness, kwok_annotations
-from tests.cluster.test_operator import (  # noqa: F401  (installed, operator: fixtures used by name)
+from tests.operator.test_controller_cluster import (  # noqa: F401  (installed, operator: fixtures used by name)
     JOB_IMAGE,
     Installed,
     OperatorProcess,
@@ -57,7 +57,7 @@ def _run_by_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    inst: Installed = request.getfixturevalue("installed")  # the fixtures of tests/cluster/test_operator.py
+    inst: Installed = request.getfixturevalue("installed")  # the fixtures of test_controller_cluster.py
     op: OperatorProcess = request.getfixturevalue("operator")
     client = SweepClient(namespace=inst.namespace, kubeconfig=inst.cluster.kubeconfig, poll=0.2)
     recorder = Recorder(inst).__enter__()

@@ -1,6 +1,6 @@
 """Trial slices (`kubesweep.backends.k8s_state`): entries round-trip, slices stay bounded, and only the slices
 whose entries changed are written. The slice kind here keeps objects in a dict: the same code runs against the
-API server in tests/cluster (ConfigMaps for the direct backend, TrialSlices for the operator)."""
+API server in the cluster tests (ConfigMaps for the direct backend, TrialSlices for the operator)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The workload is tests/support/tracked_job.py, which logs through the job's own MLflow logger
 (`kubesweep.tracking.mlflow_logger`) and writes schema-valid results files without training; the real job is
-run once in test_real_job.py. Every number `sweep results` and `sweep report` show is checked here against the
+run once in test_sweep_real_job.py. Every number `sweep results` and `sweep report` show is checked here against the
 trials' results files, computed independently.
 """
 

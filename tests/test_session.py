@@ -40,7 +40,7 @@ from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tracking.runs import TrackingError
 from kubesweep.tune.dispatch import NoSearch, run_search, summary_names
 
-STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
+STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"
 
 
 def make_sweep(name: str = "sess", *, batches: list[int] | None = None, search: dict[str, Any] | None = None,

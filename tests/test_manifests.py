@@ -1,5 +1,5 @@
 """Rendering: every manifest passes strict offline validation against the Kubernetes OpenAPI schemas, and
-carries what the trial needs (the server-side dry run is in tests/cluster)."""
+carries what the trial needs (the server-side dry run is in tests/backends/test_kubernetes.py)."""
 
 from __future__ import annotations
 

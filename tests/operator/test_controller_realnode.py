@@ -188,7 +188,7 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
     if node is None:
         pytest.fail("the test cluster has no real node (KUBESWEEP_TEST_REAL_NODE=0, or an external cluster): "
                     "start it with tests/cluster/up --real-node", pytrace=False)
-    from tests.job.conftest import sst2_path
+    from tests.support.job_fixtures import sst2_path
 
     sst2 = sst2_path()
     assert sst2 is not None, "SST-2 TSVs not found (../shared/data/sst2 or KUBESWEEP_SST2_DIR)"

@@ -9,8 +9,7 @@ import pytest
 
 from kubesweep.jobs.results import Results
 from kubesweep.outcomes import ExitCode
-
-from .conftest import run_job, tiny_args
+from tests.support.job_fixtures import run_job, tiny_args
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[1]
 STAND_IN = ROOT / "tests" / "support" / "stand_in_job.py"
 
 

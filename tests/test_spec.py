@@ -8,7 +8,7 @@ import pytest
 
 from kubesweep.spec import SpecError, load_sweep_file, parse_sweep
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[1]
 BAD = sorted((ROOT / "tests" / "data" / "bad_specs").glob("*.yaml"))
 
 

@@ -1,4 +1,5 @@
-"""Fixtures for the job's CPU tests: SST-2 location, a tiny random-init BERT, running the job command.
+"""Fixtures and helpers for the job's CPU tests: SST-2 location, a tiny random-init BERT, running the job command.
+The root conftest makes the fixtures (`sst2`, `token_cache`) available to every test module.
 
 The job runs as `python -m kubesweep.jobs`, the command the backends launch. The hub is unreachable here, so
 `HF_HUB_OFFLINE=1` makes hub look-ups fail at once instead of after retries; pretrained weights come from

@@ -12,8 +12,7 @@ import pytest
 
 from kubesweep.jobs.results import Results
 from kubesweep.outcomes import ExitCode
-
-from .conftest import run_job, run_job_in_process, tiny_args
+from tests.support.job_fixtures import run_job, run_job_in_process, tiny_args
 
 
 def test_oom_is_recorded_with_its_settings(

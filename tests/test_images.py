@@ -22,7 +22,7 @@ from kubesweep.manifests import render_plan
 from kubesweep.plan import plan
 from kubesweep.spec import SpecError, load_sweep_file
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DIGEST = "sha256:" + "ab" * 32
 
 

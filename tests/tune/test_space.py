@@ -231,7 +231,7 @@ def test_tuner_job_manifest_is_a_valid_job() -> None:
     (rendered,) = render_plan(plan(sweep))  # a search plans no trials: its manifest is the tuner Job
     assert rendered["metadata"]["name"] == "t-tuner"
     kv = pytest.importorskip("kubernetes_validate")
-    from tests.unit.test_manifests import K8S_VERSION
+    from tests.test_manifests import K8S_VERSION
 
     kv.validate(job, K8S_VERSION, strict=True)
 

@@ -13,7 +13,7 @@ from kubesweep.operator.store import resource_body, sweep_from_resource
 from kubesweep.plan import plan
 from kubesweep.spec import SweepSpec, load_sweep_file
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
 
 

@@ -13,7 +13,7 @@ from kubesweep.outcomes import Outcome
 from kubesweep.results import GIB, row_from, rows_for
 from tests.backends.contract import CRASH_LR, make_plan
 
-STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
+STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"
 
 
 def finished(outcome: Outcome = Outcome.SUCCEEDED, reason: str = "", **axes: Any) -> TrialStatus:

@@ -18,8 +18,7 @@ import pytest
 
 from kubesweep.outcomes import ExitCode
 from kubesweep.tracking.mlflow_logger import MlflowTrialLogger
-
-from .conftest import REPO, tiny_args
+from tests.support.job_fixtures import REPO, tiny_args
 
 mlflow = pytest.importorskip("mlflow")
 

@@ -8,8 +8,7 @@ import pytest
 
 from kubesweep.jobs.results import Results
 from kubesweep.outcomes import ExitCode
-
-from .conftest import MINILM, run_job
+from tests.support.job_fixtures import MINILM, run_job
 
 
 @pytest.mark.slow

@@ -9,8 +9,7 @@ import pytest
 
 from kubesweep.jobs.results import Results, json_schema
 from kubesweep.outcomes import ExitCode
-
-from .conftest import JobRun, run_job, tiny_args
+from tests.support.job_fixtures import JobRun, run_job, tiny_args
 
 STEPS = "12"
 RESUME_ARGS = ("--max-steps", STEPS, "--checkpoint-every", "4", "--export", "weights,onnx,torchscript")

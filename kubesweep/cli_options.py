@@ -1,0 +1,153 @@
+"""The `sweep` command line's arguments and options, declared once and shared by the commands in `kubesweep.cli`.
+
+Each alias is one typer argument or option: its flags, environment variable, bounds and help text. A command
+lists the aliases it takes as parameters, in the order its `--help` shows them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kubesweep import __version__
+
+
+class BackendName(StrEnum):
+    local = "local"
+    kubernetes = "kubernetes"
+
+
+class PlanFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+class ResultsFormat(StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    markdown = "markdown"
+
+
+class MetricName(StrEnum):
+    samples_per_s = "samples_per_s"
+    step_p50_ms = "step_p50_ms"
+    peak_mem_gib = "peak_mem_gib"
+    tta_s = "tta_s"
+    accuracy = "accuracy"
+    cost_per_epoch = "cost_per_epoch"
+
+
+class ResultsSource(StrEnum):
+    auto = "auto"
+    files = "files"
+    mlflow = "mlflow"
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"kubesweep {__version__}")
+        raise typer.Exit()
+
+
+# -- the top level -----------------------------------------------------------------------------------------
+
+GpuCatalogOpt = Annotated[
+    Path | None,
+    typer.Option("--gpu-catalog", envvar="KUBESWEEP_GPU_CATALOG", help="GPU catalog replacing the shipped one"),
+]
+VersionOpt = Annotated[
+    bool, typer.Option("--version", callback=version_callback, is_eager=True, help="print the version")
+]
+
+# -- specs and plans ---------------------------------------------------------------------------------------
+
+SpecFile = Annotated[Path, typer.Argument(help="sweep spec (YAML)", show_default=False)]
+NameArg = Annotated[str, typer.Argument(help="sweep name")]
+StatusNameArg = Annotated[str | None, typer.Argument(help="sweep name; omit to list sweeps", show_default=False)]
+TrialArg = Annotated[str, typer.Argument(help="trial name or id (a unique prefix is enough)")]
+AllRowsOpt = Annotated[bool, typer.Option("--all", help="print every row of a long table (otherwise the first 50 "
+                                                      "and how many more there are)")]
+AllowUnpinned = Annotated[bool, typer.Option("--allow-unpinned", help="accept image tags not pinned by digest")]
+MaxTrialsOpt = Annotated[
+    int,
+    typer.Option("--max-trials", envvar="KUBESWEEP_MAX_TRIALS", min=1,
+                 help="refuse a spec that makes more trials than this (a search: the most it can make), counted "
+                      "before anything is expanded"),
+]
+CONFIRM_OVER = 1_000
+ConfirmOverOpt = Annotated[
+    int,
+    typer.Option("--confirm-over", envvar="KUBESWEEP_CONFIRM_OVER", min=0,
+                 help="ask before submitting a sweep of more trials than this (without a terminal: refuse "
+                      "unless --yes)"),
+]
+PlanOutputOpt = Annotated[PlanFormat, typer.Option("--output", "-o", help="table or json")]
+StatusOutputOpt = Annotated[PlanFormat, typer.Option("--output", "-o")]
+
+# -- where trials run and are tracked ----------------------------------------------------------------------
+
+BackendOpt = Annotated[
+    BackendName, typer.Option("--backend", "-b", envvar="KUBESWEEP_BACKEND", help="where trials run")
+]
+HomeOpt = Annotated[
+    Path | None,
+    typer.Option("--home", envvar="KUBESWEEP_HOME", help="local state directory [default: ~/.kubesweep]"),
+]
+NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Kubernetes namespace")]
+TrackingUriOpt = Annotated[
+    str | None,
+    typer.Option("--tracking-uri", help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI, the spec's "
+                 "tracking.uri, else the local store sqlite:///<home>/mlflow.db]", show_default=False),
+]
+NoTrackingOpt = Annotated[
+    bool, typer.Option("--no-tracking", envvar="KUBESWEEP_NO_TRACKING", help="do not log to MLflow")
+]
+KubeconfigOpt = Annotated[Path | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file")]
+DirectOpt = Annotated[
+    bool,
+    typer.Option("--direct", envvar="KUBESWEEP_DIRECT",
+                 help="kubernetes: drive the Jobs from this shell (state in a ConfigMap) instead of through the "
+                      "Sweep resource and the operator"),
+]
+
+# -- running and following ---------------------------------------------------------------------------------
+
+SubmitDetachOpt = Annotated[bool, typer.Option("--detach", "-d", help="return at once; follow with `sweep status`")]
+ResumeDetachOpt = Annotated[bool, typer.Option("--detach", "-d", help="return at once")]
+AnyGpuOpt = Annotated[bool, typer.Option("--any-gpu", help="local: run trials on whatever GPU is here")]
+ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, help="local: CPU-only trials at once")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="submit without asking, whatever the trial count")]
+WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="keep the table live until the sweep ends")]
+FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the trial ends")]
+
+# -- results and reports -----------------------------------------------------------------------------------
+
+TargetOpt = Annotated[float, typer.Option("--target-accuracy", min=0.0, max=1.0,
+                                          help="dev accuracy that time-to-accuracy measures the time to")]
+BestByOpt = Annotated[MetricName, typer.Option("--best-by", help="metric that picks the best setting per GPU type")]
+FilterOpt = Annotated[list[str] | None, typer.Option(
+    "--filter", help="KEY=VALUE[,VALUE] (repeatable): gpu, task, gpus, batch_size, precision, compile, status, "
+    "outcome, best, or any job setting; e.g. --filter gpu=h100-80gb --filter precision=bf16,fp16")]
+FromOpt = Annotated[ResultsSource, typer.Option(
+    "--from", help="auto: the results files this machine keeps (local backend), else MLflow; files or mlflow: "
+    "only that one")]
+ExperimentOpt = Annotated[str | None, typer.Option(
+    "--experiment", help="MLflow experiment [default: the spec's tracking.experiment, else the sweep's name]")]
+ResultsFormatOpt = Annotated[ResultsFormat, typer.Option("--format", "-f", help="table, csv, json or markdown")]
+SortOpt = Annotated[str | None, typer.Option(
+    "--sort", help="metric (best first: samples_per_s, step_p50_ms, peak_mem_gib, tta_s, accuracy, "
+    "cost_per_epoch, epoch_s) or axis (gpu, batch_size, precision, compile, ...)")]
+ReverseOpt = Annotated[bool, typer.Option("--reverse", help="reverse the --sort order")]
+PerTrialOpt = Annotated[bool, typer.Option("--per-trial", help="one row per trial from the results files, "
+                                           "not aggregated")]
+ReportDirOpt = Annotated[Path | None, typer.Option("--output", "-o", help="directory for report.html and the "
+                                                   "figures [default: <home>/sweeps/<sweep>/report]",
+                                                   show_default=False)]
+UploadOpt = Annotated[bool, typer.Option("--upload/--no-upload", help="log the report as artifacts of the "
+                                         "sweep's MLflow parent run")]
+PortOpt = Annotated[int | None, typer.Option("--port", "-p", min=1, max=65535, help="port [default: a free one]",
+                                             show_default=False)]
