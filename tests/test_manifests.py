@@ -134,3 +134,42 @@ def test_yaml_stream_has_no_anchors() -> None:
     text = to_yaml(rendered())
     assert "&id" not in text and "*id" not in text
     assert len(list(yaml.safe_load_all(text))) == 2
+
+
+def search_doc(search: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "t"},
+            "spec": {"search": search, **spec}}
+
+
+def test_tuner_job_manifest_is_a_valid_job() -> None:
+    from kubesweep.manifests import ANNOTATION_SWEEP, render_plan, render_tuner_job, tuner_name
+    from kubesweep.plan import plan
+
+    sweep = parse_sweep(search_doc({"strategy": "tune", "space": {"batch_size": {"type": "choice", "values": [8]}}},
+                                  image="registry.example/job@sha256:" + "0" * 64,
+                                  storage={"checkpoint_claim": "ckpt"}))
+    job = render_tuner_job(sweep, image="img@sha256:" + "1" * 64, namespace="ns",
+                           trial_image="registry.example/job@sha256:" + "0" * 64)
+    assert job["metadata"]["name"] == tuner_name("t") == "t-tuner"
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    # the tuner (token that may create Jobs) runs the given image; the sweep's image only reaches its trials
+    assert container["image"] == "img@sha256:" + "1" * 64
+    assert {"name": "KUBESWEEP_IMAGE", "value": "registry.example/job@sha256:" + "0" * 64} in container["env"]
+    assert container["command"][:4] == ["python", "-m", "kubesweep.tune", "--spec"]
+    assert "/checkpoints/t/search" in container["command"]
+    doc = json.loads(job["spec"]["template"]["metadata"]["annotations"][ANNOTATION_SWEEP])
+    assert parse_sweep(doc).to_document() == sweep.to_document()
+    assert len(tuner_name("x" * 63)) <= 63
+    # with the sweep's MLflow parent run: each variable once (a duplicate is refused by server-side apply)
+    from kubesweep.tracking.env import TrackingEnv
+
+    tracked = render_tuner_job(sweep, image="img@sha256:" + "1" * 64, namespace="ns",
+                               tracking=TrackingEnv("http://mlflow:5000", "t", "run123"))
+    names = [e["name"] for e in tracked["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert len(names) == len(set(names)) and names.count("KUBESWEEP_PARENT_RUN_ID") == 1, names
+    (rendered,) = render_plan(plan(sweep))  # a search plans no trials: its manifest is the tuner Job
+    assert rendered["metadata"]["name"] == "t-tuner"
+    kv = pytest.importorskip("kubernetes_validate")
+    from tests.test_manifests import K8S_VERSION
+
+    kv.validate(job, K8S_VERSION, strict=True)

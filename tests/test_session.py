@@ -35,10 +35,9 @@ from kubesweep.session import (
     error_code,
     exit_code,
 )
-from kubesweep.spec import SEARCH_RUNNERS, SpecError, Sweep, parse_sweep
+from kubesweep.spec import SpecError, Sweep, parse_sweep
 from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tracking.runs import TrackingError
-from kubesweep.tune.dispatch import NoSearch, run_search, summary_names
 
 STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"
 
@@ -200,20 +199,6 @@ def test_use_tracking_is_kept_with_a_local_sweep(home: Path) -> None:
 # -- searches ------------------------------------------------------------------------------------------------
 
 
-def test_the_spec_says_which_searches_are_adaptive_and_what_runs_them() -> None:
-    grid = make_sweep(batches=[8])
-    rand = make_sweep(batches=[8, 16], search={"strategy": "random", "num_samples": 1})
-    tune = make_sweep(search={"strategy": "tune", "space": {"batch_size": {"type": "choice", "values": [8, 16]}}})
-    max_batch = make_sweep(search={"strategy": "max_batch"})
-    assert [s.spec.search.adaptive for s in (grid, rand, tune, max_batch)] == [False, False, True, True]
-    assert grid.spec.search.runner is None and rand.spec.search.runner is None
-    assert tune.spec.search.runner == "kubesweep.tune.driver:run_tune"
-    assert max_batch.spec.search.runner == "kubesweep.tune.maxbatch:run_max_batch"
-    assert summary_names("tune") == [("tune", "tune.json")]
-    assert summary_names("grid") == []
-    assert summary_names(None) == [("tune", "tune.json"), ("max_batch", "max_batch.json")]
-
-
 def test_where_a_search_runs(home: Path) -> None:
     search = make_sweep("searching", search={"strategy": "max_batch"})
     grid = make_sweep("gridded", batches=[8])
@@ -226,30 +211,6 @@ def test_where_a_search_runs(home: Path) -> None:
     assert s.submit(search, plan(search)) is None
     with pytest.raises(SweepNotFound):
         s.backend.status(search.name)
-
-
-def test_run_search_dispatches_on_the_spec(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[tuple[str, Path, TrackingEnv | None]] = []
-
-    class Found:
-        def as_dict(self) -> dict[str, Any]:
-            return {"sweep": "fake", "cells": []}
-
-    def fake_runner(sweep: Sweep, backend: Any, *, storage: Path, tracking: TrackingEnv | None,
-                    progress: Any) -> Found:
-        calls.append((sweep.name, storage, tracking))
-        return Found()
-
-    module = type(sys)("fake_search_runner")
-    module.run = fake_runner  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "fake_search_runner", module)
-    monkeypatch.setitem(SEARCH_RUNNERS, "max_batch", "fake_search_runner:run")
-    sweep = make_sweep("dispatched", search={"strategy": "max_batch"})
-    found = run_search(sweep, session(home).backend, storage=home / "st")
-    assert found == {"sweep": "fake", "cells": []}
-    assert calls == [("dispatched", home / "st", None)]
-    with pytest.raises(NoSearch, match="has no search to run"):
-        run_search(make_sweep(batches=[8]), session(home).backend, storage=home / "st")
 
 
 def test_a_max_batch_search_runs_to_its_end_through_the_session(home: Path) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kubesweep.spec import SpecError, load_sweep_file, parse_sweep
+from kubesweep.spec import SpecError, TuneSearch, load_sweep_file, parse_sweep
 
 ROOT = Path(__file__).parents[1]
 BAD = sorted((ROOT / "tests" / "data" / "bad_specs").glob("*.yaml"))
@@ -99,3 +101,98 @@ def test_the_readme_spec_is_the_shipped_gpu_matrix() -> None:
     block = readme.split("## The sweep spec", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     shipped = (ROOT / "sweeps" / "gpu_matrix.yaml").read_text()
     assert block == "".join(line for line in shipped.splitlines(keepends=True) if not line.startswith("#"))
+
+
+# -- searches (spec.search) -----------------------------------------------------------------------------
+
+
+def sweep_doc(search: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "t"},
+            "spec": {"search": search, **spec}}
+
+
+def problems(search: dict[str, Any], **spec: Any) -> str:
+    with pytest.raises(SpecError) as info:
+        parse_sweep(sweep_doc(search, **spec))
+    return str(info.value)
+
+
+TEXT = """\
+apiVersion: kubesweep.io/v1alpha1
+kind: Sweep
+metadata: {name: t}
+spec:
+  search:
+    strategy: tune
+    space:
+      batch_size: {type: uniform, low: 8, high: 64}
+"""
+
+
+def test_errors_name_file_line_and_field() -> None:
+    from kubesweep.spec import parse_sweep_text
+
+    with pytest.raises(SpecError) as info:
+        parse_sweep_text(TEXT, source="x.yaml")
+    assert str(info.value) == ("x.yaml:8: spec.search.space.batch_size.type: axis 'batch_size' takes integers; "
+                               "use randint, quniform or qloguniform")
+
+
+@pytest.mark.parametrize(("search", "expected"), [
+    ({"space": {"batch_sise": {"type": "choice", "values": [8]}}}, "did you mean 'batch_size'?"),
+    ({"space": {}}, "needs at least one axis in space"),
+    ({"space": {"learning_rate": {"type": "loguniform", "low": 0, "high": 1}}}, "loguniform needs low > 0"),
+    ({"space": {"learning_rate": {"type": "uniform", "low": 2, "high": 1}}}, "must be > low"),
+    ({"space": {"learning_rate": {"type": "uniform"}}}, "uniform needs low and high"),
+    ({"space": {"learning_rate": {"type": "quniform", "low": 1, "high": 2}}}, "quniform needs q"),
+    ({"space": {"precision": {"type": "choice", "values": ["fp32", "fp61"]}}}, "'fp61' is not one of"),
+    ({"space": {"precision": {"type": "uniform", "low": 1, "high": 2}}}, "is not numeric; use choice"),
+    ({"space": {"gpu": {"type": "choice", "values": ["h100"]}}}, "did you mean 'h100-80gb'?"),
+    ({"space": {"batch_size": {"type": "choice", "values": [8]}}, "metric": ["samples_per_second", "accuracy"],
+      "mode": ["max"]}, "1 modes for 2 metrics"),
+    ({"space": {"batch_size": {"type": "choice", "values": [8]}}, "metric": "speed"}, "'speed' is not a tune metric"),
+    ({"space": {"batch_size": {"type": "choice", "values": [8]}}, "metric": ["samples_per_second", "accuracy"],
+      "mode": ["max", "max"], "algorithm": "random"}, "multi-objective search (2 metrics) needs algorithm optuna"),
+    ({"space": {"learning_rate": {"type": "uniform", "low": 1, "high": 2}}, "algorithm": "grid"},
+     "algorithm grid needs choice distributions"),
+    ({"space": {"batch_size": {"type": "choice", "values": [8]}}, "algorithm": "hyperopt"},
+     "hyperopt is not installed"),
+    ({"space": {"batch_size": {"type": "choice", "values": [8]}},
+      "constraints": [{"metric": "acc", "op": ">=", "value": 0.9}]}, "'acc' is not a tune metric"),
+])
+def test_tune_spec_problems(search: dict[str, Any], expected: str) -> None:
+    if search.get("algorithm") == "hyperopt" and importlib.util.find_spec("hyperopt") is not None:
+        pytest.skip("hyperopt is installed here")
+    assert expected in problems({"strategy": "tune", **search})
+
+
+def test_space_axis_must_not_be_a_matrix_axis() -> None:
+    text = problems({"strategy": "tune", "space": {"batch_size": {"type": "choice", "values": [8, 16]}}},
+                    matrix={"batch_size": [8]})
+    assert "spec.search.space.batch_size: 'batch_size' is also a matrix axis" in text
+
+
+def test_a_valid_multi_objective_search_with_constraints() -> None:
+    sweep = parse_sweep(sweep_doc({
+        "strategy": "tune", "metric": ["samples_per_second", "accuracy"], "mode": ["max", "max"],
+        "constraints": [{"metric": "accuracy", "op": ">=", "value": 0.9}],
+        "space": {"batch_size": {"type": "qloguniform", "low": 8, "high": 256, "q": 8},
+                  "learning_rate": {"type": "loguniform", "low": 1e-5, "high": 1e-3},
+                  "precision": {"type": "choice", "values": ["fp32", "bf16"]}}}))
+    search = sweep.spec.search
+    assert isinstance(search, TuneSearch)
+    assert (search.metrics, search.modes) == (["samples_per_second", "accuracy"], ["max", "max"])
+
+
+def test_max_batch_spec_problems() -> None:
+    assert "spec.search.high: must be >= low (64)" in problems({"strategy": "max_batch", "low": 64, "high": 8})
+    assert "leave batch_size out of the matrix" in problems({"strategy": "max_batch"}, matrix={"batch_size": [8]})
+
+
+@pytest.mark.parametrize("name", ["tune_example.yaml", "max_batch.yaml"])
+def test_shipped_search_examples_validate(name: str) -> None:
+
+    from kubesweep.spec import load_sweep_file
+
+    sweep = load_sweep_file(ROOT / "sweeps" / name)
+    assert sweep.spec.search.strategy in ("tune", "max_batch")

