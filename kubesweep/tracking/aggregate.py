@@ -503,6 +503,14 @@ def _unix(iso: Any) -> float | None:
         return None
 
 
+def trial_span(results: dict[str, Any]) -> tuple[float, float] | None:
+    """A trial's process in Unix seconds: its start (the job's start less its start-up) to its results file."""
+    start, end = _unix(results.get("started_at")), _unix(results.get("finished_at"))
+    if start is None or end is None:
+        return None
+    return start - float(dig(results, "timings", "startup_s") or 0.0), end
+
+
 def gpu_busy(records: list[TrialRecord]) -> dict[str, Any] | None:
     """How much of the sweep's wall time its GPUs spent in measured training steps.
 
@@ -521,10 +529,10 @@ def gpu_busy(records: list[TrialRecord]) -> dict[str, Any] | None:
         res = record.results
         if not res or res.get("device") != "cuda":
             continue
-        start, end = _unix(res.get("started_at")), _unix(res.get("finished_at"))
-        if start is None or end is None:
+        span = trial_span(res)
+        if span is None:
             continue
-        start -= float(dig(res, "timings", "startup_s") or 0.0)
+        start, end = span
         starts.append(start)
         ends.append(end)
         world = int(res.get("world_size") or 1)

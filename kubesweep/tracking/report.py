@@ -35,6 +35,7 @@ from kubesweep.tracking.aggregate import (
     text_rows,
     to_json,
     to_markdown,
+    trial_span,
 )
 from kubesweep.tracking.records import dig
 
@@ -405,11 +406,10 @@ def _timeline(cells: list[Cell], path: Path) -> bool:
     rows = []
     for record in (t for c in cells for t in c.trials):
         res = record.results or {}
-        if res.get("device") != "cuda" or not res.get("started_at") or not res.get("finished_at"):
+        span = trial_span(res) if res.get("device") == "cuda" else None
+        if span is None:
             continue
-        timings = res.get("timings") or {}
-        end = dt.datetime.fromisoformat(res["finished_at"]).timestamp()
-        start = dt.datetime.fromisoformat(res["started_at"]).timestamp() - float(timings.get("startup_s") or 0.0)
+        start, end = span
         lease = res.get("gpu_lease") or {}
         measured = float(dig(res, "train", "measured_time_s") or 0.0)
         rows.append((start, end, lease.get("acquired_at"), lease.get("released_at"), measured, record.name))

@@ -22,6 +22,7 @@ from kubesweep.backends.local import Device, LocalBackend
 from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep_text
+from kubesweep.tracking.aggregate import trial_span
 
 ROOT = Path(__file__).resolve().parents[2]
 SST2 = ROOT.parent / "shared" / "data" / "sst2"
@@ -84,7 +85,7 @@ def test_the_next_trial_starts_early_and_waits_for_the_gpu(tmp_path: Path) -> No
     assert spans[0][0] >= released, "a trial took the GPU while another sweep held it"
     for (_, released), (acquired, _) in itertools.pairwise(spans):
         assert acquired >= released, f"GPU phases overlap: {spans}"
-    starts = sorted(_process_start(r) for r in results)
+    starts = sorted(trial_span(r)[0] for r in results)  # type: ignore[index]
     ends = sorted(r["gpu_lease"]["released_at"] for r in results)
     assert starts[2] < ends[0], "the second and third trials started before the first gave its GPU back"
     for r in results:
@@ -101,8 +102,3 @@ def test_without_prestart_one_process_at_a_time_and_no_lease(tmp_path: Path) -> 
     assert most == 1
     assert all(r["gpu_lease"] is None and r["timings"]["gpu_wait_s"] is None for r in results)
 
-
-def _process_start(results: dict[str, Any]) -> float:
-    import datetime as dt
-
-    return dt.datetime.fromisoformat(results["started_at"]).timestamp() - results["timings"]["startup_s"]

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.job_fixtures import sst2_path
+
 torch = pytest.importorskip("torch")
 
 pytestmark = [
@@ -26,14 +28,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def sst2() -> Path:
-    for candidate in (
-        os.environ.get("KUBESWEEP_SST2_DIR"),
-        REPO.parent / "shared" / "data" / "sst2",
-        REPO / "shared" / "data" / "sst2",
-    ):
-        if candidate and (Path(candidate) / "train.tsv").is_file():
-            return Path(candidate)
-    pytest.skip("SST-2 TSVs not found (KUBESWEEP_SST2_DIR)")
+    path = sst2_path()
+    if path is None:
+        pytest.skip("SST-2 TSVs not found (KUBESWEEP_SST2_DIR)")
+    return path
 
 
 def job(

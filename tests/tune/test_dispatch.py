@@ -11,23 +11,12 @@ from typing import Any
 import pytest
 
 from kubesweep.session import Options, Session
-from kubesweep.spec import SEARCH_RUNNERS, Sweep, parse_sweep
+from kubesweep.spec import SEARCH_RUNNERS, Sweep
 from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tune.dispatch import NoSearch, run_search, summary_names
+from tests.test_session import make_sweep
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
-
-
-def make_sweep(name: str = "sess", *, batches: list[int] | None = None, search: dict[str, Any] | None = None,
-               **job: Any) -> Sweep:
-    spec: dict[str, Any] = {"job": {"max_steps": 2, **job}, "resources": {"gpus_per_trial": 0, "retries": 0},
-                            "concurrency": {"max_parallel": 4}}
-    if batches is not None:
-        spec["matrix"] = {"batch_size": batches}
-    if search is not None:
-        spec["search"] = search
-    return parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": name},
-                        "spec": spec})
 
 
 @pytest.fixture
