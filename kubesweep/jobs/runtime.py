@@ -116,6 +116,10 @@ def compile_model(module: Any, cfg: JobConfig) -> Any:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(os.path.expanduser(cfg.compile_cache_dir))
     dynamo_config: Any = torch._dynamo.config
     dynamo_config.cache_size_limit = max(int(dynamo_config.cache_size_limit), 64)
+    # Python floats reaching a compiled frame (dropout's p, attention's scaling) are constants of a trial. Left
+    # symbolic, Dynamo traces a layer, fails to turn those floats into tensors and traces it again: the first
+    # attempt's AOTAutograd graph is compiled, thrown away and never cached, so every trial paid for it.
+    dynamo_config.specialize_float = True
     mode = None if cfg.compile == "default" else str(cfg.compile)
     if cfg.compile_scope == "layers":
         # Shapes vary with the padding (dynamic, bucketed): one dynamic-shape compilation up front, rather than

@@ -9,7 +9,7 @@ import pytest
 from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.errors import UsageError
 from kubesweep.outcomes import ExitCode
-from tests.support.job_fixtures import run_job_in_process, tiny_args
+from tests.support.job_fixtures import run_job, run_job_in_process, tiny_args
 
 
 def test_compile_scope_layers_compiles_one_layer_for_all_layers_and_shapes() -> None:
@@ -71,3 +71,23 @@ def test_cuda_only_attention_kernels_on_cpu_are_a_usage_error(
     run = run_job_in_process(tiny_args(sst2, token_cache, "--sdpa-backend", "efficient"), tmp_path, monkeypatch)
     assert run.returncode == ExitCode.USAGE
     assert "sdpa_backend efficient needs a CUDA GPU" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_second_trial_with_the_same_compile_cache_compiles_nothing(
+    sst2: Path, token_cache: Path, tmp_path: Path
+) -> None:
+    """compile_scope layers with dynamic shapes, two job processes sharing one Inductor cache: the second finds
+    every graph (AOTAutograd's and Inductor's) in the cache and says so. Fails when a graph is traced twice and
+    its first attempt is compiled but never cached (floats left symbolic restart Dynamo's analysis)."""
+    args = tiny_args(sst2, token_cache, "--compile", "default", "--compile-scope", "layers", "--padding", "bucketed",
+                     "--max-steps", "6", "--no-eval-every-epoch")
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    first = run_job(args, tmp_path / "first", env=env)
+    second = run_job(args, tmp_path / "second", env=env)
+    assert first.returncode == 0 and second.returncode == 0
+    cold, warm = first.results["compile_cache"], second.results["compile_cache"]
+    assert cold["hit"] is False and cold["aot_autograd_misses"] >= 1
+    assert warm["hit"] is True, warm
+    assert warm["aot_autograd_hits"] == cold["aot_autograd_misses"] and warm["aot_autograd_misses"] == 0
+    assert warm["fx_graph_misses"] == 0
