@@ -3,7 +3,8 @@ fraction `sweep results` prints (the trials' measured training time over the swe
 
 The matrix is the seed's axes: batch size x precision (fp32, fp16, bf16) x compile (off, on), one epoch of SST-2
 on bert-base shapes (random init), `--repeats` runs per cell. `--engine hf-trainer` runs the same cells as
-separate HF Trainer runs (the peer: one process per trial, none started early), so the two fractions compare.
+separate HF Trainer runs (the peer: a fresh interpreter per trial, none started early), so the two fractions
+compare.
 
     python bench/gpu_busy.py --sst2 DIR --tokenizer DIR --out bench/results/gpu_busy-h100.json
     python bench/gpu_busy.py --sst2 DIR --tokenizer DIR --engine hf-trainer --repeats 1 --out ...-hf.json
@@ -95,7 +96,8 @@ def main() -> None:
     spec_path.write_text(yaml.safe_dump(document, sort_keys=False))
     env = {**os.environ, "KUBESWEEP_HOME": str(home), "PYTHONUNBUFFERED": "1"}
     if args.engine == "hf-trainer":
-        env["KUBESWEEP_LOCAL_PRESTART"] = "0"  # the peer: separate runs, one after another
+        # the peer: separate runs, one after another, each a fresh interpreter
+        env |= {"KUBESWEEP_LOCAL_PRESTART": "0", "KUBESWEEP_LOCAL_FORKSERVER": "0"}
     log = out_dir / f"{stem}.log"
     if not going_on:
         log.write_text("")

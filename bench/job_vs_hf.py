@@ -72,10 +72,11 @@ def flags(settings: dict[str, Any]) -> list[str]:
 
 
 def run_job(settings: dict[str, Any], *, label: str, nproc: int = 1, env: dict[str, str] | None = None,
-            log_dir: Path) -> dict[str, Any]:
-    """One trial in a fresh process; its results.json plus the command and wall time."""
+            log_dir: Path, launcher: list[str] | None = None) -> dict[str, Any]:
+    """One trial in a fresh process (or through `launcher`, the command the job's flags follow); its
+    results.json plus the command and wall time."""
     with tempfile.TemporaryDirectory(prefix="kubesweep-bench-") as tmp:
-        launcher = [sys.executable, "-m", "kubesweep.jobs"]
+        launcher = launcher or [sys.executable, "-m", "kubesweep.jobs"]
         if nproc > 1:
             launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
                         "-m", "kubesweep.jobs"]

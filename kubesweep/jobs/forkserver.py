@@ -1,0 +1,429 @@
+"""A trial process without the import bill: a fork server for the local backend.
+
+A trial's process spends seconds importing torch, transformers, MLflow and the job before it does anything
+(13 s on a GPU host with a network file system). The server pays that once per sweep driver: it imports the
+job's modules, never touches CUDA, and forks one fresh child per trial. Each child is a process of its own
+(its own CUDA context, memory, signal handlers, session, exit code), started from the same pristine parent,
+so a trial's figures cannot depend on the trial before it (`tests/jobs/test_forkserver.py` compares a trial run
+after another through the server with the same trial in a fresh interpreter).
+
+    python -m kubesweep.jobs.forkserver serve SOCKET        # the server (the local backend starts it)
+    python -m kubesweep.jobs.forkserver run SOCKET -- ARGS  # one trial: `python -m kubesweep.jobs ARGS`
+
+`run` is the trial's process as the backend sees it: a small client that imports nothing heavy, hands the
+server its standard streams, working directory and environment, relays SIGTERM/SIGINT/SIGHUP to the trial and
+exits as the trial did (its exit code, or the signal that killed it). When the client is killed outright the
+server kills the trial. When the server cannot take the trial — it is not there, or the trial's environment
+differs from the server's in a variable read at import time (`IMPORT_ENV_PREFIXES`) — the client runs the
+job itself, in place (exec), and says so on its standard error.
+
+The server stops when its standard input closes (the backend that started it has exited) once the trials it
+forked have ended; it takes no new ones meanwhile.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+JOB_MODULE = "kubesweep.jobs"
+# Environment read by torch, transformers, tokenizers or the interpreter when they are imported: a trial whose
+# environment differs from the server's in one of these runs in a fresh interpreter instead.
+IMPORT_ENV_PREFIXES = ("TORCH", "PYTORCH_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_",
+                       "MKL_", "PYTHON", "LD_", "MPLBACKEND")
+# Imported once by the server: what every trial of the job imports. Best effort (the extras and Triton may be
+# absent). Importing starts nothing: Inductor's compile workers start when a child first compiles.
+PRELOAD = ("torch", "transformers", "transformers.models.bert.modeling_bert", "kubesweep.jobs.cli",
+           "kubesweep.jobs.runner", "kubesweep.jobs.hf_trainer", "mlflow", "matplotlib.pyplot",
+           # what torch.compile imports when a trial first compiles (the partitioner's networkx among them);
+           # not torch._inductor.compile_fx nor its Triton heuristics: importing those asks CUDA for its devices,
+           # after which a forked child cannot use CUDA (checked on an H100; `fork_safe` checks every start)
+           "torch._inductor.codecache", "torch._functorch.aot_autograd", "torch._functorch.partitioners",
+           "networkx", "triton")
+# Set in a forked trial's environment: when its client started, where the trial's start-up time begins.
+LAUNCHED_ENV = "KUBESWEEP_LAUNCHED_AT"
+RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_HEADER = struct.Struct("!I")
+_MAX_REQUEST = 1 << 22
+
+
+class Unavailable(Exception):
+    """The server cannot run this trial; the client runs it itself."""
+
+
+def import_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_ENV_PREFIXES)}
+
+
+# --------------------------------------------------------------------------------------------------- framing
+
+def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
+    body = json.dumps(message).encode()
+    data = _HEADER.pack(len(body)) + body
+    if fds:
+        sock.sendmsg([data[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        data = data[1:]
+    sock.sendall(data)
+
+
+def _recv(sock: socket.socket, want_fds: int = 0) -> tuple[dict[str, Any] | None, list[int]]:
+    """One message (None at end of stream) and the descriptors that came with its first byte."""
+    fds: list[int] = []
+    buf = b""
+    if want_fds:
+        size = array.array("i").itemsize * want_fds
+        first, ancillary, _, _ = sock.recvmsg(1, socket.CMSG_SPACE(size))
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                got = array.array("i")
+                got.frombytes(payload[: len(payload) - len(payload) % got.itemsize])
+                fds.extend(got)
+        if not first:
+            return None, fds
+        buf = first
+    while len(buf) < _HEADER.size:
+        chunk = sock.recv(_HEADER.size - len(buf))
+        if not chunk:
+            return None, fds
+        buf += chunk
+    (length,) = _HEADER.unpack(buf[: _HEADER.size])
+    if length > _MAX_REQUEST:
+        raise ValueError(f"message of {length} bytes")
+    body = buf[_HEADER.size:]
+    while len(body) < length:
+        chunk = sock.recv(length - len(body))
+        if not chunk:
+            return None, fds
+        body += chunk
+    return json.loads(body), fds
+
+
+# ---------------------------------------------------------------------------------------------------- server
+
+class Server:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)  # bound before the imports: clients queue while the server warms up
+        self.listener.listen(64)
+        self.start_env = import_env(dict(os.environ))  # as the preloaded modules find it (some add to it)
+        self.selector = selectors.DefaultSelector()
+        self.children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (client connection, pidfd)
+        self.accepting = True
+
+    def preload(self) -> None:
+        import importlib
+
+        for name in PRELOAD:
+            try:
+                importlib.import_module(name)
+            except Exception as err:  # an optional extra that is not installed, or broken: children import it
+                print(f"forkserver: preload {name}: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        if not fork_safe():
+            raise RuntimeError("preloading left CUDA unusable in a forked child")
+
+    def serve(self) -> int:
+        # Python warns at each fork once the process has threads. The server's are native helpers started by
+        # the imports (torch's, and jemalloc's background thread); they run no Python, and the allocator handles
+        # fork. The server forks from its only Python thread.
+        warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded", category=DeprecationWarning)
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "stdin")
+        print(f"forkserver {os.getpid()} ready on {self.path}", file=sys.stderr, flush=True)
+        while self.accepting or self.children:
+            for key, _ in self.selector.select():
+                tag = key.data
+                if tag == "accept":
+                    self._accept()
+                elif tag == "stdin":
+                    if not os.read(key.fd, 4096):
+                        self._stop_accepting()
+                elif tag[0] == "client":
+                    self._client_event(tag[1])
+                elif tag[0] == "child":
+                    self._reap(tag[1])
+        return 0
+
+    def _stop_accepting(self) -> None:
+        self.accepting = False
+        self.selector.unregister(self.listener)
+        self.selector.unregister(sys.stdin.fileno())
+        self.listener.close()
+        os.unlink(self.path)
+        with contextlib.suppress(OSError):  # the private directory the backend made for it
+            os.rmdir(os.path.dirname(self.path))
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        conn.settimeout(30)
+        fds: list[int] = []
+        try:
+            request, fds = _recv(conn, want_fds=3)
+            if request is None or len(fds) != 3:
+                raise ValueError("incomplete request")
+            env = {str(k): str(v) for k, v in request["env"].items()}
+            differs = sorted(k for k in set(import_env(env)) | set(self.start_env)
+                             if import_env(env).get(k) != self.start_env.get(k))
+            if differs:
+                _send(conn, {"refused": f"environment read at import differs from the server's: {', '.join(differs)}"})
+                conn.close()
+                return
+            pid = self._fork(conn, fds, [str(a) for a in request["argv"]], str(request["cwd"]), env)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            conn.close()
+            print(f"forkserver: bad request: {err}", file=sys.stderr, flush=True)
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+        print(f"forkserver: trial {pid}: {' '.join(request['argv'])}", file=sys.stderr, flush=True)
+        pidfd = os.pidfd_open(pid)
+        self.children[pid] = (conn, pidfd)
+        conn.setblocking(False)
+        self.selector.register(conn, selectors.EVENT_READ, ("client", pid))
+        self.selector.register(pidfd, selectors.EVENT_READ, ("child", pid))
+        _send_quietly(conn, {"pid": pid})
+
+    def _fork(self, conn: socket.socket, fds: list[int], argv: list[str], cwd: str, env: dict[str, str]) -> int:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid:
+            return pid
+        # the child: nothing of the server's survives but the imported modules
+        code = 1
+        try:
+            os.setsid()  # a session and process group of its own, which the client's signals address
+            _die_with_parent()
+            for sig in (*RELAYED, signal.SIGCHLD, signal.SIGPIPE):
+                signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+            for fd, target in zip(fds, (0, 1, 2), strict=True):
+                os.dup2(fd, target)
+            keep = set(fds)
+            for other in [self.listener.fileno(), self.selector.fileno(), conn.fileno(),
+                          *(c.fileno() for c, _ in self.children.values()),
+                          *(p for _, p in self.children.values())]:
+                if other >= 0 and other not in keep:
+                    os.close(other)
+            for fd in fds:
+                os.close(fd)
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(env)
+            sys.argv = ["python -m " + JOB_MODULE, *argv]
+            _reseed()
+            from kubesweep.jobs.cli import main
+
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+
+    def _client_event(self, pid: int) -> None:
+        """The only thing a client says after its request is goodbye: it is gone, so its trial goes too."""
+        conn, _ = self.children[pid]
+        try:
+            data = conn.recv(64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.selector.unregister(conn)
+            _kill_group(pid, signal.SIGKILL)
+
+    def _reap(self, pid: int) -> None:
+        conn, pidfd = self.children.pop(pid)
+        _, status = os.waitpid(pid, 0)
+        self.selector.unregister(pidfd)
+        os.close(pidfd)
+        with contextlib.suppress(KeyError):  # unless the client had already gone
+            self.selector.unregister(conn)
+        exit_code = os.waitstatus_to_exitcode(status)
+        conn.setblocking(True)
+        _send_quietly(conn, {"exit": exit_code})
+        conn.close()
+
+
+def fork_safe() -> bool:
+    """Whether a child forked now could use CUDA: torch refuses it in a child once the parent has asked the
+    driver anything (a device count is enough), which some modules do when imported."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return True
+    if torch.cuda.is_initialized():
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(3 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _die_with_parent() -> None:
+    """A trial outlives neither its server nor, through the server, its client (PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() == 1:  # the server died before the call
+        os._exit(1)
+
+
+def _reseed() -> None:
+    """The random states a fresh interpreter seeds from the OS would otherwise be the server's, in every child."""
+    import random
+
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+def _send_quietly(conn: socket.socket, message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # the client may be gone
+        _send(conn, message)
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+class Handle:
+    """A server started for a backend: `argv(job_args)` is a trial's command through it; `stop()` lets it end
+    once its trials have (closing its standard input, as the backend's exit would)."""
+
+    def __init__(self, python: str, env: dict[str, str], log: Path) -> None:
+        import subprocess
+        import tempfile
+
+        self.python = python
+        self.log = log
+        self.dir = tempfile.mkdtemp(prefix="kubesweep-fs-")  # mode 0700: only this user reaches the socket
+        self.socket = os.path.join(self.dir, "socket")
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen([python, "-m", __name__, "serve", self.socket], stdin=subprocess.PIPE,
+                                         stdout=out, stderr=subprocess.STDOUT, env={**env, "PYTHONUNBUFFERED": "1"},
+                                         start_new_session=True)
+        deadline = time.monotonic() + 30  # the socket is bound before the imports
+        while not os.path.exists(self.socket) and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def wait_ready(self, timeout: float = 600) -> float:
+        """Seconds until the server has imported the job and serves (its log says so)."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout and self.alive():
+            if b"ready on " + self.socket.encode() in self.log.read_bytes():
+                return time.monotonic() - start
+            time.sleep(0.05)
+        raise RuntimeError(f"the fork server did not come up; see {self.log}")
+
+    def argv(self, job_args: list[str]) -> list[str]:
+        return [self.python, "-m", __name__, "run", self.socket, "--", *job_args]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
+
+def serve(path: str) -> int:
+    server = Server(path)
+    try:
+        server.preload()
+    except RuntimeError as err:  # clients find no server and run their trials themselves
+        print(f"forkserver: {err}; not serving", file=sys.stderr, flush=True)
+        server.listener.close()
+        os.unlink(path)
+        return 1
+    return server.serve()
+
+
+# ---------------------------------------------------------------------------------------------------- client
+
+def _launched() -> float:
+    """This process's start (the trial's launch), from /proc; now when that cannot be read."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as uptime:
+            up = float(uptime.read().split()[0])
+        return time.time() - up + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
+def _connect(path: str, argv: list[str]) -> tuple[socket.socket, int]:
+    """Hand the trial to the server; returns the connection and the trial's pid."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        env = {**os.environ, LAUNCHED_ENV: str(_launched())}
+        request = {"argv": argv, "cwd": os.getcwd(), "env": env}
+        _send(sock, request, fds=[0, 1, 2])
+        reply, _ = _recv(sock)
+    except OSError as err:
+        sock.close()
+        raise Unavailable(f"cannot reach {path}: {err}") from None
+    if reply is None or "refused" in reply:
+        sock.close()
+        raise Unavailable(reply["refused"] if reply else "the server closed the connection")
+    return sock, int(reply["pid"])
+
+
+def run(path: str, argv: list[str]) -> int:
+    try:
+        sock, pid = _connect(path, argv)
+    except Unavailable as why:
+        print(f"forkserver: {why}; running the job in this process", file=sys.stderr, flush=True)
+        os.execv(sys.executable, [sys.executable, "-m", JOB_MODULE, *argv])
+    for sig in RELAYED:
+        signal.signal(sig, lambda signum, _frame: _kill_group(pid, signum))
+    reply, _ = _recv(sock)
+    if reply is None or "exit" not in reply:
+        print("forkserver: the server went away before the trial ended", file=sys.stderr, flush=True)
+        return 1
+    code = int(reply["exit"])
+    if code < 0:  # killed by a signal: end the same way, so the backend reads what happened
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+def main(args: list[str] | None = None) -> int:
+    args = sys.argv[1:] if args is None else args
+    if len(args) == 2 and args[0] == "serve":
+        return serve(args[1])
+    if len(args) >= 3 and args[0] == "run" and args[2] == "--":
+        return run(args[1], args[3:])
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

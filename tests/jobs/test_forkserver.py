@@ -1,0 +1,138 @@
+"""The fork server (kubesweep/jobs/forkserver.py): trials forked from one interpreter that imported the job.
+
+The real job runs, on the CPU (the tiny random-init BERT of tests/support/job_fixtures.py). What is compared is
+what a trial computes and reports; how long it takes is measured in bench/trial_wall.py, not here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubesweep.jobs import forkserver
+from kubesweep.jobs.runtime import CRASH_HOOK_ENV
+from kubesweep.outcomes import ExitCode
+from tests.support.job_fixtures import REPO, JobRun, run_job, tiny_args
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[forkserver.Handle]:
+    handle = forkserver.Handle(sys.executable, dict(os.environ), tmp_path / "forkserver.log")
+    yield handle
+    handle.stop()
+    handle.proc.wait(timeout=60)
+
+
+def forked_trials(tmp_path: Path) -> list[int]:
+    """The pids the server says it forked, in order."""
+    log = (tmp_path / "forkserver.log").read_text()
+    return [int(pid) for pid in re.findall(r"forkserver: trial (\d+):", log)]
+
+
+def client(server: forkserver.Handle, args: list[str], output_dir: Path, env: dict[str, str] | None = None,
+           **popen: object) -> subprocess.Popen[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "KUBESWEEP_TEST_"))}
+    return subprocess.Popen(server.argv(["--output-dir", str(output_dir), *args]), cwd=REPO,
+                            env={**full_env, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, **popen)  # type: ignore[call-overload]
+
+
+def through(server: forkserver.Handle, args: list[str], output_dir: Path,
+            env: dict[str, str] | None = None) -> JobRun:
+    proc = client(server, args, output_dir, env)
+    out, _ = proc.communicate(timeout=600)
+    print(out[-4000:])
+    return JobRun(proc.returncode, out, output_dir)
+
+
+def test_a_trial_after_another_computes_what_a_fresh_process_computes(
+    server: forkserver.Handle, sst2: Path, token_cache: Path, tmp_path: Path
+) -> None:
+    """Trial B forked after trial A (other seed, batch, precision, attention kernels, learning rate) reports
+    exactly what B reports in an interpreter of its own: every logged loss, the evaluation, the step count."""
+    a = through(server, tiny_args(sst2, token_cache, "--seed", "7", "--batch-size", "8", "--precision", "bf16",
+                                  "--sdpa-backend", "math", "--learning-rate", "3e-3", "--max-steps", "10"),
+                tmp_path / "a")
+    b_args = tiny_args(sst2, token_cache, "--max-steps", "12", "--eval-every-epoch")
+    b = through(server, b_args, tmp_path / "b")
+    fresh = run_job(b_args, tmp_path / "fresh")
+    assert a.returncode == b.returncode == fresh.returncode == 0
+    assert len(forked_trials(tmp_path)) == 2 and "running the job in this process" not in a.stdout + b.stdout
+    got, want = b.results, fresh.results
+    assert [p["loss"] for p in got["loss_curve"]] == [p["loss"] for p in want["loss_curve"]]
+    assert got["final_accuracy"] == want["final_accuracy"] and got["train"]["steps"] == want["train"]["steps"]
+    assert got["eval"] == want["eval"] and got["train"]["final_loss"] == want["train"]["final_loss"]
+    assert got["outcome"] == "succeeded" and got["timings"]["startup_s"] >= 0
+
+
+def test_exit_codes_and_signals_pass_through_the_client(
+    server: forkserver.Handle, sst2: Path, token_cache: Path, tmp_path: Path
+) -> None:
+    """The client exits as its trial did; SIGTERM to the client reaches the trial, which records itself cancelled;
+    a client killed outright takes its trial with it; the server serves the next trial after each."""
+    crashed = through(server, tiny_args(sst2, token_cache, "--max-steps", "8"), tmp_path / "crash",
+                      env={CRASH_HOOK_ENV: "2"})
+    assert crashed.returncode == 137
+
+    long_run = tiny_args(sst2, token_cache, "--max-steps", "100000", "--train-samples", "4096")
+    termed = client(server, long_run, tmp_path / "term", start_new_session=True)
+    _wait_for_steps(tmp_path / "term")
+    termed.send_signal(signal.SIGTERM)
+    out, _ = termed.communicate(timeout=120)
+    assert termed.returncode == ExitCode.FAILED, out[-3000:]
+    assert JobRun(termed.returncode, out, tmp_path / "term").results["outcome"] == "cancelled"
+
+    killed = client(server, long_run, tmp_path / "kill")
+    _wait_for_steps(tmp_path / "kill")
+    trial_pid = forked_trials(tmp_path)[-1]
+    killed.kill()
+    killed.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while _exists(trial_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _exists(trial_pid), "the trial outlived its killed client"
+
+    after = through(server, tiny_args(sst2, token_cache, "--max-steps", "4"), tmp_path / "after")
+    assert after.returncode == 0 and len(forked_trials(tmp_path)) == 4
+
+
+def test_without_a_server_or_with_another_import_environment_the_job_runs_in_the_client(
+    server: forkserver.Handle, tmp_path: Path
+) -> None:
+    """Nothing is lost when the server cannot take a trial: the client runs the job itself (here a usage error,
+    which the job reports before importing torch) and says why."""
+    elsewhere = forkserver.Handle.__new__(forkserver.Handle)
+    elsewhere.python, elsewhere.socket = sys.executable, str(tmp_path / "absent" / "socket")
+    for handle, env, why in ((elsewhere, None, "cannot reach"),
+                             (server, {"PYTORCH_NO_SUCH_SETTING": "1"}, "PYTORCH_NO_SUCH_SETTING")):
+        run = through(handle, ["--batch-size", "0"], tmp_path / "usage", env)
+        assert run.returncode == ExitCode.USAGE
+        assert why in run.stdout and "running the job in this process" in run.stdout
+        assert "batch_size" in run.stdout
+    assert forked_trials(tmp_path) == []
+
+
+def _wait_for_steps(output_dir: Path) -> None:
+    """Until the trial has written its trial file and trained a little."""
+    deadline = time.monotonic() + 120
+    while not (output_dir / "trial.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
