@@ -118,7 +118,7 @@ class Server:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)  # bound before the imports: clients queue while the server warms up
         self.listener.listen(64)
-        self.start_env = import_env(dict(os.environ))  # as the preloaded modules find it (some add to it)
+        self.start_env = import_env(dict(os.environ))  # what the modules it preloads are imported with
         self.selector = selectors.DefaultSelector()
         self.children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (client connection, pidfd)
         self.accepting = True
@@ -207,7 +207,7 @@ class Server:
         try:
             os.setsid()  # a session and process group of its own, which the client's signals address
             _die_with_parent()
-            for sig in (*RELAYED, signal.SIGCHLD, signal.SIGPIPE):
+            for sig in (*RELAYED, signal.SIGCHLD):  # as a fresh interpreter has them (SIGPIPE stays ignored)
                 signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
             for fd, target in zip(fds, (0, 1, 2), strict=True):
                 os.dup2(fd, target)
