@@ -1,11 +1,11 @@
 """A trial process without the import bill: a fork server for the local backend.
 
 A trial's process spends seconds importing torch, transformers, MLflow and the job before it does anything
-(13 s on a GPU host with a network file system). The server pays that once per sweep driver: it imports the
-job's modules, never touches CUDA, and forks one fresh child per trial. Each child is a process of its own
-(its own CUDA context, memory, signal handlers, session, exit code), started from the same pristine parent,
-so a trial's figures cannot depend on the trial before it (`tests/jobs/test_forkserver.py` compares a trial run
-after another through the server with the same trial in a fresh interpreter).
+(8-15 s on the H100 host of docs/benchmarks.md, bytecode compiled). The server pays that once per sweep
+driver: it imports the job's modules, never touches CUDA, and forks one fresh child per trial. Each child is a
+process of its own (its own CUDA context, memory, signal handlers, session, exit code), started from the same
+pristine parent, so a trial's figures cannot depend on the trial before it (`tests/jobs/test_forkserver.py`
+compares a trial run after another through the server with the same trial in a fresh interpreter).
 
     python -m kubesweep.jobs.forkserver serve SOCKET        # the server (the local backend starts it)
     python -m kubesweep.jobs.forkserver run SOCKET -- ARGS  # one trial: `python -m kubesweep.jobs ARGS`
