@@ -366,8 +366,8 @@ class LocalBackend(Backend):
         """The fork server of this driver for `python`, started on first use (again if it died)."""
         server = self._servers.get(python)
         if server is None or not server.alive():
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", **self._compile_cache_env()}
-            server = forkserver_mod.Handle(python, env, self.store.home / "forkserver.log")
+            server = forkserver_mod.Handle(python, {**os.environ, **self._compile_cache_env()},
+                                           self.store.home / "forkserver.log")
             self._servers[python] = server
         return server
 

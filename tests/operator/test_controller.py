@@ -9,17 +9,7 @@ from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.operator.controller import OperatorBackend
 from kubesweep.operator.leader import LeaseElector
 from kubesweep.outcomes import Outcome
-from kubesweep.plan import plan
-from kubesweep.spec import parse_sweep
-
-DIGEST = "registry.example/job@sha256:" + "0" * 64
-
-
-def _plan():  # type: ignore[no-untyped-def]
-    sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"},
-                         "spec": {"image": DIGEST, "matrix": {"gpu": ["l4"], "batch_size": [8, 16]}}})
-    return sweep, plan(sweep)
-
+from tests.support.operator_sweeps import two_trial_plan
 
 # -- the write guard ---------------------------------------------------------------------
 
@@ -132,7 +122,7 @@ def test_a_finished_sweep_that_nothing_changed_is_not_stepped_again(monkeypatch:
     cache = _Changes()
     backend = OperatorBackend("ns", api_client=kubernetes.client.ApiClient(), may_write=lambda: True,
                               cache=cache)  # type: ignore[arg-type]
-    sweep, p = _plan()
+    sweep, p = two_trial_plan()
     body = {"metadata": {"name": "s", "uid": "u1", "generation": 1, "annotations": {}},
             "status": {"phase": "Succeeded"}}
     done = SweepStatus("s", "kubernetes", [TrialStatus(t.id, t.name, t.label(), t.gpu, Phase.SUCCEEDED,

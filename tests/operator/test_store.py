@@ -7,20 +7,11 @@ from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.operator.controller import _changed
 from kubesweep.operator.store import ATTENTION, counts_for, status_view
 from kubesweep.outcomes import Outcome
-from kubesweep.plan import plan
-from kubesweep.spec import parse_sweep
-
-DIGEST = "registry.example/job@sha256:" + "0" * 64
-
-
-def _plan():  # type: ignore[no-untyped-def]
-    sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"},
-                         "spec": {"image": DIGEST, "matrix": {"gpu": ["l4"], "batch_size": [8, 16]}}})
-    return sweep, plan(sweep)
+from tests.support.operator_sweeps import two_trial_plan
 
 
 def test_status_view_is_bounded_counts_and_names_the_trials_to_look_at() -> None:
-    sweep, p = _plan()
+    sweep, p = two_trial_plan()
     a, b = p.trials
     status = SweepStatus("s", "kubernetes", [
         TrialStatus(a.id, a.name, a.label(), a.gpu, Phase.FAILED, Outcome.OOM, "CUDA out of memory", 1, 10.0, 20.0),

@@ -6,20 +6,11 @@ from __future__ import annotations
 import pytest
 
 from kubesweep.operator import testhooks
-from kubesweep.plan import plan
-from kubesweep.spec import parse_sweep
-
-DIGEST = "registry.example/job@sha256:" + "0" * 64
-
-
-def _plan():  # type: ignore[no-untyped-def]
-    sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"},
-                         "spec": {"image": DIGEST, "matrix": {"gpu": ["l4"], "batch_size": [8, 16]}}})
-    return sweep, plan(sweep)
+from tests.support.operator_sweeps import two_trial_plan
 
 
 def test_hook_rules_match_by_axes_and_only_copy_test_annotations() -> None:
-    _, p = _plan()
+    _, p = two_trial_plan()
     rules = testhooks.parse_rules('[{"match": {"batch_size": 8}, "annotations": {"kubesweep.io/test-outcome": "oom"}},'
                                   ' {"annotations": {"kubesweep.io/test-duration": "1s"}}]')
     by_batch = {t.axes["batch_size"]: testhooks.annotations_for(t, rules) for t in p.trials}
