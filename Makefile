@@ -10,10 +10,10 @@ PYTEST_ARGS ?=
 
 .PHONY: help setup demo test lint typecheck unit system-deps cluster-tools cluster-up cluster-down test-cluster \
 	crd images bench-plan clean
-SYSTEM_TOOLS := chromium buildah skopeo docker-registry mmdebstrap runc iptables conntrack openssl ip
+SYSTEM_TOOLS := chromium buildah skopeo docker-registry mmdebstrap runc iptables conntrack openssl ip ipset
 # Debian packages for those commands, plus the CNI plugins of the test cluster's real node (/usr/lib/cni)
 SYSTEM_PACKAGES := chromium buildah skopeo docker-registry mmdebstrap runc iptables conntrack openssl iproute2 \
-	containernetworking-plugins
+	containernetworking-plugins ipset
 # Parallel runs (`make test PYTEST_XDIST="-n 2 --dist loadgroup"`) keep each shared component on one worker.
 PYTEST_XDIST ?=
 
@@ -33,7 +33,7 @@ setup: $(STAMP)  ## create .venv with kubesweep and every extra (uv; wheels cach
 demo: setup  ## run the CPU smoke sweep on the local backend and print its results
 	$(VENV)/bin/sweep submit sweeps/smoke.yaml --backend local
 
-system-deps:  ## Debian packages the tests use: chromium (browser), buildah/skopeo/registry (images), runc/CNI (real node)
+system-deps:  ## Debian packages the tests use: chromium (browser), buildah/skopeo/registry (images), runc/CNI/ipset (real node)
 	@missing=; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
 	test -x /usr/lib/cni/bridge || missing="$$missing cni-plugins"; \
 	if [ -n "$$missing" ]; then echo "installing:$$missing"; apt-get update -qq && \

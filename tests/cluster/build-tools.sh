@@ -11,6 +11,8 @@
 #   coredns                                                   a wrapper main around github.com/coredns/coredns with
 #                                                             only the plugins the cluster's Corefile uses
 #   pause                                                     build/pause/linux/pause.c of k8s.io/kubernetes, static
+#   kube-router                                               go install github.com/cloudnativelabs/kube-router/v2/
+#                                                             cmd/kube-router@... (the node's NetworkPolicy, firewall only)
 #
 # Binaries land in ${XDG_CACHE_HOME:-~/.cache}/kubesweep-test/<versions>/bin; a binary already there is not
 # rebuilt, so a warm run returns at once. Go's own caches (GOCACHE, GOMODCACHE) keep their defaults, so a rebuild
@@ -29,6 +31,7 @@ KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 CONTAINERD_VERSION=v2.2.9
 COREDNS_VERSION=v1.14.7
+KUBE_ROUTER_VERSION=v2.1.0
 
 CACHE_ROOT=${KUBESWEEP_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubesweep-test}
 VERSION_KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
@@ -52,7 +55,12 @@ have_all() {
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 CONTAINERD_CMDS=(containerd containerd-shim-runc-v2 ctr)
 ALL=("${K8S_CMDS[@]}" etcd kwok kwokctl helm "${CONTAINERD_CMDS[@]}" coredns pause)
-if have_all "${ALL[@]}"; then
+# Added after the cache key was set: its version is stamped beside the binary rather than keyed, so adding it did
+# not throw away the other binaries (nor the node's image store, kept under the same key).
+have_kube_router() {
+  [[ -x "$BIN_DIR/kube-router" && "$(cat "$BIN_DIR/kube-router.version" 2>/dev/null)" == "$KUBE_ROUTER_VERSION" ]]
+}
+if have_all "${ALL[@]}" && have_kube_router; then
   log "all binaries present in $BIN_DIR"
   echo "$BIN_DIR"
   exit 0
@@ -297,6 +305,19 @@ build_pause() {
   install_bin pause
 }
 
+# ---------------------------------------------------------------- kube-router (NetworkPolicy on the real node)
+build_kube_router() {
+  local t0 m="github.com/cloudnativelabs/kube-router/v2"
+  t0=$(date +%s)
+  log "building kube-router $KUBE_ROUTER_VERSION (the node runs only its network policy controller)"
+  GOBIN="$STAGING_OUT" go install -trimpath -ldflags "-s -w -X $m/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+    "$m/cmd/kube-router@$KUBE_ROUTER_VERSION"
+  "$STAGING_OUT/kube-router" --version >&2
+  install_bin kube-router
+  echo "$KUBE_ROUTER_VERSION" >"$BIN_DIR/kube-router.version"
+  log "kube-router built in $(( $(date +%s) - t0 ))s"
+}
+
 have_all "${K8S_CMDS[@]}" || build_kubernetes
 have_all etcd || build_etcd
 have_all kwok kwokctl || build_kwok
@@ -304,6 +325,7 @@ have_all helm || build_helm
 have_all "${CONTAINERD_CMDS[@]}" || build_containerd
 have_all coredns || build_coredns
 have_all pause || build_pause
+have_kube_router || build_kube_router
 
 cat >"$CACHE_ROOT/$VERSION_KEY/versions.txt" <<EOF
 kubernetes $K8S_VERSION
@@ -312,6 +334,7 @@ kwok $KWOK_VERSION
 helm $HELM_VERSION
 containerd $CONTAINERD_VERSION
 coredns $COREDNS_VERSION
+kube-router $KUBE_ROUTER_VERSION
 go $(go env GOVERSION)
 EOF
 log "done in $(( $(date +%s) - start_all ))s: $BIN_DIR"

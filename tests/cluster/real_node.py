@@ -2,7 +2,8 @@
 
 Modelled on Kubernetes' own ``hack/local-up-cluster.sh``: a kubelet and kube-proxy from the same
 ``k8s.io/kubernetes`` build as the control plane, containerd 2.x with its runc shim (runc from Debian), the CNI
-plugins from Debian (bridge, host-local, loopback, portmap), and CoreDNS as the cluster's DNS. All binaries come
+plugins from Debian (bridge, host-local, loopback, portmap), CoreDNS as the cluster's DNS, and kube-router's network
+policy controller enforcing NetworkPolicy (the bridge plugin has no policy of its own). All binaries come
 from ``build-tools.sh``; pause and CoreDNS run from images written here (an OCI archive around the static binary)
 and imported into containerd, as a node image preloads them; every other image is pulled from a registry.
 
@@ -15,6 +16,10 @@ The node is meant for this one machine and keeps its traffic on it:
 - a filter chain (``KUBESWEEP-EGRESS``, first in FORWARD) rejects anything a pod sends outside ``NETWORK``, and
   the cluster DNS answers only for ``cluster.local`` (no upstream): pods reach the node, each other and Services,
   nothing else;
+- NetworkPolicy is enforced by kube-router run as its firewall only (``--run-firewall``, no routing, no service
+  proxy), a node process beside kube-proxy: per pod a chain in the filter table, fed from FORWARD (bridged traffic
+  through br_netfilter's physdev match), INPUT and OUTPUT, with ipsets of the peers each policy admits; what no
+  policy admits is rejected. Connections from the node itself to its pods pass (kubelet probes, a test on this host);
 - the node is tainted ``kubesweep.io/real-node=true:NoSchedule``: only pods that tolerate it land here, so the
   kwok tests' pods keep landing on kwok nodes. A namespace made with :func:`real_node_namespace_annotations`
   gives each of its pods that toleration and a node selector for this node (the PodTolerationRestriction and
@@ -33,6 +38,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -64,7 +70,10 @@ NODE_LABEL = "kubesweep.io/real-node"
 K8S_NAMESPACE = "k8s.io"  # containerd's namespace for CRI images and containers
 PAUSE_IMAGE = "localhost/kubesweep-test/pause:{version}"
 COREDNS_IMAGE = "localhost/kubesweep-test/coredns:{version}"
-COMPONENTS = ("containerd", "kubelet", "kube-proxy")
+COMPONENTS = ("containerd", "kubelet", "kube-proxy", "kube-router")
+# kube-router's filter chains and ipsets (its network policy controller), removed when the node goes
+KUBE_ROUTER_CHAINS = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-")
+KUBE_ROUTER_IPSETS = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")
 OWNER = Path("/run/kubesweep-node/owner")  # the workdir of the cluster whose real node holds this machine
 
 
@@ -91,7 +100,7 @@ def missing_requirements() -> list[str]:
     if os.geteuid() != 0:
         missing.append("root (the kubelet, containerd and the CNI plugins manage mounts, cgroups and networks)")
     for exe, pkg in (("runc", "runc"), ("iptables", "iptables"), ("ip", "iproute2"), ("openssl", "openssl"),
-                     ("conntrack", "conntrack")):
+                     ("conntrack", "conntrack"), ("ipset", "ipset")):
         if shutil.which(exe) is None and not Path("/usr/sbin", exe).exists():
             missing.append(f"{exe} (Debian: apt-get install -y {pkg})")
     if cni_bin_dir() is None:
@@ -154,12 +163,33 @@ def prepare_host_network() -> None:
 
 
 def remove_host_network() -> None:
-    """Undo prepare_host_network (and what kube-proxy left in iptables)."""
+    """Undo prepare_host_network (and what kube-proxy and kube-router left in iptables)."""
+    remove_kube_router_rules()
     _run(["iptables", "-w", "-D", "FORWARD", "-j", EGRESS_CHAIN], check=False)
     _run(["iptables", "-w", "-F", EGRESS_CHAIN], check=False)
     _run(["iptables", "-w", "-X", EGRESS_CHAIN], check=False)
     _run(["ip", "route", "del", "unreachable", NETWORK], check=False)
     _run(["ip", "link", "del", BRIDGE], check=False)
+
+
+def remove_kube_router_rules() -> None:
+    """Remove what kube-router's network policy controller wrote: the jumps into its chains, its chains and its
+    ipsets. (Its own ``--cleanup-config`` also cleans up the service proxy this node does not run, and fails
+    where the kernel has no IPVS.)"""
+    rules = _run(["iptables", "-w", "-t", "filter", "-S"], check=False).stdout.splitlines()
+    ours = [line.split()[1] for line in rules
+            if line.startswith("-N ") and line.split()[1].startswith(KUBE_ROUTER_CHAINS)]
+    for line in rules:  # rules of other chains that jump into ours
+        parts = line.split()
+        if parts[:1] == ["-A"] and parts[1] not in ours and any(f"-j {c}" in line for c in ours):
+            _run(["iptables", "-w", "-t", "filter", "-D", *shlex.split(line)[1:]], check=False)
+    for chain in ours:
+        _run(["iptables", "-w", "-t", "filter", "-F", chain], check=False)
+    for chain in ours:
+        _run(["iptables", "-w", "-t", "filter", "-X", chain], check=False)
+    for name in _run(["ipset", "list", "-n"], check=False).stdout.split():
+        if name.startswith(KUBE_ROUTER_IPSETS):
+            _run(["ipset", "destroy", name], check=False)
 
 
 # --------------------------------------------------------------------------------------------- kwokctl
@@ -308,9 +338,15 @@ class RealNode:
         self._spawn("kube-proxy", [str(self.bins / "kube-proxy"), f"--config={self._cfg('kube-proxy.yaml')}",
                                    "--v=1"])
         self._wait(f"node {NODE_NAME} to be Ready", self._node_ready, timeout)
-        self._deploy_dns()
+        self._deploy_addons()
+        self._spawn("kube-router", [str(self.bins / "kube-router"), "--run-firewall=true", "--run-router=false",
+                                    "--run-service-proxy=false", "--enable-cni=false",
+                                    f"--kubeconfig={self._cfg('kube-router.kubeconfig')}",
+                                    f"--hostname-override={NODE_NAME}", f"--service-cluster-ip-range={SERVICE_CIDR}",
+                                    "--health-port=0", "--metrics-port=0", "--v=1"])
         self._wait("CoreDNS to be ready", self._dns_ready, timeout)
-        _log(f"node {NODE_NAME} Ready with cluster DNS in {time.monotonic() - t0:.1f}s")
+        self._wait("kube-router to enforce NetworkPolicy", self._network_policy_ready, timeout)
+        _log(f"node {NODE_NAME} Ready with cluster DNS and NetworkPolicy in {time.monotonic() - t0:.1f}s")
 
     def _other_owner(self) -> Path | None:
         """The workdir of another cluster whose real node runs on this machine (one bridge, one node address:
@@ -379,12 +415,14 @@ class RealNode:
     # ---- certificates
     def _write_certificates(self) -> None:
         """Client certificates signed by the cluster CA, as a node's bootstrap would give them: the kubelet as
-        system:node:<name> (group system:nodes, checked by the Node authorizer) and kube-proxy as
-        system:kube-proxy; and the kubelet's serving certificate for NODE_IP."""
+        system:node:<name> (group system:nodes, checked by the Node authorizer), kube-proxy as
+        system:kube-proxy and kube-router as system:kube-router; and the kubelet's serving certificate for
+        NODE_IP."""
         ca, ca_key = self.pki / "ca.crt", self.pki / "ca.key"
         for name, subject, ext in (
             ("kubelet-client", f"/O=system:nodes/CN=system:node:{NODE_NAME}", "extendedKeyUsage=clientAuth"),
             ("kube-proxy", "/CN=system:kube-proxy", "extendedKeyUsage=clientAuth"),
+            ("kube-router", "/CN=system:kube-router", "extendedKeyUsage=clientAuth"),
             ("kubelet-serving", f"/O=system:nodes/CN=system:node:{NODE_NAME}",
              f"extendedKeyUsage=serverAuth\nsubjectAltName=IP:{NODE_IP},DNS:{NODE_NAME}"),
         ):
@@ -459,6 +497,7 @@ state = "{self.run_dir}/state"
         self._cfg("kubelet.kubeconfig").write_text(self._client_kubeconfig(f"system:node:{NODE_NAME}",
                                                                            "kubelet-client"))
         self._cfg("kube-proxy.kubeconfig").write_text(self._client_kubeconfig("system:kube-proxy", "kube-proxy"))
+        self._cfg("kube-router.kubeconfig").write_text(self._client_kubeconfig("system:kube-router", "kube-router"))
         resolv = self._cfg("resolv.conf")
         resolv.write_text("# no upstream nameserver: pods resolve cluster names only\n")
         self._cfg("kubelet.yaml").write_text(yaml.safe_dump({
@@ -518,12 +557,19 @@ state = "{self.run_dir}/state"
         conds = {c["type"]: c["status"] for c in json.loads(proc.stdout)["status"].get("conditions", [])}
         return conds.get("Ready") == "True"
 
-    def _deploy_dns(self) -> None:
-        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(coredns_manifests(self.coredns_image)))
+    def _deploy_addons(self) -> None:
+        manifests = coredns_manifests(self.coredns_image) + kube_router_rbac()
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests))
 
     def _dns_ready(self) -> bool:
         proc = self.kubectl("get", "deployment", "coredns", "-n", "kube-system", "-o", "json", check=False)
         return proc.returncode == 0 and json.loads(proc.stdout).get("status", {}).get("readyReplicas", 0) >= 1
+
+    def _network_policy_ready(self) -> bool:
+        """kube-router has synced: its chain for the CoreDNS pod is in FORWARD's path (it writes one per pod of
+        this node once its informers have listed them)."""
+        rules = _run(["iptables", "-w", "-t", "filter", "-S", "KUBE-ROUTER-FORWARD"], check=False).stdout
+        return "KUBE-POD-FW-" in rules
 
     # ---- stop
     def stop(self, *, quiet: bool = False) -> None:
@@ -533,7 +579,7 @@ state = "{self.run_dir}/state"
         outlives the node; then the kubelet's mounts under its root, the CNI network state and the host network
         setup go. Safe to call on a node that is not running.
         """
-        for component in ("kube-proxy", "kubelet"):
+        for component in ("kube-router", "kube-proxy", "kubelet"):
             self._terminate(component)
         if self._alive("containerd"):
             self._remove_containers()
@@ -675,4 +721,22 @@ def coredns_manifests(image: str) -> list[dict[str, Any]]:
          "spec": {"selector": labels, "clusterIP": DNS_SERVICE_IP,
                   "ports": [{"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
                             {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]}},
+    ]
+
+
+def kube_router_rbac() -> list[dict[str, Any]]:
+    """What kube-router's network policy controller reads (its upstream ClusterRole, less what only its router
+    and service proxy write), bound to the user of its client certificate."""
+    name = "system:kube-router"
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+         "rules": [{"apiGroups": [""], "resources": ["namespaces", "pods", "services", "nodes", "endpoints"],
+                    "verbs": ["list", "get", "watch"]},
+                   {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+                    "verbs": ["list", "get", "watch"]},
+                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                    "verbs": ["list", "get", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": name}]},
     ]

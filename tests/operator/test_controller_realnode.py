@@ -616,3 +616,79 @@ def test_a_sweep_author_gains_nothing_beyond_the_sweep(stack: Stack, tmp_path: P
     finally:
         listener.httpd.shutdown()
         cluster.kubectl("delete", "sweep", "lock-track", "--wait=false", namespace=ns, check=False)
+
+
+CONNECT = r"""
+import os, urllib.error, urllib.request
+try:
+    with urllib.request.urlopen(os.environ["MLFLOW_URL"] + "/health", timeout=5) as resp:
+        print("answered", resp.status)
+except urllib.error.HTTPError as exc:
+    print("answered", exc.code)
+except OSError as exc:
+    print("no connection:", exc)
+"""
+
+
+def _connect_probe(name: str, ns: str, image: str, labels: dict[str, str], url: str) -> dict[str, Any]:
+    """A pod of the job image (a restricted pod, as any user's) that opens one HTTP connection to `url`."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                     "securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [{"name": "probe", "image": image, "command": ["python", "-c", CONNECT],
+                                     "env": [{"name": "MLFLOW_URL", "value": url}],
+                                     "securityContext": {"allowPrivilegeEscalation": False,
+                                                         "capabilities": {"drop": ["ALL"]}}}]}}
+
+
+def test_mlflow_takes_connections_only_from_sweeps_pods_and_the_operator(stack: Stack) -> None:
+    """The chart's NetworkPolicy, enforced on the real node (kube-router): a pod of a sweep in a served namespace
+    connects; a pod of that namespace that belongs to no sweep, and a sweep's pod in a namespace the chart does
+    not serve, cannot; `kubectl port-forward`, the documented way to open the UI, still reaches the server."""
+    cluster, ns = stack.cluster, stack.namespace
+    other = f"{ns}-other"
+    url = f"http://{MLFLOW_SERVICE}.{ns}.svc.cluster.local:5000"
+    cluster.kubectl("create", "namespace", other)
+    cluster.kubectl("label", "namespace", other, "kubesweep.io/test=true",
+                    "pod-security.kubernetes.io/enforce=restricted")
+    cluster.kubectl("annotate", "namespace", other,
+                    *[f"{k}={v}" for k, v in _rn().real_node_namespace_annotations().items()])
+    probes = {("sweep-pod", ns): {"kubesweep.io/sweep": "np-probe"}, ("no-sweep", ns): {},
+              ("sweep-pod", other): {"kubesweep.io/sweep": "np-probe"}}
+    try:
+        cluster.apply([_connect_probe(name, where, stack.image, labels, url)
+                       for (name, where), labels in probes.items()])
+
+        def said(name: str, where: str) -> str | None:
+            pod = cluster.get_json("pod", name, namespace=where)
+            if pod["status"].get("phase") not in ("Succeeded", "Failed"):
+                return None
+            return str(cluster.kubectl("logs", name, namespace=where).stdout.strip())
+
+        answers = {key: _kc().wait_until(f"probe pod {key[0]} in {key[1]} to finish", lambda k=key: said(*k), 180)
+                   for key in probes}
+        assert answers[("sweep-pod", ns)] == "answered 200", answers
+        for key in (("no-sweep", ns), ("sweep-pod", other)):
+            assert answers[key].startswith("no connection:"), answers
+        # the policy selects MLflow's pod: its address is in one of kube-router's per-pod chains
+        (mlflow_pod,) = cluster.get_json("pods", "-l", "app.kubernetes.io/component=mlflow", namespace=ns)["items"]
+        rules = subprocess.run(["iptables", "-w", "-S", "KUBE-ROUTER-FORWARD"], capture_output=True, text=True,
+                               check=True).stdout
+        assert f"-d {mlflow_pod['status']['podIP']}/32" in rules
+
+        # port-forward enters the pod's network namespace: the NetworkPolicy does not stand in the UI's way
+        forward = subprocess.Popen([str(cluster.kubectl_path), "--kubeconfig", str(cluster.kubeconfig), "-n", ns,
+                                    "port-forward", f"svc/{MLFLOW_SERVICE}", ":5000"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert forward.stdout is not None
+            line = forward.stdout.readline()  # "Forwarding from 127.0.0.1:PORT -> 5000"
+            port = line.split("127.0.0.1:", 1)[1].split()[0]
+            assert _health(f"http://127.0.0.1:{port}"), line
+        finally:
+            forward.terminate()
+            forward.wait(10)
+    finally:
+        cluster.kubectl("delete", "pod", "sweep-pod", "no-sweep", "--wait=false", namespace=ns, check=False)
+        cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
