@@ -14,6 +14,10 @@ Each run writes the sweep spec it submitted, `sweep results -f json` and the who
 `--wait-s N` submits the sweep detached (`sweep submit --detach`) and waits at most N seconds for it: run the same
 command again (same --home) to go on waiting; it writes --out once the sweep has ended (exit 3 until then). The
 sweep runs on between the two commands, so its wall time is the sweep's own.
+
+`--combine A.json B.json ... --out X.json` adds up sweeps that ran one after another (the peer, split by batch size
+where one machine's time cannot hold it): measured training and wall time summed over the parts, so the fraction
+is the one of the parts run back to back.
 """
 
 from __future__ import annotations
@@ -68,9 +72,27 @@ def sweep(*argv: str, env: dict[str, str], log: Path) -> subprocess.CompletedPro
     return proc
 
 
+def combine(paths: list[Path]) -> dict[str, Any]:
+    """One report over sweeps run one after another: each part's report kept, the GPU-busy figures summed."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    busy = [p["gpu_busy"] for p in parts]
+    if any(not b for b in busy):
+        missing = [str(path) for path, b in zip(paths, busy, strict=True) if not b]
+        raise SystemExit(f"no GPU-busy figures in {', '.join(missing)}")
+    train = sum(b["measured_train_s"] for b in busy)
+    wall = sum(b["wall_s"] for b in busy)
+    trials = sum(b["trials"] for b in busy)
+    return {
+        "command": " ".join(sys.argv),
+        "parts": [{"file": p.name, **part} for p, part in zip(paths, parts, strict=True)],
+        "gpu_busy": {"fraction": train / wall, "measured_train_s": round(train, 2), "wall_s": round(wall, 2),
+                     "gpus": busy[0]["gpus"], "trials": trials, "wall_per_trial_s": round(wall / trials, 2)},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sst2", type=Path, required=True, help="directory of SST-2's train.tsv/dev.tsv")
+    parser.add_argument("--sst2", type=Path, help="directory of SST-2's train.tsv/dev.tsv (required to run)")
     parser.add_argument("--tokenizer", help="tokenizer directory (bert-base-uncased's vocabulary)")
     parser.add_argument("--engine", choices=["kubesweep", "hf-trainer"], default="kubesweep")
     parser.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[64, 128, 256])
@@ -80,8 +102,18 @@ def main() -> None:
     parser.add_argument("--home", type=Path, help="kubesweep home (default: a new directory beside --out)")
     parser.add_argument("--no-tracking", action="store_true", help="no MLflow (default: the local MLflow store)")
     parser.add_argument("--wait-s", type=float, help="submit detached and wait at most this long (see above)")
+    parser.add_argument("--combine", type=Path, nargs="+", metavar="REPORT", help="sum these reports (see above)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.combine:
+        combined = combine(args.combine)
+        args.out.write_text(json.dumps(combined, indent=2) + "\n")
+        b = combined["gpu_busy"]
+        print(f"GPU busy: {b['fraction']:.1%} ({b['measured_train_s']} s of measured training in {b['wall_s']} s, "
+              f"{b['trials']} trials, {b['wall_per_trial_s']} s per trial); wrote {args.out}")
+        return
+    if args.sst2 is None:
+        parser.error("--sst2 is required to run a sweep")
 
     out_dir = args.out.parent
     out_dir.mkdir(parents=True, exist_ok=True)

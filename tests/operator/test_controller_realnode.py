@@ -618,15 +618,23 @@ def test_a_sweep_author_gains_nothing_beyond_the_sweep(stack: Stack, tmp_path: P
         cluster.kubectl("delete", "sweep", "lock-track", "--wait=false", namespace=ns, check=False)
 
 
+# Tries for 15 s: the policy admits a new pod once kube-router has seen the pod's address in the API, which may
+# come after the container starts. A pod the policy does not admit is refused for all of those 15 s.
 CONNECT = r"""
-import os, urllib.error, urllib.request
-try:
-    with urllib.request.urlopen(os.environ["MLFLOW_URL"] + "/health", timeout=5) as resp:
-        print("answered", resp.status)
-except urllib.error.HTTPError as exc:
-    print("answered", exc.code)
-except OSError as exc:
-    print("no connection:", exc)
+import os, time, urllib.error, urllib.request
+deadline = time.monotonic() + 15
+while True:
+    try:
+        with urllib.request.urlopen(os.environ["MLFLOW_URL"] + "/health", timeout=5) as resp:
+            print("answered", resp.status)
+    except urllib.error.HTTPError as exc:
+        print("answered", exc.code)
+    except OSError as exc:
+        if time.monotonic() < deadline:
+            time.sleep(1)
+            continue
+        print("no connection:", exc)
+    break
 """
 
 
