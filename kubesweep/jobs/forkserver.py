@@ -17,6 +17,12 @@ server kills the trial. When the server cannot take the trial — it is not ther
 differs from the server's in a variable read at import time (`IMPORT_ENV_PREFIXES`) — the client runs the
 job itself, in place (exec), and says so on its standard error.
 
+A trial is taken by a *spare*: a child forked from the server ahead of the request, which waits for it. On a
+machine with an NVIDIA GPU the spare starts Inductor's compile workers while it waits (`KUBESWEEP_FORKSERVER_WARM=0`
+turns that off), so a trial that compiles from an empty cache finds them running instead of compiling its kernels
+one at a time while they start. The spare is forked from the same pristine server as the trial before it; once it
+takes a trial the server forks the next one.
+
 The server stops when its standard input closes (the backend that started it has exited) once the trials it
 forked have ended; it takes no new ones meanwhile.
 """
@@ -52,6 +58,8 @@ PRELOAD = ("torch", "transformers", "transformers.models.bert.modeling_bert", "k
            # after which a forked child cannot use CUDA (checked on an H100; `fork_safe` checks every start)
            "torch._inductor.codecache", "torch._functorch.aot_autograd", "torch._functorch.partitioners",
            "networkx", "triton")
+# "0": the spare starts no compile workers while it waits.
+WARM_ENV = "KUBESWEEP_FORKSERVER_WARM"
 # Set in a forked trial's environment: when its client started, where the trial's start-up time begins.
 LAUNCHED_ENV = "KUBESWEEP_LAUNCHED_AT"
 RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -121,6 +129,7 @@ class Server:
         self.start_env = import_env(dict(os.environ))  # what the modules it preloads are imported with
         self.selector = selectors.DefaultSelector()
         self.children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (client connection, pidfd)
+        self.spare: tuple[int, socket.socket, int] | None = None  # (pid, its end of our socket pair, pidfd)
         self.accepting = True
 
     def preload(self) -> None:
@@ -141,6 +150,7 @@ class Server:
         warnings.filterwarnings("ignore", message=r"This process .* is multi-threaded", category=DeprecationWarning)
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(sys.stdin.fileno(), selectors.EVENT_READ, "stdin")
+        self._fork_spare()
         print(f"forkserver {os.getpid()} ready on {self.path}", file=sys.stderr, flush=True)
         while self.accepting or self.children:
             for key, _ in self.selector.select():
@@ -154,10 +164,19 @@ class Server:
                     self._client_event(tag[1])
                 elif tag[0] == "child":
                     self._reap(tag[1])
+                elif tag[0] == "spare":
+                    self._lost_spare()
         return 0
 
     def _stop_accepting(self) -> None:
         self.accepting = False
+        if self.spare is not None:
+            pid, sock, pidfd = self.spare
+            self.spare = None
+            self.selector.unregister(pidfd)
+            sock.close()  # the spare reads the end of the stream and exits
+            os.waitpid(pid, 0)
+            os.close(pidfd)
         self.selector.unregister(self.listener)
         self.selector.unregister(sys.stdin.fileno())
         self.listener.close()
@@ -166,6 +185,13 @@ class Server:
             os.rmdir(os.path.dirname(self.path))
 
     def _accept(self) -> None:
+        try:
+            self._take_request()
+        finally:  # forked after the request is settled: the next spare inherits none of its descriptors
+            if self.spare is None:
+                self._fork_spare()
+
+    def _take_request(self) -> None:
         conn, _ = self.listener.accept()
         conn.settimeout(30)
         fds: list[int] = []
@@ -180,7 +206,8 @@ class Server:
                 _send(conn, {"refused": f"environment read at import differs from the server's: {', '.join(differs)}"})
                 conn.close()
                 return
-            pid = self._fork(conn, fds, [str(a) for a in request["argv"]], str(request["cwd"]), env)
+            trial = {"argv": [str(a) for a in request["argv"]], "cwd": str(request["cwd"]), "env": env}
+            pid, pidfd = self._hand_to_spare(trial, fds)
         except (OSError, ValueError, KeyError, TypeError) as err:
             conn.close()
             print(f"forkserver: bad request: {err}", file=sys.stderr, flush=True)
@@ -189,54 +216,65 @@ class Server:
             for fd in fds:
                 os.close(fd)
         print(f"forkserver: trial {pid}: {' '.join(request['argv'])}", file=sys.stderr, flush=True)
-        pidfd = os.pidfd_open(pid)
         self.children[pid] = (conn, pidfd)
         conn.setblocking(False)
         self.selector.register(conn, selectors.EVENT_READ, ("client", pid))
         self.selector.register(pidfd, selectors.EVENT_READ, ("child", pid))
         _send_quietly(conn, {"pid": pid})
 
-    def _fork(self, conn: socket.socket, fds: list[int], argv: list[str], cwd: str, env: dict[str, str]) -> int:
+    def _hand_to_spare(self, trial: dict[str, Any], fds: list[int]) -> tuple[int, int]:
+        """The waiting spare takes the trial (its request and standard streams). Returns its pid and pidfd."""
+        if self.spare is None:  # the last one died
+            self._fork_spare()
+        assert self.spare is not None
+        pid, sock, pidfd = self.spare
+        self.spare = None
+        self.selector.unregister(pidfd)
+        try:
+            _send(sock, trial, fds=fds)
+        except OSError:
+            _kill_group(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(pidfd)
+            raise
+        finally:
+            sock.close()
+        return pid, pidfd
+
+    def _fork_spare(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
-        if pid:
-            return pid
-        # the child: nothing of the server's survives but the imported modules
-        code = 1
-        try:
-            os.setsid()  # a session and process group of its own, which the client's signals address
-            _die_with_parent()
-            for sig in (*RELAYED, signal.SIGCHLD):  # as a fresh interpreter has them (SIGPIPE stays ignored)
-                signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
-            for fd, target in zip(fds, (0, 1, 2), strict=True):
-                os.dup2(fd, target)
-            keep = set(fds)
-            for other in [self.listener.fileno(), self.selector.fileno(), conn.fileno(),
-                          *(c.fileno() for c, _ in self.children.values()),
-                          *(p for _, p in self.children.values())]:
-                if other >= 0 and other not in keep:
-                    os.close(other)
-            for fd in fds:
-                os.close(fd)
-            os.chdir(cwd)
-            os.environ.clear()
-            os.environ.update(env)
-            sys.argv = ["python -m " + JOB_MODULE, *argv]
-            _reseed()
-            from kubesweep.jobs.cli import main
+        if pid == 0:
+            ours.close()
+            self._close_inherited()
+            _spare(theirs)  # never returns
+        theirs.close()
+        pidfd = os.pidfd_open(pid)
+        self.spare = (pid, ours, pidfd)
+        self.selector.register(pidfd, selectors.EVENT_READ, ("spare", pid))
 
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code)
+    def _close_inherited(self) -> None:
+        """In a spare: the server's descriptors are not the trial's."""
+        others = [self.listener.fileno(), self.selector.fileno(),
+                  *(c.fileno() for c, _ in self.children.values()), *(p for _, p in self.children.values())]
+        for fd in others:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def _lost_spare(self) -> None:
+        """The spare died before it had a trial (killed from outside): the next request forks another."""
+        assert self.spare is not None
+        pid, sock, pidfd = self.spare
+        self.spare = None
+        self.selector.unregister(pidfd)
+        sock.close()
+        _, status = os.waitpid(pid, 0)
+        os.close(pidfd)
+        print(f"forkserver: spare {pid} ended without a trial ({os.waitstatus_to_exitcode(status)})",
+              file=sys.stderr, flush=True)
 
     def _client_event(self, pid: int) -> None:
         """The only thing a client says after its request is goodbye: it is gone, so its trial goes too."""
@@ -262,6 +300,59 @@ class Server:
         conn.setblocking(True)
         _send_quietly(conn, {"exit": exit_code})
         conn.close()
+
+
+def _spare(sock: socket.socket) -> None:
+    """A child of the server that waits for a trial and becomes it; exits when the server closes the pair."""
+    code = 1
+    try:
+        os.setsid()  # a session and process group of its own, which the client's signals address
+        _die_with_parent()
+        _warm_compile_workers()
+        trial, fds = _recv(sock, want_fds=3)
+        sock.close()
+        if trial is None or len(fds) != 3:
+            os._exit(0)
+        for sig in (*RELAYED, signal.SIGCHLD):  # as a fresh interpreter has them (SIGPIPE stays ignored)
+            signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+        for fd, target in zip(fds, (0, 1, 2), strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(trial["cwd"])
+        os.environ.clear()
+        os.environ.update(trial["env"])
+        sys.argv = ["python -m " + JOB_MODULE, *trial["argv"]]
+        _reseed()
+        from kubesweep.jobs.cli import main
+
+        code = main(trial["argv"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _warm_compile_workers() -> None:
+    """Start Inductor's compile workers (a sidecar process and its pool), without waiting for them: a trial that
+    compiles kernels uses them once they answer and compiles in its own process until then. Only where there is
+    an NVIDIA GPU (their work is Triton's kernels) and Triton is installed. Nothing here touches CUDA."""
+    if os.environ.get(WARM_ENV) == "0" or not os.path.exists("/dev/nvidia0"):
+        return
+    try:
+        from torch._inductor.async_compile import AsyncCompile
+        from torch.utils._triton import has_triton_package
+
+        if has_triton_package():
+            AsyncCompile.warm_pool()
+            AsyncCompile.use_process_pool()  # type: ignore[no-untyped-call]  # its first job starts the workers
+    except Exception as err:  # a torch without Inductor's pool: the trial compiles as it would anyway
+        print(f"forkserver: compile workers not started: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
 
 
 def fork_safe() -> bool:

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -120,6 +120,46 @@ def test_without_a_server_or_with_another_import_environment_the_job_runs_in_the
         assert why in run.stdout and "running the job in this process" in run.stdout
         assert "batch_size" in run.stdout
     assert forked_trials(tmp_path) == []
+
+
+def test_each_trial_is_taken_by_a_spare_forked_before_it_and_a_lost_spare_is_replaced(
+    server: forkserver.Handle, tmp_path: Path
+) -> None:
+    """The server keeps one child waiting: a trial runs in the spare that was there before its request, the next
+    spare is forked then, and a spare killed while it waits is reaped and replaced without losing a trial."""
+    server.wait_ready()
+    (spare,) = _children(server.proc.pid)
+    run = through(server, ["--batch-size", "0"], tmp_path / "first")
+    assert run.returncode == ExitCode.USAGE and forked_trials(tmp_path) == [spare]
+    (next_spare,) = _wait_children(server.proc.pid, lambda pids: pids != [spare] and len(pids) == 1)
+    os.kill(next_spare, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while f"spare {next_spare} ended without a trial" not in server.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert f"spare {next_spare} ended without a trial" in server.log.read_text()
+    again = through(server, ["--batch-size", "0"], tmp_path / "again")
+    assert again.returncode == ExitCode.USAGE and "running the job in this process" not in again.stdout
+    assert len(forked_trials(tmp_path)) == 2 and next_spare not in forked_trials(tmp_path)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return sorted(found)
+
+
+def _wait_children(pid: int, ok: Callable[[list[int]], bool]) -> list[int]:
+    deadline = time.monotonic() + 30
+    while not ok(pids := _children(pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pids
 
 
 def _wait_for_steps(output_dir: Path) -> None:
