@@ -17,11 +17,12 @@ server kills the trial. When the server cannot take the trial — it is not ther
 differs from the server's in a variable read at import time (`IMPORT_ENV_PREFIXES`) — the client runs the
 job itself, in place (exec), and says so on its standard error.
 
-A trial is taken by a *spare*: a child forked from the server ahead of the request, which waits for it. On a
-machine with an NVIDIA GPU the spare starts Inductor's compile workers while it waits (`KUBESWEEP_FORKSERVER_WARM=0`
-turns that off), so a trial that compiles from an empty cache finds them running instead of compiling its kernels
-one at a time while they start. The spare is forked from the same pristine server as the trial before it; once it
-takes a trial the server forks the next one.
+A trial is taken by a *spare*: a child forked from the server ahead of the request, which waits for it. It is
+forked from the same pristine server as the trial before it; once it takes a trial the server forks the next one.
+With `KUBESWEEP_FORKSERVER_WARM=1`, on a machine with an NVIDIA GPU, the spare starts Inductor's compile workers
+while it waits (at a lower CPU priority than the running trial), so that a trial compiling from an empty cache
+finds them running rather than compiling its kernels one at a time while they start. Not on by default: what it
+saves in a cold compilation and costs the running trial has not been measured on a GPU yet (docs/benchmarks.md).
 
 The server stops when its standard input closes (the backend that started it has exited) once the trials it
 forked have ended; it takes no new ones meanwhile.
@@ -58,7 +59,7 @@ PRELOAD = ("torch", "transformers", "transformers.models.bert.modeling_bert", "k
            # after which a forked child cannot use CUDA (checked on an H100; `fork_safe` checks every start)
            "torch._inductor.codecache", "torch._functorch.aot_autograd", "torch._functorch.partitioners",
            "networkx", "triton")
-# "0": the spare starts no compile workers while it waits.
+# "1": the spare starts Inductor's compile workers while it waits (see above).
 WARM_ENV = "KUBESWEEP_FORKSERVER_WARM"
 # Set in a forked trial's environment: when its client started, where the trial's start-up time begins.
 LAUNCHED_ENV = "KUBESWEEP_LAUNCHED_AT"
@@ -339,10 +340,12 @@ def _spare(sock: socket.socket) -> None:
 
 
 def _warm_compile_workers() -> None:
-    """Start Inductor's compile workers (a sidecar process and its pool), without waiting for them: a trial that
-    compiles kernels uses them once they answer and compiles in its own process until then. Only where there is
-    an NVIDIA GPU (their work is Triton's kernels) and Triton is installed. Nothing here touches CUDA."""
-    if os.environ.get(WARM_ENV) == "0" or not os.path.exists("/dev/nvidia0"):
+    """With WARM_ENV=1: start Inductor's compile workers (a sidecar process and its pool), without waiting for
+    them: a trial that compiles kernels uses them once they answer and compiles in its own process until then.
+    Only where there is an NVIDIA GPU (their work is Triton's kernels) and Triton is installed. The sidecar, and
+    the workers it starts, run at niceness 10: they take the cores the running trial leaves. Nothing here
+    touches CUDA."""
+    if os.environ.get(WARM_ENV) != "1" or not os.path.exists("/dev/nvidia0"):
         return
     try:
         from torch._inductor.async_compile import AsyncCompile
@@ -350,6 +353,10 @@ def _warm_compile_workers() -> None:
 
         if has_triton_package():
             AsyncCompile.warm_pool()
+            sidecar = getattr(AsyncCompile.process_pool(), "process", None)
+            if sidecar is not None:  # before its workers start: they inherit it
+                with contextlib.suppress(OSError):
+                    os.setpriority(os.PRIO_PROCESS, sidecar.pid, 10)
             AsyncCompile.use_process_pool()  # type: ignore[no-untyped-call]  # its first job starts the workers
     except Exception as err:  # a torch without Inductor's pool: the trial compiles as it would anyway
         print(f"forkserver: compile workers not started: {type(err).__name__}: {err}", file=sys.stderr, flush=True)

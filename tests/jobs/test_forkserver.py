@@ -6,6 +6,7 @@ what a trial computes and reports; how long it takes is measured in bench/trial_
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -140,6 +141,35 @@ def test_each_trial_is_taken_by_a_spare_forked_before_it_and_a_lost_spare_is_rep
     again = through(server, ["--batch-size", "0"], tmp_path / "again")
     assert again.returncode == ExitCode.USAGE and "running the job in this process" not in again.stdout
     assert len(forked_trials(tmp_path)) == 2 and next_spare not in forked_trials(tmp_path)
+
+
+WARM_PROBE = r"""
+import json, os, time, torch
+from kubesweep.jobs import forkserver
+exists = os.path.exists
+os.path.exists = lambda p: p == "/dev/nvidia0" or exists(p)  # no GPU here: pretend its device node
+forkserver._warm_compile_workers()
+from torch._inductor.async_compile import AsyncCompile
+sidecar = AsyncCompile.process_pool().process.pid
+deadline = time.monotonic() + 60
+while not AsyncCompile.use_process_pool() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(json.dumps({"ready": AsyncCompile.use_process_pool(), "sidecar_nice": os.getpriority(os.PRIO_PROCESS, sidecar),
+                  "cuda_initialized": torch.cuda.is_initialized()}))
+"""
+
+
+def test_a_spare_can_start_the_compile_workers_behind_the_running_trial() -> None:
+    """KUBESWEEP_FORKSERVER_WARM=1: Inductor's compile workers start and answer, below the running trial's CPU
+    priority, and nothing of CUDA is touched before the trial's environment is in place. CI has no GPU: the
+    probe pretends /dev/nvidia0 exists; the workers themselves are real."""
+    pytest.importorskip("triton")
+    env = {**os.environ, forkserver.WARM_ENV: "1"}
+    out = subprocess.run([sys.executable, "-c", WARM_PROBE], capture_output=True, text=True, env=env, cwd=REPO,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"ready": True, "sidecar_nice": 10, "cuda_initialized": False}, seen
 
 
 def _children(pid: int) -> list[int]:
