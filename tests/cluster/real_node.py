@@ -180,9 +180,10 @@ def remove_kube_router_rules() -> None:
     ours = [line.split()[1] for line in rules
             if line.startswith("-N ") and line.split()[1].startswith(KUBE_ROUTER_CHAINS)]
     for line in rules:  # rules of other chains that jump into ours
-        parts = line.split()
-        if parts[:1] == ["-A"] and parts[1] not in ours and any(f"-j {c}" in line for c in ours):
-            _run(["iptables", "-w", "-t", "filter", "-D", *shlex.split(line)[1:]], check=False)
+        parts = shlex.split(line)
+        target = parts[parts.index("-j") + 1] if "-j" in parts[:-1] else None
+        if parts[:1] == ["-A"] and parts[1] not in ours and target in ours:
+            _run(["iptables", "-w", "-t", "filter", "-D", *parts[1:]], check=False)
     for chain in ours:
         _run(["iptables", "-w", "-t", "filter", "-F", chain], check=False)
     for chain in ours:

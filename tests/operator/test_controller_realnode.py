@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from kubesweep.images import load_lock
+from kubesweep.manifests import restricted_container_security, restricted_pod_security
 from tests.support.image_fixtures import JOB_KEY, Built, by_digest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.images, pytest.mark.slow,
@@ -639,15 +640,13 @@ while True:
 
 
 def _connect_probe(name: str, ns: str, image: str, labels: dict[str, str], url: str) -> dict[str, Any]:
-    """A pod of the job image (a restricted pod, as any user's) that opens one HTTP connection to `url`."""
+    """A pod of the job image, restricted as a trial's pod is, that opens an HTTP connection to `url`."""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
             "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
-                     "securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
-                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "securityContext": restricted_pod_security(),
                      "containers": [{"name": "probe", "image": image, "command": ["python", "-c", CONNECT],
                                      "env": [{"name": "MLFLOW_URL", "value": url}],
-                                     "securityContext": {"allowPrivilegeEscalation": False,
-                                                         "capabilities": {"drop": ["ALL"]}}}]}}
+                                     "securityContext": restricted_container_security()}]}}
 
 
 def test_mlflow_takes_connections_only_from_sweeps_pods_and_the_operator(stack: Stack) -> None:
