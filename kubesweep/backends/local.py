@@ -342,7 +342,7 @@ class LocalBackend(Backend):
         if command == [command[0], "-m", JOB_MODULE]:
             argv = job_argv(str(config_path), str(trial_dir), python=command[0], gpus=len(devices) or 1)
             if self.forkserver and argv[1:3] == ["-m", JOB_MODULE]:  # one process (torchrun's are not forked)
-                argv = self._server(command[0]).argv(argv[3:])
+                argv = self._server(command[0], env).argv(argv[3:])
         else:
             argv = [*command, "--config", str(config_path), "--output-dir", str(trial_dir)]
         log = (trial_dir / "log.txt").open("ab")
@@ -362,12 +362,13 @@ class LocalBackend(Backend):
         row.attempts += 1
         supervisor.running[row.trial_id] = _Running(row, proc, devices, log, staged=after is not None)
 
-    def _server(self, python: str) -> forkserver_mod.Handle:
-        """The fork server of this driver for `python`, started on first use (again if it died)."""
+    def _server(self, python: str, trial_env: dict[str, str]) -> forkserver_mod.Handle:
+        """The fork server of this driver for `python`, started on first use (again if it died), with the CUDA
+        environment of the trial that starts it (what its first spare prepares for)."""
         server = self._servers.get(python)
         if server is None or not server.alive():
-            server = forkserver_mod.Handle(python, {**os.environ, **self._compile_cache_env()},
-                                           self.store.home / "forkserver.log")
+            env = {**os.environ, **self._compile_cache_env(), **forkserver_mod.cuda_env(trial_env)}
+            server = forkserver_mod.Handle(python, env, self.store.home / "forkserver.log")
             self._servers[python] = server
         return server
 

@@ -19,10 +19,15 @@ job itself, in place (exec), and says so on its standard error.
 
 A trial is taken by a *spare*: a child forked from the server ahead of the request, which waits for it. It is
 forked from the same pristine server as the trial before it; once it takes a trial the server forks the next one.
-With `KUBESWEEP_FORKSERVER_WARM=1`, on a machine with an NVIDIA GPU, the spare starts Inductor's compile workers
-while it waits (at a lower CPU priority than the running trial), so that a trial compiling from an empty cache
-finds them running rather than compiling its kernels one at a time while they start. Not on by default: what it
-saves in a cold compilation and costs the running trial has not been measured on a GPU yet (docs/benchmarks.md).
+
+On a machine with an NVIDIA GPU the spare also prepares for its trial while the trial before it runs: it starts Inductor's compile workers (at a lower CPU priority than the running trial)
+and imports the compiler's modules that a trial's first compilation would import (`WARM_IMPORTS`). Importing
+those asks CUDA for its devices, which fixes the devices the process sees, so the spare prepares for one CUDA
+environment (`CUDA_*`: the last trial's; at first the server's) and takes only a trial with that environment;
+any other trial is taken by a spare forked for it on the spot, which prepares nothing. Whichever spare takes
+it, a trial starts from the same state for the same request. On the H100 of docs/benchmarks.md this took a
+bert-base trial from 18.3 s to 14.6 s and its warm-up from an empty compile cache from 16.8 s to 12.5-15.0 s.
+`KUBESWEEP_FORKSERVER_WARM=0` turns it off.
 
 The server stops when its standard input closes (the backend that started it has exited) once the trials it
 forked have ended; it takes no new ones meanwhile.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import importlib
 import json
 import os
 import selectors
@@ -43,13 +49,15 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 JOB_MODULE = "kubesweep.jobs"
 # Environment read by torch, transformers, tokenizers or the interpreter when they are imported: a trial whose
 # environment differs from the server's in one of these runs in a fresh interpreter instead.
-IMPORT_ENV_PREFIXES = ("TORCH", "PYTORCH_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_",
-                       "MKL_", "PYTHON", "LD_", "MPLBACKEND")
+IMPORT_ENV_PREFIXES = ("TORCH", "PYTORCH_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TRITON_",
+                       "OMP_", "MKL_", "PYTHON", "LD_", "MPLBACKEND")
+# What CUDA reads when a process first asks it for devices: which ones, in which order, how it loads kernels.
+CUDA_ENV_PREFIX = "CUDA_"
 # Imported once by the server: what every trial of the job imports. Best effort (the extras and Triton may be
 # absent). Importing starts nothing: Inductor's compile workers start when a child first compiles.
 PRELOAD = ("torch", "transformers", "transformers.models.bert.modeling_bert", "kubesweep.jobs.cli",
@@ -59,8 +67,27 @@ PRELOAD = ("torch", "transformers", "transformers.models.bert.modeling_bert", "k
            # after which a forked child cannot use CUDA (checked on an H100; `fork_safe` checks every start)
            "torch._inductor.codecache", "torch._functorch.aot_autograd", "torch._functorch.partitioners",
            "networkx", "triton")
-# "1": the spare starts Inductor's compile workers while it waits (see above).
+# "0": the spare does not prepare for its trial while it waits (see above); default "1".
 WARM_ENV = "KUBESWEEP_FORKSERVER_WARM"
+# The device node that says this host has an NVIDIA GPU (tests point it at another file).
+GPU_NODE_ENV = "KUBESWEEP_TEST_GPU_NODE"
+# What a trial's first compilation imports beyond PRELOAD (read on an H100: 257 modules, 4.0 s): Inductor's
+# compile path, its code generators, pattern passes and Dynamo's backends, each pulling in the rest.
+WARM_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.codegen.triton",
+                "torch._inductor.codegen.cuda_combined_scheduling", "torch._inductor.codegen.cpp_wrapper_gpu",
+                "torch._inductor.codegen.memory_planning", "torch._inductor.codegen.wrapper_fxir",
+                "torch._inductor.codegen.halide", "torch._inductor.codegen.mps", "torch._inductor.codegen.pallas",
+                "torch._inductor.codegen.python_wrapper_mtia", "torch._inductor.codegen.cutlass.scheduling",
+                "torch._inductor.codegen.cutedsl.cutedsl_scheduling", "torch._inductor.codegen.nv_universal_gemm",
+                "torch._inductor.codegen.rocm.rocm_cpp_scheduling", "torch._inductor.runtime.triton_heuristics",
+                "torch._inductor.fx_passes.pre_grad", "torch._inductor.fx_passes.joint_graph",
+                "torch._inductor.fx_passes.post_grad", "torch._inductor.fx_passes.quantization",
+                "torch._inductor.fx_passes.freezing_patterns", "torch._inductor.fx_passes.efficient_conv_bn_eval",
+                "torch._inductor.fx_passes.apply_gumbel_max_trick", "torch._dynamo.backends.inductor",
+                "torch._dynamo.backends.cudagraphs", "torch._dynamo.backends.distributed",
+                "torch._dynamo.repro.after_dynamo", "torch._dynamo.repro.after_aot",
+                "torch.distributed.tensor.experimental", "torch.export._trace", "torch.fx.experimental.validator",
+                "sympy.tensor.tensor", "sympy.physics.units")
 # Set in a forked trial's environment: when its client started, where the trial's start-up time begins.
 LAUNCHED_ENV = "KUBESWEEP_LAUNCHED_AT"
 RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -70,6 +97,15 @@ _MAX_REQUEST = 1 << 22
 
 class Unavailable(Exception):
     """The server cannot run this trial; the client runs it itself."""
+
+
+def cuda_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(CUDA_ENV_PREFIX)}
+
+
+def warm_wanted() -> bool:
+    """A host with an NVIDIA GPU (what the compile workers and the imports are for), unless WARM_ENV=0."""
+    return os.environ.get(WARM_ENV, "1") != "0" and os.path.exists(os.environ.get(GPU_NODE_ENV, "/dev/nvidia0"))
 
 
 def import_env(env: dict[str, str]) -> dict[str, str]:
@@ -121,6 +157,13 @@ def _recv(sock: socket.socket, want_fds: int = 0) -> tuple[dict[str, Any] | None
 
 # ---------------------------------------------------------------------------------------------------- server
 
+class Spare(NamedTuple):
+    pid: int
+    sock: socket.socket  # the server's end of their socket pair
+    pidfd: int
+    cuda: dict[str, str] | None  # the CUDA environment it prepares for; None: it prepares nothing
+
+
 class Server:
     def __init__(self, path: str) -> None:
         self.path = path
@@ -130,12 +173,12 @@ class Server:
         self.start_env = import_env(dict(os.environ))  # what the modules it preloads are imported with
         self.selector = selectors.DefaultSelector()
         self.children: dict[int, tuple[socket.socket, int]] = {}  # pid -> (client connection, pidfd)
-        self.spare: tuple[int, socket.socket, int] | None = None  # (pid, its end of our socket pair, pidfd)
+        self.spare: Spare | None = None
+        self.warm = warm_wanted()
+        self.expected_cuda = cuda_env(dict(os.environ))  # what the next spare prepares for: the last trial's
         self.accepting = True
 
     def preload(self) -> None:
-        import importlib
-
         for name in PRELOAD:
             try:
                 importlib.import_module(name)
@@ -172,12 +215,7 @@ class Server:
     def _stop_accepting(self) -> None:
         self.accepting = False
         if self.spare is not None:
-            pid, sock, pidfd = self.spare
-            self.spare = None
-            self.selector.unregister(pidfd)
-            sock.close()  # the spare reads the end of the stream and exits
-            os.waitpid(pid, 0)
-            os.close(pidfd)
+            self._end_spare()
         self.selector.unregister(self.listener)
         self.selector.unregister(sys.stdin.fileno())
         self.listener.close()
@@ -225,10 +263,16 @@ class Server:
 
     def _hand_to_spare(self, trial: dict[str, Any], fds: list[int]) -> tuple[int, int]:
         """The waiting spare takes the trial (its request and standard streams). Returns its pid and pidfd."""
-        if self.spare is None:  # the last one died
-            self._fork_spare()
+        wanted = cuda_env(trial["env"])
+        if self.spare is not None and self.spare.cuda not in (None, wanted):
+            print(f"forkserver: spare {self.spare.pid} prepared for {_show(self.spare.cuda)}; the trial has "
+                  f"{_show(wanted)}: a spare is forked for it", file=sys.stderr, flush=True)
+            self._end_spare()
+        if self.spare is None:  # the last one died, or prepared for another CUDA environment
+            self._fork_spare(prepare=False)
+        self.expected_cuda = wanted
         assert self.spare is not None
-        pid, sock, pidfd = self.spare
+        pid, sock, pidfd, _ = self.spare
         self.spare = None
         self.selector.unregister(pidfd)
         try:
@@ -242,7 +286,8 @@ class Server:
             sock.close()
         return pid, pidfd
 
-    def _fork_spare(self) -> None:
+    def _fork_spare(self, *, prepare: bool = True) -> None:
+        cuda = dict(self.expected_cuda) if prepare and self.warm else None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -250,10 +295,10 @@ class Server:
         if pid == 0:
             ours.close()
             self._close_inherited()
-            _spare(theirs)  # never returns
+            _spare(theirs, cuda)  # never returns
         theirs.close()
         pidfd = os.pidfd_open(pid)
-        self.spare = (pid, ours, pidfd)
+        self.spare = Spare(pid, ours, pidfd, cuda)
         self.selector.register(pidfd, selectors.EVENT_READ, ("spare", pid))
 
     def _close_inherited(self) -> None:
@@ -265,10 +310,21 @@ class Server:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
+    def _end_spare(self) -> None:
+        """Ends the waiting spare (it has no trial to lose) with what it started: its compile workers."""
+        assert self.spare is not None
+        pid, sock, pidfd, _ = self.spare
+        self.spare = None
+        self.selector.unregister(pidfd)
+        sock.close()
+        _kill_group(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(pidfd)
+
     def _lost_spare(self) -> None:
         """The spare died before it had a trial (killed from outside): the next request forks another."""
         assert self.spare is not None
-        pid, sock, pidfd = self.spare
+        pid, sock, pidfd, _ = self.spare
         self.spare = None
         self.selector.unregister(pidfd)
         sock.close()
@@ -303,13 +359,15 @@ class Server:
         conn.close()
 
 
-def _spare(sock: socket.socket) -> None:
-    """A child of the server that waits for a trial and becomes it; exits when the server closes the pair."""
+def _spare(sock: socket.socket, cuda: dict[str, str] | None) -> None:
+    """A child of the server that waits for a trial and becomes it; exits when the server closes the pair. With
+    `cuda`, it first prepares for a trial with that CUDA environment."""
     code = 1
     try:
         os.setsid()  # a session and process group of its own, which the client's signals address
         _die_with_parent()
-        _warm_compile_workers()
+        if cuda is not None:
+            _prepare(cuda)
         trial, fds = _recv(sock, want_fds=3)
         sock.close()
         if trial is None or len(fds) != 3:
@@ -339,27 +397,51 @@ def _spare(sock: socket.socket) -> None:
             os._exit(code)
 
 
-def _warm_compile_workers() -> None:
-    """With WARM_ENV=1: start Inductor's compile workers (a sidecar process and its pool), without waiting for
-    them: a trial that compiles kernels uses them once they answer and compiles in its own process until then.
-    Only where there is an NVIDIA GPU (their work is Triton's kernels) and Triton is installed. The sidecar, and
-    the workers it starts, run at niceness 10: they take the cores the running trial leaves. Nothing here
-    touches CUDA."""
-    if os.environ.get(WARM_ENV) != "1" or not os.path.exists("/dev/nvidia0"):
-        return
+def _prepare(cuda: dict[str, str]) -> None:
+    """What a trial would do first, done while the trial before it runs: with the CUDA environment `cuda` in
+    place, start Inductor's compile workers and import `WARM_IMPORTS`. Says what it did on standard error."""
+    start = time.monotonic()
+    for key in [k for k in os.environ if k.startswith(CUDA_ENV_PREFIX)]:
+        del os.environ[key]
+    os.environ.update(cuda)
+    workers = _start_compile_workers()
+    failed = []
+    for name in WARM_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # another torch: the trial imports what it needs itself
+            failed.append(name)
+    print(f"forkserver: spare {os.getpid()} prepared for {_show(cuda)} in {time.monotonic() - start:.1f}s: "
+          f"compile workers {'starting' if workers else 'not started'}, "
+          f"{len(WARM_IMPORTS) - len(failed)} of {len(WARM_IMPORTS)} modules imported"
+          + (f" (not {', '.join(failed)})" if failed else ""), file=sys.stderr, flush=True)
+
+
+def _start_compile_workers() -> bool:
+    """Starts Inductor's compile workers (a sidecar process and its pool) without waiting for them: a trial
+    that compiles kernels uses them once they answer and compiles in its own process until then. The sidecar,
+    and the workers it starts, run at niceness 10: they take the cores the running trial leaves. False where
+    Triton or the pool is missing."""
     try:
         from torch._inductor.async_compile import AsyncCompile
         from torch.utils._triton import has_triton_package
 
-        if has_triton_package():
-            AsyncCompile.warm_pool()
-            sidecar = getattr(AsyncCompile.process_pool(), "process", None)
-            if sidecar is not None:  # before its workers start: they inherit it
-                with contextlib.suppress(OSError):
-                    os.setpriority(os.PRIO_PROCESS, sidecar.pid, 10)
-            AsyncCompile.use_process_pool()  # type: ignore[no-untyped-call]  # its first job starts the workers
+        if not has_triton_package():
+            return False
+        AsyncCompile.warm_pool()
+        sidecar = getattr(AsyncCompile.process_pool(), "process", None)
+        if sidecar is not None:  # before its workers start: they inherit it
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, sidecar.pid, 10)
+        AsyncCompile.use_process_pool()  # type: ignore[no-untyped-call]  # its first job starts the workers
+        return True
     except Exception as err:  # a torch without Inductor's pool: the trial compiles as it would anyway
         print(f"forkserver: compile workers not started: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return False
+
+
+def _show(cuda: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(cuda.items())) or "no CUDA_* variables"
 
 
 def fork_safe() -> bool:
@@ -417,6 +499,7 @@ class Handle:
         import tempfile
 
         self.python = python
+        self.env = env
         self.log = log
         self.dir = tempfile.mkdtemp(prefix="kubesweep-fs-")  # mode 0700: only this user reaches the socket
         self.socket = os.path.join(self.dir, "socket")

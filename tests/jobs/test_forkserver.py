@@ -26,9 +26,16 @@ from tests.support.job_fixtures import REPO, JobRun, run_job, tiny_args
 pytestmark = pytest.mark.slow
 
 
+# A host "with a GPU": CI has none, so the device node the server looks for is pointed at a file that exists. The
+# spares then prepare as on a GPU host (compile workers, the compiler's imports). `plain` turns that off.
+PREPARING = {forkserver.WARM_ENV: "1", forkserver.GPU_NODE_ENV: "/dev/null"}
+PLAIN = {forkserver.WARM_ENV: "0"}
+
+
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[forkserver.Handle]:
-    handle = forkserver.Handle(sys.executable, dict(os.environ), tmp_path / "forkserver.log")
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[forkserver.Handle]:
+    env = {**os.environ, **(PREPARING if getattr(request, "param", "plain") == "preparing" else PLAIN)}
+    handle = forkserver.Handle(sys.executable, env, tmp_path / "forkserver.log")
     yield handle
     handle.stop()
     handle.proc.wait(timeout=60)
@@ -38,6 +45,12 @@ def forked_trials(tmp_path: Path) -> list[int]:
     """The pids the server says it forked, in order."""
     log = (tmp_path / "forkserver.log").read_text()
     return [int(pid) for pid in re.findall(r"forkserver: trial (\d+):", log)]
+
+
+def forkserver_prepared(tmp_path: Path) -> dict[int, str]:
+    """The spares that prepared for a trial: pid -> the CUDA environment they prepared for."""
+    log = (tmp_path / "forkserver.log").read_text()
+    return {int(pid): cuda for pid, cuda in re.findall(r"forkserver: spare (\d+) prepared for (.*?) in ", log)}
 
 
 def client(server: forkserver.Handle, args: list[str], output_dir: Path, env: dict[str, str] | None = None,
@@ -56,11 +69,13 @@ def through(server: forkserver.Handle, args: list[str], output_dir: Path,
     return JobRun(proc.returncode, out, output_dir)
 
 
+@pytest.mark.parametrize("server", ["plain", "preparing"], indirect=True)
 def test_a_trial_after_another_computes_what_a_fresh_process_computes(
     server: forkserver.Handle, sst2: Path, token_cache: Path, tmp_path: Path
 ) -> None:
     """Trial B forked after trial A (other seed, batch, precision, attention kernels, learning rate) reports
-    exactly what B reports in an interpreter of its own: every logged loss, the evaluation, the step count."""
+    exactly what B reports in an interpreter of its own: every logged loss, the evaluation, the step count; also
+    where each trial is taken by a spare that prepared for it (`preparing`)."""
     a = through(server, tiny_args(sst2, token_cache, "--seed", "7", "--batch-size", "8", "--precision", "bf16",
                                   "--sdpa-backend", "math", "--learning-rate", "3e-3", "--max-steps", "10"),
                 tmp_path / "a")
@@ -74,6 +89,8 @@ def test_a_trial_after_another_computes_what_a_fresh_process_computes(
     assert got["final_accuracy"] == want["final_accuracy"] and got["train"]["steps"] == want["train"]["steps"]
     assert got["eval"] == want["eval"] and got["train"]["final_loss"] == want["train"]["final_loss"]
     assert got["outcome"] == "succeeded" and got["timings"]["startup_s"] >= 0
+    if server.env.get(forkserver.WARM_ENV) == "1":
+        assert set(forkserver_prepared(tmp_path)) >= set(forked_trials(tmp_path))
 
 
 def test_exit_codes_and_signals_pass_through_the_client(
@@ -143,33 +160,60 @@ def test_each_trial_is_taken_by_a_spare_forked_before_it_and_a_lost_spare_is_rep
     assert len(forked_trials(tmp_path)) == 2 and next_spare not in forked_trials(tmp_path)
 
 
+def test_a_preparing_spare_takes_only_a_trial_of_the_cuda_environment_it_prepared_for(tmp_path: Path) -> None:
+    """A spare prepares for the CUDA environment of the trial before it (the server's at first): a trial with
+    another is taken by a spare forked for it on the spot, which prepares nothing, and the next spare prepares
+    for the new environment."""
+    env = {**os.environ, **PREPARING, "CUDA_VISIBLE_DEVICES": "0"}
+    server = forkserver.Handle(sys.executable, env, tmp_path / "forkserver.log")
+    try:
+        server.wait_ready()
+        first = through(server, ["--batch-size", "0"], tmp_path / "a", env={"CUDA_VISIBLE_DEVICES": "0"})
+        other = through(server, ["--batch-size", "0"], tmp_path / "b", env={"CUDA_VISIBLE_DEVICES": "1"})
+        again = through(server, ["--batch-size", "0"], tmp_path / "c", env={"CUDA_VISIBLE_DEVICES": "1"})
+    finally:
+        server.stop()
+        server.proc.wait(timeout=60)
+    assert first.returncode == other.returncode == again.returncode == ExitCode.USAGE
+    a, b, c = forked_trials(tmp_path)
+    prepared = forkserver_prepared(tmp_path)
+    assert prepared[a] == "CUDA_VISIBLE_DEVICES=0" and prepared[c] == "CUDA_VISIBLE_DEVICES=1"
+    assert b not in prepared
+    log = server.log.read_text()
+    assert re.search(r"spare \d+ prepared for CUDA_VISIBLE_DEVICES=0; the trial has CUDA_VISIBLE_DEVICES=1: "
+                     r"a spare is forked for it", log), log
+    assert f"{len(forkserver.WARM_IMPORTS)} of {len(forkserver.WARM_IMPORTS)} modules imported" in log
+
+
 WARM_PROBE = r"""
-import json, os, time, torch
+import json, os, sys, time, torch
 from kubesweep.jobs import forkserver
-exists = os.path.exists
-os.path.exists = lambda p: p == "/dev/nvidia0" or exists(p)  # no GPU here: pretend its device node
-forkserver._warm_compile_workers()
+os.environ["CUDA_VISIBLE_DEVICES"] = "3"
+forkserver._prepare({"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
 from torch._inductor.async_compile import AsyncCompile
 sidecar = AsyncCompile.process_pool().process.pid
 deadline = time.monotonic() + 60
 while not AsyncCompile.use_process_pool() and time.monotonic() < deadline:
     time.sleep(0.05)
 print(json.dumps({"ready": AsyncCompile.use_process_pool(), "sidecar_nice": os.getpriority(os.PRIO_PROCESS, sidecar),
-                  "cuda_initialized": torch.cuda.is_initialized()}))
+                  "cuda_initialized": torch.cuda.is_initialized(),
+                  "imported": all(name in sys.modules for name in forkserver.WARM_IMPORTS),
+                  "cuda_env": forkserver.cuda_env(dict(os.environ))}))
 """
 
 
-def test_a_spare_can_start_the_compile_workers_behind_the_running_trial() -> None:
-    """KUBESWEEP_FORKSERVER_WARM=1: Inductor's compile workers start and answer, below the running trial's CPU
-    priority, and nothing of CUDA is touched before the trial's environment is in place. CI has no GPU: the
-    probe pretends /dev/nvidia0 exists; the workers themselves are real."""
+def test_a_spare_prepares_behind_the_running_trial_in_the_cuda_environment_it_expects() -> None:
+    """What a preparing spare does: with the CUDA environment it prepares for in place (and no other CUDA_*
+    variable), Inductor's compile workers start and answer below the running trial's CPU priority, and the
+    compiler's modules are imported. CI has no GPU; the workers and the imports are real."""
     pytest.importorskip("triton")
-    env = {**os.environ, forkserver.WARM_ENV: "1"}
+    env = dict(os.environ)
     out = subprocess.run([sys.executable, "-c", WARM_PROBE], capture_output=True, text=True, env=env, cwd=REPO,
                          timeout=120, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen == {"ready": True, "sidecar_nice": 10, "cuda_initialized": False}, seen
+    assert seen == {"ready": True, "sidecar_nice": 10, "cuda_initialized": False, "imported": True,
+                    "cuda_env": {"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}}, seen
 
 
 def _children(pid: int) -> list[int]:
