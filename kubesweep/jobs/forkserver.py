@@ -20,12 +20,13 @@ job itself, in place (exec), and says so on its standard error.
 A trial is taken by a *spare*: a child forked from the server ahead of the request, which waits for it. It is
 forked from the same pristine server as the trial before it; once it takes a trial the server forks the next one.
 
-On a machine with an NVIDIA GPU the spare also prepares for its trial while the trial before it runs: it starts Inductor's compile workers (at a lower CPU priority than the running trial)
-and imports the compiler's modules that a trial's first compilation would import (`WARM_IMPORTS`). Importing
-those asks CUDA for its devices, which fixes the devices the process sees, so the spare prepares for one CUDA
-environment (`CUDA_*`: the last trial's; at first the server's) and takes only a trial with that environment;
-any other trial is taken by a spare forked for it on the spot, which prepares nothing. Whichever spare takes
-it, a trial starts from the same state for the same request. On the H100 of docs/benchmarks.md this took a
+On a machine with an NVIDIA GPU the spare also prepares for its trial while the trial before it runs: it starts
+Inductor's compile workers (at a lower CPU priority than the running trial) and imports the compiler's modules
+that a trial's first compilation would import (`WARM_IMPORTS`). Importing those asks CUDA for its devices, which
+fixes the devices the process sees, so the spare prepares for one CUDA environment (`CUDA_*`: the last trial's;
+at first the server's) and takes only a trial with that environment; any other trial is taken by a spare forked
+for it on the spot, which prepares nothing. Whichever spare takes it, a trial starts from the same state for the
+same request. On the H100 of docs/benchmarks.md this took a
 bert-base trial from 18.3 s to 14.6 s and its warm-up from an empty compile cache from 16.8 s to 12.5-15.0 s.
 `KUBESWEEP_FORKSERVER_WARM=0` turns it off.
 
@@ -59,7 +60,7 @@ IMPORT_ENV_PREFIXES = ("TORCH", "PYTORCH_", "HF_", "HUGGINGFACE_", "TRANSFORMERS
 # What CUDA reads when a process first asks it for devices: which ones, in which order, how it loads kernels.
 CUDA_ENV_PREFIX = "CUDA_"
 # Imported once by the server: what every trial of the job imports. Best effort (the extras and Triton may be
-# absent). Importing starts nothing: Inductor's compile workers start when a child first compiles.
+# absent). Importing starts nothing: Inductor's compile workers start in a child (a spare preparing, or a trial).
 PRELOAD = ("torch", "transformers", "transformers.models.bert.modeling_bert", "kubesweep.jobs.cli",
            "kubesweep.jobs.runner", "kubesweep.jobs.hf_trainer", "mlflow", "matplotlib.pyplot",
            # what torch.compile imports when a trial first compiles (the partitioner's networkx among them);
