@@ -311,26 +311,24 @@ class Server:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
-    def _end_spare(self) -> None:
-        """Ends the waiting spare (it has no trial to lose) with what it started: its compile workers."""
+    def _end_spare(self) -> int:
+        """Ends the waiting spare (it has no trial to lose) with what it started, its compile workers, and reaps
+        it. Returns its wait status."""
         assert self.spare is not None
         pid, sock, pidfd, _ = self.spare
         self.spare = None
         self.selector.unregister(pidfd)
         sock.close()
         _kill_group(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        _, status = os.waitpid(pid, 0)
         os.close(pidfd)
+        return status
 
     def _lost_spare(self) -> None:
         """The spare died before it had a trial (killed from outside): the next request forks another."""
         assert self.spare is not None
-        pid, sock, pidfd, _ = self.spare
-        self.spare = None
-        self.selector.unregister(pidfd)
-        sock.close()
-        _, status = os.waitpid(pid, 0)
-        os.close(pidfd)
+        pid = self.spare.pid
+        status = self._end_spare()
         print(f"forkserver: spare {pid} ended without a trial ({os.waitstatus_to_exitcode(status)})",
               file=sys.stderr, flush=True)
 
