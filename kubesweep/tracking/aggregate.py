@@ -18,6 +18,8 @@ Definitions (docs/tracking.md says the same, with examples):
   gives exactly `train_s`. An evaluation point carrying `train_elapsed_s` is used as is. Not reached: no TTA.
 - mean over the repeats that succeeded; CV (coefficient of variation) = sample standard deviation (n - 1) /
   mean, shown as a percentage; with one repeat there is no CV.
+- best: per task and GPU type, the cell with the best mean of the chosen metric, leaving out cells with a repeat at
+  chance accuracy (a setting that does not learn answers no question about speed);
 - flags, beside a cell's numbers: repeats that ran out of memory, ran on another GPU than asked or failed;
   repeats whose final accuracy is at chance (SST-2 has two balanced classes: <= 0.55); a single measured repeat
   (no spread).
@@ -221,6 +223,11 @@ class Cell:
         return stat.mean if stat else None
 
     @property
+    def at_chance(self) -> list[TrialRecord]:
+        """The repeats that succeeded with a final accuracy at chance: their training did not learn."""
+        return [t for t in self.trials if t.outcome == "succeeded" and at_chance(t.results)]
+
+    @property
     def flags(self) -> list[str]:
         """What a reader must know beside this cell's numbers: `OOM`, `1/3 GPU mismatch`, `chance accuracy
         (0.50)`, `n=1`."""
@@ -230,7 +237,7 @@ class Cell:
             k = self.outcomes.get(outcome, 0)
             if k:
                 out.append(OUTCOME_TEXT[outcome] if k == total else f"{k}/{total} {OUTCOME_TEXT[outcome]}")
-        chance = [t for t in self.trials if t.outcome == "succeeded" and at_chance(t.results)]
+        chance = self.at_chance
         if chance:
             accuracy = min(_num((t.results or {}).get("final_accuracy")) or 0.0 for t in chance)
             share = "" if len(chance) == self.outcomes.get("succeeded") else f"{len(chance)}/{total} "
@@ -281,21 +288,24 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
     return cells
 
 
+def best_cell(cells: list[Cell], metric: str) -> Cell | None:
+    """The cell with the best mean of `metric` (higher or lower, as the metric goes) among those that have it;
+    a setting with a repeat whose training stayed at chance accuracy is never the best, however fast."""
+    rated = [c for c in cells if c.value(metric) is not None and not c.at_chance]
+    if not rated:
+        return None
+    return (max if METRICS[metric][1] else min)(rated, key=lambda c: c.value(metric) or 0.0)
+
+
 def mark_best(cells: list[Cell], metric: str) -> None:
-    higher = METRICS[metric][1]
-    best: dict[tuple[str, str], Cell] = {}
+    """Mark the best cell per (task, GPU type), as `best_cell` picks it."""
+    groups: dict[tuple[str, str], list[Cell]] = {}
     for cell in cells:
         cell.best = False
-        value = cell.value(metric)
-        if value is None:
-            continue
-        key = (cell.task, str(cell.axes["gpu"]))
-        current = best.get(key)
-        held = current.value(metric) if current is not None else None
-        if held is None or (value > held if higher else value < held):
-            best[key] = cell
-    for cell in best.values():
-        cell.best = True
+        groups.setdefault((cell.task, str(cell.axes["gpu"])), []).append(cell)
+    for group in groups.values():
+        if (chosen := best_cell(group, metric)) is not None:
+            chosen.best = True
 
 
 # -- sort and filter ---------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking.aggregate import (
     METRICS,
     Cell,
+    best_cell,
     busy_text,
     fmt_number,
     gpu_busy,
@@ -127,20 +128,14 @@ def setting_text(cell: Cell, with_gpu: bool = False) -> str:
 def _why_none(cells: list[Cell], metric: str, target: float) -> str:
     if not any("succeeded" in c.outcomes for c in cells):
         return "no trial succeeded"
+    if any(c.value(metric) is not None for c in cells):  # measured, but best_cell left every such setting out
+        return "no setting learned: each has a repeat at chance accuracy"
     if metric == "tta_s":
         best = max((v for c in cells if (v := c.value("accuracy")) is not None), default=None)
         return f"no trial reached {target:g} dev accuracy" + (f" (best {best:.3f})" if best is not None else "")
     if metric == "cost_per_epoch":
         return "no price: CPU trials" if all(c.axes["gpu"] == "cpu" for c in cells) else "no price in the catalog"
     return "not measured"
-
-
-def _best(cells: list[Cell], metric: str) -> Cell | None:
-    """The cell with the best mean of `metric` (higher or lower, as the metric goes); None when none has it."""
-    rated = [c for c in cells if c.value(metric) is not None]
-    if not rated:
-        return None
-    return (max if METRICS[metric][1] else min)(rated, key=lambda c: c.value(metric) or 0.0)
 
 
 def best_settings(cells: list[Cell], target: float) -> list[Best]:
@@ -152,7 +147,7 @@ def best_settings(cells: list[Cell], target: float) -> list[Best]:
     for (task, gpu), group in sorted(groups.items(), key=lambda kv: (kv[0][0] != "finetune", kv[0][1] == "cpu",
                                                                       kv[0][1])):
         for metric, objective in OBJECTIVES.get(task, OBJECTIVES["finetune"]):
-            chosen = _best(group, metric)
+            chosen = best_cell(group, metric)
             out.append(Best(task, gpu, metric, objective, chosen,
                             "" if chosen is not None else _why_none(group, metric, target)))
     return out
@@ -167,7 +162,7 @@ def answer_lines(cells: list[Cell], target: float) -> list[str]:
             continue
         for metric, objective in OBJECTIVES[task]:
             noun = "fine-tuning" if task == "finetune" else "inference"
-            cell = _best(group, metric)
+            cell = best_cell(group, metric)
             if cell is None:
                 lines.append(f"{noun}, {objective}: {_why_none(group, metric, target)}.")
                 continue

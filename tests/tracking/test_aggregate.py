@@ -120,6 +120,27 @@ def test_repeats_of_a_setting_are_one_cell_and_the_best_per_gpu_type_is_marked()
     assert [c.best for c in cells] == [True, False, False, True]
 
 
+def test_a_setting_whose_training_stayed_at_chance_is_never_the_best() -> None:
+    """Fastest is not best when the setting did not learn: a cell with any repeat at chance accuracy is left out
+    (but keeps its numbers and its flag); with every cell left out, none is marked."""
+    recs = [record("slow", res=results(1000.0)), record("slow", repeat=1, res=results(1100.0)),
+            record("fast", batch_size=64, res=results(3000.0, accuracy=0.509)),
+            record("fast", batch_size=64, repeat=1, res=results(3100.0, accuracy=0.509)),
+            record("mixed", batch_size=128, res=results(2000.0)),
+            record("mixed", batch_size=128, repeat=1, res=results(2100.0, accuracy=0.52)),
+            record("l4", gpu="l4", res=results(300.0, accuracy=0.49))]
+    cells = agg.aggregate(recs, catalog=CATALOG)
+    assert [c.best for c in cells] == [True, False, False, False]
+    assert [len(c.at_chance) for c in cells] == [0, 2, 1, 1]
+    assert cells[1].value("samples_per_s") == 3050.0 and cells[1].flags == ["chance accuracy (0.51)"]
+    assert agg.best_cell(cells, "samples_per_s") is cells[0]
+    assert agg.best_cell(cells[1:], "samples_per_s") is None
+    inference = agg.aggregate([record("i", task="inference", res={
+        "outcome": "succeeded", "inference": {"samples_per_s": 900.0, "latency_s": {"p50": 0.004}}})],
+        catalog=CATALOG)
+    assert inference[0].best  # no accuracy: nothing to stay at chance
+
+
 def test_job_settings_that_vary_between_cells_become_columns() -> None:
     recs = [record("a", res=results(), learning_rate=2e-5), record("b", res=results(), learning_rate=5e-5)]
     cells = agg.aggregate(recs, catalog=CATALOG)

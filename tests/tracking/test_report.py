@@ -112,6 +112,29 @@ def test_flags_sit_beside_the_numbers(tmp_path: Path) -> None:
     assert "1/2 chance accuracy (0.50)" in page and "GPU mismatch" in page
 
 
+def test_the_answer_passes_over_settings_whose_training_stayed_at_chance(tmp_path: Path) -> None:
+    def bs32_at_chance(trial: Any, results: dict[str, Any]) -> None:  # the fastest settings did not learn
+        if trial.config.job.batch_size == 32:
+            results["final_accuracy"] = results["eval"][-1]["accuracy"] = 0.509
+
+    _, page, summary = report(tmp_path, records(CPU_SPEC, bs32_at_chance))
+    best = {b["metric"]: b for b in summary["best"]}
+    assert best["samples_per_s"]["setting"] == "bs16 bf16 eager"  # bs32 bf16 is faster, and at chance
+    assert [c["batch_size"] for c in summary["cells"] if c["best"]] == [16]
+    assert "chance accuracy (0.51)" in page
+
+    def all_at_chance(trial: Any, results: dict[str, Any]) -> None:
+        results["final_accuracy"] = results["eval"][-1]["accuracy"] = 0.509
+
+    _, page, summary = report(tmp_path / "all", records(CPU_SPEC, all_at_chance))
+    best = {b["metric"]: b for b in summary["best"]}
+    assert best["samples_per_s"]["setting"] is None
+    assert best["samples_per_s"]["none"] == "no setting learned: each has a repeat at chance accuracy"
+    assert "fine-tuning, highest throughput: no setting learned: each has a repeat at chance accuracy." in (
+        summary["answer"])
+    assert not any(c["best"] for c in summary["cells"])
+
+
 def test_the_report_says_how_busy_the_gpu_was_and_draws_where_the_time_went(tmp_path: Path) -> None:
     """Four one-GPU trials started early, one behind the other: their GPU spans, measured training and the
     fraction `sweep results` and the report print (measured training over the sweep's wall time)."""
