@@ -183,7 +183,8 @@ def answer_table(cells: list[Cell], target: float) -> Table:
                      str(c.metrics[b.metric].n) if c is not None else "-", "; ".join(c.flags) if c else ""])
     note = (f"Per task and GPU type, the setting that does best on each objective: mean over the repeats that "
             f"succeeded ±CV, n repeats; the target accuracy is {target:g}. Flags: OOM, GPU mismatch and failed "
-            "repeats, chance accuracy (<= 0.55 on SST-2's two classes), n=1 (no spread).")
+            "repeats, chance accuracy (<= 0.55 on SST-2's two classes; such a setting is never the best), n=1 "
+            "(no spread).")
     return Table("Best setting per GPU type", ["task", "GPU", "objective", "setting", "value", "n", "flags"], rows,
                  note)
 
