@@ -219,12 +219,12 @@ def epochs_table(cells: list[Cell]) -> Table | None:
     chosen = [c for c in single if c.axes["batch_size"] == batch]
     first_job = chosen[0].trials[0].job
     epochs = float(first_job.get("epochs") or 3)
-    epochs_text = f"{epochs:g}"
+    epochs_text = f"{epochs:g} epoch" + ("" if epochs == 1 else "s")
     dataset = str(first_job.get("dataset") or "the dataset")
     rows_n = {str(dig(t.results, "data", "train_rows")) for c in chosen for t in c.trials if t.results}
     rows_n.discard("None")
     note = (f"epoch time = training-loop wall time / epochs completed (warm-up included, evaluation excluded), x "
-            f"{epochs_text}; training rows per epoch: {', '.join(sorted(rows_n)) or 'unknown'}.")
+            f"{epochs:g}; training rows per epoch: {', '.join(sorted(rows_n)) or 'unknown'}.")
     chosen.sort(key=lambda c: (str(c.axes["gpu"]), c.value("epoch_s") is None, c.value("epoch_s") or 0.0))
     rows = []
     for cell in chosen:
@@ -237,9 +237,9 @@ def epochs_table(cells: list[Cell]) -> Table | None:
             fmt_number(cost * epochs) if cost is not None else "-",
             metric_text(cell, "accuracy"),
         ])
-    return Table(f"Time for {epochs_text} epochs of {dataset} at batch {batch} per GPU",
-                 ["GPU", "precision", "compile", "other", f"min for {epochs_text} epochs", "samples/s",
-                  f"$ for {epochs_text} epochs", "accuracy"], rows, note)
+    return Table(f"Time for {epochs_text} of {dataset} at batch {batch} per GPU",
+                 ["GPU", "precision", "compile", "other", f"min for {epochs_text}", "samples/s",
+                  f"$ for {epochs_text}", "accuracy"], rows, note)
 
 
 def inference_table(cells: list[Cell]) -> Table | None:

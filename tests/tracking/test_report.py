@@ -97,6 +97,13 @@ def test_a_cpu_sweep_draws_every_figure_it_has_data_for(tmp_path: Path) -> None:
     assert "n=1" in page  # one repeat: flagged
 
 
+def test_the_epochs_table_counts_its_epochs_in_words(tmp_path: Path) -> None:
+    _, page, _ = report(tmp_path / "two", records(SWEEP_SPEC))
+    assert "<h3>Time for 2 epochs of glue/sst2 at batch 16 per GPU</h3>" in page and "<th>min for 2 epochs</th>" in page
+    _, page, _ = report(tmp_path / "one", records(SWEEP_SPEC.replace("epochs: 2", "epochs: 1")))
+    assert "<h3>Time for 1 epoch of glue/sst2 at batch 16 per GPU</h3>" in page and "<th>$ for 1 epoch</th>" in page
+
+
 def test_flags_sit_beside_the_numbers(tmp_path: Path) -> None:
     def chance(trial: Any, results: dict[str, Any]) -> None:
         if trial.gpu == "l40s" and trial.config.job.batch_size == 64 and trial.repeat == 1:
