@@ -383,7 +383,12 @@ def test_kubelet_outage_mid_sweep_loses_and_duplicates_nothing(stack: Stack, cpu
     succeeded = []
     for job in jobs:
         pods = stack.cluster.job_pods(stack.namespace, job["metadata"]["name"])
-        assert [p["status"]["phase"] for p in pods] == ["Succeeded"], job["metadata"]["name"]
+        if [p["status"]["phase"] for p in pods] != ["Succeeded"]:  # why, in the kubelet's and the pods' words
+            kubelet = [line for line in stack.node.logs("kubelet", lines=4000).splitlines()
+                       if any(p["metadata"]["name"] in line for p in pods)]
+            pytest.fail(f"Job {job['metadata']['name']}: pods {json.dumps([p['status'] for p in pods])[:6000]}\n"
+                        f"outage {cpu_sweep.outage}, running then {cpu_sweep.running_at_outage}\nkubelet on them:\n"
+                        + "\n".join(kubelet[-60:]))
         succeeded.append(pods[0]["metadata"]["name"])
     # the pods that ran through the outage are the ones that finished: none replaced, none run twice
     assert set(cpu_sweep.running_at_outage) <= set(succeeded)
