@@ -33,7 +33,7 @@ from tests.support.image_fixtures import JOB_KEY, Built, by_digest, skopeo_json,
 
 pytestmark = [pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
 
-SST2 = support.ROOT.parent / "shared" / "data" / "sst2"
+SST2 = support.ROOT / "data" / "sst2"
 
 
 def _digest(ref: str) -> str:

@@ -25,7 +25,7 @@ from kubesweep.spec import parse_sweep_text
 from kubesweep.tracking.aggregate import trial_span
 
 ROOT = Path(__file__).resolve().parents[2]
-SST2 = ROOT.parent / "shared" / "data" / "sst2"
+SST2 = ROOT / "data" / "sst2"
 SPEC = """\
 apiVersion: kubesweep.io/v1alpha1
 kind: Sweep

@@ -192,7 +192,7 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
     from tests.support.job_fixtures import sst2_path
 
     sst2 = sst2_path()
-    assert sst2 is not None, "SST-2 TSVs not found (../shared/data/sst2 or KUBESWEEP_SST2_DIR)"
+    assert sst2 is not None, "SST-2 TSVs not found (data/sst2 or KUBESWEEP_SST2_DIR)"
     cluster, ns = k8s_cluster, f"ksw-real-{uuid.uuid4().hex[:6]}"
     volumes = node.workdir / "volumes" / ns
     for sub in ("mlflow", "data", "checkpoints"):

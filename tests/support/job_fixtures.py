@@ -34,8 +34,7 @@ FULL_RUN_ARGS = ("--max-steps", FULL_RUN_STEPS, "--checkpoint-every", "4", "--ex
 def sst2_path() -> Path | None:
     for candidate in (
         os.environ.get("KUBESWEEP_SST2_DIR"),
-        REPO.parent / "shared" / "data" / "sst2",
-        REPO / "shared" / "data" / "sst2",
+        REPO / "data" / "sst2",
     ):
         if candidate and (Path(candidate) / "train.tsv").is_file():
             return Path(candidate)
@@ -46,7 +45,7 @@ def sst2_path() -> Path | None:
 def sst2() -> Path:
     path = sst2_path()
     if path is None:
-        pytest.fail("SST-2 TSVs not found: set KUBESWEEP_SST2_DIR or provide ../shared/data/sst2")
+        pytest.fail("SST-2 TSVs not found: data/sst2 is missing from the checkout (or set KUBESWEEP_SST2_DIR)")
     return path
 
 

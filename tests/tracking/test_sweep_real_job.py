@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.support.mlflow_fixtures import ROOT, MlflowServer, make_runner, quiet_mlflow_env
 
-SST2 = ROOT.parent / "shared" / "data" / "sst2"
+SST2 = ROOT / "data" / "sst2"
 SPEC = """\
 apiVersion: kubesweep.io/v1alpha1
 kind: Sweep

