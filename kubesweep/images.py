@@ -15,6 +15,7 @@ rewrites the lock; `sweep images build` builds and pushes the images (buildah, p
 from __future__ import annotations
 
 import datetime as dt
+import importlib.util
 import json
 import os
 import re
@@ -351,15 +352,36 @@ def image_kind(entry: ImageEntry) -> str:
     return "operator" if "operator" in entry.containerfile else "job"
 
 
+def find_uv() -> str | None:
+    """uv where `make setup` puts it, found by path rather than only by PATH: `$UV` (the Makefile exports the uv it
+    uses), else `uv` on PATH, else `~/.local/bin/uv` (pip's `--user` scripts directory, which a fresh login shell
+    need not have on PATH). None where there is none."""
+    for candidate in (os.environ.get("UV"), shutil.which("uv"), str(Path.home() / ".local" / "bin" / "uv")):
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def wheel_command(root: Path, out: Path) -> list[str]:
+    """The command that builds kubesweep's wheel from `root` into `out`: uv (find_uv), else this Python's pip (a
+    virtualenv made by uv has none)."""
+    uv = find_uv()
+    if uv:
+        return [uv, "build", "--wheel", "--quiet", "--out-dir", str(out), str(root)]
+    if importlib.util.find_spec("pip") is not None:
+        return [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(root)]
+    raise ResolveError(f"no uv (UV, PATH or ~/.local/bin/uv) and no pip in {sys.executable} to build kubesweep's "
+                       "wheel with: run `make setup`, or install uv")
+
+
 def build_wheel(root: Path, out: Path) -> Path:
-    """Build kubesweep's wheel from the checkout at `root` into `out` (uv if present, else pip)."""
+    """Build kubesweep's wheel from the checkout at `root` into `out` (wheel_command)."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("kubesweep-*.whl"):
         old.unlink()
-    uv = shutil.which("uv")
-    cmd = ([uv, "build", "--wheel", "--quiet", "--out-dir", str(out), str(root)] if uv else
-           [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(root)])
-    subprocess.run(cmd, check=True, cwd=root)
+    cmd = wheel_command(root, out)
+    if subprocess.run(cmd, check=False, cwd=root).returncode != 0:
+        raise ResolveError(f"building kubesweep's wheel failed: {' '.join(cmd)}")
     wheels = sorted(out.glob("kubesweep-*.whl"))
     if len(wheels) != 1:
         raise ResolveError(f"expected one kubesweep wheel in {out}, found {len(wheels)}")

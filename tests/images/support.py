@@ -36,7 +36,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from kubesweep.images import EXTRAS
+from kubesweep.images import EXTRAS, find_uv
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KUBESWEEP_IMAGES_CACHE", Path.home() / ".cache" / "kubesweep-images"))
@@ -288,7 +288,9 @@ def torch_tree() -> tuple[Path, str, str]:
     if not (out / "done").is_file():
         shutil.rmtree(out, ignore_errors=True)
         site.mkdir(parents=True)
-        uv = shutil.which("uv") or str(Path.home() / ".local" / "bin" / "uv")
+        uv = find_uv()
+        if uv is None:
+            raise ImageToolError("no uv (UV, PATH or ~/.local/bin/uv) to unpack torch from its cache: run make setup")
         run([uv, "pip", "install", "--quiet", "--offline", "--no-deps", "--link-mode=hardlink", "--target",
              str(site), "--python", sys.executable, *[f"{n}=={v}" for n, v in sorted(pins.items())]],
             timeout=900, quiet=True)
