@@ -18,6 +18,12 @@
 # rebuilt, so a warm run returns at once. Go's own caches (GOCACHE, GOMODCACHE) keep their defaults, so a rebuild
 # after deleting the binaries is incremental.
 #
+# One run at a time per cache: a run holds a lock on <versions>/build.lock (flock) from before it looks at the
+# binaries until it ends, so a second run (another checkout's `make test`, a test fixture) says that it waits,
+# waits, then finds what the first built. Each run builds in a work directory of its own (<versions>/work.XXXXXX:
+# wrapper modules, freshly built binaries), removed when it ends; one left by a killed run is removed by the next
+# run, under the lock, when no run can be using it.
+#
 # Usage: tests/cluster/build-tools.sh [--print-bin-dir]
 #   --print-bin-dir  print the bin directory and exit (builds nothing)
 # Environment:
@@ -47,6 +53,17 @@ fi
 log() { printf '[build-tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# Held until this script and every process it started have ended (the children inherit the descriptor).
+command -v flock >/dev/null || die "flock is not on PATH (util-linux)"
+LOCK="$CACHE_ROOT/$VERSION_KEY/build.lock"
+mkdir -p "$CACHE_ROOT/$VERSION_KEY"
+exec 9>>"$LOCK"
+if ! flock --nonblock 9; then
+  log "waiting for $LOCK: another build-tools.sh run is using this cache"
+  flock 9
+  log "got $LOCK"
+fi
+
 have_all() {
   local b
   for b in "$@"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done
@@ -70,10 +87,17 @@ command -v go >/dev/null || die "go is not on PATH (needed to build the test con
 command -v python3 >/dev/null || die "python3 is not on PATH"
 
 mkdir -p "$BIN_DIR"
-WORK="$CACHE_ROOT/$VERSION_KEY/work"
-mkdir -p "$WORK"
-STAGING_OUT=$(mktemp -d "$CACHE_ROOT/$VERSION_KEY/out.XXXXXX")
-trap 'rm -rf "$STAGING_OUT"' EXIT
+# Work directories are made and used only under the lock, so any left now belong to a run that was killed.
+for stale in "$CACHE_ROOT/$VERSION_KEY"/work.??????; do
+  if [[ -d "$stale" ]]; then
+    log "removing $stale (left by a run that did not finish)"
+    rm -rf "$stale"
+  fi
+done
+WORK=$(mktemp -d "$CACHE_ROOT/$VERSION_KEY/work.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+STAGING_OUT="$WORK/out"
+mkdir "$STAGING_OUT"
 
 export CGO_ENABLED=0
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
@@ -90,8 +114,14 @@ install_bin() {
   log "installed $BIN_DIR/$name"
 }
 
-module_json() {  # module_json MOD@VER FIELD -> value of FIELD from `go mod download -json`
-  go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin).get(sys.argv[1]) or "")' "$2"
+module_json() {  # module_json MOD@VER FIELD -> value of FIELD from `go mod download -json` (its Error to stderr)
+  go mod download -json "$1" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+if d.get("Error"):
+    sys.exit("go mod download %s: %s" % (sys.argv[2], d["Error"]))
+print(d.get(sys.argv[1]) or "")
+' "$2" "$1"
 }
 
 # ---------------------------------------------------------------- Kubernetes control-plane components
