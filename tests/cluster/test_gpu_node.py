@@ -1,0 +1,168 @@
+"""The GPU node's parts that run without a GPU: GFD's label naming, the node's configuration, the job image's
+assembly (an OCI archive checked member by member) and the distribution closure it is built from.
+
+The node itself needs an NVIDIA GPU and runs on the GPU machine only (`bench/gpu_node.py`); its results are
+committed under bench/results/ (gpu_node-*.json)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as metadata
+import json
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import gpu_node
+
+from kubesweep.gpus import load_catalog, product_from_device_name
+
+
+def test_gfd_product_names_every_catalog_gpu_as_its_label() -> None:
+    """GFD's naming (NVML's name, words joined by '-') gives exactly the catalog's product labels."""
+    nvml_names = {"h100-80gb": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200", "l40s": "NVIDIA L40S",
+                  "a100-40gb": "NVIDIA A100-SXM4-40GB", "v100-32gb": "Tesla V100-SXM2-32GB",
+                  "rtx-3090": "NVIDIA GeForce RTX 3090"}
+    catalog = load_catalog()
+    for key, nvml in nvml_names.items():
+        assert gpu_node.gfd_product(nvml) == catalog[key].product == product_from_device_name(nvml)
+
+
+def test_gfd_label_file_keeps_nvidia_labels_only() -> None:
+    text = ("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3\nnvidia.com/gpu.count=1\n"
+            "nvidia.com/gpu.memory=81559\nfeature.node.kubernetes.io/x=1\n\ngarbage\n")
+    assert gpu_node.parse_gfd_labels(text) == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                                               "nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "81559"}
+
+
+def test_containerd_runs_runc_from_the_pack_with_cdi_on(tmp_path: Path) -> None:
+    layout = gpu_node.Layout(tmp_path)
+    cfg = tomllib.loads(gpu_node.containerd_config(layout))
+    runtime = cfg["plugins"]["io.containerd.cri.v1.runtime"]
+    assert runtime["enable_cdi"] is True and str(gpu_node.CDI_DIR) in runtime["cdi_spec_dirs"]
+    runc = runtime["containerd"]["runtimes"]["runc"]["options"]
+    assert runc == {"BinaryName": str(tmp_path / "bin" / "runc"), "SystemdCgroup": False}
+    assert runtime["cni"]["bin_dirs"] == [str(tmp_path / "bin" / "cni")]
+    assert cfg["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"] == gpu_node.PAUSE_IMAGE
+
+
+def test_pod_network_needs_no_iptables(tmp_path: Path) -> None:
+    bridge = gpu_node.cni_conflist(gpu_node.Layout(tmp_path))["plugins"][0]
+    assert bridge["type"] == "bridge" and bridge["ipMasq"] is False and bridge["isGateway"] is True
+    assert bridge["ipam"]["ranges"][0][0] == {"subnet": gpu_node.POD_CIDR, "gateway": gpu_node.NODE_GATEWAY}
+
+
+def test_kubelet_and_device_plugin_commands(tmp_path: Path) -> None:
+    layout = gpu_node.Layout(tmp_path)
+    kubelet = gpu_node.kubelet_config(layout)
+    assert kubelet["cgroupDriver"] == "cgroupfs" and kubelet["authentication"]["anonymous"]["enabled"] is False
+    assert kubelet["containerRuntimeEndpoint"] == f"unix://{layout.containerd_socket}"
+    cmds = gpu_node.component_commands(layout)
+    assert set(cmds) == set(gpu_node.COMPONENTS)
+    plugin = cmds["nvidia-device-plugin"]
+    assert plugin[plugin.index("--device-list-strategy") + 1] == "cdi-cri"
+    assert plugin[plugin.index("--nvidia-cdi-hook-path") + 1] == str(layout.bin / "nvidia-cdi-hook")
+    api = cmds["kube-apiserver"]
+    assert api[api.index("--bind-address") + 1] == "127.0.0.1"
+    assert "Node,RBAC" in api
+
+
+def _layer(path: Path, files: dict[str, bytes]) -> Path:
+    import io
+
+    with tarfile.open(path, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_oci_archive_is_content_addressed_and_names_the_image(tmp_path: Path) -> None:
+    layers = [_layer(tmp_path / "a.tar", {"usr/bin/x": b"x" * 1000}), _layer(tmp_path / "b.tar", {"etc/y": b"y"})]
+    archive = tmp_path / "img.tar"
+    config = gpu_node.image_config(Path("/opt/torch/.venv"))
+    digest = gpu_node.write_oci_archive(archive, "localhost/kubesweep/kubesweep-job:t", layers, config,
+                                        labels={"org.opencontainers.image.title": "kubesweep-job"})
+    with tarfile.open(archive) as tar:
+        blobs = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    for name, data in blobs.items():
+        if name.startswith("blobs/sha256/"):
+            assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1]
+    index = json.loads(blobs["index.json"])
+    (desc,) = index["manifests"]
+    assert desc["digest"] == digest
+    assert desc["annotations"]["io.containerd.image.name"] == "localhost/kubesweep/kubesweep-job:t"
+    manifest = json.loads(blobs[f"blobs/sha256/{digest.split(':')[1]}"])
+    assert [layer["digest"] for layer in manifest["layers"]] == [
+        "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in layers]
+    image = json.loads(blobs[f"blobs/sha256/{manifest['config']['digest'].split(':')[1]}"])
+    assert image["rootfs"]["diff_ids"] == [layer["digest"] for layer in manifest["layers"]]
+    assert image["config"]["User"] == "1000:1000"
+    assert image["config"]["Entrypoint"] == ["python", "-m", "kubesweep.jobs"]
+    assert image["config"]["Labels"]["org.opencontainers.image.title"] == "kubesweep-job"
+    # the same inputs give the same digest
+    assert gpu_node.write_oci_archive(tmp_path / "again.tar", "localhost/kubesweep/kubesweep-job:t", layers,
+                                      config, labels={"org.opencontainers.image.title": "kubesweep-job"}) == digest
+
+
+def test_image_config_matches_the_containerfile() -> None:
+    """The job image assembled on the node sets what images/job/Containerfile sets."""
+    containerfile = (Path(__file__).parents[2] / "images/job/Containerfile").read_text()
+    config = gpu_node.image_config(Path("/opt/torch/.venv"))
+    env = dict(e.split("=", 1) for e in config["Env"])
+    for key in ("HF_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "KUBESWEEP_CACHE_DIR", "HOME"):
+        assert f"{key}={env[key]}" in containerfile.replace(" \\\n", "\n").replace("ENV ", "")
+    assert config["WorkingDir"] == "/workspace" and 'USER 1000:1000' in containerfile
+    assert env["PATH"].startswith("/opt/torch/.venv/bin:")
+
+
+def test_skeleton_layer_gives_the_job_user_its_directories(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "python").symlink_to("/usr/bin/python3.12")
+    layer = tmp_path / "skel.tar"
+    gpu_node.write_skeleton_layer(layer, venv)
+    with tarfile.open(layer) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    for d in ("cache", "cache/inductor", "workspace/output", "home/kubesweep"):
+        assert members[d].isdir() and members[d].uid == 1000, d
+    assert members["tmp"].mode == 0o1777
+    assert "kubesweep:x:1000:1000" in tar_text(layer, "etc/passwd")
+    link = members[str(venv / "bin" / "python").lstrip("/")]
+    assert link.issym() and link.linkname == "/usr/bin/python3.12"
+
+
+def tar_text(path: Path, member: str) -> str:
+    with tarfile.open(path) as tar:
+        f = tar.extractfile(member)
+        assert f is not None
+        return f.read().decode()
+
+
+def test_requirement_closure_follows_extras_and_names_what_is_missing() -> None:
+    """Walks the real installed distributions of this environment: pydantic needs pydantic-core,
+    annotated-types and typing-inspection; a name not installed is reported, never followed."""
+    def installed(key: str) -> metadata.Distribution | None:
+        try:
+            return metadata.distribution(key)
+        except metadata.PackageNotFoundError:
+            return None
+
+    found, missing = gpu_node.requirement_closure(["pydantic", "no-such-dist-here"], {}, installed)
+    assert {"pydantic", "pydantic-core", "annotated-types", "typing-extensions"} <= set(found)
+    assert missing == ["no-such-dist-here"]
+    # an extra pulls in its requirements only when asked for
+    plain, _ = gpu_node.requirement_closure(["mlflow"], {}, installed)
+    with_auth, _ = gpu_node.requirement_closure(["mlflow"], {"mlflow": {"auth"}}, installed)
+    assert "flask-wtf" in with_auth and "flask-wtf" not in plain
+
+
+@pytest.mark.parametrize("name", ["kubesweep_job", "Flask.WTF", "typing_extensions"])
+def test_names_are_normalised(name: str) -> None:
+    assert gpu_node._norm(name) == name.lower().replace("_", "-").replace(".", "-")
