@@ -9,6 +9,8 @@
 file, the line, the field path and what was expected, one problem per line:
 
     sweeps/x.yaml:12: spec.matrix.precision[2]: 'bf61' is not one of fp32, tf32, fp16, bf16
+
+Reading the file (its size, its YAML, its lines) is `kubesweep.specfile`'s.
 """
 
 from __future__ import annotations
@@ -16,17 +18,18 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import yaml
 from pydantic import BeforeValidator, Field, PrivateAttr, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from kubesweep.base import StrictModel
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.jobs.config import JobConfig, normalize_compile
+from kubesweep.specfile import MAX_DEPTH, LineMap, load_document, read_spec_text, too_deep
+from kubesweep.specfile import Problem as Problem
+from kubesweep.specfile import SpecError as SpecError
 
 API_VERSION = "kubesweep.io/v1alpha1"
 KIND = "Sweep"
@@ -244,6 +247,7 @@ class Sweep(StrictModel):
     spec: SweepSpec = Field(default_factory=SweepSpec)
     _source: str = PrivateAttr("<input>")
     _warnings: list[Problem] = PrivateAttr(default_factory=list)
+    _lines: Any = PrivateAttr(None)  # the source text's line map (None: not parsed from text)
 
     @property
     def name(self) -> str:
@@ -253,6 +257,10 @@ class Sweep(StrictModel):
     def warnings(self) -> list[str]:
         """What the spec allows but a person likely did not mean, as `source:line: path: message` lines."""
         return SpecError(self._source, self._warnings).format().splitlines() if self._warnings else []
+
+    def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
+        """A problem at `path` of this spec, with its line in the source text when it was parsed from one."""
+        return Problem(path, message, self._lines.line(path) if self._lines is not None else None)
 
     @property
     def source(self) -> str:
@@ -285,36 +293,6 @@ class Sweep(StrictModel):
 
 # ---------------------------------------------------------------------------------------------------------
 # Errors
-
-
-@dataclass(frozen=True)
-class Problem:
-    path: tuple[str | int, ...]
-    message: str
-    line: int | None = None
-
-    @property
-    def dotted(self) -> str:
-        out = ""
-        for part in self.path:
-            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-        return out or "<document>"
-
-
-class SpecError(ValueError):
-    """A spec that cannot be used. `str()` gives one `source:line: path: message` line per problem."""
-
-    def __init__(self, source: str, problems: Sequence[Problem]):
-        self.source = source
-        self.problems = list(problems)
-        super().__init__(self.format())
-
-    def format(self) -> str:
-        lines = []
-        for p in self.problems:
-            where = f"{self.source}:{p.line}" if p.line else self.source
-            lines.append(f"{where}: {p.dotted}: {p.message}" if p.path else f"{where}: {p.message}")
-        return "\n".join(lines)
 
 
 def _short(value: Any) -> str:
@@ -424,37 +402,6 @@ def _is_tag(part: str) -> bool:
     )
 
 
-class _LineMap:
-    """Path → line number of each YAML node, so errors can point at the line."""
-
-    def __init__(self, text: str | None):
-        self.lines: dict[tuple[str | int, ...], int] = {}
-        if text:
-            try:
-                node = yaml.compose(text, Loader=yaml.SafeLoader)
-            except yaml.YAMLError:
-                node = None
-            if node is not None:
-                self._walk(node, ())
-
-    def _walk(self, node: yaml.Node, path: tuple[str | int, ...]) -> None:
-        self.lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                child = (*path, key.value)
-                self.lines[child] = key.start_mark.line + 1
-                self._walk(value, child)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, value in enumerate(node.value):
-                self._walk(value, (*path, i))
-
-    def line(self, path: tuple[str | int, ...]) -> int | None:
-        for end in range(len(path), -1, -1):
-            if path[:end] in self.lines:
-                return self.lines[path[:end]]
-        return None
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Loading
 
@@ -462,81 +409,37 @@ class _LineMap:
 def load_sweep_file(
     path: str | Path, *, allow_unpinned: bool = False, catalog: Catalog | None = None
 ) -> Sweep:
-    path = Path(path)
+    """The spec file at `path` as a `Sweep`; `SpecError` when it cannot be read (see `kubesweep.specfile`) or
+    is not valid."""
     source = str(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecError(source, [Problem((), "file not found")]) from None
-    except OSError as exc:
-        raise SpecError(source, [Problem((), f"cannot read: {exc.strerror}")]) from None
-    if b"\x00" in data:
-        line = data.count(b"\n", 0, data.index(b"\x00")) + 1
-        raise SpecError(source, [Problem((), "not a text file: it holds NUL bytes (a sweep spec is YAML text)",
-                                         line)])
-    try:
-        text = data.decode()
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise SpecError(source, [Problem((), f"not a text file: byte 0x{data[exc.start]:02x} at offset {exc.start} "
-                                             "is not UTF-8 (a sweep spec is YAML text)", line)]) from None
+    text = read_spec_text(path)
     return parse_sweep_text(text, source=source, allow_unpinned=allow_unpinned, catalog=catalog)
 
 
 def parse_sweep_text(
     text: str, *, source: str = "<input>", allow_unpinned: bool = False, catalog: Catalog | None = None
 ) -> Sweep:
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(source, [Problem((), f"not valid YAML: {problem}", line)]) from None
-    if len(docs) != 1:
-        found = "no document" if not docs else f"{len(docs)} documents"
-        raise SpecError(source, [Problem((), f"expected one Sweep document, found {found}")])
-    duplicates = [p for node in yaml.compose_all(text, Loader=yaml.SafeLoader) for p in _duplicate_keys(node, ())]
-    if duplicates:
-        raise SpecError(source, duplicates)
-    return parse_sweep(docs[0], source=source, text=text, allow_unpinned=allow_unpinned, catalog=catalog)
-
-
-def _duplicate_keys(node: yaml.Node | None, path: tuple[str | int, ...]) -> list[Problem]:
-    """Keys given twice in one mapping: YAML keeps the last silently, so a second `matrix:` would replace the
-    first. Each is reported at its second line, naming the first."""
-    problems: list[Problem] = []
-    if isinstance(node, yaml.MappingNode):
-        first: dict[Any, int] = {}
-        for key, value in node.value:
-            name = key.value if isinstance(key, yaml.ScalarNode) else None
-            if name is not None and name != "<<":
-                line = key.start_mark.line + 1
-                if name in first:
-                    problems.append(Problem((*path, name), f"given twice (lines {first[name]} and {line}); YAML "
-                                                           "would keep only the last: merge them into one", line))
-                else:
-                    first[name] = line
-            problems += _duplicate_keys(value, (*path, name if name is not None else "?"))
-    elif isinstance(node, yaml.SequenceNode):
-        for i, value in enumerate(node.value):
-            problems += _duplicate_keys(value, (*path, i))
-    return problems
+    data, lines = load_document(text, source)
+    return parse_sweep(data, source=source, lines=lines, allow_unpinned=allow_unpinned, catalog=catalog)
 
 
 def parse_sweep(
     data: Any,
     *,
     source: str = "<input>",
-    text: str | None = None,
+    lines: LineMap | None = None,
     allow_unpinned: bool = False,
     catalog: Catalog | None = None,
 ) -> Sweep:
     """Validate a mapping (a parsed file, a custom resource's body) into a `Sweep`, or raise `SpecError`."""
-    lines = _LineMap(text)
+    lines = lines if lines is not None else LineMap()
     if not isinstance(data, Mapping):
         raise SpecError(source, [Problem((), f"expected a mapping with apiVersion, kind, metadata and spec, "
                                               f"got {type(data).__name__}", 1)])
+    deep = too_deep(data)
+    if deep is not None:
+        raise SpecError(source, [Problem(deep, f"nested more than {MAX_DEPTH} levels deep; a sweep spec needs a "
+                                               "few", lines.line(deep))])
     try:
         sweep = Sweep.model_validate(data)
     except ValidationError as exc:
@@ -548,6 +451,7 @@ def parse_sweep(
             problems.setdefault(path, Problem(path, _message(error, path), lines.line(path)))
         raise SpecError(source, sorted(problems.values(), key=lambda p: p.line or 0)) from None
     sweep._source = source
+    sweep._lines = lines
     sweep._warnings = [Problem(w.path, w.message, lines.line(w.path)) for w in _warnings_of(sweep)]
     problems_list = list(_semantic_problems(sweep, catalog or load_catalog(), allow_unpinned))
     if problems_list:
@@ -608,21 +512,28 @@ def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> 
     if isinstance(spec.search, MaxBatchSearch):
         yield from _max_batch_problems(spec.search, matrix_axes)
     if spec.image:
-        from kubesweep.images import LockError, lock_keys
+        from kubesweep.images import LockError, load_lock, lock_keys
 
+        if spec.image not in spec.images and _is_image_key(spec.image):
+            try:  # a key of the image lock; whether it is built yet is checked where an image is needed
+                if spec.image in load_lock().images:
+                    return
+            except LockError as exc:
+                yield Problem(("spec", "image"), str(exc))
+                return
         try:
             ref = sweep.image_reference() or ""
         except LockError as exc:
             yield Problem(("spec", "image"), str(exc))
             return
         if ref == spec.image and _is_image_key(ref) and (spec.images or not allow_unpinned):
-            yield Problem(("spec", "image"), f"{ref!r} is not a key of spec.images ({', '.join(spec.images)}) "
+            yield Problem(("spec", "image"), f"{_short(ref)} is not a key of spec.images ({', '.join(spec.images)}) "
                                              f"nor of the image lock ({', '.join(lock_keys())}) nor an image reference")
             return
         if not allow_unpinned and not DIGEST_RE.match(ref):
             path: tuple[str | int, ...] = ("spec", "images", spec.image) if spec.image in spec.images else (
                 "spec", "image")
-            yield Problem(path, f"{ref!r} is not pinned by digest (expected NAME@sha256:<64 hex>; "
+            yield Problem(path, f"{_short(ref)} is not pinned by digest (expected NAME@sha256:<64 hex>; "
                                 "pass --allow-unpinned to accept a tag)")
 
 
@@ -659,7 +570,7 @@ def _tune_problems(search: TuneSearch, matrix_axes: Mapping[str, Any], catalog: 
     for i, name in enumerate(metrics):
         if name not in TUNE_METRICS and "/" not in name:
             where = (*base, "metric", i) if isinstance(search.metric, list) else (*base, "metric")
-            yield Problem(where, f"{name!r} is not a tune metric (one of {', '.join(TUNE_METRICS)}, "
+            yield Problem(where, f"{_short(name)} is not a tune metric (one of {', '.join(TUNE_METRICS)}, "
                                  "or an MLflow metric key such as result/tokens_per_s)")
     if len(set(metrics)) != len(metrics):
         yield Problem((*base, "metric"), "a metric is listed twice")
@@ -669,7 +580,7 @@ def _tune_problems(search: TuneSearch, matrix_axes: Mapping[str, Any], catalog: 
     for i, constraint in enumerate(search.constraints):
         if constraint.metric not in TUNE_METRICS and "/" not in constraint.metric:
             yield Problem((*base, "constraints", i, "metric"),
-                          f"{constraint.metric!r} is not a tune metric (one of {', '.join(TUNE_METRICS)}, "
+                          f"{_short(constraint.metric)} is not a tune metric (one of {', '.join(TUNE_METRICS)}, "
                           "or an MLflow metric key)")
     if search.algorithm == "grid":
         for axis, dist in search.space.items():
@@ -765,4 +676,4 @@ def _is_image_key(image: str) -> bool:
 def _unknown_gpu(path: tuple[str | int, ...], gpu: str, catalog: Catalog) -> Problem:
     hint = [n for n in catalog.names if n.startswith(gpu)][:1] or difflib.get_close_matches(gpu, catalog.names, n=1)
     suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(catalog.names)}"
-    return Problem(path, f"{gpu!r} is not a GPU type in the catalog{suggestion}")
+    return Problem(path, f"{_short(gpu)} is not a GPU type in the catalog{suggestion}")

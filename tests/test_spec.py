@@ -96,6 +96,18 @@ def test_an_include_an_exclude_drops_is_a_warning() -> None:
                               "(precision=bf16) and runs anyway: include cells are added after the excludes"]
 
 
+def test_a_deeply_nested_document_is_refused_without_recursing() -> None:
+    value: Any = 1
+    for _ in range(100_000):
+        value = [value]
+    doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "x"},
+           "spec": {"job": {"model_overrides": {"x": value}}}}
+    with pytest.raises(SpecError) as info:
+        parse_sweep(doc, source="cr/x")
+    assert str(info.value) == f"cr/x: spec.job.model_overrides.x{'[0]' * 60}: nested more than 64 levels deep; " \
+                              "a sweep spec needs a few"
+
+
 def test_the_readme_spec_is_the_shipped_gpu_matrix() -> None:
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## The sweep spec", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from kubesweep.spec import SpecError, parse_sweep, parse_sweep_text
+from kubesweep.specfile import read_spec_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,13 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     from kubesweep.tune.dispatch import NoSearch, run_search
 
     try:
-        text = args.spec.read_text()
+        text = read_spec_text(args.spec)  # within the size limit of a spec file
         if args.spec.suffix == ".json":
             sweep = parse_sweep(json.loads(text), source=str(args.spec), allow_unpinned=True)
         else:
             sweep = parse_sweep_text(text, source=str(args.spec), allow_unpinned=True)
-    except (OSError, ValueError, SpecError) as exc:
+    except SpecError as exc:
         print(str(exc), file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, RecursionError) as exc:  # not JSON, or nested past what json reads
+        print(f"{args.spec}: not valid JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     tracking = TrackingEnv(uri, os.environ.get("KUBESWEEP_EXPERIMENT") or sweep.experiment,
