@@ -10,7 +10,8 @@ file, the line, the field path and what was expected, one problem per line:
 
     sweeps/x.yaml:12: spec.matrix.precision[2]: 'bf61' is not one of fp32, tf32, fp16, bf16
 
-Reading the file (its size, its YAML, its lines) is `kubesweep.specfile`'s.
+Reading the file (its size, its YAML, its lines) is `kubesweep.specfile`'s. Values are validated strictly: a value
+has its field's type (`"16"` is not an integer, `16.0` is not one either, `"true"` is not a boolean).
 """
 
 from __future__ import annotations
@@ -431,7 +432,10 @@ def parse_sweep(
     allow_unpinned: bool = False,
     catalog: Catalog | None = None,
 ) -> Sweep:
-    """Validate a mapping (a parsed file, a custom resource's body) into a `Sweep`, or raise `SpecError`."""
+    """Validate a mapping (a parsed file, a custom resource's body) into a `Sweep`, or raise `SpecError`.
+
+    Strictly: a value of another type than its field's is an error, never converted (`"16"` for an integer).
+    """
     lines = lines if lines is not None else LineMap()
     if not isinstance(data, Mapping):
         raise SpecError(source, [Problem((), f"expected a mapping with apiVersion, kind, metadata and spec, "
@@ -441,7 +445,7 @@ def parse_sweep(
         raise SpecError(source, [Problem(deep, f"nested more than {MAX_DEPTH} levels deep; a sweep spec needs a "
                                                "few", lines.line(deep))])
     try:
-        sweep = Sweep.model_validate(data)
+        sweep = Sweep.model_validate(data, strict=True)
     except ValidationError as exc:
         problems: dict[tuple[str | int, ...], Problem] = {}
         for error in exc.errors():
@@ -610,7 +614,7 @@ def _distribution_problems(path: tuple[str | int, ...], axis: str, dist: Distrib
         adapter: TypeAdapter[Any] = TypeAdapter(annotation)
         for i, value in enumerate(dist.values):
             try:
-                adapter.validate_python(value)
+                adapter.validate_python(value, strict=True)
             except ValidationError as exc:
                 first = exc.errors()[0]
                 yield Problem((*path, "values", i), _message(first, (*path, "values", i)))

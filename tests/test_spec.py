@@ -96,6 +96,39 @@ def test_an_include_an_exclude_drops_is_a_warning() -> None:
                               "(precision=bf16) and runs anyway: include cells are added after the excludes"]
 
 
+@pytest.mark.parametrize(("spec", "problem"), [
+    ({"matrix": {"batch_size": ["16"]}}, "spec.matrix.batch_size[0]: expected an integer, got '16'"),
+    ({"matrix": {"batch_size": [16.0]}}, "spec.matrix.batch_size[0]: expected an integer, got 16.0"),
+    ({"matrix": {"batch_size": [True]}}, "spec.matrix.batch_size[0]: expected an integer, got True"),
+    ({"job": {"random_init": "true"}}, "spec.job.random_init: expected true or false, got 'true'"),
+    ({"job": {"pin_memory": 1}}, "spec.job.pin_memory: expected true or false, got 1"),
+    ({"job": {"learning_rate": "1e-4"}}, "spec.job.learning_rate: expected a number, got '1e-4'"),
+    ({"job": {"epochs": True}}, "spec.job.epochs: expected a number, got True"),
+    ({"resources": {"retries": "1"}}, "spec.resources.retries: expected an integer, got '1'"),
+    ({"repeats": "2"}, "spec.repeats: expected an integer, got '2'"),
+    ({"suspend": "false"}, "spec.suspend: expected true or false, got 'false'"),
+    ({"search": {"strategy": "random", "num_samples": "4"}, "matrix": {"batch_size": [8]}},
+     "spec.search.num_samples: expected an integer, got '4'"),
+    ({"search": {"strategy": "tune", "space": {"batch_size": {"type": "choice", "values": ["16"]}}}},
+     "spec.search.space.batch_size.values[0]: expected an integer, got '16'"),
+])
+def test_a_value_of_another_type_is_never_converted(spec: dict[str, Any], problem: str) -> None:
+    """A file, a custom resource and a stored sweep are validated alike: a value has its setting's type."""
+    doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "x"}, "spec": spec}
+    with pytest.raises(SpecError) as info:
+        parse_sweep(doc, source="cr/x")
+    assert str(info.value) == f"cr/x: {problem}"
+
+
+def test_an_integer_is_a_number() -> None:
+    """JSON and the API server write 3.0 as 3: an integer where a number is expected is that number."""
+    doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "x"},
+           "spec": {"job": {"epochs": 3, "learning_rate": 1}, "matrix": {"warmup_ratio": [0, 0.1]}}}
+    sweep = parse_sweep(doc)
+    assert (sweep.spec.job.epochs, sweep.spec.job.learning_rate) == (3.0, 1.0)
+    assert sweep.spec.matrix.warmup_ratio == [0.0, 0.1]
+
+
 def test_a_deeply_nested_document_is_refused_without_recursing() -> None:
     value: Any = 1
     for _ in range(100_000):

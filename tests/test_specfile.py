@@ -49,6 +49,11 @@ def test_200_deep_nesting_is_refused_at_its_line() -> None:
     refused(deep, f"{deep}:7: nested more than 64 levels deep; a sweep spec needs a few")
 
 
+def test_a_string_for_an_integer_is_refused_with_its_field() -> None:
+    bad = BAD / "48-string-for-int.yaml"
+    refused(bad, f"{bad}:7: spec.matrix.batch_size[0]: expected an integer, got '16'")
+
+
 def test_a_file_over_the_size_limit_is_refused(tmp_path: Path) -> None:
     big = tmp_path / "big.yaml"
     big.write_text(HEAD + "# padding\n" * (MAX_SPEC_BYTES // 10))
