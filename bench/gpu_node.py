@@ -69,6 +69,13 @@ def sh(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
 
 # --------------------------------------------------------------------------------------------- here: pack
 def pack(args: argparse.Namespace) -> None:
+    if args.only in (None, "binaries"):
+        pack_binaries()
+    if args.only in (None, "wheels"):
+        pack_wheels()
+
+
+def pack_binaries() -> None:
     k8s_bin = Path(sh(["bash", str(ROOT / "tests/cluster/build-tools.sh")]).stdout.strip().splitlines()[-1])
     gpu_bin = Path(sh(["bash", str(ROOT / "tests/cluster/build-gpu-node.sh")]).stdout.strip().splitlines()[-1])
     PACK.mkdir(parents=True, exist_ok=True)
@@ -84,6 +91,8 @@ def pack(args: argparse.Namespace) -> None:
     total = sum(p.stat().st_size for p in PACK.iterdir())
     log(f"{PACK}: {len(binaries)} binaries, {total / 2**20:.1f} MiB compressed")
 
+
+def pack_wheels() -> None:
     WHEELS.mkdir(parents=True, exist_ok=True)
     for old in WHEELS.glob("kubesweep-*.whl"):
         old.unlink()
@@ -93,7 +102,8 @@ def pack(args: argparse.Namespace) -> None:
                                    "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name'].lower()"
                                    ".replace('_', '-'): d.version for d in m.distributions()}))"]).stdout)
     pins = [f"{name}=={versions_here[name]}" for name in CARRIED if name in versions_here]
-    sh([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version",
+    pip = [shutil.which("python3") or sys.executable, "-m", "pip"]  # the project's venv (uv's) has no pip
+    sh([*pip, "download", "--quiet", "--no-deps", "--only-binary=:all:", "--python-version",
         "3.12", "--implementation", "cp", *[f"--platform={p}" for p in (
             "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
             "manylinux_2_34_x86_64", "manylinux_2_24_x86_64", "manylinux1_x86_64")],
@@ -174,13 +184,259 @@ def n_summary() -> dict[str, Any]:
             "allocatable": status.get("allocatable"), "nodeInfo": status.get("nodeInfo")}
 
 
+# --------------------------------------------------------------------------------------------- there: sweep
+def start_mlflow(env: dict[str, str]) -> str:
+    """An `mlflow server` host process on every address (pods reach it at the bridge's); its URI for pods."""
+    store = gpu_node.ROOT / "mlflow"
+    store.mkdir(exist_ok=True)
+    uri = f"http://{gpu_node.NODE_GATEWAY}:{MLFLOW_PORT}"
+    if subprocess.run(["curl", "-sf", f"http://127.0.0.1:{MLFLOW_PORT}/health"], capture_output=True).returncode:
+        with (gpu_node.ROOT / "logs" / "mlflow.log").open("ab") as f:
+            subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "0.0.0.0", "--port",
+                              str(MLFLOW_PORT), "--backend-store-uri", f"sqlite:///{store}/mlflow.db",
+                              "--artifacts-destination", str(store / "artifacts"), "--workers", "2"],
+                             env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        wait_for(lambda: subprocess.run(["curl", "-sf", f"http://127.0.0.1:{MLFLOW_PORT}/health"],
+                                        capture_output=True).returncode == 0, 120, "MLflow server")
+    return uri
+
+
+def wait_for(fn: Any, timeout: float, what: str) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if fn():
+            return time.monotonic() - t0
+        time.sleep(0.5)
+    raise SystemExit(f"timed out waiting for {what}")
+
+
+def volume(name: str, path: Path) -> list[dict[str, Any]]:
+    """A PersistentVolume on the node's disk and its claim (the sweep's pods mount claims, never host paths)."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, 1000, 1000)
+    return [
+        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{NAMESPACE}-{name}"},
+         "spec": {"capacity": {"storage": "50Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "node",
+                  "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(path), "type": "Directory"},
+                  "claimRef": {"namespace": NAMESPACE, "name": name}}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NAMESPACE},
+         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "node", "volumeName": f"{NAMESPACE}-{name}",
+                  "resources": {"requests": {"storage": "50Gi"}}}},
+    ]
+
+
+def create(api: gpu_node.Api, obj: dict[str, Any]) -> None:
+    kind = obj["kind"]
+    ns = obj["metadata"].get("namespace")
+    path = {"Namespace": "/api/v1/namespaces", "PersistentVolume": "/api/v1/persistentvolumes",
+            "PersistentVolumeClaim": f"/api/v1/namespaces/{ns}/persistentvolumeclaims",
+            "Pod": f"/api/v1/namespaces/{ns}/pods"}[kind]
+    try:
+        api.call("POST", path, obj)
+    except Exception as exc:
+        if "409" not in str(exc):
+            raise
+
+
+def prepare_namespace(api: gpu_node.Api) -> None:
+    create(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}})
+    cache = gpu_node.ROOT / "volumes" / "cache"
+    for obj in volume("cache", cache) + volume("checkpoints", gpu_node.ROOT / "volumes" / "checkpoints"):
+        create(api, obj)
+    for src, dest in ((ROOT / "data" / "sst2", cache / "sst2"), (WHEELS / "tokenizer", cache / "tokenizer")):
+        if not dest.exists():
+            shutil.copytree(src, dest)
+    subprocess.run(["chown", "-R", "1000:1000", str(cache)], check=True)
+
+
+def probe_pod(api: gpu_node.Api, image: str) -> dict[str, Any]:
+    """One pod of the job image asking for the GPU: what CUDA and NVML see inside it, and its start-up times."""
+    name = f"gpu-probe-{int(time.time())}"
+    code = ("import json, torch, pynvml; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0); "
+            "print(json.dumps({'torch_cuda': torch.cuda.get_device_name(0), "
+            "'nvml': pynvml.nvmlDeviceGetName(h), 'uid': __import__('os').getuid(), "
+            "'bf16_matmul': float((torch.ones(64, 64, device='cuda', dtype=torch.bfloat16) @ "
+            "torch.ones(64, 64, device='cuda', dtype=torch.bfloat16)).sum())}))")
+    security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    create(api, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE}, "spec": {
+        "restartPolicy": "Never", "nodeSelector": {gpu_node.NODE_LABEL: "true"},
+        "containers": [{"name": "probe", "image": image, "command": ["python", "-c", code],
+                        "securityContext": security,
+                        "resources": {"limits": {gpu_node.GPU_RESOURCE: "1"}},
+                        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+        "volumes": [{"name": "tmp", "emptyDir": {}}]}})
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"
+    wait_for(lambda: api.get(path)["status"].get("phase") in ("Succeeded", "Failed"), 300, "the probe pod")
+    pod = api.get(path)
+    logs = subprocess.run(["curl", "-s", "--cacert", str(gpu_node.ROOT / "pki/ca.crt"), "--cert",
+                           str(gpu_node.ROOT / "pki/admin.crt"), "--key", str(gpu_node.ROOT / "pki/admin.key"),
+                           f"{api.base}{path}/log"], capture_output=True, text=True).stdout
+    return {"phase": pod["status"]["phase"], "log": logs, "timing": pod_timing(pod)}
+
+
+def pod_timing(pod: dict[str, Any]) -> dict[str, Any]:
+    """Seconds from the pod's creation to scheduling, to its container's start and to its end."""
+    from datetime import datetime
+
+    def ts(value: str | None) -> float | None:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+
+    created = ts(pod["metadata"]["creationTimestamp"])
+    conds = {c["type"]: ts(c.get("lastTransitionTime")) for c in pod["status"].get("conditions", [])}
+    state = (pod["status"].get("containerStatuses") or [{}])[0].get("state", {})
+    run = state.get("terminated") or state.get("running") or {}
+    started, finished = ts(run.get("startedAt")), ts(run.get("finishedAt"))
+    rel = lambda t: None if t is None or created is None else round(t - created, 1)  # noqa: E731
+    return {"scheduled_s": rel(conds.get("PodScheduled")), "container_started_s": rel(started),
+            "finished_s": rel(finished), "exit_code": (state.get("terminated") or {}).get("exitCode")}
+
+
+def gpu_key(api: gpu_node.Api) -> str:
+    from kubesweep.gpus import default_catalog
+
+    product = (api.node() or {})["metadata"]["labels"][gpu_node.PRODUCT_LABEL]
+    catalog = default_catalog()
+    return next(key for key in catalog.names() if catalog[key].product == product)
+
+
+def sweep_spec(name: str, image: str, gpu: str, args: argparse.Namespace, **job: Any) -> dict[str, Any]:
+    return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": name}, "spec": {
+        "image": image,
+        "job": {"task": "finetune", "model": "bert-base-uncased", "random_init": True, "dataset": "/cache/sst2",
+                "tokenizer": "/cache/tokenizer", "epochs": 1, "max_seq_len": 128, "learning_rate": 1.0e-4,
+                "warmup_ratio": 0.06, "padding": "bucketed", "bucket_multiple": 16, "num_workers": 2,
+                "eval_every_epoch": False, "compile_scope": "layers", "sdpa_backend": "efficient", **job},
+        "matrix": {"gpu": [gpu], "batch_size": args.batch_sizes, "precision": args.precisions,
+                   "compile": [False, True]},
+        "repeats": 1,
+        "resources": {"gpus_per_trial": 1, "cpu": "8", "memory": "48Gi", "shm_size": "8Gi"},
+        "storage": {"cache_claim": "cache", "checkpoint_claim": "checkpoints"},
+        "concurrency": {"max_parallel": 1},
+        "tracking": {"experiment": name}}}
+
+
+def sweep(args: argparse.Namespace) -> None:
+    import yaml
+
+    env = site_env()
+    api = node_api()
+    image = json.loads((gpu_node.ROOT / "job-image.json").read_text())["image"]
+    uri = start_mlflow(env)
+    prepare_namespace(api)
+    result: dict[str, Any] = {"image": image, "tracking_uri": uri}
+    result["probe_pod"] = probe_pod(api, image)
+    log(f"probe pod: {result['probe_pod']}")
+    gpu = gpu_key(api)
+    spec = sweep_spec("gpu-node", image, gpu, args)
+    spec_path = args.out / "gpu-node.yaml"
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    k8s = ["--backend", "kubernetes", "--direct", "-n", NAMESPACE]
+    t0 = time.monotonic()
+    proc = sweep_cli(args.out, "submit", str(spec_path), *k8s, "--tracking-uri", uri, env=env, timeout=args.timeout)
+    result["submit"] = {"exit": proc.returncode, "wall_s": time.monotonic() - t0}
+    # A trial for a GPU type the node does not have: Pending, and status says why.
+    other = next(k for k in ("h200", "h100-80gb") if k != gpu)
+    other_spec = sweep_spec("gpu-node-other", image, other, args)
+    other_spec["spec"]["matrix"] = {"gpu": [other], "batch_size": [args.batch_sizes[0]]}
+    other_path = args.out / "gpu-node-other.yaml"
+    other_path.write_text(yaml.safe_dump(other_spec, sort_keys=False))
+    sweep_cli(args.out, "submit", str(other_path), *k8s, "--tracking-uri", uri, "--detach", env=env)
+    time.sleep(15)
+    result["other_gpu_status"] = sweep_cli(args.out, "status", "gpu-node-other", *k8s, env=env).stdout
+    sweep_cli(args.out, "cancel", "gpu-node-other", *k8s, env=env)
+    for fmt in ("json", "table"):
+        proc = sweep_cli(args.out, "results", "gpu-node", *k8s, "--tracking-uri", uri, "-f", fmt, env=env)
+        (args.out / f"results.{fmt}").write_text(proc.stdout)
+    proc = sweep_cli(args.out, "results", "gpu-node", *k8s, "--per-trial", "-f", "json", env=env)
+    (args.out / "per-trial.json").write_text(proc.stdout)
+    sweep_cli(args.out, "report", "gpu-node", *k8s, "--tracking-uri", uri, "-o", str(args.out / "report"), env=env)
+    pods = api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+    result["pods"] = {p["metadata"]["name"]: pod_timing(p) for p in pods}
+    write_json(args.out, "sweep.json", result)
+
+
+def local(args: argparse.Namespace) -> None:
+    """The same spec on the local backend (fork server), same machine, same MLflow server."""
+    import yaml
+
+    env = site_env()
+    start_mlflow(env)
+    spec = yaml.safe_load((args.out / "gpu-node.yaml").read_text()) if (args.out / "gpu-node.yaml").exists() \
+        else sweep_spec("gpu-node", "unused", gpu_key(node_api()), args)
+    cache = gpu_node.ROOT / "volumes" / "cache"
+    spec["metadata"]["name"] = "gpu-node-local"
+    spec["spec"]["tracking"]["experiment"] = "gpu-node-local"
+    spec["spec"]["job"].update(dataset=str(cache / "sst2"), tokenizer=str(cache / "tokenizer"))
+    path = args.out / "gpu-node-local.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    home = ["--home", str(gpu_node.ROOT / "local-home")]
+    t0 = time.monotonic()
+    proc = sweep_cli(args.out, "submit", str(path), *home, "--tracking-uri", f"http://127.0.0.1:{MLFLOW_PORT}",
+                     env=env, timeout=args.timeout)
+    result: dict[str, Any] = {"submit": {"exit": proc.returncode, "wall_s": time.monotonic() - t0}}
+    for fmt in ("json", "table"):
+        out = sweep_cli(args.out, "results", "gpu-node-local", *home, "-f", fmt, env=env).stdout
+        (args.out / f"local-results.{fmt}").write_text(out)
+    write_json(args.out, "local.json", result)
+
+
+def faults(args: argparse.Namespace) -> None:
+    """A batch that does not fit (a real CUDA OOM in its pod), and an evicted pod whose trial resumes."""
+    import yaml
+
+    env = site_env()
+    api = node_api()
+    uri = start_mlflow(env)
+    image = json.loads((gpu_node.ROOT / "job-image.json").read_text())["image"]
+    gpu = gpu_key(api)
+    k8s = ["--backend", "kubernetes", "--direct", "-n", NAMESPACE, "--tracking-uri", uri]
+    result: dict[str, Any] = {}
+    oom = sweep_spec("gpu-node-oom", image, gpu, args, padding="max_length", compile_scope="model",
+                     sdpa_backend="math")
+    oom["spec"]["matrix"] = {"gpu": [gpu], "batch_size": [8192], "precision": ["fp32"]}
+    evict = sweep_spec("gpu-node-evict", image, gpu, args, epochs=2, checkpoint_every=100)
+    evict["spec"]["matrix"] = {"gpu": [gpu], "batch_size": [256], "precision": ["bf16"]}
+    for spec in (oom, evict):
+        (args.out / f"{spec['metadata']['name']}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    proc = sweep_cli(args.out, "submit", str(args.out / "gpu-node-oom.yaml"), *k8s, env=env, timeout=300)
+    result["oom"] = {"exit": proc.returncode, "per_trial": sweep_cli(
+        args.out, "results", "gpu-node-oom", *k8s[:-2], "--per-trial", "-f", "json", env=env).stdout}
+    sweep_cli(args.out, "submit", str(args.out / "gpu-node-evict.yaml"), *k8s, "--detach", env=env)
+    ckpt = gpu_node.ROOT / "volumes" / "checkpoints" / "gpu-node-evict"
+    waited = wait_for(lambda: any(ckpt.rglob("*step*")), 300, "the first checkpoint")
+    pods = [p for p in api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            if p["metadata"]["name"].startswith("gpu-node-evict") and p["status"].get("phase") == "Running"]
+    victim = pods[0]["metadata"]["name"]
+    api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods/{victim}/eviction",
+             {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": NAMESPACE}})
+    log(f"evicted {victim} {waited:.0f}s after submit, checkpoints: {sorted(p.name for p in ckpt.rglob('*'))}")
+    done = wait_for(lambda: "Succeeded" in sweep_cli(args.out, "status", "gpu-node-evict", *k8s[:-2],
+                                                      env=env).stdout, 420, "the evicted sweep")
+    result["evict"] = {"victim": victim, "done_after_s": done, "per_trial": sweep_cli(
+        args.out, "results", "gpu-node-evict", *k8s[:-2], "--per-trial", "-f", "json", env=env).stdout,
+        "pods": {p["metadata"]["name"]: pod_timing(p)
+                 for p in api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+                 if p["metadata"]["name"].startswith("gpu-node-evict")}}
+    write_json(args.out, "faults.json", result)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("pack", help="here: build and pack the node's binaries and the wheels").set_defaults(fn=pack)
-    for name, fn, text in (("node", node, "there: bring the node up and build the job image"),):
+    sp = sub.add_parser("pack", help="here: build and pack the node's binaries and the wheels")
+    sp.add_argument("--only", choices=["binaries", "wheels"], help="pack only these")
+    sp.set_defaults(fn=pack)
+    for name, fn, text in (("node", node, "there: bring the node up and build the job image"),
+                           ("sweep", sweep, "there: the GPU sweep on the node, through the Kubernetes backend"),
+                           ("local", local, "there: the same spec on the local backend, same machine"),
+                           ("faults", faults, "there: a CUDA OOM in a pod; an evicted trial resumes")):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-node-out")))
+        sp.add_argument("--batch-sizes", type=int, nargs="+", default=[256, 512])
+        sp.add_argument("--precisions", nargs="+", default=["bf16", "fp16"])
+        sp.add_argument("--timeout", type=float, default=540)
         sp.set_defaults(fn=fn)
     args = p.parse_args(argv)
     if hasattr(args, "out"):

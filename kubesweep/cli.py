@@ -285,6 +285,8 @@ def resume(
     sweep, resumed = s.resume(name)
     if resumed is None:
         _search(s, sweep)
+    if resumed.done:  # nothing to rerun: said so
+        return
     _follow(s, name, detach)
 
 

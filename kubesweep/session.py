@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kubesweep.backends.base import Backend, ProgressCallback, SweepStatus
+    from kubesweep.backends.base import Backend, ProgressCallback, SweepStatus, TrialStatus
     from kubesweep.plan import Plan
     from kubesweep.spec import Sweep
     from kubesweep.tracking.env import TrackingEnv
@@ -110,6 +110,19 @@ class Results:
 
 def _quiet(message: str, warning: bool) -> None:
     pass
+
+
+def _tally(trials: list[TrialStatus], *, rerun: bool = False) -> str:
+    """`2 succeeded, 1 oom`: trials by outcome. Among trials to rerun, a succeeded one is there because its
+    results file is missing: `1 results missing`."""
+    from collections import Counter
+
+    def word(t: TrialStatus) -> str:
+        if rerun and t.phase.value == "Succeeded":
+            return "results missing"
+        return t.outcome.value if t.outcome is not None else t.phase.value.lower()
+
+    return ", ".join(f"{n} {w}" for w, n in Counter(word(t) for t in trials).items())
 
 
 class Session:
@@ -207,16 +220,30 @@ class Session:
         return backend.submit(plan)
 
     def resume(self, name: str) -> tuple[Sweep, SweepStatus | None]:
-        """Open the sweep's tracking again and rerun its failed, cancelled and missing trials. (The sweep, None)
-        when its search runs in this process: `run_search` continues it from its saved state."""
+        """Open the sweep's tracking again and rerun its failed, cancelled and missing trials, saying how many
+        (`notify`). (The sweep, None) when its search runs in this process: `run_search` continues it from its
+        saved state. A sweep whose every trial has ended with an answer is left as it is, tracking included,
+        and comes back done: nothing to rerun."""
         from kubesweep.backends.base import SweepNotFound
 
         sweep = self.backend.sweep_of(name)
         if sweep is None:
             raise SweepNotFound(f"no {self.options.backend} sweep named {name!r}")
-        self.open_tracking(sweep, len(self.backend.status(name).trials))
+        before = self.backend.status(name)
+        rerun = self.backend.to_rerun(before)
+        if not sweep.spec.search.adaptive and not rerun:
+            unfinished = sum(1 for t in before.trials if not t.phase.terminal)
+            if not unfinished:
+                self.notify(f"sweep {name!r}: nothing to rerun: every trial has ended with an answer "
+                            f"({_tally(before.trials)})", False)
+                return sweep, before
+            self.notify(f"sweep {name!r}: nothing to rerun; {unfinished} trials have not ended yet", False)
+        self.open_tracking(sweep, len(before.trials))
         if self.search_runs_here(sweep):
             return sweep, None
+        if rerun:
+            self.notify(f"sweep {name!r}: rerunning {len(rerun)} of {len(before.trials)} trials "
+                        f"({_tally(rerun, rerun=True)})", False)
         return sweep, self.backend.resume(name)
 
     def follow(self, name: str, progress: ProgressCallback | None = None) -> Ended:

@@ -126,9 +126,24 @@ def test_failed_trial_gives_exit_1_and_resume_reruns_it(sweep, tmp_path: Path) -
     path = spec(tmp_path)
     path.write_text(path.read_text().replace("max_steps: 2}", "max_steps: 2, learning_rate: 0.123}"))
     sweep("submit", str(path), check=1)
-    sweep("resume", "cli", check=1)
+    assert "sweep 'cli': rerunning 3 of 3 trials (3 failed)" in sweep("resume", "cli", check=1).stdout
     starts = (tmp_path / "home/sweeps/cli/starts.log").read_text().splitlines()
     assert len(starts) == 6
+
+
+def test_resume_of_a_settled_sweep_says_there_is_nothing_to_rerun(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Every trial has an answer (succeeded or OOM): resume starts nothing, replays nothing and exits 0; once
+    a trial's results file is gone, resume reruns that one and says so."""
+    sweep("submit", str(spec(tmp_path)))
+    starts = tmp_path / "home/sweeps/cli/starts.log"
+    before = starts.read_text()
+    out = sweep("resume", "cli").stdout
+    assert out.strip() == "sweep 'cli': nothing to rerun: every trial has ended with an answer (2 succeeded, 1 oom)"
+    assert starts.read_text() == before
+    next((tmp_path / "home/sweeps/cli/trials").glob("cli-bs8-*/results.json")).unlink()
+    out = sweep("resume", "cli").stdout
+    assert "sweep 'cli': rerunning 1 of 3 trials (1 results missing)" in out
+    assert len(starts.read_text().splitlines()) == 4
 
 
 def test_not_found_is_exit_3(sweep) -> None:  # type: ignore[no-untyped-def]

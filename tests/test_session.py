@@ -132,8 +132,12 @@ def test_a_failed_trial_is_exit_1_and_resume_reruns_only_it(home: Path) -> None:
     assert recorder.messages and recorder.messages[0][0].startswith("tracking: off")
     assert again.follow(sweep.name).code == EXIT_TRIALS_FAILED
     assert len(starts(home, sweep.name)) == 4  # two trials, each run twice
-    # the settled sweep: resume starts nothing
-    session(home).resume(ok.name)
+    # the settled sweep: resume starts nothing, touches no tracking and says so
+    recorder = Recorder()
+    _, left = session(home, recorder).resume(ok.name)
+    assert left is not None and left.done
+    assert recorder.messages == [("sweep 'mixed': nothing to rerun: every trial has ended with an answer "
+                                  "(1 succeeded, 1 oom)", False)]
     assert len(starts(home, ok.name)) == 2
 
 
@@ -182,7 +186,7 @@ def test_detach_leaves_a_driver_process_that_runs_the_sweep(home: Path) -> None:
 
 def test_use_tracking_is_kept_with_a_local_sweep(home: Path) -> None:
     s = session(home)
-    sweep = make_sweep("tracked", batches=[8])
+    sweep = make_sweep("tracked", batches=[8], learning_rate=0.123)  # its trial fails: resume reruns it
     s.submit(sweep, plan(sweep))
     s.follow(sweep.name)
     env = TrackingEnv("http://mlflow.example:5000", "exp", "run123")
@@ -191,7 +195,7 @@ def test_use_tracking_is_kept_with_a_local_sweep(home: Path) -> None:
     recorded = json.loads((home / "sweeps" / sweep.name / "tracking.json").read_text())
     assert recorded["MLFLOW_TRACKING_URI"] == "http://mlflow.example:5000"
     assert recorded["KUBESWEEP_PARENT_RUN_ID"] == "run123"
-    # resume with tracking off: the next trials start untracked
+    # resume with tracking off: the trial it reruns starts untracked
     session(home).resume(sweep.name)
     assert not (home / "sweeps" / sweep.name / "tracking.json").exists()
 

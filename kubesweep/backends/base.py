@@ -167,6 +167,10 @@ class Backend(ABC):
         self._resume_impl(sweep)
         return self.wait(sweep, progress=progress) if wait else self.status(sweep)
 
+    def to_rerun(self, status: SweepStatus) -> list[TrialStatus]:
+        """The trials of `status` that `resume` would run again: ended without an answer (failed, cancelled)."""
+        return [t for t in status.trials if t.phase.terminal and not t.settled]
+
     def logs(self, sweep: str, trial: str, *, follow: bool = False) -> Iterator[str]:
         status = self.status(sweep)
         return self._logs_impl(sweep, status.trial(trial), follow)

@@ -521,12 +521,14 @@ class LocalBackend(Backend):
         self.store.set_cancel(sweep, False)
         for row in self.store.trials(sweep):
             results = self.store.trial_dir(sweep, row.name) / "results.json"
-            missing = row.phase == Phase.SUCCEEDED and not results.exists()
-            if (row.phase in (Phase.FAILED, Phase.CANCELLED) and row.outcome not in (Outcome.OOM,
-                                                                                   Outcome.GPU_MISMATCH)) \
-                    or missing:
+            if _reruns(row.phase, row.outcome, results.exists()):
                 self.store.update(sweep, row.trial_id, phase=Phase.PENDING, outcome=None, attempts=0,
                                   reason="resumed", finished=None)
+
+    def to_rerun(self, status: SweepStatus) -> list[TrialStatus]:
+        """Failed and cancelled trials (not OOM or GPU-mismatch cells), and succeeded ones whose results file is
+        missing."""
+        return [t for t in status.trials if _reruns(t.phase, t.outcome, t.results_path is not None)]
 
     def _delete_impl(self, sweep: str) -> None:
         self._cancel_impl(sweep)
@@ -570,6 +572,14 @@ class LocalBackend(Backend):
         validates (another GPU catalog)."""
         state = self.store.get_sweep(sweep)
         return parse_sweep(state.spec, source=state.source, allow_unpinned=True) if state else None
+
+
+def _reruns(phase: Phase, outcome: Outcome | None, has_results: bool) -> bool:
+    """Whether `resume` runs a trial again: it failed or was cancelled (an OOM or GPU-mismatch cell is an answer),
+    or it succeeded and its results file is gone."""
+    if phase in (Phase.FAILED, Phase.CANCELLED):
+        return outcome not in (Outcome.OOM, Outcome.GPU_MISMATCH)
+    return phase == Phase.SUCCEEDED and not has_results
 
 
 def _forkserver_wanted() -> bool:

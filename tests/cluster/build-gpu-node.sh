@@ -6,7 +6,7 @@
 #   loopback                  no masquerade, so no iptables on the node)
 #   nvidia-device-plugin      github.com/NVIDIA/k8s-device-plugin@DEVICE_PLUGIN_VERSION (CGO: NVML is dlopen'ed)
 #   gpu-feature-discovery     the same module's GFD, run once to name the node's GPU
-#   nvidia-cdi-hook           github.com/NVIDIA/nvidia-container-toolkit@TOOLKIT_VERSION: the hooks the device
+#   nvidia-cdi-hook           github.com/NVIDIA/nvidia-container-toolkit@TOOLKIT_VERSION (CGO): the hooks the device
 #                             plugin's CDI spec names (symlinks, ldcache)
 #
 # Binaries land in ${KUBESWEEP_TEST_CACHE:-~/.cache/kubesweep-test}/gpu-node-<versions>/bin; a binary already
@@ -106,7 +106,7 @@ name=nvidia-cdi-hook
 have "$name" || {
   log "$name $TOOLKIT_VERSION"
   (cd "$(module_dir "github.com/NVIDIA/nvidia-container-toolkit@$TOOLKIT_VERSION")" &&
-    CGO_ENABLED=0 go build "$(mod_flag)" -p "$JOBS" -trimpath -ldflags "-s -w" -o "$OUT/$name" "./cmd/$name")
+    CGO_ENABLED=1 go build "$(mod_flag)" -p "$JOBS" -trimpath -ldflags "-s -w" -o "$OUT/$name" "./cmd/$name")
   install_bin "$OUT/$name" --version
 }
 

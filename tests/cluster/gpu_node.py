@@ -140,6 +140,22 @@ class Layout:
         return f"https://127.0.0.1:{API_PORT}"
 
 
+def node_ip() -> str:
+    """The first IPv4 address of a non-loopback interface (the API server advertises it), else 127.0.0.1."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            if name == "lo" or name.startswith(("veth", BRIDGE)):
+                continue
+            with contextlib.suppress(OSError):
+                packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))  # SIOCGIFADDR
+                return socket.inet_ntoa(packed[20:24])
+    return "127.0.0.1"
+
+
 def kubeconfig(layout: Layout, user: str, cert: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Config", "current-context": "gpu-node",
@@ -224,7 +240,7 @@ def component_commands(layout: Layout) -> dict[str, list[str]]:
                  "--initial-cluster", f"{NODE_NAME}=http://127.0.0.1:2380", "--log-level", "warn"],
         "kube-apiserver": [
             str(b / "kube-apiserver"), "--etcd-servers", "http://127.0.0.1:2379",
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(API_PORT),
+            "--bind-address", "127.0.0.1", "--advertise-address", node_ip(), "--secure-port", str(API_PORT),
             "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
             "--client-ca-file", str(pki / "ca.crt"),
             "--kubelet-client-certificate", str(pki / "admin.crt"), "--kubelet-client-key", str(pki / "admin.key"),
@@ -392,7 +408,7 @@ class GpuNode:
             with (self.layout.bin / "pause").open("rb") as f:
                 tar.addfile(info, f)
         write_oci_archive(archive, PAUSE_IMAGE, [layer], {"Entrypoint": ["/pause"], "User": "65535:65535"})
-        self.ctr("images", "import", str(archive))
+        self.ctr("images", "import", "--snapshotter", "overlayfs", str(archive))
 
     def up(self, pack: Path, timeout: float = 240) -> dict[str, float]:
         """Bring the node up from `pack`; returns seconds per phase. Idempotent: what runs is left running."""
@@ -571,8 +587,7 @@ def image_config(venv: Path) -> dict[str, Any]:
         "Env": [f"PATH={venv}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/gcc/bin",
                 f"LD_LIBRARY_PATH={DRIVER_LIBRARY_PATH}", "PYTHONUNBUFFERED=1", "HF_HOME=/cache/huggingface",
                 "TORCHINDUCTOR_CACHE_DIR=/cache/inductor", "TRITON_CACHE_DIR=/cache/triton",
-                "KUBESWEEP_CACHE_DIR=/cache/kubesweep", "HOME=/home/kubesweep",
-                "NVIDIA_VISIBLE_DEVICES=void"],
+                "KUBESWEEP_CACHE_DIR=/cache/kubesweep", "HOME=/home/kubesweep"],
         "User": "1000:1000", "WorkingDir": "/workspace",
         "Entrypoint": ["python", "-m", "kubesweep.jobs"],
         "Cmd": ["--config", "/etc/kubesweep/trial.json", "--output-dir", "/workspace/output"],
@@ -621,10 +636,13 @@ def write_skeleton_layer(path: Path, venv: Path) -> None:
 def tar_paths(out: Path, paths: Iterable[str], excludes: Iterable[str] = (), root: str = "/") -> None:
     """GNU tar of `paths` (relative to `root`) into `out`, owner root, numeric ids, no atime changes."""
     listing = out.with_suffix(".list")
-    listing.write_text("\n".join(paths) + "\n")
+    present = [p for p in paths if os.path.lexists(os.path.join(root, p))]
+    listing.write_text("\n".join(present) + "\n")
     cmd = ["tar", "-C", root, "-cf", str(out), "--numeric-owner", "--owner=0", "--group=0",
            *[f"--exclude={e}" for e in excludes], "-T", str(listing)]
-    run(cmd, timeout=900)
+    proc = run(cmd, timeout=900, check=False)
+    if proc.returncode not in (0, 1):  # 1: a file changed while it was read (logs, caches): not fatal here
+        raise GpuNodeError(f"tar exited {proc.returncode}: {proc.stderr[-2000:]}")
 
 
 def build_job_image(node: GpuNode, wheels: Path, venv: Path = Path("/opt/torch/.venv"),
