@@ -159,9 +159,12 @@ def locked_reference(key: str, path: str | Path | None = None) -> str | None:
         return None
     ref = entry.reference
     if ref is None:
-        why = entry.reason or "no digest confirmed"
-        raise LockError(f"image key {key!r} is {entry.status} in {_lock_name(where)} ({why}); build and push it "
-                        f"(sweep images build --registry ...) or give spec.images.{key} a digest-pinned reference")
+        reason = (entry.reason or "").split(";")[0].strip()  # its first clause; how to build it follows here
+        why = f"{entry.status}: {reason}" if reason else f"{entry.status}, no confirmed digest"
+        raise LockError(f"image key {key!r} is not built yet ({_lock_name(where)} has it {why}). Build, push and "
+                        f"lock it with `make images REGISTRY=<your registry>` (this key alone: `sweep images build "
+                        f"--registry <your registry> --key {key}`), or give spec.images.{key} a digest-pinned "
+                        "reference")
     return ref
 
 

@@ -75,14 +75,32 @@ def trial_labels(trial: Trial) -> dict[str, str]:
     return labels
 
 
-def resolve_image(sweep: Sweep, *, allow_unpinned: bool = False) -> str:
-    image = sweep.image_reference()
+def image_problem(sweep: Sweep, *, allow_unpinned: bool = False) -> str | None:
+    """Why the sweep's trials have no image to run as on Kubernetes (the problem is at `spec.image`), or None: no
+    image named, a key of the image lock that is not built yet, a reference not pinned by digest."""
+    from kubesweep.images import LockError, lock_keys
+
+    try:
+        image = sweep.image_reference()
+    except LockError as exc:  # a key of the lock without a confirmed digest: not built (and pushed) yet
+        return str(exc)
     if not image:
-        raise RenderError(f"{sweep.source}: spec.image is required to run trials on Kubernetes "
-                          "(a digest-pinned job image, see images/README.md)")
+        keys = ", ".join(lock_keys()) or "none"
+        return ("required to run trials on Kubernetes: name a key of the image lock (" + keys + "; "
+                "`make images REGISTRY=<your registry>` builds them) or a reference pinned by digest, "
+                "NAME@sha256:<64 hex> (see images/README.md)")
     if not allow_unpinned and not DIGEST_RE.match(image):
-        raise RenderError(f"{sweep.source}: image {image!r} is not pinned by digest; pass --allow-unpinned to use it")
-    return image
+        return f"image {image!r} is not pinned by digest; pass --allow-unpinned to use it"
+    return None
+
+
+def resolve_image(sweep: Sweep, *, allow_unpinned: bool = False) -> str:
+    """The job image of the sweep's trials; `RenderError` naming the spec when it has none to run
+    (`image_problem`)."""
+    problem = image_problem(sweep, allow_unpinned=allow_unpinned)
+    if problem is not None:
+        raise RenderError(f"{sweep.source}: spec.image: {problem}")
+    return sweep.image_reference() or ""
 
 
 def trial_command(trial: Trial, rendezvous: Rendezvous) -> list[str]:

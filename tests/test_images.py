@@ -24,7 +24,7 @@ from kubesweep.images import (
     requirements_for,
     wheel_command,
 )
-from kubesweep.manifests import render_plan
+from kubesweep.manifests import RenderError, render_plan
 from kubesweep.plan import plan
 from kubesweep.spec import SpecError, load_sweep_file
 
@@ -86,15 +86,17 @@ def test_every_job_line_has_matching_tag_and_build_args() -> None:
         assert entry.tag.endswith(key.replace("torch-", "torch"))
 
 
-def test_spec_naming_an_unconfirmed_key_is_refused(tmp_path: Path) -> None:
-    path = _spec(tmp_path, "torch-2.8-cu128")
-    with pytest.raises(SpecError) as info:
-        load_sweep_file(path)
-    assert str(info.value).startswith(f"{path}:6: spec.image: image key 'torch-2.8-cu128' is unconfirmed in the "
-                                      "shipped image lock (not published yet;")
-    # --allow-unpinned does not make an entry without a digest usable
-    with pytest.raises(SpecError):
-        load_sweep_file(path, allow_unpinned=True)
+def test_a_key_not_built_yet_loads_and_is_refused_where_an_image_is_needed(tmp_path: Path) -> None:
+    """A lock key is a valid spec (the local backend needs no image); rendering it says how to build it."""
+    sweep = load_sweep_file(_spec(tmp_path, "torch-2.8-cu128"), allow_unpinned=False)
+    for allow_unpinned in (False, True):  # --allow-unpinned does not make an entry without a digest usable
+        with pytest.raises(RenderError) as info:
+            render_plan(plan(sweep), allow_unpinned=allow_unpinned)
+        assert str(info.value) == (
+            f"{tmp_path / 's.yaml'}: spec.image: image key 'torch-2.8-cu128' is not built yet (the shipped image "
+            "lock has it unconfirmed: not published yet). Build, push and lock it with `make images "
+            "REGISTRY=<your registry>` (this key alone: `sweep images build --registry <your registry> --key "
+            "torch-2.8-cu128`), or give spec.images.torch-2.8-cu128 a digest-pinned reference")
 
 
 def test_spec_key_resolves_through_a_confirmed_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

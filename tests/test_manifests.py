@@ -126,7 +126,8 @@ def test_unpinned_image_is_refused_unless_allowed() -> None:
 def test_missing_image_is_a_clear_error() -> None:
     doc = sweep_doc()
     del doc["spec"]["image"]
-    with pytest.raises(RenderError, match=r"spec\.image is required"):
+    with pytest.raises(RenderError, match=r"^<input>: spec\.image: required to run trials on Kubernetes: name a key "
+                                          r"of the image lock \(torch-2\.8-cu128, "):
         render_plan(plan(parse_sweep(doc)))
 
 

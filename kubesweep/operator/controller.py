@@ -27,7 +27,7 @@ from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
 from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
 from kubesweep.backends.k8s_watch import Informer
 from kubesweep.backends.kubernetes import KubernetesBackend, _import_client
-from kubesweep.manifests import LABEL_TRIAL, render_tuner_job, resolve_image, tuner_name
+from kubesweep.manifests import LABEL_TRIAL, image_problem, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
 from kubesweep.operator.cache import ClusterCache
 from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
@@ -86,7 +86,7 @@ class OperatorBackend(KubernetesBackend):
         self.test_hooks = test_hooks
         self._hook_rules: dict[str, list[tuple[dict[str, Any], dict[str, str]]]] = {}
         self._status_extra: dict[str, dict[str, Any]] = {}
-        self._sized: dict[str, tuple[Any, ...]] = {}  # sweep -> (uid, generation) whose size was checked
+        self._sized: dict[str, tuple[Any, ...]] = {}  # sweep -> (uid, generation) whose size and image were checked
         # sweep -> (what a step saw, the status it found): a finished sweep whose last step changed nothing
         self._settled: dict[str, tuple[tuple[Any, ...], SweepStatus]] = {}
 
@@ -235,12 +235,16 @@ class OperatorBackend(KubernetesBackend):
         state = super()._load_state(sweep)
         meta = self._body(sweep).get("metadata", {})
         sized = (meta.get("uid"), meta.get("generation"))
-        if self.max_trials is not None and self._sized.get(sweep) != sized:  # once per change of the spec
-            try:  # counted from the axes, before anything is expanded
-                check_size(state.sweep, self.max_trials, source=f"sweep {self.namespace}/{sweep}",
-                           hint="the operator's --max-trials, chart value operator.maxTrials")
-            except SweepTooLarge as exc:
-                raise InvalidSweep(str(exc)) from None
+        if self._sized.get(sweep) != sized:  # once per change of the spec
+            if self.max_trials is not None:
+                try:  # counted from the axes, before anything is expanded
+                    check_size(state.sweep, self.max_trials, source=f"sweep {self.namespace}/{sweep}",
+                               hint="the operator's --max-trials, chart value operator.maxTrials")
+                except SweepTooLarge as exc:
+                    raise InvalidSweep(str(exc)) from None
+            problem = image_problem(state.sweep, allow_unpinned=self.allow_unpinned)
+            if problem is not None:  # no image its trials can run as (e.g. a lock key not built yet)
+                raise InvalidSweep(f"{state.sweep.source}: spec.image: {problem}")
             self._sized[sweep] = sized
         if self.test_hooks:
             annotations = self._body(sweep)["metadata"].get("annotations") or {}

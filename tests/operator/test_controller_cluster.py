@@ -910,6 +910,22 @@ def test_a_sweep_of_10_to_the_8_trials_is_invalid_at_once_and_the_operator_unhar
     assert operator.proc is not None and operator.proc.poll() is None
 
 
+def test_a_sweep_naming_an_image_key_not_built_yet_is_invalid_saying_how_to_build_it(
+        installed: Installed, operator: OperatorProcess, tmp_path: Path) -> None:
+    """Applied with kubectl (no CLI check ran), a Sweep whose image is a key of the image lock with no confirmed
+    digest is Invalid with the message `sweep render` gives for it, and none of its Jobs is made."""
+    path = sweep_file(tmp_path, "unbuilt", {"gpu": ["l4"], "batch_size": [8]}, hooks={})
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["image"] = "torch-2.8-cu128"  # unconfirmed in the shipped lock, which the operator reads
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    kubectl_apply(installed, path)
+    message = wait_phase(installed, "unbuilt", {"Invalid"}, timeout=30, op=operator)["message"]
+    assert "spec.image: image key 'torch-2.8-cu128' is not built yet" in message, message
+    assert "`make images REGISTRY=<your registry>`" in message, message
+    jobs = installed.cluster.get_json("jobs", "-l", "kubesweep.io/sweep=unbuilt", namespace=installed.namespace)
+    assert jobs["items"] == []
+
+
 SCALE_TRIALS = 5_000
 OBJECT_BOUND = 256 * 1024
 
