@@ -153,13 +153,16 @@ def _search(s: Session, sweep: Sweep) -> NoReturn:
 
 @app.command()
 def validate(
-    file: opts.SpecFile, allow_unpinned: opts.AllowUnpinned = False, max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
+    file: opts.SpecFile, backend: opts.BackendOpt = BackendName.local, any_gpu: opts.AnyGpuOpt = False,
+    allow_unpinned: opts.AllowUnpinned = False, max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
     confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER,
 ) -> None:
-    """Check a sweep spec; print each problem as FILE:LINE: FIELD: what was expected."""
+    """Check a sweep spec, and everything `submit` checks before it runs on the backend (--backend; nothing runs,
+    no cluster is asked); print each problem as FILE:LINE: FIELD: what was expected."""
     p = make_plan(load(file, allow_unpinned), max_trials)
+    session(backend, any_gpu=any_gpu, allow_unpinned=allow_unpinned).check(p)
     views.warn_if_large(err, p, confirm_over)
-    views.print_valid(console, file, p)
+    views.print_valid(console, file, p, backend.value)
 
 
 @app.command("plan")
@@ -179,12 +182,14 @@ def render(
     file: opts.SpecFile, allow_unpinned: opts.AllowUnpinned = False, namespace: opts.NamespaceOpt = None,
     max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
 ) -> None:
-    """Print the Kubernetes manifests (a YAML stream) the spec's trials run as."""
+    """Print the Kubernetes manifests (a YAML stream) the spec's trials run as (after the checks `submit
+    --backend kubernetes` runs)."""
     from kubesweep.manifests import RenderError, render_plan, to_yaml
 
-    sweep = load(file, allow_unpinned)
+    p = make_plan(load(file, allow_unpinned), max_trials)
+    session(BackendName.kubernetes, allow_unpinned=allow_unpinned).check(p)
     try:
-        objects = render_plan(make_plan(sweep, max_trials), allow_unpinned=allow_unpinned, namespace=namespace)
+        objects = render_plan(p, allow_unpinned=allow_unpinned, namespace=namespace)
     except RenderError as exc:
         fail(str(exc), EXIT_USAGE)
     sys.stdout.write(to_yaml(objects))
@@ -215,9 +220,10 @@ def submit(
     """
     sweep = load(file, allow_unpinned)
     p = make_plan(sweep, max_trials)
-    confirm_large(p, confirm_over, yes)
     s = session(backend, home, namespace, kubeconfig, direct, any_gpu=any_gpu, parallel=parallel,
-                tracking_uri=tracking_uri, no_tracking=no_tracking)
+                tracking_uri=tracking_uri, no_tracking=no_tracking, allow_unpinned=allow_unpinned)
+    s.check(p)  # what `validate` checks: before anything runs or is asked
+    confirm_large(p, confirm_over, yes)
     if detach and s.search_runs_here(sweep):
         s.detach_search(file, sweep.name, allow_unpinned=allow_unpinned, max_trials=max_trials)
         views.print_search_detached(console, sweep)

@@ -75,6 +75,7 @@ class Options:
     parallel: int = 1  # local: CPU-only trials at once
     tracking_uri: str | None = None
     no_tracking: bool = False
+    allow_unpinned: bool = False  # kubernetes: accept a job image by tag, not pinned by digest
 
     @property
     def home_dir(self) -> Path:
@@ -134,6 +135,7 @@ class Session:
         self._backend: Backend | None = None
         self.target: TrackingTarget | None = None  # set by open_tracking
         self.tracking: TrackingEnv | None = None  # the parent run's env for the trials (None: not tracked)
+        self._checked: Plan | None = None  # the plan `check` passed last
 
     # -- the backend ------------------------------------------------------------------------------------
 
@@ -146,7 +148,7 @@ class Session:
             o = self.options
             self._backend = make_backend(o.backend, home=o.home, any_gpu=o.any_gpu, cpu_slots=o.parallel,
                                          namespace=o.namespace, kubeconfig=o.kubeconfig, direct=o.direct,
-                                         tracking=self.tracking)
+                                         tracking=self.tracking, allow_unpinned=o.allow_unpinned)
         return self._backend
 
     def searches(self, name: str, *, unknown: bool) -> bool:
@@ -210,9 +212,23 @@ class Session:
 
     # -- a sweep's life ---------------------------------------------------------------------------------
 
+    def check(self, plan: Plan) -> None:
+        """What this session's backend needs of the plan before anything of it runs (`kubesweep.preflight`): raises
+        `NotRunnable` (exit 2) with every problem. `submit` runs it first; `sweep validate` runs it alone."""
+        from kubesweep.preflight import check
+
+        o = self.options
+        check(plan, o.backend, any_gpu=o.any_gpu, allow_unpinned=o.allow_unpinned)
+        self._checked = plan
+
     def submit(self, sweep: Sweep, plan: Plan) -> SweepStatus | None:
-        """Open the sweep's tracking and start its trials (submitting the same spec again starts nothing twice).
-        None when its search runs in this process: `run_search` makes and runs the trials."""
+        """Check the plan (`check`: a problem leaves no state behind), open the sweep's tracking and start its
+        trials (submitting the same spec again starts nothing twice). None when its search runs in this process:
+        `run_search` makes and runs the trials."""
+        if self._checked is not plan:
+            self.check(plan)
+        if self.options.backend != "local":  # ask the cluster first: an unreachable one is said before anything
+            self.backend.sweep_of(sweep.name)  # else, and no parent run is opened for a sweep it cannot take
         self.open_tracking(sweep, len(plan.trials))
         backend = self.backend  # made with the parent run's env
         if self.search_runs_here(sweep):

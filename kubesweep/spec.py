@@ -248,7 +248,7 @@ class Sweep(StrictModel):
     spec: SweepSpec = Field(default_factory=SweepSpec)
     _source: str = PrivateAttr("<input>")
     _warnings: list[Problem] = PrivateAttr(default_factory=list)
-    _lines: Any = PrivateAttr(None)  # the source text's line map (None: not parsed from text)
+    _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)  # field path -> line in the source
 
     @property
     def name(self) -> str:
@@ -260,8 +260,10 @@ class Sweep(StrictModel):
         return SpecError(self._source, self._warnings).format().splitlines() if self._warnings else []
 
     def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
-        """A problem at `path` of this spec, with its line in the source text when it was parsed from one."""
-        return Problem(path, message, self._lines.line(path) if self._lines is not None else None)
+        """A problem at `path` of this spec, with its line (or its nearest parent's) in the source text when it was
+        parsed from one."""
+        ends = (path[:end] for end in range(len(path), -1, -1))
+        return Problem(path, message, next((self._lines[p] for p in ends if p in self._lines), None))
 
     @property
     def source(self) -> str:
@@ -455,7 +457,7 @@ def parse_sweep(
             problems.setdefault(path, Problem(path, _message(error, path), lines.line(path)))
         raise SpecError(source, sorted(problems.values(), key=lambda p: p.line or 0)) from None
     sweep._source = source
-    sweep._lines = lines
+    sweep._lines = dict(lines.lines)
     sweep._warnings = [Problem(w.path, w.message, lines.line(w.path)) for w in _warnings_of(sweep)]
     problems_list = list(_semantic_problems(sweep, catalog or load_catalog(), allow_unpinned))
     if problems_list:

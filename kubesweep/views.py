@@ -128,8 +128,8 @@ def warn_if_large(err: Console, plan: Plan, confirm_over: int) -> None:
                   markup=False, soft_wrap=True)
 
 
-def print_valid(console: Console, file: Path, plan: Plan) -> None:
-    console.print(f"{file}: valid — sweep {plan.sweep.name!r}, {len(plan.trials)} trials, "
+def print_valid(console: Console, file: Path, plan: Plan, backend: str) -> None:
+    console.print(f"{file}: valid for the {backend} backend — sweep {plan.sweep.name!r}, {len(plan.trials)} trials, "
                   f"{len(plan.dropped)} cells dropped")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -52,9 +54,11 @@ def test_cli_works_without_the_extras(tmp_path: Path) -> None:
     blocked = ["torch", "transformers", "datasets", "mlflow", "kubernetes", "kopf", "ray", "optuna"]
     code = (f"import sys\nfor m in {blocked!r}: sys.modules[m] = None\n"
             "from kubesweep.cli import main\nmain()")
+    env = {**os.environ, "KUBESWEEP_LOCAL_GPUS": '["NVIDIA A100-SXM4-40GB"]'}  # one of the spec's GPU types
     for args in (["--help"], ["validate", str(ROOT / "sweeps/gpu_matrix.yaml")],
                  ["plan", str(ROOT / "sweeps/gpu_matrix.yaml"), "-o", "json"]):
-        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60,
+                              env=env)
         assert proc.returncode == 0, proc.stderr
 
 
@@ -166,3 +170,122 @@ def test_detach_then_cancel(sweep, tmp_path: Path) -> None:  # type: ignore[no-u
     assert {t["phase"] for t in status["trials"]} == {"Cancelled"}
     sweep("delete", "slow")
     sweep("status", "slow", check=3)
+
+
+# -- what submit checks before anything runs, and `validate --backend` with it ---------------------------------
+
+QUICK_S = 10.0  # generous: a command that is refused returns at once; this bound only tells one from a hang
+
+
+def timed(args: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[subprocess.CompletedProcess[str], float]:
+    began = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "kubesweep", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=60)
+    return proc, time.monotonic() - began
+
+
+def refused(args: list[str], env: dict[str, str], code: int = 2, cwd: Path = ROOT) -> str:
+    """The one line `sweep ARGS` is refused with: exit `code`, quickly, nothing on stdout, no traceback."""
+    proc, took = timed(args, env, cwd)
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    assert took < QUICK_S, f"{args} took {took:.1f} s"
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert proc.stderr.endswith("\n") and proc.stderr.count("\n") == 1, proc.stderr
+    return proc.stderr.rstrip("\n")
+
+
+@pytest.fixture
+def gpuless(tmp_path: Path) -> dict[str, str]:
+    """This machine as a new user has it: no GPU (nvidia-smi's answer where there is one is replaced by none),
+    no tracking server, a fresh home nobody has made yet."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBESWEEP_LOCAL_GPUS", "KUBECONFIG")}
+    if shutil.which("nvidia-smi"):
+        env["KUBESWEEP_LOCAL_GPUS"] = "[]"
+    return {**env, "KUBESWEEP_HOME": str(tmp_path / "unused-home"), "MLFLOW_TRACKING_URI": "", "COLUMNS": "200"}
+
+
+def test_the_headline_command_on_a_machine_without_its_gpus(gpuless: dict[str, str], tmp_path: Path) -> None:
+    """`sweep submit sweeps/gpu_matrix.yaml` (the README's, local backend by default) with none of its GPU types
+    here: one paragraph saying what it needs, what is here and the ways forward; exit 2; no trial queued."""
+    home = tmp_path / "fresh-home"
+    line = refused(["submit", "sweeps/gpu_matrix.yaml", "--home", str(home)], gpuless)
+    assert line.startswith("sweeps/gpu_matrix.yaml:20: spec.matrix.gpu: none of this sweep's 84 trials can run on "
+                           "the local backend here: each needs a GPU of type a100-40gb (NVIDIA-A100-SXM4-40GB), "
+                           "v100-32gb (Tesla-V100-SXM2-32GB), rtx-3090 (NVIDIA-GeForce-RTX-3090), l40s (NVIDIA-L40S) "
+                           "or h100-80gb (NVIDIA-H100-80GB-HBM3), and this machine has no NVIDIA GPU. ")
+    for way in ("`sweep submit sweeps/gpu_matrix.yaml --backend kubernetes`", "`--any-gpu`", "a `gpu` axis",
+                "`sweep submit sweeps/smoke.yaml`"):
+        assert way in line
+    assert not home.exists() and not (tmp_path / "unused-home").exists()  # no sweep state, no tracking store
+    # validate runs the same check; --any-gpu on a machine without any GPU is refused too
+    assert refused(["validate", "sweeps/gpu_matrix.yaml"], gpuless) == line
+    assert "--any-gpu runs each GPU trial on whatever GPU this machine has, and this machine has no NVIDIA GPU" in \
+        refused(["submit", "sweeps/gpu_matrix.yaml", "--any-gpu", "--home", str(home)], gpuless)
+    assert not home.exists()
+
+
+def test_an_image_key_not_built_yet_is_refused_alike_on_kubernetes(gpuless: dict[str, str], tmp_path: Path) -> None:
+    """sweeps/gpu_matrix.yaml names its image by lock key: render, validate and submit for Kubernetes say how to
+    build it (one check, so one message), before any cluster is asked; the local backend needs no image."""
+    kubeconfig = closed_port_kubeconfig(tmp_path)  # never reached: the image is checked first
+    expected = ("sweeps/gpu_matrix.yaml:10: spec.image: image key 'torch-2.8-cu128' is not built yet (the shipped "
+                "image lock has it unconfirmed: not published yet). Build, push and lock it with `make images "
+                "REGISTRY=<your registry>` (this key alone: `sweep images build --registry <your registry> --key "
+                "torch-2.8-cu128`), or give spec.images.torch-2.8-cu128 a digest-pinned reference")
+    for args in (["render", "sweeps/gpu_matrix.yaml"],
+                 ["validate", "sweeps/gpu_matrix.yaml", "--backend", "kubernetes"],
+                 ["submit", "sweeps/gpu_matrix.yaml", "--backend", "kubernetes", "--kubeconfig", str(kubeconfig)],
+                 ["submit", "sweeps/gpu_matrix.yaml", "--backend", "kubernetes", "--direct", "--kubeconfig",
+                  str(kubeconfig)]):
+        assert refused(args, gpuless) == expected
+    local = {**gpuless, "KUBESWEEP_LOCAL_GPUS": '["NVIDIA A100-SXM4-40GB"]'}
+    proc, _ = timed(["validate", "sweeps/gpu_matrix.yaml"], local)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("sweeps/gpu_matrix.yaml: valid for the local backend — sweep 'bert-gpu-matrix', "
+                                  "84 trials")
+
+
+def test_validate_refuses_what_submit_would(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An exclude that removes every trial and a local dataset path that is not there: `validate` and `submit`
+    refuse both alike (exit 2), before anything runs; `glue/sst2` is a dataset name, not a path."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env.update(KUBESWEEP_HOME=str(tmp_path / "home"), KUBESWEEP_LOCAL_GPUS="[]", KUBESWEEP_NO_TRACKING="1")
+    excluded = spec(tmp_path, "excl")
+    excluded.write_text(excluded.read_text() + "  exclude:\n    - {batch_size: 8}\n    - {batch_size: 16}\n"
+                                               "    - {batch_size: 256}\n")
+    message = (f"{excluded}:9: spec.exclude: the 3 exclude rules remove every cell of the matrix (all 3): the sweep "
+               "has no trial to run; narrow or remove a rule")
+    missing = spec(tmp_path, "data")
+    missing.write_text(missing.read_text().replace("job: {max_steps: 2}", "job: {max_steps: 2, dataset: ../sst2}"))
+    absent = tmp_path.parent / "sst2"
+    assert not absent.exists()
+    data_message = (f"{missing}:5: spec.job.dataset: {absent} does not exist: '../sst2' names a local path (relative "
+                    f"to the spec file's directory, {tmp_path}), which should be a directory of GLUE TSVs (train.tsv, "
+                    "dev.tsv)")
+    for path, expected in ((excluded, message), (missing, data_message)):
+        for command in ("validate", "submit"):
+            assert refused([command, str(path)], env, cwd=tmp_path) == expected
+            assert refused([command, str(path), "--backend", "kubernetes"], env, cwd=tmp_path).startswith(
+                expected if path is excluded else f"{missing}:4: spec.image: required to run trials on Kubernetes")
+    assert not (tmp_path / "home").exists()
+    (tmp_path / "sst2").mkdir()  # relative to the spec file, not to where the command runs
+    (tmp_path / "sst2" / "train.tsv").write_text("sentence\tlabel\n")
+    missing.write_text(missing.read_text().replace("../sst2", "./sst2"))
+    assert "valid for the local backend" in sweep("validate", str(missing)).stdout
+    missing.write_text(missing.read_text().replace("./sst2", "glue/sst2"))
+    assert "valid for the local backend" in sweep("validate", str(missing)).stdout
+
+
+def closed_port_kubeconfig(tmp_path: Path, port: int | None = None) -> Path:
+    """A kubeconfig whose API server is https://127.0.0.1:PORT, a local port nothing listens on (by default)."""
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: down\n"
+        f"clusters: [{{name: down, cluster: {{server: 'https://127.0.0.1:{port}'}}}}]\n"
+        "contexts: [{name: down, context: {cluster: down, user: me, namespace: team}}]\n"
+        "users: [{name: me, user: {token: not-a-secret}}]\n")
+    return path

@@ -24,6 +24,7 @@ from kubesweep.backends.base import (
 from kubesweep.gpus import CatalogError
 from kubesweep.outcomes import Outcome
 from kubesweep.plan import plan
+from kubesweep.preflight import NotRunnable
 from kubesweep.session import (
     EXIT_BACKEND,
     EXIT_NOT_FOUND,
@@ -245,6 +246,41 @@ def test_a_max_batch_search_runs_to_its_end_through_the_session(home: Path) -> N
     assert resumed is None and resumed_sweep.spec.search.adaptive
 
 
+# -- what submit checks first (kubesweep.preflight) -----------------------------------------------------------
+
+
+def gpu_sweep(name: str, image: str) -> Sweep:
+    """Two trials on an A100 whose image is named by a key of the image lock not built yet."""
+    return parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": name},
+                        "spec": {"image": image, "job": {"max_steps": 2},
+                                 "matrix": {"gpu": ["a100-40gb"], "batch_size": [8, 16]}, "resources": {"retries": 0}}})
+
+
+def test_submit_checks_first_and_leaves_nothing_behind(home: Path) -> None:
+    """No A100 here: submit refuses (exit 2) before tracking or the backend is made, so no state exists."""
+    recorder = Recorder()
+    sweep = gpu_sweep("nogpu", "torch-2.8-cu128")
+    with pytest.raises(NotRunnable, match=r"none of this sweep's 2 trials can run on the local backend here: each "
+                                          r"needs a GPU of type a100-40gb \(NVIDIA-A100-SXM4-40GB\), and this "
+                                          r"machine has no NVIDIA GPU\.") as info:
+        session(home, recorder).submit(sweep, plan(sweep))
+    assert error_code(info.value) == EXIT_USAGE
+    assert recorder.messages == [] and not home.exists()
+
+
+def test_an_image_key_not_built_yet_means_nothing_to_the_local_backend(home: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBESWEEP_LOCAL_GPUS", '["NVIDIA A100-SXM4-40GB"]')
+    s = session(home)
+    sweep = gpu_sweep("keyed", "torch-2.8-cu128")
+    s.submit(sweep, plan(sweep))
+    ended = s.follow(sweep.name)
+    assert ended.code == EXIT_OK
+    assert [t.outcome for t in ended.status.trials] == [Outcome.SUCCEEDED, Outcome.SUCCEEDED]
+    stored = s.backend.sweep_of(sweep.name)  # the spec as the backend keeps it reads back
+    assert stored is not None and stored.spec.image == "torch-2.8-cu128"
+
+
 # -- exit codes -----------------------------------------------------------------------------------------------
 
 
@@ -261,6 +297,7 @@ def test_exit_code_of_a_sweep() -> None:
 def test_error_codes() -> None:
     assert error_code(AmbiguousTrial("two trials")) == EXIT_USAGE
     assert error_code(SpecError("x.yaml", [])) == EXIT_USAGE
+    assert error_code(NotRunnable("x.yaml", [])) == EXIT_USAGE
     assert error_code(CatalogError("bad catalog")) == EXIT_USAGE
     assert error_code(SweepNotFound("no sweep")) == EXIT_NOT_FOUND
     assert error_code(BackendError("cluster down")) == EXIT_BACKEND

@@ -53,11 +53,13 @@ def make_backend(name: str, *, home: Path | None = None, **options: Any) -> Back
         if options.get("direct"):
             backend: Backend = KubernetesBackend(namespace=options.get("namespace"),
                                                  kubeconfig=options.get("kubeconfig"),
-                                                 tracking=options.get("tracking"))
+                                                 tracking=options.get("tracking"),
+                                                 allow_unpinned=bool(options.get("allow_unpinned")))
             return backend
         from kubesweep.operator.client import INSTALL_HINT, SweepClient, crd_installed
 
-        client = SweepClient(namespace=options.get("namespace"), kubeconfig=options.get("kubeconfig"))
+        client = SweepClient(namespace=options.get("namespace"), kubeconfig=options.get("kubeconfig"),
+                             allow_unpinned=bool(options.get("allow_unpinned")))
         if not crd_installed(client.client):
             raise BackendError(f"this cluster has no Sweep CRD (sweeps.kubesweep.io), so no kubesweep operator: "
                                f"{INSTALL_HINT}")

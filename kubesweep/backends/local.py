@@ -47,6 +47,7 @@ from kubesweep.backends.base import (
 from kubesweep.gpus import load_catalog, product_from_device_name
 from kubesweep.jobs import forkserver as forkserver_mod
 from kubesweep.jobs.command import JOB_MODULE, job_argv
+from kubesweep.jobs.config import PATH_SETTINGS, local_path
 from kubesweep.manifests import TrackingEnv
 from kubesweep.outcomes import Outcome, outcome_for_exit
 from kubesweep.plan import Plan, Trial
@@ -624,10 +625,12 @@ def _read_results(path: Path) -> dict[str, Any] | None:
 
 
 def _resolve_paths(job: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Relative dataset/model paths in a spec are relative to the spec file's directory."""
+    """Relative dataset/model paths in a spec are relative to the spec file's directory (`jobs.config.local_path`,
+    which `kubesweep.preflight` checks the same paths with)."""
     out = dict(job)
-    for key in ("dataset", "model", "tokenizer"):
+    for key in PATH_SETTINGS:
         value = out.get(key)
-        if isinstance(value, str) and value.startswith(("./", "../")):
-            out[key] = str((base / value).resolve())
+        path = local_path(value, base) if isinstance(value, str) else None
+        if path is not None:
+            out[key] = str(path)
     return out

@@ -6,6 +6,7 @@ This module depends on pydantic only, so the spec, the planner and the CLI can u
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -24,6 +25,23 @@ Engine = Literal["kubesweep", "hf-trainer"]
 ExportFormat = Literal["weights", "onnx", "torchscript"]
 
 TRIAL_SCHEMA = "kubesweep.io/trial/v1"
+# Settings that may name a local path: a directory of GLUE TSVs, a Hugging Face model or tokenizer directory.
+PATH_SETTINGS: tuple[str, ...] = ("dataset", "model", "tokenizer")
+
+
+def is_local_path(ref: str) -> bool:
+    """Whether a dataset, model or tokenizer reference names a local path (it starts with `/`, `.` or `~`), not a
+    `datasets` name (`glue/sst2`), a Hugging Face hub id or a `pkg:` model. The job reads it as such."""
+    return ref.startswith(("/", ".", "~"))
+
+
+def local_path(ref: str, base: Path) -> Path | None:
+    """The path a reference names (`~` expanded; a relative one resolved against `base`, a spec file's
+    directory), or None when it names no local path (see `is_local_path`)."""
+    if not is_local_path(ref):
+        return None
+    path = Path(ref).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
 
 
 def normalize_compile(value: Any) -> bool | str:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.config import JobConfig, is_local_path
 from kubesweep.jobs.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def load_rows(dataset: str, split: str, limit: int | None) -> Rows:
     path = Path(dataset).expanduser()
     if path.is_dir():
         return _read_tsv(path / SPLIT_FILES[split], limit)
-    if dataset.startswith(("/", ".", "~")):
+    if is_local_path(dataset):
         raise UsageError(f"dataset directory {dataset!r} does not exist")
     return _load_hf(dataset, split, limit)
 

