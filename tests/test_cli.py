@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).parents[1]
 STAND_IN = ROOT / "tests" / "support" / "stand_in_job.py"
@@ -289,3 +290,42 @@ def closed_port_kubeconfig(tmp_path: Path, port: int | None = None) -> Path:
         "contexts: [{name: down, context: {cluster: down, user: me, namespace: team}}]\n"
         "users: [{name: me, user: {token: not-a-secret}}]\n")
     return path
+
+
+def pinned_spec(tmp_path: Path) -> Path:
+    path = spec(tmp_path, "k8s")
+    path.write_text(path.read_text() + f"  image: registry.example/kubesweep-job@sha256:{'0' * 64}\n")
+    return path
+
+
+def test_an_api_server_that_is_down_is_one_line_naming_it(gpuless: dict[str, str], tmp_path: Path) -> None:
+    """Every command that asks the cluster (through the operator's Sweep resource or --direct) says which server
+    it could not reach and why, in one line: exit 4 (backend error), at once."""
+    kubeconfig = closed_port_kubeconfig(tmp_path)
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    k8s = ["--backend", "kubernetes", "--kubeconfig", str(kubeconfig)]
+    path = pinned_spec(tmp_path)
+    for args in (["submit", str(path), "--no-tracking", *k8s], ["submit", str(path), "--no-tracking", "--direct", *k8s],
+                 ["status", *k8s], ["status", "k8s", "--direct", *k8s], ["cancel", "k8s", *k8s],
+                 ["results", "k8s", "--direct", "--no-tracking", "--per-trial", *k8s]):
+        line = refused(args, gpuless, code=4)
+        assert line == f"error: cannot reach the Kubernetes API at {server}: connection refused", args
+
+
+@pytest.mark.slow
+def test_an_api_server_that_hangs_is_an_error_within_seconds(gpuless: dict[str, str], tmp_path: Path) -> None:
+    """A server that takes connections and never answers (a hung process) is given `CONNECT_TIMEOUT_S` per
+    connection, tried twice: an error in seconds, not a hang."""
+    from kubesweep.backends.kubernetes import CONNECT_RETRIES, CONNECT_TIMEOUT_S
+
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)  # connections wait in the backlog: never accepted, never answered
+        kubeconfig = closed_port_kubeconfig(tmp_path, hung.getsockname()[1])
+        port = hung.getsockname()[1]
+        proc, took = timed(["status", "--direct", "--backend", "kubernetes", "--kubeconfig", str(kubeconfig)], gpuless)
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stderr == (f"error: cannot reach the Kubernetes API at https://127.0.0.1:{port}: it "
+                           f"took the connection but gave no TLS handshake within {CONNECT_TIMEOUT_S:g} s (is it "
+                           "hung?)\n")
+    assert took < (CONNECT_RETRIES + 1) * CONNECT_TIMEOUT_S + QUICK_S

@@ -17,7 +17,7 @@ from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, SweepConflict, SweepNotFound, SweepStatus, TrialStatus
 from kubesweep.backends.k8s_state import SweepState, TrialEntry
-from kubesweep.backends.kubernetes import KubernetesBackend, _import_client
+from kubesweep.backends.kubernetes import KubernetesBackend, _import_client, unreachable
 from kubesweep.crd import CRD_NAME, GROUP, PLURAL, VERSION
 from kubesweep.manifests import RenderError, resolve_image
 from kubesweep.operator.store import (
@@ -50,7 +50,7 @@ def crd_installed(api_client: Any) -> bool:
             return False
         raise BackendError(f"cannot ask the API server for {CRD_NAME}: {exc.status} {exc.reason}") from None
     except Exception as exc:
-        raise BackendError(f"cannot reach the Kubernetes API: {exc}") from None
+        raise BackendError(unreachable(exc, api_client.configuration.host)) from None
     return any(r.name == PLURAL for r in resources.resources or [])
 
 
