@@ -259,12 +259,16 @@ def status(
 
 @app.command()
 def logs(
-    name: opts.NameArg, trial: opts.TrialArg, follow: opts.FollowOpt = False,
+    name: opts.NameArg, trial: opts.TrialArg = None, follow: opts.FollowOpt = False,
     backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
-    """Print a trial's log."""
-    for chunk in session(backend, home, namespace, kubeconfig, direct).backend.logs(name, trial, follow=follow):
+    """Print a trial's log; with no TRIAL, list the sweep's trials."""
+    b = session(backend, home, namespace, kubeconfig, direct).backend
+    if trial is None:
+        views.print_trial_list(console, b.status(name))
+        return
+    for chunk in b.logs(name, trial, follow=follow):
         sys.stdout.write(chunk)
         sys.stdout.flush()
 
@@ -373,10 +377,13 @@ def report(
 
 @app.command()
 def ui(
-    port: opts.PortOpt = None, backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None,
-    namespace: opts.NamespaceOpt = None, tracking_uri: opts.TrackingUriOpt = None,
+    name: opts.UiNameArg = None, port: opts.PortOpt = None, backend: opts.BackendOpt = BackendName.local,
+    home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, tracking_uri: opts.TrackingUriOpt = None,
 ) -> None:
-    """Start the MLflow UI over the local store (127.0.0.1), or print how to reach the cluster's."""
+    """Start the MLflow UI over the local store (127.0.0.1), or print how to reach the cluster's. Its URL is
+    printed once it answers: NAME's runs view, or a link to each sweep's. The server's output goes to
+    <home>/ui.log."""
+    from kubesweep.spec import SpecError
     from kubesweep.tracking import ui as ui_mod
     from kubesweep.tracking.target import URI_ENV, mlflow_installed
 
@@ -389,11 +396,20 @@ def ui(
         return
     if not mlflow_installed():
         fail("mlflow is not installed: pip install 'kubesweep[tracking]'", EXIT_USAGE)
-    code = ui_mod.serve(Options(home=home).home_dir, port, configured, say=console.print)
+    experiment = None
+    if name is not None:  # the sweep's experiment, as its trials were tracked
+        s = session(home=home, tracking_uri=tracking_uri)
+        try:
+            known = s.backend.sweep_of(name)
+        except SpecError:
+            known = None
+        experiment = s.tracking_target(name, known).experiment
+    home_dir = Options(home=home).home_dir
+    code = ui_mod.serve(home_dir, port, configured, say=console.print, sweep=name, experiment=experiment)
     if code is None:
         err.print("stopped the MLflow UI")
     elif code != 0:
-        fail(f"mlflow server exited with code {code}", EXIT_BACKEND)
+        fail(f"mlflow server exited with code {code}; its log: {home_dir / ui_mod.LOG_FILE}", EXIT_BACKEND)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -68,7 +68,10 @@ VersionOpt = Annotated[
 SpecFile = Annotated[Path, typer.Argument(help="sweep spec (YAML)", show_default=False)]
 NameArg = Annotated[str, typer.Argument(help="sweep name")]
 StatusNameArg = Annotated[str | None, typer.Argument(help="sweep name; omit to list sweeps", show_default=False)]
-TrialArg = Annotated[str, typer.Argument(help="trial name or id (a unique prefix is enough)")]
+TrialArg = Annotated[str | None, typer.Argument(help="trial name or id (a unique prefix is enough); omit to list "
+                                                  "the sweep's trials", show_default=False)]
+UiNameArg = Annotated[str | None, typer.Argument(help="sweep whose runs to open; omit for a link to each sweep's",
+                                                 show_default=False)]
 AllRowsOpt = Annotated[bool, typer.Option("--all", help="print every row of a long table (otherwise the first 50 "
                                                       "and how many more there are)")]
 AllowUnpinned = Annotated[bool, typer.Option("--allow-unpinned", help="accept image tags not pinned by digest")]

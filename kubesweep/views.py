@@ -171,11 +171,14 @@ def print_report(console: Console, built: Any) -> None:
 
 
 def counts_text(status: SweepStatus) -> str:
-    """`5/8 done, 1 oom, 2 running, 1 pending`: outcomes of finished trials, phases of the others."""
+    """`5/8 done, 4 succeeded, 1 oom, 2 running, 1 pending`: outcomes of finished trials, phases of the others
+    (`3/3 done` when every trial succeeded)."""
     done = [t for t in status.trials if t.phase.terminal]
     parts = [f"{len(done)}/{len(status.trials)} done"]
     outcomes = Counter(t.outcome.value if t.outcome else t.phase.value.lower() for t in done)
-    parts += [f"{n} {o}" for o, n in outcomes.items() if o != "succeeded"]
+    all_succeeded = len(done) == len(status.trials) and set(outcomes) == {"succeeded"}
+    parts += [f"{n} {o}" for o, n in sorted(outcomes.items(), key=lambda item: item[0] != "succeeded")
+              if not all_succeeded]
     active = Counter(t.phase.value.lower() for t in status.trials if not t.phase.terminal)
     parts += [f"{n} {p}" for p, n in active.items()]
     return ", ".join(parts)
@@ -239,6 +242,19 @@ def print_status(console: Console, status: SweepStatus, *, limit: int | None = T
     _more(console, len(status.trials) - min(len(status.trials), limit or len(status.trials)), "trials")
     if status.message:
         console.print(status.message, style="dim")
+
+
+def print_trial_list(console: Console, status: SweepStatus) -> None:
+    """`sweep logs NAME`: the sweep's trials (name, phase, outcome) and how to ask for one's log."""
+    table = Table(title=f"sweep {status.name} [{status.phase}] {counts_text(status)}", title_justify="left")
+    for column in ("trial", "phase", "outcome"):
+        table.add_column(column)
+    for t in status.trials:
+        table.add_row(t.name, Text(t.phase.value, style=PHASE_STYLE[t.phase]), t.outcome.value if t.outcome else "")
+    console.print(table)
+    example = status.trials[0].name if status.trials else "TRIAL"
+    console.print(f"a trial's log: `sweep logs {status.name} TRIAL [--follow]`, TRIAL a name or id above or a "
+                  f"unique prefix of one (e.g. `sweep logs {status.name} {example}`)")
 
 
 def show_status(console: Console, status: SweepStatus, fmt: str, all_rows: bool) -> None:

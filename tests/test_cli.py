@@ -31,13 +31,13 @@ def spec(tmp_path: Path, name: str = "cli", batches: str = "[8, 16, 256]", steps
 
 @pytest.fixture
 def sweep(tmp_path: Path):  # type: ignore[no-untyped-def]
-    env = {**os.environ, "KUBESWEEP_HOME": str(tmp_path / "home"), "KUBESWEEP_LOCAL_GPUS": "[]",
+    base = {**os.environ, "KUBESWEEP_HOME": str(tmp_path / "home"), "KUBESWEEP_LOCAL_GPUS": "[]",
            "KUBESWEEP_JOB_COMMAND": json.dumps([sys.executable, str(STAND_IN)]), "COLUMNS": "200",
            "KUBESWEEP_NO_TRACKING": "1"}  # tracking is tested in tests/tracking
 
-    def run(*args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([sys.executable, "-m", "kubesweep", *args], capture_output=True, text=True, env=env,
-                              cwd=tmp_path, timeout=120)
+    def run(*args: str, check: int | None = 0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "kubesweep", *args], capture_output=True, text=True,
+                              env={**base, **(env or {})}, cwd=tmp_path, timeout=120)
         if check is not None:
             assert proc.returncode == check, proc.stdout + proc.stderr
         return proc
@@ -118,7 +118,7 @@ def test_submit_status_logs_results(sweep, tmp_path: Path) -> None:  # type: ign
     assert [(c["batch_size"], c["status"], c["metrics"]["samples_per_s"]["mean"]) for c in cells] == [
         (8, "ok", 800.0), (16, "ok", 1600.0), (256, "OOM", None)]
     listing = sweep("status").stdout
-    assert "cli" in listing and "Succeeded" in listing and "3/3 done, 1 oom" in listing
+    assert "cli" in listing and "Succeeded" in listing and "3/3 done, 2 succeeded, 1 oom" in listing
     # a prefix of several trials is bad input that lists them; cancelling an ended sweep changes nothing
     ambiguous = sweep("logs", "cli", "cli", check=2).stderr
     assert "'cli' matches 3 trials of sweep 'cli'" in ambiguous
@@ -149,6 +149,39 @@ def test_resume_of_a_settled_sweep_says_there_is_nothing_to_rerun(sweep, tmp_pat
     out = sweep("resume", "cli").stdout
     assert "sweep 'cli': rerunning 1 of 3 trials (1 results missing)" in out
     assert len(starts.read_text().splitlines()) == 4
+
+
+def test_logs_without_a_trial_lists_the_trials(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sweep("submit", str(spec(tmp_path)))
+    status = json.loads(sweep("status", "cli", "-o", "json").stdout)
+    out = sweep("logs", "cli").stdout
+    rows = [[cell.strip() for cell in line.split("│")[1:4]] for line in out.splitlines() if line.startswith("│")]
+    assert rows == [[t["name"], t["phase"], t["outcome"]] for t in status["trials"]]
+    assert "a trial's log: `sweep logs cli TRIAL [--follow]`" in out
+    assert "Traceback" not in out
+
+
+def test_cancel_counts_a_trial_that_had_succeeded_as_succeeded(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Cancelled while the first trial has written its results and is still sending them (the stand-in lingers,
+    as the real job does for MLflow): that trial is succeeded, the queued ones cancelled; cancel says so in the
+    words status uses."""
+    path = spec(tmp_path, "slow", "[1, 2, 3]", steps=2)
+    path.write_text(path.read_text() + "  concurrency: {max_parallel: 1}\n")
+    sweep("submit", str(path), "--detach", env={"KUBESWEEP_TEST_STAND_IN_LINGER_S": "4"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = json.loads(sweep("status", "slow", "-o", "json").stdout)
+        first = status["trials"][0]
+        if first["phase"] == "Running" and first["results"]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the first trial did not write its results")
+    out = sweep("cancel", "slow").stdout
+    status = json.loads(sweep("status", "slow", "-o", "json").stdout)
+    assert [t["phase"] for t in status["trials"]] == ["Succeeded", "Cancelled", "Cancelled"]
+    assert out.strip() == "sweep 'slow' cancelled: 3/3 done, 1 succeeded, 2 cancelled"
+    assert "3/3 done, 1 succeeded, 2 cancelled" in sweep("status", "slow").stdout
 
 
 def test_not_found_is_exit_3(sweep) -> None:  # type: ignore[no-untyped-def]
