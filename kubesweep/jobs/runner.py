@@ -392,11 +392,12 @@ class TrialRun:
         self.artifacts[key] = name
 
     def _log_comparison(self, results: Results) -> None:
-        """The numbers `sweep results` shows for this trial, as metrics of the same names: the columns of the
-        sweep's runs view in the MLflow UI."""
-        from kubesweep.tracking.aggregate import comparison_metrics
+        """The numbers `sweep results` shows for this trial, as metrics of the same names, and its flags (OOM,
+        GPU mismatch, chance accuracy) as a tag: the columns of the sweep's runs view in the MLflow UI."""
+        from kubesweep.tracking.aggregate import comparison_metrics, comparison_tags
 
         data = results.model_dump(mode="json")
+        self.tracker.set_tags(comparison_tags(data))
         step = int((data.get("train") or {}).get("steps") or 0)
         self.tracker.log_metrics(comparison_metrics(data, gpu=self.trial.gpu, gpus=self.trial.gpus_per_trial),
                                  step)

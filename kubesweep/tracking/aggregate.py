@@ -145,14 +145,30 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
 
 # what a trial's MLflow run carries as metrics of these names, for the UI's runs view (kubesweep.tracking.view)
 COMPARISON_METRICS = ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch", "step_p50_ms", "epoch_s")
+# samples_per_s of a run that may rank among the best: absent where its accuracy stayed at chance, so the runs
+# view, sorted by it, lists such a run after every run that learned (with OOM and mismatched runs)
+RANK_METRIC = "ranked_samples_per_s"
+FLAGS_TAG = "kubesweep.flags"  # a trial's flags (`trial_flags`), to search by
+NOTE_TAG = "mlflow.note.content"  # the run's description: the same flags, in the runs view's Description column
 
 
 def comparison_metrics(results: dict[str, Any], *, gpu: str | None, gpus: int,
                        catalog: Catalog | None = None) -> dict[str, float]:
-    """One trial's `COMPARISON_METRICS` from its results, by the definitions above (none unless it succeeded)."""
+    """One trial's `COMPARISON_METRICS` from its results, by the definitions above (none unless it succeeded),
+    and `RANK_METRIC` unless its accuracy is at chance."""
     record = TrialRecord("", "", 0, gpu, gpus, str(results.get("outcome")), {}, results)
     values = trial_metrics(record, catalog or load_catalog(), DEFAULT_TARGET_ACCURACY)
-    return {m: float(f"{v:.5g}") for m in COMPARISON_METRICS if (v := values[m]) is not None}  # as a person reads
+    out = {m: float(f"{v:.5g}") for m in COMPARISON_METRICS if (v := values[m]) is not None}  # as a person reads
+    if "samples_per_s" in out and not at_chance(results):
+        out[RANK_METRIC] = out["samples_per_s"]
+    return out
+
+
+def comparison_tags(results: dict[str, Any]) -> dict[str, str]:
+    """One trial's flags joined by `; ` as `FLAGS_TAG` and as its run's description (`NOTE_TAG`), empty when
+    it has none (a retried trial that now learned clears what an earlier attempt set)."""
+    flags = "; ".join(trial_flags(str(results.get("outcome")), results))
+    return {FLAGS_TAG: flags, NOTE_TAG: flags}
 
 
 CHANCE_ACCURACY = 0.5  # SST-2: two balanced classes
@@ -163,6 +179,16 @@ _FLAGGED = ("oom", "gpu_mismatch", "failed")
 def at_chance(results: dict[str, Any] | None) -> bool:
     accuracy = _num((results or {}).get("final_accuracy"))
     return accuracy is not None and accuracy <= CHANCE_ACCURACY + CHANCE_MARGIN
+
+
+def trial_flags(outcome: str, results: dict[str, Any] | None) -> list[str]:
+    """One trial's flags: `OOM`, `GPU mismatch` or `failed` by its outcome; `chance accuracy (0.51)` when it
+    succeeded at chance."""
+    if outcome in _FLAGGED:
+        return [OUTCOME_TEXT[outcome]]
+    if outcome == "succeeded" and at_chance(results):
+        return [f"chance accuracy ({_num((results or {}).get('final_accuracy')) or 0.0:.2f})"]
+    return []
 
 
 @dataclass
@@ -245,6 +271,11 @@ class Cell:
         if self.outcomes.get("succeeded") == 1:
             out.append("n=1")
         return out
+
+    @property
+    def marks(self) -> list[str]:
+        """The flags a figure writes beside this cell's number: all but `n=1`."""
+        return [f for f in self.flags if f != "n=1"]
 
     def key_values(self) -> dict[str, Any]:
         return {**self.axes, **self.extra}

@@ -2,14 +2,17 @@
 
 It opens with the answer: per objective (throughput, time to the target accuracy, $ per epoch; for inference
 throughput and p50 latency) the best setting overall and per task and GPU type, with mean ±CV, n and flags.
-Figures (each skipped, with a line saying why, when the sweep has nothing for it; CPU trials count as a device):
+Figures (`kubesweep.tracking.figures`; each skipped, with a line saying why, when the sweep has nothing for it;
+CPU trials count as a device):
 - `throughput.png`: samples/s vs batch size, one panel per GPU type, a line per precision (dashed: compiled);
 - `compile_speedup.png`: compiled / eager samples/s for each (GPU, batch, precision) that ran both;
 - `peak_memory.png`: peak memory vs batch size per GPU type and precision, with each GPU's memory as a line;
 - `time_to_accuracy.png`, `cost_per_epoch.png`: bars per cell;
 - `heatmap.png`: samples/s of the whole fine-tuning matrix, OOM and GPU-mismatch cells labelled as such.
 Tables: time for the configured epochs at batch 16 per GPU; inference latency on CPU vs GPU vs FP16; one GPU
-vs DDP; then the full results table. matplotlib is imported here only, with the Agg backend.
+vs DDP; then the full results table. Every row and every number drawn carries its cell's marks (`*` best, `OOM`,
+`GPU mismatch`, `failed`, `chance accuracy (0.51)`); the page ends with the definitions and the marks' legend,
+which its notes and column headers link to.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
+from kubesweep.tracking import figures as figs
 from kubesweep.tracking.aggregate import (
+    CHANCE_ACCURACY,
+    CHANCE_MARGIN,
     METRICS,
     Cell,
     best_cell,
@@ -36,8 +42,10 @@ from kubesweep.tracking.aggregate import (
     text_rows,
     to_json,
     to_markdown,
-    trial_span,
 )
+from kubesweep.tracking.figures import finetune as _finetune
+from kubesweep.tracking.figures import gpu_label as _gpu_label
+from kubesweep.tracking.figures import other_settings as _other_settings
 from kubesweep.tracking.records import dig
 
 SEED_BATCH = 16
@@ -60,8 +68,16 @@ class Table:
         return "\n".join(lines) + "\n"
 
     def html(self) -> str:
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.headers)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
+        """The table; a header with a definition links to it, a row with flags other than `n=1` is tinted."""
+        head = "".join(f"<th><a href='#{ANCHORS[h]}'>{html.escape(h)}</a></th>" if h in ANCHORS
+                       else f"<th>{html.escape(h)}</th>" for h in self.headers)
+        at = self.headers.index("flags") if "flags" in self.headers else None
+
+        def flagged(row: list[str]) -> bool:
+            return at is not None and any(f not in ("", "*", "n=1") for f in row[at].split("; "))
+
+        body = "".join(("<tr class='flagged'>" if flagged(row) else "<tr>")
+                       + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
         note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
         title = f"<h3>{html.escape(self.title)}</h3>" if self.title else ""
         return f"{title}{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -192,21 +208,13 @@ def answer_table(cells: list[Cell], target: float) -> Table:
 # -- comparison tables ---------------------------------------------------------------------------------------
 
 
-def _finetune(cells: list[Cell]) -> list[Cell]:
-    return [c for c in cells if c.task == "finetune"]
-
-
 def _minutes(seconds: float | None) -> str:
     return "-" if seconds is None else fmt_number(seconds / 60)
 
 
-def _gpu_label(cell: Cell) -> str:
-    return "CPU" if cell.axes["gpu"] == "cpu" else str(cell.axes["gpu"])
-
-
-def _other_settings(cell: Cell) -> str:
-    parts = [f"{k}={v}" for k, v in cell.extra.items()]
-    return " ".join(parts)
+def _flags(cell: Cell) -> str:
+    """The flags column of every table: `*` first for the best setting, then the cell's flags."""
+    return "; ".join((["*"] if cell.best else []) + cell.flags)
 
 
 def epochs_table(cells: list[Cell]) -> Table | None:
@@ -235,11 +243,11 @@ def epochs_table(cells: list[Cell]) -> Table | None:
             _minutes(epoch_s * epochs) if epoch_s is not None else cell.status,
             metric_text(cell, "samples_per_s"),
             fmt_number(cost * epochs) if cost is not None else "-",
-            metric_text(cell, "accuracy"),
+            metric_text(cell, "accuracy"), _flags(cell),
         ])
     return Table(f"Time for {epochs_text} of {dataset} at batch {batch} per GPU",
                  ["GPU", "precision", "compile", "other", f"min for {epochs_text}", "samples/s",
-                  f"$ for {epochs_text}", "accuracy"], rows, note)
+                  f"$ for {epochs_text}", "accuracy", "flags"], rows, note)
 
 
 def inference_table(cells: list[Cell]) -> Table | None:
@@ -257,10 +265,12 @@ def inference_table(cells: list[Cell]) -> Table | None:
         speedup = f"{cpu_p50 / p50:.1f}x" if cpu_p50 and p50 else "-"
         rows.append([_gpu_label(cell), str(cell.axes["precision"]), str(cell.axes["compile"]),
                      str(cell.axes["batch_size"]), metric_text(cell, "step_p50_ms"),
-                     metric_text(cell, "latency_p99_ms"), metric_text(cell, "samples_per_s"), speedup])
+                     metric_text(cell, "latency_p99_ms"), metric_text(cell, "samples_per_s"), speedup,
+                     _flags(cell)])
     note = "latency = wall time of one batch (p50, p99 over the measured batches); speed-up = CPU p50 / p50."
     return Table("Inference latency: CPU vs GPU vs FP16", ["device", "precision", "compile", "batch",
-                                                          "p50 ms", "p99 ms", "samples/s", "speed-up vs CPU"],
+                                                          "p50 ms", "p99 ms", "samples/s", "speed-up vs CPU",
+                                                          "flags"],
                  rows, note if cpu_p50 else note + " (no CPU trial: no speed-up)")
 
 
@@ -287,147 +297,14 @@ def ddp_table(cells: list[Cell]) -> Table | None:
             eff = f"{rate / (n * base) * 100:.0f}%" if rate and base and n > 1 else ("100%" if n == 1 and rate else "-")
             rows.append([str(key[0]), str(n), "single GPU" if n == 1 else f"DDP x{n}", str(key[1]), str(key[2]),
                          str(key[3]), metric_text(cell, "samples_per_s"), eff, metric_text(cell, "epoch_s"),
-                         metric_text(cell, "cost_per_epoch")])
+                         metric_text(cell, "cost_per_epoch"), _flags(cell)])
     note = ("batch is per GPU; scaling efficiency = samples/s with N GPUs / (N x samples/s on one GPU). The job "
             "runs multi-GPU trials as DistributedDataParallel (one process per GPU).")
     return Table("One GPU vs DDP", ["GPU", "GPUs", "strategy", "batch", "precision", "compile", "samples/s",
-                                    "scaling", "epoch s", "$/epoch"], rows, note)
+                                    "scaling", "epoch s", "$/epoch", "flags"], rows, note)
 
 
 # -- figures ---------------------------------------------------------------------------------------------------
-
-
-def _figure(width: float, height: float) -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), dpi=110, layout="constrained")
-
-
-def _save(fig: Any, path: Path) -> None:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    fig.savefig(path)
-
-
-def _series(cells: list[Cell]) -> dict[str, dict[tuple[str, str], list[Cell]]]:
-    """GPU type -> (precision, compile) -> cells sorted by batch size (single-GPU fine-tuning only)."""
-    out: dict[str, dict[tuple[str, str], list[Cell]]] = {}
-    for cell in _finetune(cells):
-        if cell.axes["gpus"] > 1 or cell.axes["batch_size"] is None:  # one device: a GPU, or the CPU (0 GPUs)
-            continue
-        label = str(cell.axes["gpu"]) + (" " + _other_settings(cell) if cell.extra else "")
-        out.setdefault(label, {}).setdefault((str(cell.axes["precision"]), str(cell.axes["compile"])),
-                                             []).append(cell)
-    for by in out.values():
-        for group in by.values():
-            group.sort(key=lambda c: int(c.axes["batch_size"]))
-    return out
-
-
-def _per_gpu_lines(cells: list[Cell], metric: str, ylabel: str, title: str, path: Path,
-                   hline: Callable[[str], float | None] | None = None) -> bool:
-    series = _series(cells)
-    if not any(c.value(metric) is not None for by in series.values() for g in by.values() for c in g):
-        return False
-    gpus = sorted(series)
-    cols = min(3, len(gpus))
-    rows = (len(gpus) + cols - 1) // cols
-    fig = _figure(4.2 * cols, 3.2 * rows)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for i, gpu in enumerate(gpus):
-        ax = axes[i // cols][i % cols]
-        for (precision, compiled), group in sorted(series[gpu].items()):
-            pts = [(int(c.axes["batch_size"]), c.metrics[metric]) for c in group if c.value(metric) is not None]
-            if not pts:
-                continue
-            xs = [p[0] for p in pts]
-            ys = [p[1].mean for p in pts]
-            errs = [p[1].std or 0.0 for p in pts]
-            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, linestyle="--" if compiled != "off" else "-",
-                        label=precision + ("" if compiled == "off" else f" compile={compiled}"))
-        batches = sorted({int(c.axes["batch_size"]) for g in series[gpu].values() for c in g})
-        for group in series[gpu].values():
-            for c in group:
-                if c.value(metric) is None and "succeeded" not in c.outcomes:
-                    ax.scatter([int(c.axes["batch_size"])], [0], marker="x", color="red")
-                    ax.annotate(c.status, (int(c.axes["batch_size"]), 0), textcoords="offset points",
-                                xytext=(0, 6), ha="center", fontsize=7, color="red")
-        if hline is not None:
-            limit = hline(gpu.split()[0])
-            if limit is not None:
-                ax.axhline(limit, color="grey", linestyle=":", label=f"{gpu.split()[0]} memory {limit:g} GiB")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(batches, [str(b) for b in batches])
-        ax.minorticks_off()
-        ax.set_ylim(bottom=0)
-        ax.set_title(gpu)
-        ax.set_xlabel("batch size")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    for j in range(len(gpus), rows * cols):
-        axes[j // cols][j % cols].set_visible(False)
-    fig.suptitle(title)
-    _save(fig, path)
-    return True
-
-
-def _bars(cells: list[Cell], metric: str, ylabel: str, title: str, path: Path) -> bool:
-    chosen = [c for c in cells if c.value(metric) is not None]
-    if not chosen:
-        return False
-    chosen.sort(key=lambda c: c.value(metric) or 0.0)
-    fig = _figure(max(6.0, 0.45 * len(chosen) + 2), 4.2)
-    ax = fig.subplots()
-    labels = [_cell_label(c) for c in chosen]
-    ax.bar(range(len(chosen)), [c.value(metric) for c in chosen],
-           yerr=[c.metrics[metric].std or 0.0 for c in chosen], capsize=3,
-           color=["tab:green" if c.best else "tab:blue" for c in chosen])
-    ax.set_xticks(range(len(chosen)), labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(axis="y", alpha=0.3)
-    _save(fig, path)
-    return True
-
-
-def _timeline(cells: list[Cell], path: Path) -> bool:
-    """Where the sweep's wall time went on its GPUs: each GPU trial's process (grey), the span it held its GPU
-    (blue, trials started early behind another) and its measured training time (green, inside that span)."""
-    rows = []
-    for record in (t for c in cells for t in c.trials):
-        res = record.results or {}
-        span = trial_span(res) if res.get("device") == "cuda" else None
-        if span is None:
-            continue
-        start, end = span
-        lease = res.get("gpu_lease") or {}
-        measured = float(dig(res, "train", "measured_time_s") or 0.0)
-        rows.append((start, end, lease.get("acquired_at"), lease.get("released_at"), measured, record.name))
-    if not any(end > start for start, end, *_ in rows):
-        return False  # no trial with a time span to draw
-    rows.sort()
-    t0 = rows[0][0]
-    fig = _figure(11.0, max(3.0, 0.22 * len(rows) + 1.2))
-    ax = fig.subplots()
-    for y, (start, end, acquired, released, measured, _) in enumerate(rows):
-        ax.barh(y, end - start, left=start - t0, color="#dddddd", height=0.8)
-        if acquired is not None and released is not None:
-            ax.barh(y, released - acquired, left=acquired - t0, color="tab:blue", height=0.8)
-            ax.barh(y, measured, left=released - t0 - measured, color="tab:green", height=0.4)
-    ax.set_yticks(range(len(rows)), [r[5] for r in rows], fontsize=6)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds since the first trial started")
-    busy = gpu_busy([t for c in cells for t in c.trials])
-    ax.set_title(busy_text(busy) if busy else "GPU timeline", fontsize=9)
-    ax.grid(axis="x", alpha=0.3)
-    _save(fig, path)
-    return True
 
 
 def _figure_gap(name: str, cells: list[Cell], target: float) -> str:
@@ -452,93 +329,6 @@ def _figure_gap(name: str, cells: list[Cell], target: float) -> str:
     return "no single-device fine-tuning trial has the number"
 
 
-def _cell_label(cell: Cell) -> str:
-    gpus = f"x{cell.axes['gpus']}" if cell.axes["gpus"] != 1 else ""
-    extra = (" " + _other_settings(cell)) if cell.extra else ""
-    compiled = " c" if cell.axes["compile"] != "off" else ""
-    task = "inf " if cell.task == "inference" else ""
-    return f"{task}{cell.axes['gpu']}{gpus} bs{cell.axes['batch_size']} {cell.axes['precision']}{compiled}{extra}"
-
-
-def _speedup(cells: list[Cell], path: Path) -> bool:
-    eager: dict[tuple[Any, ...], Cell] = {}
-    compiled: list[Cell] = []
-    for cell in _finetune(cells):
-        key = (cell.axes["gpu"], cell.axes["gpus"], cell.axes["batch_size"], cell.axes["precision"],
-               json.dumps(cell.extra, sort_keys=True, default=str))
-        if cell.axes["compile"] == "off":
-            eager[key] = cell
-        else:
-            compiled.append(cell)
-    pairs = []
-    for cell in compiled:
-        key = (cell.axes["gpu"], cell.axes["gpus"], cell.axes["batch_size"], cell.axes["precision"],
-               json.dumps(cell.extra, sort_keys=True, default=str))
-        base = eager.get(key)
-        if base and base.value("samples_per_s") and cell.value("samples_per_s"):
-            pairs.append((_cell_label(base), (cell.value("samples_per_s") or 0.0) / (base.value("samples_per_s") or 1)))
-    if not pairs:
-        return False
-    fig = _figure(max(6.0, 0.5 * len(pairs) + 2), 4.0)
-    ax = fig.subplots()
-    ax.bar(range(len(pairs)), [p[1] for p in pairs], color=["tab:green" if p[1] >= 1 else "tab:red" for p in pairs])
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_xticks(range(len(pairs)), [p[0] for p in pairs], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("compiled / eager samples/s")
-    ax.set_title("torch.compile speed-up")
-    for i, (_, value) in enumerate(pairs):
-        ax.annotate(f"{value:.2f}x", (i, value), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
-    _save(fig, path)
-    return True
-
-
-def _heatmap(cells: list[Cell], path: Path) -> bool:
-    ft = _finetune(cells)
-    if not ft:
-        return False
-    import numpy as np
-
-    def row_key(c: Cell) -> str:
-        return str(c.axes["gpu"]) + (f" x{c.axes['gpus']}" if c.axes["gpus"] != 1 else "")
-
-    def col_key(c: Cell) -> str:
-        compiled = "compile" if c.axes["compile"] != "off" else "eager"
-        extra = (" " + _other_settings(c)) if c.extra else ""
-        return f"bs{c.axes['batch_size']} {c.axes['precision']} {compiled}{extra}"
-
-    rows = sorted({row_key(c) for c in ft})
-    cols = sorted({col_key(c) for c in ft},
-                  key=lambda k: (int(k.split()[0][2:]) if k.split()[0][2:].isdigit() else 0, k))
-    grid = np.full((len(rows), len(cols)), np.nan)
-    text = [["" for _ in cols] for _ in rows]
-    for cell in ft:
-        i, j = rows.index(row_key(cell)), cols.index(col_key(cell))
-        value = cell.value("samples_per_s")
-        if value is not None:
-            grid[i, j] = value
-            text[i][j] = fmt_number(value) + (" *" if cell.best else "")
-        else:
-            text[i][j] = cell.status
-    fig = _figure(max(6.0, 1.1 * len(cols) + 2.5), max(2.5, 0.6 * len(rows) + 1.8))
-    ax = fig.subplots()
-    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto")
-    ax.set_facecolor("#dddddd")
-    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(len(rows)), rows, fontsize=8)
-    finite = grid[np.isfinite(grid)]
-    middle = float(finite.mean()) if finite.size else 0.0
-    for i in range(len(rows)):
-        for j in range(len(cols)):
-            if text[i][j]:
-                dark = not np.isfinite(grid[i, j]) or grid[i, j] > middle
-                ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7,
-                        color="black" if dark else "white")
-    fig.colorbar(image, ax=ax, label="samples/s")
-    ax.set_title("Fine-tuning samples/s over the matrix (* best per GPU type)")
-    _save(fig, path)
-    return True
-
-
 # -- the report --------------------------------------------------------------------------------------------------
 
 
@@ -552,28 +342,30 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
     def memory_line(gpu: str) -> float | None:
         return catalog[gpu].memory_gib if gpu in catalog else None
 
-    figures: list[tuple[str, str, Callable[[Path], bool]]] = [
+    drawings: list[tuple[str, str, Callable[[], Any]]] = [
         ("throughput.png", "Throughput vs batch size per GPU type and precision (error bars: std over repeats)",
-         lambda p: _per_gpu_lines(cells, "samples_per_s", "samples/s", "Fine-tuning throughput", p)),
+         lambda: figs.per_gpu_lines(cells, "samples_per_s", "samples/s", "Fine-tuning throughput")),
         ("compile_speedup.png", "torch.compile speed-up: compiled / eager samples/s for the same setting",
-         lambda p: _speedup(cells, p)),
+         lambda: figs.speedup(cells)),
         ("peak_memory.png", "Peak memory vs batch size (GPU: the torch allocator's peak, dotted: the GPU's memory; "
          "CPU: the process's peak RSS)",
-         lambda p: _per_gpu_lines(cells, "peak_mem_gib", "peak GiB", "Peak memory", p, memory_line)),
+         lambda: figs.per_gpu_lines(cells, "peak_mem_gib", "peak GiB", "Peak memory", memory_line)),
         ("time_to_accuracy.png", f"Time to {target:.0%} dev accuracy (training wall time; green: best per GPU)",
-         lambda p: _bars(_finetune(cells), "tta_s", "seconds", f"Time to accuracy >= {target:g}", p)),
+         lambda: figs.bars(_finetune(cells), "tta_s", "seconds", f"Time to accuracy >= {target:g}")),
         ("cost_per_epoch.png", "$ per epoch: catalog price x GPUs x epoch time",
-         lambda p: _bars(_finetune(cells), "cost_per_epoch", "USD", "$ per epoch", p)),
+         lambda: figs.bars(_finetune(cells), "cost_per_epoch", "USD", "$ per epoch")),
         ("heatmap.png", "The whole fine-tuning matrix: samples/s; grey cells say why there is no number",
-         lambda p: _heatmap(cells, p)),
+         lambda: figs.heatmap(cells)),
         ("gpu_timeline.png", "Where the GPU time went: each trial's process (grey), the time it held its GPU "
          "(blue) and its measured training steps (green; drawn at the end of the blue span, where training "
-         "runs after warm-up)", lambda p: _timeline(cells, p)),
+         "runs after warm-up)", lambda: figs.timeline(cells)),
     ]
-    for name, caption, draw in figures:
+    for name, caption, draw in drawings:
         path = directory / name
         path.unlink(missing_ok=True)
-        if draw(path):
+        drawn = draw()
+        if drawn is not None:
+            figs.save(drawn, path)
             report.figures.append((name, caption))
         else:
             report.skipped.append(f"{name}: not drawn: {_figure_gap(name, cells, target)}")
@@ -601,7 +393,7 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
     summary["tables"] = [{"title": t.title, "headers": t.headers, "rows": t.rows} for t in report.tables]
     summary["figures"] = [name for name, _ in report.figures]
     (directory / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    md = [f"# Sweep {sweep}: report", "", "## The answer", ""]
+    md = [f"# Sweep {sweep}: report", "", LEGEND, "", "## The answer", ""]
     md += [f"- {line}" for line in report.answer] + ["", report.best.markdown()]
     md += [t.markdown() for t in report.tables]
     md += ["## All results", "", to_markdown(cells)]
@@ -611,11 +403,71 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
     return report
 
 
+# -- definitions and the marks' legend, at the end of the page; notes and column headers link to them -----------
+
+CHANCE_LIMIT = CHANCE_ACCURACY + CHANCE_MARGIN
+DEFINITIONS: list[tuple[str, str, str]] = [  # (anchor, term, definition), as docs/tracking.md gives them
+    ("def-samples-per-s", "samples/s", "train.samples_per_s: samples per second over the measured training steps "
+     "(warm-up excluded), all ranks; inference: inference.samples_per_s."),
+    ("def-step-p50", "step p50 ms, p50 ms", "the median training step time (train.step_time_s.p50) in ms; "
+     "inference: the median latency of one batch."),
+    ("def-p99", "p99 ms", "inference: the 99th-percentile latency of one batch."),
+    ("def-peak", "peak GiB", "memory.torch_peak_allocated_bytes / 2^30, the CUDA caching allocator's peak; CPU "
+     "trials: the process's peak resident set."),
+    ("def-tta", "TTA s", "time-to-accuracy: training wall time from the first optimizer step until the first "
+     "evaluation at or above the target accuracy, evaluation excluded; `mean (k/n)` where k of n repeats reached "
+     "it."),
+    ("def-accuracy", "accuracy", "final_accuracy: the dev accuracy of the last evaluation."),
+    ("def-epoch", "epoch s, epoch time", "timings.train_s / train.epochs_completed: the training loop's wall "
+     "time per epoch, warm-up and checkpoints included, evaluation excluded."),
+    ("def-cost", "$/epoch", "the catalog's price_per_hour x GPUs of the trial x epoch time / 3600; none for CPU "
+     "trials."),
+    ("def-cv", "mean ±CV, value", "the mean over the repeats that produced the number, ± the coefficient of "
+     "variation (sample standard deviation / mean); one repeat: no CV."),
+    ("def-n", "n", "repeats of the setting (the same settings, another repeat index)."),
+    ("def-status", "status", "ok, or what happened: OOM, GPU mismatch, failed, skipped, ..., or a mix such as "
+     "`1 ok, 1 OOM`."),
+    ("def-scaling", "scaling", "samples/s on N GPUs / (N x samples/s on one GPU)."),
+    ("def-speedup", "speed-up vs CPU", "the CPU's p50 latency / this setting's p50 latency."),
+]
+MARKS: list[tuple[str, str, str]] = [  # (anchor, mark, meaning)
+    ("mark-best", "*", "the best setting per task and GPU type on the chosen metric, among those that learned."),
+    ("mark-oom", "OOM", "a repeat ran out of GPU memory: the setting does not fit; a result, not a failure."),
+    ("mark-mismatch", "GPU mismatch", "a repeat ran on another GPU than the one asked for: its numbers are not "
+     "that GPU's."),
+    ("mark-failed", "failed", "a repeat failed for another reason."),
+    ("mark-chance", "chance accuracy (0.51)", f"a repeat's final accuracy is at chance (at most {CHANCE_LIMIT:g} "
+     "on SST-2's two balanced classes; the lowest is shown): the setting did not learn, and is never the best, "
+     "however fast."),
+    ("mark-share", "k/n", "before a mark: k of the setting's n repeats have it."),
+    ("mark-n1", "n=1", "one measured repeat: no spread (tables only)."),
+]
+ANCHORS = {"samples/s": "def-samples-per-s", "step p50 ms": "def-step-p50", "p50 ms": "def-step-p50",
+           "p99 ms": "def-p99", "peak GiB": "def-peak", "TTA s": "def-tta", "accuracy": "def-accuracy",
+           "epoch s": "def-epoch", "$/epoch": "def-cost", "value": "def-cv", "n": "def-n", "status": "def-status",
+           "scaling": "def-scaling", "speed-up vs CPU": "def-speedup", "best": "mark-best", "flags": "marks"}
+LEGEND = ("Marks beside a number, in every table (flags) and figure: * best per GPU type; OOM; GPU mismatch; "
+          "failed; chance accuracy (0.51): did not learn; k/n: k of n repeats. In figures a flagged setting is "
+          "framed, ringed or hatched in red, its marks beside its number.")
+
+
+def _definitions() -> list[str]:
+    parts = ["<h2 id='definitions'>Definitions</h2>", "<dl class='defs'>"]
+    parts += [f"<dt id='{a}'>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for a, t, d in DEFINITIONS]
+    parts += ["</dl>", "<h3 id='marks'>Marks</h3>", "<dl class='defs'>"]
+    parts += [f"<dt id='{a}'>{html.escape(m)}</dt><dd>{html.escape(d)}</dd>" for a, m, d in MARKS]
+    parts.append("</dl>")
+    return parts
+
+
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;
 text-align:right}th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}.note{color:#555;font-size:13px}
-figure{margin:1em 0 2em}figcaption{color:#555;font-size:13px}img{max-width:100%;border:1px solid #eee}
-ul.answer{font-size:16px;line-height:1.5}"""
+th a{color:inherit}tr.flagged td{background:#fdecec}.legend{font-size:13px;background:#f7f7f7;padding:4px 8px}
+figure{margin:1em 0 2em;max-width:1400px}figcaption{color:#555;font-size:13px}
+figure img{display:block;width:100%;max-width:1400px;height:auto;border:1px solid #eee}
+ul.answer{font-size:16px;line-height:1.5}dl.defs{font-size:13px}dl.defs dt{font-weight:bold;margin-top:0.4em}
+dl.defs dd{margin-left:2em}"""
 
 
 def _html(report: Report, full: Table, source: str, target: float) -> str:
@@ -624,7 +476,10 @@ def _html(report: Report, full: Table, source: str, target: float) -> str:
              f"</title><style>{CSS}</style></head><body>",
              f"<h1>Sweep {html.escape(report.sweep)}: report</h1>",
              f"<p class='note'>Generated {now} from {html.escape(source)}. Numbers are means over repeats ±CV "
-             f"(coefficient of variation); time-to-accuracy target {target:g}. Definitions: docs/tracking.md.</p>",
+             f"(coefficient of variation); time-to-accuracy target {target:g}. Definitions: "
+             "<a href='#definitions'>every number</a> and <a href='#marks'>the marks</a>, at the end of the "
+             "page.</p>",
+             f"<p class='legend'>{html.escape(LEGEND)} <a href='#marks'>Legend</a>.</p>",
              "<h2>The answer</h2>", "<ul class='answer'>"]
     parts += [f"<li>{html.escape(line)}</li>" for line in report.answer]
     parts.append("</ul>")
@@ -643,5 +498,6 @@ def _html(report: Report, full: Table, source: str, target: float) -> str:
     parts += [f"<p class='note'>{html.escape(s)}</p>" for s in report.skipped]
     parts.append("<h2>All results</h2>")
     parts.append(full.html())
+    parts += _definitions()
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -1,4 +1,9 @@
-"""`sweep ui`: the MLflow UI over the local store, or directions to the cluster's tracking server."""
+"""`sweep ui`: the MLflow UI over the local store, or directions to the cluster's tracking server.
+
+The local server's output (MLflow's start-up messages, warnings and its request log) goes to `<home>/ui.log`;
+the terminal gets where to open the UI once the server answers HTTP: a sweep's runs view (`sweep ui NAME`), or
+the server with a link to each sweep's.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,25 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 
+from kubesweep.backends.base import SweepNotFound
+from kubesweep.tracking.runs import TrackingError
 from kubesweep.tracking.target import LOCAL_ARTIFACTS, local_store_uri
 
 CLUSTER_SERVICE = "kubesweep-mlflow"
 CLUSTER_PORT = 5000
+LOG_FILE = "ui.log"  # in the kubesweep home
+START_TIMEOUT_S = 300.0  # a first start on a busy machine takes tens of seconds (imports, store migrations)
+PROGRESS_EVERY_S = 5.0
+
+
+class ServerFailed(TrackingError):
+    """The MLflow server exited, or did not answer, before it served the UI; the message names its log."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -71,10 +87,13 @@ def stop_group(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
         return
 
 
-def run_server(command: list[str], env: Mapping[str, str]) -> int | None:
+def run_server(command: list[str], env: Mapping[str, str], *, log: Path | None = None,
+               ready: Callable[[subprocess.Popen[bytes]], None] | None = None) -> int | None:
     """Run `command` as the head of a process group this process owns: stopping `sweep ui` (Ctrl-C, SIGTERM,
     SIGHUP) stops the server and every worker it started, and a `sweep ui` killed outright takes the server
-    with it. Returns the server's exit code, or None when `sweep ui` was stopped."""
+    with it. Its output is appended to `log` (default: this process's). `ready(proc)` runs once it has started
+    (it may raise: the server is stopped). Returns the server's exit code, or None when `sweep ui` was
+    stopped."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise Stopped(signal.Signals(signum).name)
@@ -82,7 +101,12 @@ def run_server(command: list[str], env: Mapping[str, str]) -> int | None:
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     proc = None
     try:
-        proc = subprocess.Popen(command, env=dict(env), preexec_fn=_die_with_parent)
+        with contextlib.ExitStack() as files:
+            sink = files.enter_context(log.open("ab")) if log is not None else None
+            proc = subprocess.Popen(command, env=dict(env), preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL,
+                                    stdout=sink, stderr=subprocess.STDOUT if sink is not None else None)
+        if ready is not None:
+            ready(proc)
         return proc.wait()
     except Stopped:
         return None
@@ -93,22 +117,100 @@ def run_server(command: list[str], env: Mapping[str, str]) -> int | None:
             stop_group(proc)
 
 
-def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[str], None]) -> int | None:
+def answers(url: str, timeout: float = 2.0) -> bool:
+    """Whether `url` answers HTTP 200 (straight to it: no proxy for a server on this machine)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            return int(response.status) == 200
+    except OSError:
+        return False
+
+
+def wait_until_served(proc: subprocess.Popen[bytes], base: str, log: Path, say: Callable[[str], None], *,
+                      offset: int = 0, timeout: float = START_TIMEOUT_S) -> float:
+    """Seconds until the server at `base` answers HTTP, saying every few seconds that it is still waiting.
+    `ServerFailed` (with the end of its log, from `offset`) when it exits first or does not answer in
+    `timeout` seconds."""
+    start = time.monotonic()
+    said = start
+    while not answers(f"{base}/health"):
+        code = proc.poll()
+        now = time.monotonic()
+        if code is not None or now - start > timeout:
+            why = (f"exited with code {code}" if code is not None else f"did not answer in {timeout:.0f} s")
+            raise ServerFailed(f"the MLflow server {why} before it served the UI; its log, {log}, ends:\n"
+                               + _tail(log, offset))
+        if now - said >= PROGRESS_EVERY_S:
+            said = now
+            say(f"  still waiting for the MLflow server to answer ({now - start:.0f} s)")
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+def _tail(log: Path, offset: int, chars: int = 3000) -> str:
+    try:
+        with log.open("rb") as handle:
+            handle.seek(offset)
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return "(unreadable)"
+    return text[-chars:].rstrip() or "(empty)"
+
+
+def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[str], None], *,
+          sweep: str | None = None, experiment: str | None = None) -> int | None:
     """The MLflow UI over the local store of `home` (or `backend_uri`) on 127.0.0.1:`port` (default: a free
-    port) until it is stopped; where to open it (and each sweep's runs view) goes to `say`. Returns what
-    `run_server` returns."""
+    port) until it is stopped. The server's output goes to `<home>/ui.log`; where to open the UI goes to `say`
+    once the server answers: the runs view of `experiment` (the sweep `sweep`'s), or the server with a link to
+    each sweep's runs view. Returns what `run_server` returns; `SweepNotFound` when the store has no
+    `experiment`, `ServerFailed` when the server does not come up."""
     chosen = port or free_port()
     command = server_command(home, chosen, backend_uri=backend_uri)
     store = command[command.index("--backend-store-uri") + 1]
     base = f"http://127.0.0.1:{chosen}"
-    say(f"MLflow UI: {base}  (store {store}; Ctrl-C or SIGTERM stops it and its workers)")
-    views = sweep_views(store, base)
-    if views:
-        say("each sweep's runs, best samples/s first, with the comparison columns:")
-        for experiment, url in views:
-            say(f"  {experiment}: {url}")
+    target = None
+    if experiment is not None:
+        target = experiment_view(store, experiment, base)
+        if target is None:
+            known = ", ".join(name for name, _ in sweep_views(store, base)) or "none"
+            raise SweepNotFound(f"sweep {sweep or experiment!r}: no MLflow experiment {experiment!r} in the store "
+                                f"{store} (experiments of sweeps there: {known})")
+    views = [] if target is not None else sweep_views(store, base)
+    log = home / LOG_FILE
+    log.parent.mkdir(parents=True, exist_ok=True)
+    offset = log.stat().st_size if log.exists() else 0
+    say(f"starting the MLflow server on {base} (store {store}); its output goes to {log}")
+
+    def ready(proc: subprocess.Popen[bytes]) -> None:
+        took = wait_until_served(proc, base, log, say, offset=offset)
+        if target is not None:
+            say(f"MLflow UI, the runs of sweep {sweep or experiment!r} (best samples/s first): {target}")
+        else:
+            say(f"MLflow UI: {base}")
+            if views:
+                say("each sweep's runs, best samples/s first, with the comparison columns:")
+                for name, url in views:
+                    say(f"  {name}: {url}")
+        say(f"(the server answered after {took:.0f} s; Ctrl-C or SIGTERM stops it and its workers)")
+
     # a UI-only server: no background job runner (MLflow's GenAI jobs), unless asked for in the environment
-    return run_server(command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ})
+    return run_server(command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}, log=log, ready=ready)
+
+
+def experiment_view(store_uri: str, experiment: str, base: str) -> str | None:
+    """The runs view URL of the experiment named `experiment` in the store; None when there is none."""
+    from mlflow.tracking import MlflowClient
+
+    from kubesweep.tracking.runs import quiet
+    from kubesweep.tracking.view import runs_url
+
+    quiet()
+    try:
+        found = MlflowClient(tracking_uri=store_uri).get_experiment_by_name(experiment)
+    except Exception:  # an empty or unreadable store
+        return None
+    return runs_url(base, found.experiment_id) if found is not None else None
 
 
 def sweep_views(store_uri: str, base: str) -> list[tuple[str, str]]:

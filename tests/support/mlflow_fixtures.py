@@ -5,6 +5,8 @@ The sweep's workload is `tests/support/tracked_job.py`: it logs through the job'
 (`kubesweep.tracking.mlflow_logger`) and writes results files validated by the job's schema, without training,
 so the matrix (GPU types x batch sizes, compile, an OOM cell, a GPU-mismatch cell, DDP, inference on CPU and GPU,
 two repeats) runs in about a minute. GPUs are declared through KUBESWEEP_LOCAL_GPUS; nothing runs on a GPU.
+`marked_sweep` is a smaller sweep in a kubesweep home's local store, served by `sweep ui`, with a setting at
+chance accuracy (the fastest), an OOM and a GPU mismatch: what the runs view and the report mark.
 `tests/tracking/test_sweep_real_job.py` runs the real job once.
 """
 
@@ -163,3 +165,67 @@ def tracked_sweep(mlflow_server: MlflowServer, tmp_path_factory: pytest.TempPath
     run = make_runner(env, work)
     proc = run("submit", str(spec), timeout=900)
     return TrackedSweep(SWEEP_NAME, work / "home", spec, mlflow_server, env, run, proc.stdout + proc.stderr)
+
+
+MARKS_NAME = "marks"
+MARKS_SPEC = """\
+apiVersion: kubesweep.io/v1alpha1
+kind: Sweep
+metadata: {name: marks}
+spec:
+  job: {precision: fp16, epochs: 2, train_samples: 67349}
+  matrix:
+    gpu: [h100-80gb, l40s]
+    batch_size: [16, 64]
+  include:
+    - {gpu: h100-80gb, batch_size: 128, learning_rate: 1.0e-3}  # the fastest, and its training diverges: chance
+    - {gpu: h100-80gb, batch_size: 256}                         # OOM
+    - {gpu: v100-32gb, batch_size: 16}                          # GPU mismatch
+  repeats: 2
+  resources: {gpus_per_trial: 1, retries: 0}
+"""
+MARKS_TRIALS = 14
+
+
+@dataclass
+class MarkedSweep:
+    """A sweep with a chance-accuracy, an OOM and a GPU-mismatch setting in the local store of `home`, its
+    report made, and `sweep ui` serving that store at `base`; `runs_view` is the URL `sweep ui` printed for it."""
+
+    home: Path
+    report: Path
+    base: str
+    runs_view: str
+    sweep: Runner
+
+
+@pytest.fixture(scope="session")
+def marked_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarkedSweep]:
+    """`sweep submit` of MARKS_SPEC (the stand-in job, local store), `sweep report`, then `sweep ui` until the
+    session ends."""
+    work = tmp_path_factory.mktemp("marked-sweep")
+    home = work / "home"
+    (work / "marks.yaml").write_text(MARKS_SPEC)
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "KUBESWEEP_NO_TRACKING")}
+    env.update({**quiet_mlflow_env(), "KUBESWEEP_HOME": str(home), "KUBESWEEP_LOCAL_GPUS": json.dumps(FAKE_GPUS),
+                "KUBESWEEP_JOB_COMMAND": json.dumps([sys.executable, str(TRACKED_JOB)]), "COLUMNS": "220"})
+    run = make_runner(env, work)
+    run("submit", "marks.yaml", timeout=900)
+    report = work / "report"
+    run("report", MARKS_NAME, "--output", str(report))
+    port = free_port()
+    log = work / "ui.log"
+    with log.open("wb") as sink:
+        ui = subprocess.Popen([sys.executable, "-m", "kubesweep", "ui", "--port", str(port)], env=env, cwd=work,
+                              stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/health", ui, log)
+        deadline = time.monotonic() + 60  # the links may follow the server's first answer
+        while not (printed := [line.split(": ", 1)[1] for line in log.read_text().splitlines()
+                               if line.startswith(f"  {MARKS_NAME}: ")]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert len(printed) == 1, log.read_text()
+        yield MarkedSweep(home, report / "report.html", base, printed[0], run)
+    finally:
+        stop(ui)

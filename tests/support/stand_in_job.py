@@ -7,6 +7,8 @@ quickly:
   job.learning_rate == 0.123  -> crashes with exit 1 and no results file
   job.max_steps (if set)      -> sleeps max_steps / 10 seconds first (0.2 s by default)
 Each start appends a line to DIR/../../starts.log so tests can count how often a trial ran.
+With KUBESWEEP_TEST_STAND_IN_LINGER_S=N it stays N seconds after writing its results file, as the real job does
+while it sends them to MLflow.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+LINGER_ENV = "KUBESWEEP_TEST_STAND_IN_LINGER_S"
 
 
 def main() -> int:
@@ -44,6 +48,7 @@ def main() -> int:
     if outcome == "succeeded":
         results["train"] = {"samples_per_s": 100.0 * job["batch_size"]}
     (out / "results.json").write_text(json.dumps(results))
+    time.sleep(float(os.environ.get(LINGER_ENV) or 0))
     print(f"done: {outcome}", flush=True)
     return code
 

@@ -8,6 +8,7 @@ logs through the same API as the job's runner: `kubesweep.tracking.mlflow_logger
 and artifacts. Outcomes:
   job.batch_size >= 256   -> oom (exit 3)
   gpu == "v100-32gb"      -> gpu_mismatch (exit 4): as if the node had another GPU
+  job.learning_rate >= 1e-3 -> succeeded, its dev accuracy at chance (0.509): training that diverged
 Each start appends a line to DIR/../../starts.log.
 """
 
@@ -24,7 +25,7 @@ from typing import Any
 
 from kubesweep.jobs.config import TrialConfig
 from kubesweep.jobs.results import Results
-from kubesweep.tracking.aggregate import comparison_metrics
+from kubesweep.tracking.aggregate import comparison_metrics, comparison_tags
 from kubesweep.tracking.mlflow_logger import MlflowTrialLogger
 
 GIB = 1024**3
@@ -82,6 +83,8 @@ def build(trial: TrialConfig, now: str) -> tuple[dict[str, Any], int]:
     evals = []
     for epoch in range(1, epochs + 1):
         accuracy = 0.80 + 0.06 * epoch - 0.005 * math.log2(job.batch_size / 16)
+        if job.learning_rate >= 1e-3:
+            accuracy = 0.509
         evals.append({"epoch": float(epoch), "step": steps_per_epoch * epoch, "accuracy": accuracy,
                       "loss": 1.0 - accuracy, "samples": 200})
     train = {"steps": steps, "target_steps": steps, "epochs_completed": float(epochs), "samples": steps * per_step,
@@ -126,7 +129,7 @@ def main() -> int:
         tracker.log_metrics({"inference/samples_per_s": results.inference.samples_per_s,
                              "inference/latency_p50_s": results.inference.latency_s.p50}, 0)
     tracker.log_artifact(out / "results.json")
-    tracker.set_tags({"kubesweep.outcome": results.outcome.value})
+    tracker.set_tags({"kubesweep.outcome": results.outcome.value, **comparison_tags(results.model_dump(mode="json"))})
     tracker.log_metrics(comparison_metrics(results.model_dump(mode="json"), gpu=trial.gpu,
                                            gpus=trial.gpus_per_trial), results.train.steps if results.train else 0)
     tracker.close("FINISHED" if code == 0 else "FAILED")

@@ -85,9 +85,22 @@ def test_a_trial_that_did_not_succeed_has_no_measurements() -> None:
 
 def test_comparison_metrics_are_rounded_to_five_significant_digits_and_only_for_a_success() -> None:
     out = agg.comparison_metrics(results(1234.56789), gpu="h100-80gb", gpus=1)
-    assert set(out) == set(agg.COMPARISON_METRICS)
-    assert out["samples_per_s"] == 1234.6 and out["epoch_s"] == 40.0
+    assert set(out) == {*agg.COMPARISON_METRICS, agg.RANK_METRIC}
+    assert out["samples_per_s"] == out[agg.RANK_METRIC] == 1234.6 and out["epoch_s"] == 40.0
     assert agg.comparison_metrics({"outcome": "oom"}, gpu="h100-80gb", gpus=1) == {}
+
+
+def test_a_run_at_chance_accuracy_has_its_numbers_and_flag_but_no_rank() -> None:
+    """What the MLflow runs view sorts by and shows: a run that did not learn keeps samples/s and accuracy, has
+    no ranking metric (so it sorts after every run that learned) and says why in its flags tag."""
+    chance = results(5000.0, accuracy=0.509)
+    out = agg.comparison_metrics(chance, gpu="h100-80gb", gpus=1)
+    assert out["samples_per_s"] == 5000.0 and out["accuracy"] == 0.509 and agg.RANK_METRIC not in out
+    for res, flags in ((chance, "chance accuracy (0.51)"), (results(), ""), ({"outcome": "oom"}, "OOM"),
+                       ({"outcome": "gpu_mismatch"}, "GPU mismatch"), ({"outcome": "failed"}, "failed")):
+        assert agg.comparison_tags(res) == {agg.FLAGS_TAG: flags, agg.NOTE_TAG: flags}
+    inference = {"outcome": "succeeded", "device": "cpu", "inference": {"samples_per_s": 80.0}}
+    assert agg.comparison_metrics(inference, gpu=None, gpus=0)[agg.RANK_METRIC] == 80.0  # no accuracy: ranks
 
 
 # -- over repeats -------------------------------------------------------------------------------------------------

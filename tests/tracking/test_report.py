@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import struct
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep_text
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord
-from kubesweep.tracking.report import build
+from kubesweep.tracking.report import ANCHORS, build
 from tests.support.mlflow_fixtures import SWEEP_SPEC
 from tests.support.tracked_job import build as stand_in
 
@@ -51,8 +53,8 @@ def report(tmp_path: Path, recs: list[TrialRecord], target: float = 0.90) -> tup
 def test_the_report_opens_with_the_best_setting_per_gpu_type(tmp_path: Path) -> None:
     recs = records(SWEEP_SPEC)
     built, page, summary = report(tmp_path, recs, target=0.85)
-    headings = re.findall(r"<h2>(.*?)</h2>", page)
-    assert headings == ["The answer", "Comparison tables", "Figures", "All results"]
+    headings = re.findall(r"<h2[^>]*>(.*?)</h2>", page)
+    assert headings == ["The answer", "Comparison tables", "Figures", "All results", "Definitions"]
     assert page.count("All results") == 1
     # best throughput per GPU type for fine-tuning: the highest mean samples/s among its single-node cells,
     # computed here from the records
@@ -117,6 +119,117 @@ def test_flags_sit_beside_the_numbers(tmp_path: Path) -> None:
     assert flags[("v100-32gb", 16, 1, "off", "finetune")] == ["GPU mismatch"]
     assert flags[("l40s", 16, 1, "off", "finetune")] == []
     assert "1/2 chance accuracy (0.50)" in page and "GPU mismatch" in page
+
+
+def marked(trial: Any, results: dict[str, Any]) -> None:
+    """SWEEP_SPEC's cells as they come (an OOM at h100 bs256, a GPU mismatch on the V100), and: h100 bs16 eager
+    fine-tuning stays at chance on one GPU and on two; one of the two repeats of h100 fp16 inference runs out of
+    memory."""
+    job = trial.config.job
+    if trial.gpu == "h100-80gb" and job.task == "finetune" and job.batch_size == 16 and not job.compile:
+        results["final_accuracy"] = results["eval"][-1]["accuracy"] = 0.509
+    if trial.gpu == "h100-80gb" and job.task == "inference" and job.precision == "fp16" and trial.repeat == 1:
+        results.update(outcome="oom", exit_code=3, error={"type": "OutOfMemoryError", "message": "stand-in"})
+        del results["inference"], results["memory"]
+
+
+class Tables(HTMLParser):
+    """Every <table> of a page: its headers and rows, and whether each row is tinted as flagged."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tables: list[dict[str, Any]] = []
+        self.cell: list[str] | None = None
+        self.feed(page)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self.tables.append({"headers": [], "rows": [], "flagged": []})
+        elif tag == "tr" and self.tables and self.tables[-1]["headers"]:
+            self.tables[-1]["rows"].append([])
+            self.tables[-1]["flagged"].append(("class", "flagged") in attrs)
+        elif tag in ("th", "td"):
+            self.cell = []
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("th", "td") and self.cell is not None:
+            table = self.tables[-1]
+            (table["headers"] if tag == "th" else table["rows"][-1]).append("".join(self.cell))
+            self.cell = None
+
+
+def test_every_table_row_marks_chance_accuracy_oom_and_gpu_mismatch(tmp_path: Path) -> None:
+    _, page, _ = report(tmp_path, records(SWEEP_SPEC, marked))
+    tables = Tables(page).tables
+    assert len(tables) == 5  # best per GPU type, epochs at batch 16, inference latency, DDP, all results
+    chance, oom, half_oom, mismatch = "chance accuracy (0.51)", "OOM", "1/2 OOM", "GPU mismatch"
+    seen: dict[str, int] = {}
+    for table in tables:
+        head = table["headers"]
+        assert "flags" in head, head
+        for row, flagged in zip(table["rows"], table["flagged"], strict=True):
+            values = dict(zip(head, row, strict=True))
+            gpu = values.get("GPU", values.get("gpu", values.get("device")))
+            setting = values.get("setting", "")  # the best table: `bs64 fp16 eager`
+            if setting and setting != "-":
+                values.update(batch=setting.split()[0][2:], precision=setting.split()[1],
+                              compile="off" if " eager" in setting else "on")
+            batch = values.get("batch", "16")
+            compiled = values.get("compile", "off")
+            task = values.get("task", "inference" if "p50 ms" in head else "finetune")
+            want: list[str] = []
+            if setting == "-":
+                want = []  # the best table's rows without a setting
+            elif gpu == "h100-80gb" and task == "finetune" and batch == "16" and compiled == "off":
+                want = [chance]
+            elif gpu == "h100-80gb" and batch == "256":
+                want = [oom]
+            elif gpu == "v100-32gb":
+                want = [mismatch]
+            elif gpu == "h100-80gb" and task == "inference" and values.get("precision") == "fp16":
+                want = [half_oom]
+            flags = values["flags"].split("; ")
+            marks = [f for f in flags if f in (chance, oom, half_oom, mismatch)]
+            assert marks == want, (head, row)
+            assert flagged == bool(want), row  # the row is tinted
+            for mark in marks:
+                seen[mark] = seen.get(mark, 0) + 1
+            if marks == [chance] and "accuracy" in values:
+                assert values["accuracy"].startswith("0.5090")  # beside the number
+    # the chance cells: in the epochs table (one GPU), the DDP table (two rows) and the full table (two rows);
+    # the half-OOM inference cell, the fastest and quickest: twice in the best table, then the inference and full
+    assert seen == {chance: 5, oom: 1, mismatch: 2, half_oom: 4}, seen
+
+
+def test_the_figures_fill_the_page_and_are_drawn_sharp(tmp_path: Path) -> None:
+    built, page, _ = report(tmp_path, records(CPU_SPEC))
+    css = page[page.index("<style>"):page.index("</style>")]
+    assert re.search(r"figure img\{[^}]*width:100%", css) and re.search(r"figure img\{[^}]*max-width:1400px", css)
+    assert re.search(r"figure img\{[^}]*height:auto", css)
+    for name, _ in built.figures:  # drawn at least as wide as the page shows them: sharp at full width
+        width = struct.unpack(">I", (built.directory / name).read_bytes()[16:20])[0]
+        assert width >= 1800, (name, width)
+
+
+def test_definitions_are_links_and_the_marks_have_a_legend(tmp_path: Path) -> None:
+    _, page, _ = report(tmp_path, records(SWEEP_SPEC, marked))
+    assert "Definitions: docs/tracking.md" not in page
+    assert "<a href='#definitions'>every number</a>" in page and "<a href='#marks'>the marks</a>" in page
+    ids = set(re.findall(r" id='([^']+)'", page))
+    assert {"definitions", "marks"} <= ids
+    links = set(re.findall(r"<a href='#([^']+)'>", page))
+    assert links <= ids and set(ANCHORS.values()) <= ids  # every link lands
+    assert "<th><a href='#def-samples-per-s'>samples/s</a></th>" in page
+    assert "<th><a href='#marks'>flags</a></th>" in page
+    legend = dict(re.findall(r"<dt id='mark-[^']+'>(.*?)</dt><dd>(.*?)</dd>", page))
+    assert {"*", "OOM", "GPU mismatch", "chance accuracy (0.51)"} <= set(legend)
+    assert "at most 0.55" in legend["chance accuracy (0.51)"]
+    top = page[:page.index("<h2>The answer</h2>")]
+    assert "class='legend'" in top and "chance accuracy (0.51)" in top  # the legend before the first number
 
 
 def test_the_answer_passes_over_settings_whose_training_stayed_at_chance(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """The sweep report as a person sees it: headless Chromium (Debian's `chromium`, driven by Playwright) opens
 report.html for a GPU matrix and for a CPU sweep (the stand-in job's results, tests/tracking/test_report.py) and
-finds the answer in the first screen, every figure whose data exist drawn, and the flags beside the numbers.
-Screenshots go to test-output/browser/ (tests/support/chromium.py); `python -m tests.tracking.test_report_browser
-REPORT.html PNG` takes the same full-page screenshot of any report.
+finds the answer in the first screen, every figure whose data exist drawn, and the flags beside the numbers; for
+the sweep with a setting at chance accuracy, an OOM and a GPU mismatch (MARKS_SPEC), the marks' legend before the
+first number, the definitions one click away, flagged rows tinted and every figure as wide as the page.
+Screenshots go to test-output/browser/ (tests/support/chromium.py); `report-marks.png` is docs/img/report-marks.png.
+`python -m tests.tracking.test_report_browser REPORT.html PNG` takes the same full-page screenshot of any report.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.report import build
 from tests.support.chromium import SHOTS, launch
-from tests.support.mlflow_fixtures import SWEEP_SPEC
+from tests.support.mlflow_fixtures import MARKS_NAME, MARKS_SPEC, SWEEP_SPEC
 from tests.tracking.test_report import CPU_SPEC, records
 
 pytestmark = pytest.mark.browser
@@ -57,6 +59,45 @@ def test_the_answer_is_on_the_first_screen(tmp_path: Path, spec: str, figures: i
             assert broken_images(page) == 0
             assert page.get_by_role("heading", name="All results").count() == 1
             page.screenshot(path=str(SHOTS / f"report-{'cpu' if spec == CPU_SPEC else 'gpu'}.png"), full_page=True)
+        finally:
+            context.close()
+
+
+def test_marks_legend_definitions_and_page_wide_figures(tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    built = build(aggregate(records(MARKS_SPEC), target=0.9), tmp_path / "report", sweep=MARKS_NAME,
+                  source="the stand-in job's results of tests/support/mlflow_fixtures.py MARKS_SPEC", target=0.9,
+                  best_by="samples_per_s")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        context = open_page(pw, tmp_path / "profile")
+        try:
+            page = context.new_page()
+            page.goto(built.html_path.as_uri())
+            legend = page.locator("p.legend")
+            expect(legend).to_contain_text("chance accuracy (0.51)")
+            for seen in (legend, page.locator("ul.answer li").first):
+                expect(seen).to_be_in_viewport()
+            # each figure as wide as the page's text, drawn with at least as many pixels as it is shown with
+            sizes = page.evaluate("""() => {
+                const page = document.querySelector('h1').getBoundingClientRect().width;
+                return [...document.querySelectorAll('figure img')].map(
+                    i => [i.getBoundingClientRect().width / page, i.naturalWidth / i.getBoundingClientRect().width]);
+            }""")
+            assert len(sizes) == len(built.figures) == 5, sizes
+            assert all(abs(share - 1) < 0.01 and sharp >= 1.0 for share, sharp in sizes), sizes
+            assert page.evaluate("document.querySelector('h1').getBoundingClientRect().width") > 1300
+            # the setting at chance, the OOM and the mismatch: tinted in the full table, their flags in the row
+            full = page.locator("table").last
+            for flag in ("chance accuracy (0.51)", "OOM", "GPU mismatch"):
+                expect(full.locator("tr.flagged").filter(has_text=flag)).to_have_count(1)
+            expect(full.locator("tr.flagged")).to_have_count(3)
+            page.screenshot(path=str(SHOTS / "report-marks.png"), full_page=True)
+            page.get_by_role("link", name="every number").click()
+            expect(page.get_by_role("heading", name="Definitions")).to_be_in_viewport()
+            page.get_by_role("link", name="Legend").click()
+            expect(page.locator("#mark-chance")).to_be_in_viewport()
         finally:
             context.close()
 

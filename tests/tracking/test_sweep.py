@@ -108,7 +108,8 @@ def test_one_parent_run_and_a_child_run_per_trial(tracked_sweep: TrackedSweep) -
             assert {"samples_per_s", "peak_mem_gib", "step_p50_ms"} <= set(kid.data.metrics), kid.data.metrics
     experiment = client(ts).get_experiment_by_name(EXPERIMENT)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
-    assert json.loads(experiment.tags["mlflow.sharedViewState.kubesweep"])["orderByKey"] == "metrics.`samples_per_s`"
+    assert json.loads(experiment.tags["mlflow.sharedViewState.kubesweep"])["orderByKey"] == (
+        "metrics.`ranked_samples_per_s`")
 
 
 def test_results_from_mlflow_match_the_results_files(tracked_sweep: TrackedSweep) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,9 +16,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from kubesweep.tracking.ui import free_port
+from kubesweep.tracking.ui import answers, free_port
 from kubesweep.tracking.view import runs_url
-from tests.support.mlflow_fixtures import TRACKED_JOB, make_runner, quiet_mlflow_env, wait_http
+from tests.support.mlflow_fixtures import (
+    SERVER_START_TIMEOUT_S,
+    TRACKED_JOB,
+    make_runner,
+    quiet_mlflow_env,
+    wait_http,
+)
 
 SPEC = """\
 apiVersion: kubesweep.io/v1alpha1
@@ -98,6 +105,70 @@ def test_sweep_ui_killed_outright_takes_its_server_along(tmp_path: Path) -> None
     finally:
         if ui.poll() is None:
             ui.kill()
+
+
+def test_sweep_ui_names_its_sweeps_runs_view_once_the_server_answers(tmp_path: Path) -> None:
+    """`sweep ui NAME`: the server's output (its start-up, warnings, request log) goes to <home>/ui.log, which
+    the terminal is told; the URL comes only once the server answers HTTP, and it opens the sweep's runs view.
+    A sweep the store does not know is exit 3 with no server started."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "KUBESWEEP_NO_TRACKING")}
+    env.update({**quiet_mlflow_env(), "KUBESWEEP_HOME": str(home), "KUBESWEEP_LOCAL_GPUS": "[]",
+                "KUBESWEEP_JOB_COMMAND": json.dumps([sys.executable, str(TRACKED_JOB)]), "COLUMNS": "300"})
+    (tmp_path / "local-one.yaml").write_text(SPEC)
+    run = make_runner(env, tmp_path)
+    run("submit", "local-one.yaml")
+    unknown = run("ui", "no-such-sweep", check=3)
+    assert "sweep 'no-such-sweep': no MLflow experiment 'no-such-sweep'" in unknown.stderr
+    assert "local-one" in unknown.stderr and "Traceback" not in unknown.stderr
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    terminal = tmp_path / "terminal.txt"
+    with terminal.open("wb") as sink:
+        ui = subprocess.Popen([sys.executable, "-m", "kubesweep", "ui", "local-one", "--port", str(port)], env=env,
+                              stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while "MLflow UI" not in terminal.read_text():
+            assert ui.poll() is None and time.monotonic() < deadline, terminal.read_text()
+            time.sleep(0.05)
+        assert answers(f"{base}/health"), "the URL was printed before the server answered"
+        said = terminal.read_text()
+        log = home / "ui.log"
+        assert f"starting the MLflow server on {base} (store sqlite:///{home.resolve()}/mlflow.db); its output " \
+               f"goes to {log}" in said
+        experiment = get(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=local-one")["experiment"]
+        url = runs_url(base, experiment["experiment_id"])
+        assert f"MLflow UI, the runs of sweep 'local-one' (best samples/s first): {url}" in said
+        assert search(base, experiment["experiment_id"], "tags.`kubesweep.role` = 'parent'")
+        ui.send_signal(signal.SIGTERM)
+        assert ui.wait(timeout=60) == 0
+    finally:
+        if ui.poll() is None:
+            os.killpg(ui.pid, signal.SIGKILL)
+    # the request log and MLflow's start-up chatter are in the file, not on the terminal
+    served = log.read_text()
+    assert '"GET /health HTTP/1.1" 200' in served and "Uvicorn running" in served
+    said = terminal.read_text()
+    assert "HTTP/1.1" not in said and "Uvicorn" not in said and "Warning" not in said, said
+
+
+def test_sweep_ui_says_why_when_the_server_dies_before_answering(tmp_path: Path) -> None:
+    """A server that cannot serve (its port is taken) is an error naming its log and its last lines, exit 4;
+    no URL is printed."""
+    env = {**os.environ, **quiet_mlflow_env(), "KUBESWEEP_HOME": str(tmp_path / "home")}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = make_runner(env, tmp_path)("ui", "--port", str(port), check=4)
+    log = tmp_path / "home" / "ui.log"
+    assert f"error: the MLflow server exited with code 1 before it served the UI; its log, {log}, ends:" \
+        in proc.stderr
+    assert "address already in use" in proc.stderr.lower() and "address already in use" in log.read_text().lower()
+    assert "MLflow UI" not in proc.stdout
 
 
 def start_ui(env: dict[str, str], tmp_path: Path) -> tuple[subprocess.Popen[bytes], str, Path]:

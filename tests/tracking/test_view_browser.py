@@ -2,20 +2,25 @@
 real `mlflow server` of tests/support/mlflow_fixtures.py after the tracked sweep ran and its report was logged,
 finds the experiment, lands on the sweep's runs view that kubesweep links to (training runs, every child run
 listed, best samples/s first, the comparison metrics as columns), and the report among the parent's artifacts.
-Screenshots go to test-output/browser/ (tests/support/chromium.py).
+Then the sweep with a setting at chance accuracy (the fastest), an OOM and a GPU mismatch, on the link `sweep ui`
+prints: runs that learned first, and each flagged run's flags in its row without scrolling.
+Screenshots go to test-output/browser/ (tests/support/chromium.py); `mlflow-runs-view-marks.png` is
+docs/img/mlflow-runs-view-marks.png.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from kubesweep.tracking.aggregate import FLAGS_TAG, RANK_METRIC
 from kubesweep.tracking.view import runs_url
 from tests.support.chromium import SHOTS, launch
-from tests.support.mlflow_fixtures import SWEEP_TRIALS, TrackedSweep
+from tests.support.mlflow_fixtures import MARKS_NAME, MARKS_TRIALS, SWEEP_TRIALS, MarkedSweep, TrackedSweep
 
 pytestmark = pytest.mark.browser
 
@@ -93,3 +98,50 @@ def test_experiment_parent_children_and_report_in_the_ui(tracked_sweep: TrackedS
         finally:
             context.close()
     assert len(list(SHOTS.glob("[0-9]-*.png"))) == 4
+
+
+def test_the_runs_view_marks_runs_at_chance_oom_and_mismatch(marked_sweep: MarkedSweep, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    ms = marked_sweep
+    client = MlflowClient(tracking_uri=ms.base)
+    experiment = client.get_experiment_by_name(MARKS_NAME)
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == MARKS_TRIALS
+    learned = [r for r in children if RANK_METRIC in r.data.metrics]
+    flagged = {r.info.run_id: r.data.tags[FLAGS_TAG] for r in children if r.data.tags[FLAGS_TAG]}
+    assert sorted(set(flagged.values())) == ["GPU mismatch", "OOM", "chance accuracy (0.51)"]
+    fastest = max(children, key=lambda r: r.data.metrics.get("samples_per_s", 0.0))
+    assert flagged[fastest.info.run_id] == "chance accuracy (0.51)"  # what the view must not put first
+    best = max(learned, key=lambda r: r.data.metrics["samples_per_s"])
+    SHOTS.mkdir(parents=True, exist_ok=True)
+
+    with sync_playwright() as pw:
+        context = launch(pw, tmp_path / "chromium-profile", width=1600, height=900)
+        try:
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            expect.set_options(timeout=TIMEOUT_MS)
+            page.goto(ms.runs_view)  # the link `sweep ui` printed
+            expect(page.get_by_text(f"{MARKS_TRIALS + 1} matching runs")).to_be_visible()
+            close = page.locator("[data-component-id='mlflow.assistant.chat_panel.close']")
+            if close.count():  # MLflow's assistant panel, open on a first visit: closed, as a reader would
+                close.first.click()
+            expect(page.get_by_role("columnheader", name="Description")).to_be_in_viewport()
+            expect(page.get_by_role("link", name=re.compile(r"^marks-")).first).to_have_text(best.info.run_name)
+
+            def row(run_id: str) -> Any:
+                return page.locator(f".ag-row[row-id='{run_id}']")
+
+            for run_id, flags in flagged.items():  # in the run's row, seen without scrolling sideways
+                expect(row(run_id).get_by_text(flags, exact=True)).to_be_in_viewport()
+            for run in learned:
+                expect(row(run.info.run_id).get_by_text(re.compile("chance|OOM|mismatch"))).to_have_count(0)
+            index = {r.info.run_id: int(row(r.info.run_id).first.get_attribute("row-index") or -1) for r in children}
+            at_chance = [i for run_id, i in index.items() if flagged.get(run_id) == "chance accuracy (0.51)"]
+            assert max(index[r.info.run_id] for r in learned) < min(at_chance), index
+            page.screenshot(path=str(SHOTS / "mlflow-runs-view-marks.png"))
+        finally:
+            context.close()

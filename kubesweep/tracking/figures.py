@@ -1,0 +1,296 @@
+"""The sweep report's figures (matplotlib, imported here only, with the Agg backend), drawn from aggregated cells.
+
+Each drawing function returns a matplotlib Figure, or None when the sweep has nothing for it; `save` writes it as
+a PNG. Every number drawn carries its cell's marks beside it, as the tables carry its flags: `*` for the best
+setting per GPU type, and `OOM`, `GPU mismatch`, `failed`, `chance accuracy (0.51)` (with `k/n` where only some
+repeats have it). Figures are drawn `WIDTH` inches wide at `DPI`, for a page that shows them at its full width.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubesweep.tracking.aggregate import Cell, busy_text, fmt_number, gpu_busy, trial_flags, trial_span
+from kubesweep.tracking.records import dig
+
+WIDTH = 12.0  # inches: about the report's page width at 110 px per inch
+DPI = 150  # pixels per inch in the PNG: sharper than the page shows it
+FLAGGED = "tab:red"
+
+
+def finetune(cells: list[Cell]) -> list[Cell]:
+    return [c for c in cells if c.task == "finetune"]
+
+
+def gpu_label(cell: Cell) -> str:
+    """The cell's device as the report names it: its GPU type, or `CPU`."""
+    return "CPU" if cell.axes["gpu"] == "cpu" else str(cell.axes["gpu"])
+
+
+def device_label(cell: Cell) -> str:
+    """The device and, for a multi-GPU trial, how many: `h100-80gb x2`, `l40s`, `CPU`."""
+    return gpu_label(cell) + (f" x{cell.axes['gpus']}" if cell.axes["gpus"] > 1 else "")
+
+
+def other_settings(cell: Cell) -> str:
+    return " ".join(f"{k}={v}" for k, v in cell.extra.items())
+
+
+def cell_label(cell: Cell, marked: bool = True) -> str:
+    """`h100-80gb bs64 fp16 c`, then the cell's marks in brackets: `[*]`, `[chance accuracy (0.51)]`."""
+    extra = (" " + other_settings(cell)) if cell.extra else ""
+    compiled = " c" if cell.axes["compile"] != "off" else ""
+    task = "inf " if cell.task == "inference" else ""
+    label = f"{task}{device_label(cell)} bs{cell.axes['batch_size']} {cell.axes['precision']}{compiled}{extra}"
+    marks = (["*"] if cell.best else []) + cell.marks
+    return label + (f" [{'; '.join(marks)}]" if marked and marks else "")
+
+
+def _figure(height: float, width: float = WIDTH) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+
+
+def save(fig: Any, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=DPI)
+
+
+def _series(cells: list[Cell]) -> dict[str, dict[tuple[str, str], list[Cell]]]:
+    """GPU type -> (precision, compile) -> cells sorted by batch size (single-GPU fine-tuning only)."""
+    out: dict[str, dict[tuple[str, str], list[Cell]]] = {}
+    for cell in finetune(cells):
+        if cell.axes["gpus"] > 1 or cell.axes["batch_size"] is None:  # one device: a GPU, or the CPU (0 GPUs)
+            continue
+        label = gpu_label(cell) + (" " + other_settings(cell) if cell.extra else "")
+        out.setdefault(label, {}).setdefault((str(cell.axes["precision"]), str(cell.axes["compile"])),
+                                             []).append(cell)
+    for by in out.values():
+        for group in by.values():
+            group.sort(key=lambda c: int(c.axes["batch_size"]))
+    return out
+
+
+def per_gpu_lines(cells: list[Cell], metric: str, ylabel: str, title: str,
+                  hline: Callable[[str], float | None] | None = None) -> Any:
+    """A panel per GPU type: `metric` vs batch size, a line per precision (dashed: compiled); a point whose
+    cell is flagged is ringed in red with its marks; settings with no result sit at 0 as a red x and status."""
+    series = _series(cells)
+    if not any(c.value(metric) is not None for by in series.values() for g in by.values() for c in g):
+        return None
+    gpus = sorted(series)
+    cols = min(3, len(gpus))
+    rows = (len(gpus) + cols - 1) // cols
+    fig = _figure((4.2 if cols == 1 else 3.6) * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for i, gpu in enumerate(gpus):
+        ax = axes[i // cols][i % cols]
+        for (precision, compiled), group in sorted(series[gpu].items()):
+            pts = [(int(c.axes["batch_size"]), c.metrics[metric]) for c in group if c.value(metric) is not None]
+            if not pts:
+                continue
+            ax.errorbar([p[0] for p in pts], [p[1].mean for p in pts], yerr=[p[1].std or 0.0 for p in pts],
+                        marker="o", capsize=3, linestyle="--" if compiled != "off" else "-",
+                        label=precision + ("" if compiled == "off" else f" compile={compiled}"))
+        batches = sorted({int(c.axes["batch_size"]) for g in series[gpu].values() for c in g})
+        for group in series[gpu].values():
+            for c in group:
+                x, value = int(c.axes["batch_size"]), c.value(metric)
+                if value is None and "succeeded" not in c.outcomes:
+                    ax.scatter([x], [0], marker="x", color=FLAGGED)
+                    ax.annotate(c.status, (x, 0), textcoords="offset points", xytext=(0, 6), ha="center",
+                                fontsize=7, color=FLAGGED)
+                elif value is not None and c.marks:
+                    ax.scatter([x], [value], s=160, facecolors="none", edgecolors=FLAGGED, linewidths=1.5,
+                               zorder=3)
+                    ax.annotate("\n".join(c.marks), (x, value), textcoords="offset points", xytext=(0, 9),
+                                ha="center", va="bottom", fontsize=7, color=FLAGGED)
+        if hline is not None:
+            limit = hline(gpu.split()[0])
+            if limit is not None:
+                ax.axhline(limit, color="grey", linestyle=":", label=f"{gpu.split()[0]} memory {limit:g} GiB")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.minorticks_off()
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.18)  # room above the top point for its marks
+        ax.set_title(gpu)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    for j in range(len(gpus), rows * cols):
+        axes[j // cols][j % cols].set_visible(False)
+    fig.suptitle(title + " (red ring: a flagged setting, its marks above it)")
+    return fig
+
+
+def bars(cells: list[Cell], metric: str, xlabel: str, title: str) -> Any:
+    """A bar per cell that has `metric`, best first; green: best per GPU type, red hatched: a flagged cell, its
+    marks in brackets after its label."""
+    chosen = [c for c in cells if c.value(metric) is not None]
+    if not chosen:
+        return None
+    chosen.sort(key=lambda c: c.value(metric) or 0.0)
+    fig = _figure(max(2.8, 0.26 * len(chosen) + 1.4))
+    ax = fig.subplots()
+    ax.barh(range(len(chosen)), [c.value(metric) or 0.0 for c in chosen],
+            xerr=[c.metrics[metric].std or 0.0 for c in chosen], capsize=3,
+            color=["tab:green" if c.best else ("#f4b6b6" if c.marks else "tab:blue") for c in chosen],
+            hatch=["//" if c.marks else "" for c in chosen], edgecolor=[FLAGGED if c.marks else "none" for c in chosen])
+    ax.set_yticks(range(len(chosen)), [cell_label(c) for c in chosen], fontsize=8)
+    for tick, cell in zip(ax.get_yticklabels(), chosen, strict=True):
+        if cell.marks:
+            tick.set_color(FLAGGED)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def timeline(cells: list[Cell]) -> Any:
+    """Where the sweep's wall time went on its GPUs: each GPU trial's process (grey), the span it held its GPU
+    (blue, trials started early behind another) and its measured training time (green, inside that span); a
+    trial's flags follow its name."""
+    rows = []
+    for record in (t for c in cells for t in c.trials):
+        res = record.results or {}
+        span = trial_span(res) if res.get("device") == "cuda" else None
+        if span is None:
+            continue
+        start, end = span
+        lease = res.get("gpu_lease") or {}
+        measured = float(dig(res, "train", "measured_time_s") or 0.0)
+        flags = trial_flags(record.outcome, res)
+        name = record.name + (f" [{'; '.join(flags)}]" if flags else "")
+        rows.append((start, end, lease.get("acquired_at"), lease.get("released_at"), measured, name))
+    if not any(end > start for start, end, *_ in rows):
+        return None  # no trial with a time span to draw
+    rows.sort()
+    t0 = rows[0][0]
+    fig = _figure(max(3.0, 0.22 * len(rows) + 1.2))
+    ax = fig.subplots()
+    for y, (start, end, acquired, released, measured, _) in enumerate(rows):
+        ax.barh(y, end - start, left=start - t0, color="#dddddd", height=0.8)
+        if acquired is not None and released is not None:
+            ax.barh(y, released - acquired, left=acquired - t0, color="tab:blue", height=0.8)
+            ax.barh(y, measured, left=released - t0 - measured, color="tab:green", height=0.4)
+    ax.set_yticks(range(len(rows)), [r[5] for r in rows], fontsize=6)
+    for tick, row in zip(ax.get_yticklabels(), rows, strict=True):
+        if row[5].endswith("]"):
+            tick.set_color(FLAGGED)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the first trial started")
+    busy = gpu_busy([t for c in cells for t in c.trials])
+    ax.set_title(busy_text(busy) if busy else "GPU timeline", fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def _setting(cell: Cell) -> tuple[Any, ...]:
+    return (cell.axes["gpu"], cell.axes["gpus"], cell.axes["batch_size"], cell.axes["precision"],
+            json.dumps(cell.extra, sort_keys=True, default=str))
+
+
+def speedup(cells: list[Cell]) -> Any:
+    """compiled / eager samples/s for each setting that ran both; the marks of either side follow the label."""
+    eager = {_setting(c): c for c in finetune(cells) if c.axes["compile"] == "off"}
+    pairs = []
+    for cell in finetune(cells):
+        base = eager.get(_setting(cell)) if cell.axes["compile"] != "off" else None
+        if base and base.value("samples_per_s") and cell.value("samples_per_s"):
+            marks = [f"eager: {m}" for m in base.marks] + [f"compiled: {m}" for m in cell.marks]
+            label = cell_label(base, marked=False) + (f" [{'; '.join(marks)}]" if marks else "")
+            pairs.append((label, (cell.value("samples_per_s") or 0.0) / (base.value("samples_per_s") or 1),
+                          bool(marks)))
+    if not pairs:
+        return None
+    fig = _figure(max(2.8, 0.3 * len(pairs) + 1.4))
+    ax = fig.subplots()
+    ax.barh(range(len(pairs)), [p[1] for p in pairs], color=["tab:green" if p[1] >= 1 else "tab:red" for p in pairs],
+            hatch=["//" if p[2] else "" for p in pairs])
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(pairs)), [p[0] for p in pairs], fontsize=8)
+    for tick, pair in zip(ax.get_yticklabels(), pairs, strict=True):
+        if pair[2]:
+            tick.set_color(FLAGGED)
+    ax.invert_yaxis()
+    ax.set_xlabel("compiled / eager samples/s")
+    ax.set_title("torch.compile speed-up (hatched: a flagged setting, its marks in brackets)")
+    for i, (_, value, _) in enumerate(pairs):
+        ax.annotate(f"{value:.2f}x", (value, i), textcoords="offset points", xytext=(4, 0), va="center", fontsize=7)
+    return fig
+
+
+def heatmap_text(cell: Cell) -> str:
+    """What a heatmap cell says: samples/s, `*` when best, then each mark on its own lines; or the status."""
+    value = cell.value("samples_per_s")
+    if value is None:
+        return cell.status
+    lines = [fmt_number(value) + (" *" if cell.best else "")]
+    lines += [textwrap.fill(mark, 16) for mark in cell.marks]
+    return "\n".join(lines)
+
+
+def heatmap(cells: list[Cell]) -> Any:
+    """samples/s of the whole fine-tuning matrix: a row per device, a column per batch/precision/compile."""
+    ft = finetune(cells)
+    if not ft:
+        return None
+    import numpy as np
+
+    def col_key(c: Cell) -> str:
+        compiled = "compile" if c.axes["compile"] != "off" else "eager"
+        extra = (" " + other_settings(c)) if c.extra else ""
+        return f"bs{c.axes['batch_size']} {c.axes['precision']} {compiled}{extra}"
+
+    rows = sorted({device_label(c) for c in ft})
+    cols = sorted({col_key(c) for c in ft},
+                  key=lambda k: (int(k.split()[0][2:]) if k.split()[0][2:].isdigit() else 0, k))
+    grid = np.full((len(rows), len(cols)), np.nan)
+    text = [["" for _ in cols] for _ in rows]
+    flagged = [[False for _ in cols] for _ in rows]
+    for cell in ft:
+        i, j = rows.index(device_label(cell)), cols.index(col_key(cell))
+        value = cell.value("samples_per_s")
+        if value is not None:
+            grid[i, j] = value
+        text[i][j] = heatmap_text(cell)
+        flagged[i][j] = value is not None and bool(cell.marks)
+    lines = max((t.count("\n") + 1 for r in text for t in r), default=1)
+    fig = _figure(max(2.6, (0.25 + 0.16 * lines) * len(rows) + 2.0), max(WIDTH, 0.85 * len(cols) + 3.0))
+    ax = fig.subplots()
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", aspect="auto")
+    ax.set_facecolor("#dddddd")
+    ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=9)
+    finite = grid[np.isfinite(grid)]
+    middle = float(finite.mean()) if finite.size else 0.0
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            if text[i][j]:
+                dark = not np.isfinite(grid[i, j]) or grid[i, j] > middle
+                ax.text(j, i, text[i][j], ha="center", va="center", fontsize=8,
+                        color="black" if dark else "white", fontweight="bold" if flagged[i][j] else "normal")
+                if flagged[i][j]:
+                    ax.add_patch(_frame(j, i))
+    fig.colorbar(image, ax=ax, label="samples/s")
+    ax.set_title("Fine-tuning samples/s (* best per GPU type; red frame: flagged, its marks under the number)")
+    return fig
+
+
+def _frame(x: float, y: float) -> Any:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x - 0.48, y - 0.48), 0.96, 0.96, fill=False, edgecolor=FLAGGED, linewidth=2.5)

@@ -1,0 +1,65 @@
+"""The sweep's runs view in the MLflow UI (kubesweep/tracking/view.py): what it sorts by and which columns it shows,
+then what it lists for a sweep with a setting at chance accuracy (the fastest of all), an OOM and a GPU mismatch,
+asked of the real `mlflow server` that `sweep ui` starts (tests/support/mlflow_fixtures.py `marked_sweep`) the way
+the UI asks it: the experiment's shared view state gives the order, the runs search returns the rows. What a
+person sees on that page is tests/tracking/test_view_browser.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from typing import Any
+
+from kubesweep.tracking.aggregate import FLAGS_TAG, NOTE_TAG, RANK_METRIC
+from kubesweep.tracking.view import COLUMNS, DESCRIPTION, VIEW_KEY, VIEW_TAG, view_state
+from tests.support.mlflow_fixtures import MARKS_TRIALS, MarkedSweep
+
+
+def test_the_view_ranks_by_a_metric_runs_at_chance_lack_and_shows_the_flags() -> None:
+    state = json.loads(view_state())
+    assert state["orderByKey"] == f"metrics.`{RANK_METRIC}`" and state["orderByAsc"] is False
+    # the run's description holds its flags; the UI puts that column left of the metrics
+    assert state["selectedColumns"] == COLUMNS and COLUMNS[0] == DESCRIPTION == "attributes.`Description`"
+
+
+def api(base: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    request = urllib.request.Request(f"{base}/api/2.0/mlflow/{path}", method="POST" if body else "GET",
+                                     headers={"Content-Type": "application/json"},
+                                     data=json.dumps(body).encode() if body else None)
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def test_the_runs_view_lists_runs_that_learned_first_and_flags_the_rest(marked_sweep: MarkedSweep) -> None:
+    ms = marked_sweep
+    found = re.fullmatch(rf"{re.escape(ms.base)}/#/experiments/(\d+)/runs\?workflowType=machine_learning"
+                         rf"&viewStateShareKey={VIEW_KEY}", ms.runs_view)
+    assert found, ms.runs_view
+    experiment = api(ms.base, f"experiments/get?experiment_id={found[1]}")["experiment"]
+    state = json.loads({t["key"]: t["value"] for t in experiment["tags"]}[VIEW_TAG])
+    order = f"{state['orderByKey']} {'ASC' if state['orderByAsc'] else 'DESC'}"  # as the UI sends it
+    runs = api(ms.base, "runs/search", {"experiment_ids": [found[1]], "order_by": [order], "max_results": 100})["runs"]
+    children = [r for r in runs if any(t["key"] == "mlflow.parentRunId" for t in r["data"]["tags"])]
+    assert len(children) == MARKS_TRIALS
+
+    def metrics(run: dict[str, Any]) -> dict[str, float]:
+        return {m["key"]: m["value"] for m in run["data"].get("metrics", [])}
+
+    def tags(run: dict[str, Any]) -> dict[str, str]:
+        return {t["key"]: t["value"] for t in run["data"]["tags"]}
+
+    flags = [tags(r).get(FLAGS_TAG) for r in children]
+    assert flags == [tags(r).get(NOTE_TAG) for r in children]  # what the Description column shows
+    chance = [i for i, f in enumerate(flags) if f == "chance accuracy (0.51)"]
+    learned = [i for i, r in enumerate(children) if RANK_METRIC in metrics(r)]
+    assert len(chance) == 2 and len(learned) == 8
+    # the runs at chance are the fastest of the sweep, and listed after every run that learned
+    fastest = max(children, key=lambda r: metrics(r).get("samples_per_s", 0.0))
+    assert children.index(fastest) in chance
+    assert max(learned) < min(chance) and learned == list(range(8))
+    assert metrics(children[0])["samples_per_s"] == max(metrics(children[i])["samples_per_s"] for i in learned)
+    assert all(metrics(children[i])["accuracy"] == 0.509 for i in chance)  # their numbers stay in the row
+    outcomes = {tags(r)["kubesweep.outcome"]: tags(r).get(FLAGS_TAG) for r in children if not metrics(r)}
+    assert outcomes == {"oom": "OOM", "gpu_mismatch": "GPU mismatch"}
+    assert {flags[i] for i in learned} == {""}
