@@ -2,10 +2,10 @@
 
 Here (a machine with Go and the module proxy):
 
-    python bench/gpu_node.py pack                 # .gpu/pack (the node's binaries), .gpu/wheels (job image, CLI)
+    python bench/gpu_node.py pack                 # .gpu/pack-N (the node's binaries, 52 MiB each), .gpu/wheels
 
-On the GPU machine, from a copy of this repository that has .gpu/pack and .gpu/wheels (each under 64 MiB, so
-they can travel apart), with the machine's PyTorch Python:
+On the GPU machine, from a copy of this repository that has every .gpu/pack-N and .gpu/wheels (each small enough
+to travel beside the repository in one call), with the machine's PyTorch Python:
 
     python3 bench/gpu_node.py node  --out DIR     # node up, job image built and imported (`up` + `image`)
     python3 bench/gpu_node.py sweep --out DIR     # the GPU sweep through `sweep submit --backend kubernetes`
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import os
 import shutil
 import subprocess
@@ -34,8 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 import gpu_node  # noqa: E402  (tests/cluster/gpu_node.py: standard library only)
 
-PACK = ROOT / ".gpu" / "pack"
-WHEELS = ROOT / ".gpu" / "wheels"
+# The node's binaries, xz-compressed, in packs of at most PACK_MIB each: one call to the GPU machine carries one
+# pack beside the repository (64 MiB in all), so the packs travel one call each and are kept there.
+GPU_DIR = ROOT / ".gpu"
+PACK_MIB = 52
+WHEELS = GPU_DIR / "wheels"
 SITE = Path("/tmp/kubesweep-site")
 NAMESPACE = "gpu-sweep"
 MLFLOW_PORT = 5000
@@ -75,21 +77,62 @@ def pack(args: argparse.Namespace) -> None:
         pack_wheels()
 
 
+def built(script: Path, names: Any) -> Path:
+    """The script's bin directory, after building with it where one of `names` is missing."""
+    bin_dir = Path(sh(["bash", str(script), "--print-bin-dir"]).stdout.strip())
+    if not all((bin_dir / name).exists() for name in names):
+        subprocess.run(["bash", str(script)], check=True)
+    return bin_dir
+
+
 def pack_binaries() -> None:
-    k8s_bin = Path(sh(["bash", str(ROOT / "tests/cluster/build-tools.sh")]).stdout.strip().splitlines()[-1])
-    gpu_bin = Path(sh(["bash", str(ROOT / "tests/cluster/build-gpu-node.sh")]).stdout.strip().splitlines()[-1])
-    PACK.mkdir(parents=True, exist_ok=True)
+    k8s_bin = built(ROOT / "tests/cluster/build-tools.sh", K8S_BINARIES)
+    gpu_bin = built(ROOT / "tests/cluster/build-gpu-node.sh", GPU_BINARIES)
     binaries = {**dict.fromkeys(K8S_BINARIES, ""), **GPU_BINARIES}
+    versions = {p.parent.name: p.read_text() for p in (k8s_bin.parent / "versions.txt",
+                                                       gpu_bin.parent / "versions.txt")}
+    compressed = GPU_DIR / "xz"
+    compressed.mkdir(parents=True, exist_ok=True)
     for name in binaries:
         src = (k8s_bin if name in K8S_BINARIES else gpu_bin) / name
-        dest = PACK / f"{name}.xz"
+        dest = compressed / f"{name}.xz"
         if not dest.exists() or dest.stat().st_mtime < src.stat().st_mtime:
-            with src.open("rb") as f, lzma.open(dest, "wb", preset=6) as out:
-                shutil.copyfileobj(f, out, 1 << 20)
-    versions = {p.name: p.read_text() for p in (k8s_bin.parent / "versions.txt", gpu_bin.parent / "versions.txt")}
-    (PACK / "manifest.json").write_text(json.dumps({"binaries": binaries, "versions": versions}, indent=1))
-    total = sum(p.stat().st_size for p in PACK.iterdir())
-    log(f"{PACK}: {len(binaries)} binaries, {total / 2**20:.1f} MiB compressed")
+            # xz's own threads: Python's lzma uses one core
+            with dest.open("wb") as out:
+                subprocess.run(["xz", "-6", "-T0", "-c", str(src)], stdout=out, check=True)
+    for old in GPU_DIR.glob("pack-*"):
+        shutil.rmtree(old)
+    sizes = {name: (compressed / f"{name}.xz").stat().st_size for name in binaries}
+    for i, names in enumerate(bin_packs(sizes, PACK_MIB << 20), 1):
+        pack_dir = GPU_DIR / f"pack-{i}"
+        pack_dir.mkdir()
+        for name in names:
+            os.link(compressed / f"{name}.xz", pack_dir / f"{name}.xz")
+        (pack_dir / "manifest.json").write_text(json.dumps(
+            {"binaries": {n: binaries[n] for n in names}, "versions": versions}, indent=1))
+        log(f"{pack_dir}: {len(names)} binaries, {sum(sizes[n] for n in names) / 2**20:.1f} MiB compressed")
+
+
+def bin_packs(sizes: dict[str, int], limit: int) -> list[list[str]]:
+    """Names grouped so that each group's sizes add up to at most `limit`: largest first, each into the first group
+    with room (a name larger than `limit` alone in its group)."""
+    groups: list[tuple[int, list[str]]] = []
+    for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
+        i = next((i for i, (total, _) in enumerate(groups) if total + sizes[name] <= limit), len(groups))
+        if i == len(groups):
+            groups.append((0, []))
+        total, names = groups[i]
+        groups[i] = (total + sizes[name], [*names, name])
+    return [names for _, names in groups]
+
+
+def packs() -> list[Path]:
+    """The packs `pack` made, as they lie here or on the GPU machine."""
+    found = sorted(GPU_DIR.glob("pack-*"), key=lambda p: int(p.name.split("-")[1]))
+    if not found:
+        raise SystemExit(f"no packs in {GPU_DIR}: run `python bench/gpu_node.py pack` where Go is, and bring "
+                         f"each .gpu/pack-N here")
+    return found
 
 
 def pack_wheels() -> None:
@@ -164,17 +207,44 @@ def node(args: argparse.Namespace) -> None:
     layout = gpu_node.Layout(gpu_node.ROOT)
     n = gpu_node.GpuNode(layout)
     t0 = time.monotonic()
-    phases = n.up(PACK)
+    phases = n.up(packs())
     result: dict[str, Any] = {"node_up_s": phases, "node": n_summary()}
     env = site_env()
     image_file = layout.root / "job-image.json"
     if not image_file.exists():
-        image = gpu_node.build_job_image(n, WHEELS, tag="gpu-node")
-        image_file.write_text(json.dumps(image))
+        # `image --assemble-only` may be running already (started by an earlier call, in its own session)
+        assembled_file = layout.root / "image" / "assembled.json"
+        pid_file = layout.root / "image.pid"
+        if pid_file.exists() and not assembled_file.exists():
+            wait_for(lambda: assembled_file.exists() or not _alive(int(pid_file.read_text())), 900,
+                     "the job image's assembly")
+        assembled = (json.loads(assembled_file.read_text()) if assembled_file.exists()
+                     else gpu_node.assemble_job_image(layout.root, WHEELS))
+        image_file.write_text(json.dumps(gpu_node.import_job_image(n, assembled)))
     result["image"] = json.loads(image_file.read_text())
     result["total_s"] = time.monotonic() - t0
     del env
     write_json(args.out, "node.json", result)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def assemble(args: argparse.Namespace) -> None:
+    """Start the job image's assembly in a session of its own (it needs no node), so the node comes up meanwhile."""
+    (gpu_node.ROOT / "logs").mkdir(parents=True, exist_ok=True)
+    site_env()
+    with (gpu_node.ROOT / "logs" / "assemble.log").open("ab") as f:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "tests/cluster/gpu_node.py"), "image", "--wheels",
+                                 str(WHEELS), "--assemble-only"], stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True, stdin=subprocess.DEVNULL)
+    (gpu_node.ROOT / "image.pid").write_text(str(proc.pid))
+    log(f"assembling the job image (pid {proc.pid})")
 
 
 def n_summary() -> dict[str, Any]:
@@ -194,7 +264,9 @@ def start_mlflow(env: dict[str, str]) -> str:
         with (gpu_node.ROOT / "logs" / "mlflow.log").open("ab") as f:
             subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "0.0.0.0", "--port",
                               str(MLFLOW_PORT), "--backend-store-uri", f"sqlite:///{store}/mlflow.db",
-                              "--artifacts-destination", str(store / "artifacts"), "--workers", "2"],
+                              "--artifacts-destination", str(store / "artifacts"), "--workers", "2",
+                              # the Host header pods send (the bridge's address), beside the loopback names
+                              "--allowed-hosts", f"{gpu_node.NODE_GATEWAY}:{MLFLOW_PORT},localhost:*,127.0.0.1:*"],
                              env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         wait_for(lambda: subprocess.run(["curl", "-sf", f"http://127.0.0.1:{MLFLOW_PORT}/health"],
                                         capture_output=True).returncode == 0, 120, "MLflow server")
@@ -268,12 +340,27 @@ def probe_pod(api: gpu_node.Api, image: str) -> dict[str, Any]:
                         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
         "volumes": [{"name": "tmp", "emptyDir": {}}]}})
     path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}"
-    wait_for(lambda: api.get(path)["status"].get("phase") in ("Succeeded", "Failed"), 300, "the probe pod")
+    wait_for(lambda: pod_ended(api.get(path)), 300, "the probe pod")
     pod = api.get(path)
     logs = subprocess.run(["curl", "-s", "--cacert", str(gpu_node.ROOT / "pki/ca.crt"), "--cert",
                            str(gpu_node.ROOT / "pki/admin.crt"), "--key", str(gpu_node.ROOT / "pki/admin.key"),
                            f"{api.base}{path}/log"], capture_output=True, text=True).stdout
     return {"phase": pod["status"]["phase"], "log": logs, "timing": pod_timing(pod)}
+
+
+STUCK = ("ErrImagePull", "ImagePullBackOff", "CreateContainerError", "CreateContainerConfigError",
+         "RunContainerError", "CrashLoopBackOff")
+
+
+def pod_ended(pod: dict[str, Any]) -> bool:
+    """The pod ended; one whose container cannot start is an error at once, with the kubelet's reason."""
+    if pod["status"].get("phase") in ("Succeeded", "Failed"):
+        return True
+    for status in pod["status"].get("containerStatuses") or []:
+        waiting = status.get("state", {}).get("waiting") or {}
+        if waiting.get("reason") in STUCK:
+            raise SystemExit(f"pod {pod['metadata']['name']}: {waiting['reason']}: {waiting.get('message')}")
+    return False
 
 
 def pod_timing(pod: dict[str, Any]) -> dict[str, Any]:
@@ -379,6 +466,19 @@ def local(args: argparse.Namespace) -> None:
     for fmt in ("json", "table"):
         out = sweep_cli(args.out, "results", "gpu-node-local", *home, "-f", fmt, env=env).stdout
         (args.out / f"local-results.{fmt}").write_text(out)
+    # The first cell again in a fresh interpreter (no fork server): what a trial costs without one.
+    fresh = yaml.safe_load(path.read_text())
+    fresh["metadata"]["name"] = fresh["spec"]["tracking"]["experiment"] = "gpu-node-fresh"
+    fresh["spec"]["matrix"] = {k: v[:1] for k, v in fresh["spec"]["matrix"].items()}
+    fresh_path = args.out / "gpu-node-fresh.yaml"
+    fresh_path.write_text(yaml.safe_dump(fresh, sort_keys=False))
+    t0 = time.monotonic()
+    proc = sweep_cli(args.out, "submit", str(fresh_path), *home, "--tracking-uri", f"http://127.0.0.1:{MLFLOW_PORT}",
+                     env={**env, "KUBESWEEP_LOCAL_FORKSERVER": "0"}, timeout=args.timeout)
+    result["fresh_interpreter"] = {"exit": proc.returncode, "wall_s": time.monotonic() - t0, "per_trial": sweep_cli(
+        args.out, "results", "gpu-node-fresh", *home, "--per-trial", "-f", "json", env=env).stdout}
+    result["per_trial"] = sweep_cli(args.out, "results", "gpu-node-local", *home, "--per-trial", "-f", "json",
+                                    env=env).stdout
     write_json(args.out, "local.json", result)
 
 
@@ -428,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     sp = sub.add_parser("pack", help="here: build and pack the node's binaries and the wheels")
     sp.add_argument("--only", choices=["binaries", "wheels"], help="pack only these")
     sp.set_defaults(fn=pack)
-    for name, fn, text in (("node", node, "there: bring the node up and build the job image"),
+    for name, fn, text in (("assemble", assemble, "there: start assembling the job image in the background"),
+                           ("node", node, "there: bring the node up and build the job image"),
                            ("sweep", sweep, "there: the GPU sweep on the node, through the Kubernetes backend"),
                            ("local", local, "there: the same spec on the local backend, same machine"),
                            ("faults", faults, "there: a CUDA OOM in a pod; an evicted trial resumes")):

@@ -20,7 +20,7 @@ extras need), then the wheels brought along (kubesweep's other dependencies, the
 `images/job/Containerfile` layers them; written as an OCI archive, imported into containerd and referenced by
 digest.
 
-    python3 tests/cluster/gpu_node.py up --pack DIR       # node Ready, nvidia.com/gpu advertised
+    python3 tests/cluster/gpu_node.py up --pack DIR ...   # node Ready, nvidia.com/gpu advertised
     python3 tests/cluster/gpu_node.py image --wheels DIR  # prints the image reference by digest
     python3 tests/cluster/gpu_node.py down
 """
@@ -68,6 +68,9 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
               "nvidia-device-plugin")
 # What the driver puts on a CUDA image's library path (NVIDIA's own CUDA images set the same).
 DRIVER_LIBRARY_PATH = "/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
+# The device plugin finds the driver's libraries through the linker cache (or the distributions' library
+# directories); a driver installed under DRIVER_LIBRARY_PATH is registered there, as a driver installer does.
+LD_SO_CONF = Path("/etc/ld.so.conf.d/kubesweep-nvidia-driver.conf")
 
 
 class GpuNodeError(RuntimeError):
@@ -195,6 +198,7 @@ state = "{layout.run / 'containerd-state'}"
 
 [{cri}]
   enable_cdi = true
+  restrict_oom_score_adj = {str(restrict_oom_score_adj()).lower()}
   cdi_spec_dirs = ["/etc/cdi", "{CDI_DIR}"]
   [{cri}.containerd]
     default_runtime_name = "runc"
@@ -207,6 +211,18 @@ state = "{layout.run / 'containerd-state'}"
     bin_dirs = ["{layout.bin / 'cni'}"]
     conf_dir = "{layout.config / 'cni'}"
 """
+
+
+CAP_SYS_RESOURCE = 24
+
+
+def restrict_oom_score_adj(status: Path = Path("/proc/self/status")) -> bool:
+    """Whether containerd must keep pods' OOM score adjustments at or above its own: without CAP_SYS_RESOURCE
+    (a VM's root may lack it) lowering one is refused, and the kubelet asks -998 for every pod sandbox."""
+    for line in status.read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return not int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1
+    return False
 
 
 def kubelet_config(layout: Layout) -> dict[str, Any]:
@@ -222,6 +238,9 @@ def kubelet_config(layout: Layout) -> dict[str, Any]:
         "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
         "resolvConf": str(layout.config / "resolv.conf"),
         "podCIDR": POD_CIDR, "maxPods": 30, "serializeImagePulls": False,
+        # the job image is imported, not pulled (no registry is reachable), and may come after the kubelet
+        # started: no pull may be asked of it to verify credentials that no image here has
+        "imagePullCredentialsVerificationPolicy": "NeverVerify",
         "evictionHard": {"memory.available": "500Mi", "nodefs.available": "2%", "imagefs.available": "2%"},
         "imageGCHighThresholdPercent": 99, "imageGCLowThresholdPercent": 98,
         "nodeStatusReportFrequency": "10s", "nodeStatusUpdateFrequency": "5s",
@@ -262,7 +281,8 @@ def component_commands(layout: Layout) -> dict[str, list[str]]:
                     "--node-labels", f"{NODE_LABEL}=true"],
         "nvidia-device-plugin": [str(b / "nvidia-device-plugin"), "--device-list-strategy", "cdi-cri",
                                  "--nvidia-cdi-hook-path", str(b / "nvidia-cdi-hook"), "--driver-root", "/",
-                                 "--fail-on-init-error=true"],
+                                 # a host process: it sees the driver where it is, not under /driver-root
+                                 "--container-driver-root", "/", "--fail-on-init-error=true"],
     }
 
 
@@ -347,10 +367,14 @@ class GpuNode:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
 
     # ---- set-up
-    def unpack(self, pack: Path) -> None:
+    def unpack(self, packs: list[Path]) -> None:
         """The binaries `bench/gpu_node.py pack` compressed (`*.xz`), into bin/ (CNI plugins into bin/cni)."""
         self.layout.bin.mkdir(parents=True, exist_ok=True)
         (self.layout.bin / "cni").mkdir(exist_ok=True)
+        for pack in packs:
+            self._unpack(pack)
+
+    def _unpack(self, pack: Path) -> None:
         manifest = json.loads((pack / "manifest.json").read_text())
         for name, where in manifest["binaries"].items():
             dest = self.layout.bin / where / name if where else self.layout.bin / name
@@ -410,13 +434,13 @@ class GpuNode:
         write_oci_archive(archive, PAUSE_IMAGE, [layer], {"Entrypoint": ["/pause"], "User": "65535:65535"})
         self.ctr("images", "import", "--snapshotter", "overlayfs", str(archive))
 
-    def up(self, pack: Path, timeout: float = 240) -> dict[str, float]:
-        """Bring the node up from `pack`; returns seconds per phase. Idempotent: what runs is left running."""
+    def up(self, packs: list[Path], timeout: float = 240) -> dict[str, float]:
+        """Bring the node up from `packs`; returns seconds per phase. Idempotent: what runs is left running."""
         t0 = time.monotonic()
         times: dict[str, float] = {}
         for d in (self.layout.logs, self.layout.run, self.layout.config):
             d.mkdir(parents=True, exist_ok=True)
-        self.unpack(pack)
+        self.unpack(packs)
         times["unpack"] = time.monotonic() - t0
         self.certificates()
         self.write_configs()
@@ -435,19 +459,31 @@ class GpuNode:
         self.spawn("kubelet", cmds["kubelet"])
         times["node_ready"] = self.wait("node Ready", lambda: node_ready(api.node()), timeout, "kubelet") + (
             time.monotonic() - t0 - 0)
+        register_driver_libraries()
         self.spawn("nvidia-device-plugin", cmds["nvidia-device-plugin"])
-        self.wait("nvidia.com/gpu advertised by the device plugin", lambda: gpus_allocatable(api.node()) > 0,
-                  timeout, "nvidia-device-plugin")
+        self.wait("nvidia.com/gpu advertised by the device plugin", lambda: self._plugin_started(api), timeout,
+                  "nvidia-device-plugin")
         labels = self.feature_discovery()
         api.label_node(labels)
         log(f"labels from GPU Feature Discovery: {PRODUCT_LABEL}={labels.get(PRODUCT_LABEL)}")
         times["gpu_advertised"] = time.monotonic() - t0
         return times
 
+    def _plugin_started(self, api: Api) -> bool:
+        """The GPU is advertised; a plugin that logged it cannot start (it retries forever) is an error now."""
+        if gpus_allocatable(api.node()) > 0:
+            return True
+        log_text = self.tail("nvidia-device-plugin", 200)
+        if PLUGIN_FAILED in log_text:
+            raise GpuNodeError(f"the device plugin cannot start; its log ends:\n{log_text[-3000:]}")
+        return False
+
     def feature_discovery(self) -> dict[str, str]:
         out = self.layout.run / "gfd-labels"
         proc = run([str(self.layout.bin / "gpu-feature-discovery"), "--oneshot", "--no-timestamp",
-                    "--output-file", str(out), "--mig-strategy", "none"], check=False, timeout=120)
+                    "--output-file", str(out), "--mig-strategy", "none",
+                    "--use-node-feature-api=false"],  # the label file alone: no NodeFeature object, no API client
+                   check=False, timeout=120)
         (self.layout.logs / "gpu-feature-discovery.log").write_text(proc.stdout + proc.stderr)
         if proc.returncode != 0 or not out.exists():
             raise GpuNodeError(f"gpu-feature-discovery exited {proc.returncode}: {proc.stderr[-2000:]}")
@@ -465,6 +501,28 @@ class GpuNode:
         for component in reversed(COMPONENTS):
             with contextlib.suppress(OSError, ValueError):
                 os.killpg(int(self.pid_path(component).read_text()), signal.SIGKILL)
+
+
+PLUGIN_FAILED = "error starting plugins"  # what the device plugin logs before it waits to retry
+
+
+def driver_library_dirs(paths: str = DRIVER_LIBRARY_PATH) -> list[str]:
+    """The directories of `paths` that hold the driver's libcuda.so.1."""
+    return [d for d in paths.split(":") if d and (Path(d) / "libcuda.so.1").exists()]
+
+
+def register_driver_libraries(conf: Path = LD_SO_CONF) -> list[str]:
+    """Register the driver's library directories in the linker cache (`ldconfig`, links left as they are: the
+    driver's directory may be read-only) unless the cache already lists libcuda.so.1; returns what was added."""
+    if "libcuda.so.1 " in run(["ldconfig", "-p"], check=False).stdout:
+        return []
+    dirs = driver_library_dirs()
+    if not dirs:
+        raise GpuNodeError(f"no libcuda.so.1 in the linker cache or in {DRIVER_LIBRARY_PATH}: is the driver there?")
+    conf.write_text("".join(f"{d}\n" for d in dirs))
+    run(["ldconfig", "-X"])
+    log(f"driver libraries registered with the linker cache: {', '.join(dirs)}")
+    return dirs
 
 
 def _healthy(api: Api) -> bool:
@@ -499,10 +557,14 @@ def write_oci_archive(path: Path, name: str, layers: list[Path], config: dict[st
                     "config": _add_blob(out, config_blob, "application/vnd.oci.image.config.v1+json"),
                     "layers": layer_descs}
         manifest_desc = _add_blob(out, json.dumps(manifest, sort_keys=True).encode(), manifest["mediaType"])
-        ref = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else "latest"
+        tagged = ":" in name.rsplit("/", 1)[-1]
+        repository, ref = name.rsplit(":", 1) if tagged else (name, "latest")
+        # Named by tag and by digest: the kubelet asks the runtime for `repository@digest`, and containerd's CRI
+        # finds an image by one of its names only (a pull by digest names it so; an import must too).
         index = {"schemaVersion": 2, "manifests": [
             {**manifest_desc, "annotations": {"io.containerd.image.name": name,
-                                              "org.opencontainers.image.ref.name": ref}}]}
+                                              "org.opencontainers.image.ref.name": ref}},
+            {**manifest_desc, "annotations": {"io.containerd.image.name": f"{repository}@{manifest_desc['digest']}"}}]}
         for member, data in (("oci-layout", b'{"imageLayoutVersion": "1.0.0"}'),
                              ("index.json", json.dumps(index).encode())):
             _add_bytes(out, member, data)
@@ -645,21 +707,17 @@ def tar_paths(out: Path, paths: Iterable[str], excludes: Iterable[str] = (), roo
         raise GpuNodeError(f"tar exited {proc.returncode}: {proc.stderr[-2000:]}")
 
 
-def build_job_image(node: GpuNode, wheels: Path, venv: Path = Path("/opt/torch/.venv"),
-                    tag: str = "gpu-node") -> dict[str, Any]:
-    """Assemble, import and return the job image (reference by digest, sizes, seconds per step)."""
-    work = node.layout.root / "image"
+def assemble_job_image(root: Path, wheels: Path, venv: Path = Path("/opt/torch/.venv"),
+                       tag: str = "gpu-node") -> dict[str, Any]:
+    """Assemble the job image as an OCI archive under `root`/image (no containerd needed); returns what
+    `import_job_image` takes: the archive, the reference by digest, sizes and seconds per step."""
+    work = root / "image"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     times: dict[str, float] = {}
     t = time.monotonic()
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-
-    def installed(key: str) -> metadata.Distribution | None:
-        for d in metadata.distributions(path=[str(site)]):
-            if _norm(d.metadata["Name"]) == key:
-                return d
-        return None
+    by_name = {_norm(d.metadata["Name"]): d for d in metadata.distributions(path=[str(site)])}
 
     kubesweep_wheel = next(wheels.glob("kubesweep-*.whl"))
     with zipfile_open(kubesweep_wheel) as zf:
@@ -675,30 +733,27 @@ def build_job_image(node: GpuNode, wheels: Path, venv: Path = Path("/opt/torch/.
         if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("job", "tracking")):
             roots.append(req.name)
             extras.setdefault(_norm(req.name), set()).update(req.extras)
-    base_dists, missing = requirement_closure(roots, extras, installed)
+    base_dists, missing = requirement_closure(roots, extras, by_name.get)
     # Base layer: the system, and the venv's distributions the job needs (the base image's torch and friends).
     files: list[str] = []
     for key in base_dists:
-        dist = installed(key)
-        assert dist is not None
-        files += [str(p).lstrip("/") for p in dist_files(dist)]
+        files += [str(p).lstrip("/") for p in dist_files(by_name[key])]
     base_layer = work / "base.tar"
     tar_paths(base_layer, [*BASE_PATHS, *sorted(set(files))], BASE_EXCLUDES)
     times["base_layer"] = time.monotonic() - t
-    # Dependencies layer: the wheels brought along that the venv lacks; then kubesweep itself (as the Containerfile).
+    # Then the wheels the venv lacks (kubesweep's other dependencies), then kubesweep, as the Containerfile layers.
     t = time.monotonic()
     layers = [base_layer]
-    for label, pattern in (("deps", "*.whl"), ("kubesweep", "kubesweep-*.whl")):
+    carried = [w for w in sorted(wheels.glob("*.whl")) if _norm(w.name.split("-")[0]) not in by_name]
+    for label, chosen in (("deps", [w for w in carried if not w.name.startswith("kubesweep-")]),
+                          ("kubesweep", [kubesweep_wheel])):
         stage = work / f"stage-{label}"
         target = stage / str(site).lstrip("/")
-        chosen = [w for w in sorted(wheels.glob(pattern))
-                  if (label == "kubesweep") == w.name.startswith("kubesweep-")]
-        if not chosen:
-            continue
         run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
              "--target", str(target), *map(str, chosen)], timeout=600)
         layer = work / f"{label}.tar"
         tar_paths(layer, [str(target.relative_to(stage))], root=str(stage))
+        shutil.rmtree(stage)
         layers.append(layer)
     skeleton = work / "skeleton.tar"
     write_skeleton_layer(skeleton, venv)
@@ -712,15 +767,23 @@ def build_job_image(node: GpuNode, wheels: Path, venv: Path = Path("/opt/torch/.
         "org.opencontainers.image.description": "kubesweep BERT benchmark job, assembled on the GPU node from "
                                                 "its own PyTorch-CUDA userland"})
     times["archive"] = time.monotonic() - t
+    layer_bytes = {layer.name: layer.stat().st_size for layer in layers}
     for layer in layers:
         layer.unlink()
+    result = {"image": f"{JOB_IMAGE}@{digest}", "digest": digest, "archive": str(archive),
+              "layer_bytes": layer_bytes, "base_distributions": base_dists, "not_in_venv": missing,
+              "carried_wheels": [w.name for w in carried], "seconds": times}
+    (work / "assembled.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def import_job_image(node: GpuNode, assembled: dict[str, Any]) -> dict[str, Any]:
+    """Import the assembled archive into containerd (unpacked for overlayfs); the archive is removed after."""
     t = time.monotonic()
+    archive = Path(assembled["archive"])
     node.ctr("images", "import", "--snapshotter", "overlayfs", str(archive), timeout=1200)
-    times["import"] = time.monotonic() - t
-    size = archive.stat().st_size
     archive.unlink()
-    return {"image": f"{JOB_IMAGE}@{digest}", "digest": digest, "archive_bytes": size,
-            "base_distributions": base_dists, "not_in_venv": missing, "seconds": times}
+    return {**assembled, "seconds": {**assembled["seconds"], "import": time.monotonic() - t}}
 
 
 @contextlib.contextmanager
@@ -735,10 +798,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="bring the node up; prints seconds per phase as JSON")
-    up.add_argument("--pack", type=Path, required=True)
-    img = sub.add_parser("image", help="assemble and import the job image; prints its reference as JSON")
+    up.add_argument("--pack", type=Path, action="append", required=True, help="a pack directory (repeatable)")
+    img = sub.add_parser("image", help="assemble the job image (and import it unless --assemble-only); prints its "
+                                       "reference as JSON")
     img.add_argument("--wheels", type=Path, required=True)
     img.add_argument("--venv", type=Path, default=Path("/opt/torch/.venv"))
+    img.add_argument("--assemble-only", action="store_true", help="write the OCI archive; containerd not needed")
     sub.add_parser("down", help="stop every component")
     args = p.parse_args(argv)
     node = GpuNode(Layout(ROOT))
@@ -746,7 +811,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "up":
             print(json.dumps(node.up(args.pack)))
         elif args.cmd == "image":
-            print(json.dumps(build_job_image(node, args.wheels, args.venv), indent=1))
+            assembled = assemble_job_image(node.layout.root, args.wheels, args.venv)
+            print(json.dumps(assembled if args.assemble_only else import_job_image(node, assembled), indent=1))
         else:
             node.down()
     except GpuNodeError as exc:

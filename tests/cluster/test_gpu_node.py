@@ -66,6 +66,8 @@ def test_kubelet_and_device_plugin_commands(tmp_path: Path) -> None:
     plugin = cmds["nvidia-device-plugin"]
     assert plugin[plugin.index("--device-list-strategy") + 1] == "cdi-cri"
     assert plugin[plugin.index("--nvidia-cdi-hook-path") + 1] == str(layout.bin / "nvidia-cdi-hook")
+    # a host process: the driver is found at the host's root, not at the container's /driver-root
+    assert plugin[plugin.index("--driver-root") + 1] == plugin[plugin.index("--container-driver-root") + 1] == "/"
     api = cmds["kube-apiserver"]
     assert api[api.index("--bind-address") + 1] == "127.0.0.1"
     assert "Node,RBAC" in api
@@ -94,9 +96,10 @@ def test_oci_archive_is_content_addressed_and_names_the_image(tmp_path: Path) ->
         if name.startswith("blobs/sha256/"):
             assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1]
     index = json.loads(blobs["index.json"])
-    (desc,) = index["manifests"]
-    assert desc["digest"] == digest
-    assert desc["annotations"]["io.containerd.image.name"] == "localhost/kubesweep/kubesweep-job:t"
+    # named by tag and by digest (the name the kubelet asks containerd's CRI for), one manifest
+    assert {d["digest"] for d in index["manifests"]} == {digest}
+    assert [d["annotations"]["io.containerd.image.name"] for d in index["manifests"]] == [
+        "localhost/kubesweep/kubesweep-job:t", f"localhost/kubesweep/kubesweep-job@{digest}"]
     manifest = json.loads(blobs[f"blobs/sha256/{digest.split(':')[1]}"])
     assert [layer["digest"] for layer in manifest["layers"]] == [
         "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest() for p in layers]
@@ -166,3 +169,18 @@ def test_requirement_closure_follows_extras_and_names_what_is_missing() -> None:
 @pytest.mark.parametrize("name", ["kubesweep_job", "Flask.WTF", "typing_extensions"])
 def test_names_are_normalised(name: str) -> None:
     assert gpu_node._norm(name) == name.lower().replace("_", "-").replace(".", "-")
+
+
+def test_driver_library_dirs_are_those_holding_libcuda(tmp_path: Path) -> None:
+    with_driver, without = tmp_path / "lib64", tmp_path / "lib"
+    with_driver.mkdir()
+    without.mkdir()
+    (with_driver / "libcuda.so.1").touch()
+    assert gpu_node.driver_library_dirs(f"{with_driver}:{without}:{tmp_path / 'absent'}") == [str(with_driver)]
+
+
+@pytest.mark.parametrize(("cap_eff", "restrict"), [("000001ffffffffff", False), ("000001fffeffffff", True)])
+def test_oom_score_adj_is_restricted_without_cap_sys_resource(tmp_path: Path, cap_eff: str, restrict: bool) -> None:
+    status = tmp_path / "status"
+    status.write_text(f"Name:\tpython3\nCapPrm:\t{cap_eff}\nCapEff:\t{cap_eff}\n")
+    assert gpu_node.restrict_oom_score_adj(status) is restrict
