@@ -267,7 +267,9 @@ def component_commands(layout: Layout) -> dict[str, list[str]]:
             "--service-account-key-file", str(pki / "sa.pub"),
             "--service-account-signing-key-file", str(pki / "sa.key"),
             "--service-cluster-ip-range", SERVICE_CIDR, "--authorization-mode", "Node,RBAC",
-            "--enable-admission-plugins", "NodeRestriction"],
+            "--enable-admission-plugins", "NodeRestriction",
+            # logs and exec reach the kubelet at the node's address: its name resolves nowhere (no DNS here)
+            "--kubelet-preferred-address-types", "InternalIP"],
         "kube-controller-manager": [
             str(b / "kube-controller-manager"), "--kubeconfig", admin, "--leader-elect=false",
             "--service-account-private-key-file", str(pki / "sa.key"), "--root-ca-file", str(pki / "ca.crt"),
@@ -278,6 +280,7 @@ def component_commands(layout: Layout) -> dict[str, list[str]]:
         "containerd": [str(b / "containerd"), "--config", str(cfg / "containerd.toml")],
         "kubelet": [str(b / "kubelet"), "--config", str(cfg / "kubelet.json"),
                     "--kubeconfig", str(cfg / "kubelet.kubeconfig"), "--hostname-override", NODE_NAME,
+                    "--node-ip", node_ip(),
                     "--node-labels", f"{NODE_LABEL}=true"],
         "nvidia-device-plugin": [str(b / "nvidia-device-plugin"), "--device-list-strategy", "cdi-cri",
                                  "--nvidia-cdi-hook-path", str(b / "nvidia-cdi-hook"), "--driver-root", "/",

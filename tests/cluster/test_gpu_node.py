@@ -71,6 +71,10 @@ def test_kubelet_and_device_plugin_commands(tmp_path: Path) -> None:
     api = cmds["kube-apiserver"]
     assert api[api.index("--bind-address") + 1] == "127.0.0.1"
     assert "Node,RBAC" in api
+    # the node's name resolves nowhere: the API server reaches the kubelet (logs) at the address it reports
+    assert api[api.index("--kubelet-preferred-address-types") + 1] == "InternalIP"
+    kubelet_cmd = cmds["kubelet"]
+    assert kubelet_cmd[kubelet_cmd.index("--node-ip") + 1] == gpu_node.node_ip()
 
 
 def _layer(path: Path, files: dict[str, bytes]) -> Path:
