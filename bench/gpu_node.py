@@ -173,6 +173,9 @@ def site_env() -> dict[str, str]:
         sh([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
             "--target", str(SITE), *map(str, wheels)])
         (SITE / ".done").touch()
+    for path in (str(SITE), str(ROOT)):  # this process imports kubesweep too (the GPU catalog)
+        if path not in sys.path:
+            sys.path.insert(0, path)
     env = dict(os.environ)
     env["PYTHONPATH"] = f"{ROOT}:{SITE}"
     env["KUBECONFIG"] = str(gpu_node.Layout(gpu_node.ROOT).admin_kubeconfig)
@@ -384,8 +387,10 @@ def gpu_key(api: gpu_node.Api) -> str:
     from kubesweep.gpus import default_catalog
 
     product = (api.node() or {})["metadata"]["labels"][gpu_node.PRODUCT_LABEL]
-    catalog = default_catalog()
-    return next(key for key in catalog.names() if catalog[key].product == product)
+    key = default_catalog().by_product(product)
+    if key is None:
+        raise SystemExit(f"no GPU type of the catalog has the product {product!r}")
+    return key
 
 
 def sweep_spec(name: str, image: str, gpu: str, args: argparse.Namespace, **job: Any) -> dict[str, Any]:

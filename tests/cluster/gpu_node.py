@@ -623,6 +623,23 @@ def requirement_closure(roots: Iterable[str], extras: dict[str, set[str]],
     return sorted(found), sorted(set(missing) - set(found))
 
 
+class WheelDistribution(metadata.Distribution):
+    """A wheel file's metadata, read from the wheel (nothing installed)."""
+
+    def __init__(self, wheel: Path) -> None:
+        self.wheel = wheel
+
+    def read_text(self, filename: str) -> str | None:
+        import zipfile
+
+        with zipfile.ZipFile(self.wheel) as zf:
+            name = next((n for n in zf.namelist() if n.endswith(f".dist-info/{filename}")), None)
+            return None if name is None else zf.read(name).decode()
+
+    def locate_file(self, path: str | os.PathLike[str]) -> Path:
+        return self.wheel.parent / path
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -736,7 +753,10 @@ def assemble_job_image(root: Path, wheels: Path, venv: Path = Path("/opt/torch/.
         if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("job", "tracking")):
             roots.append(req.name)
             extras.setdefault(_norm(req.name), set()).update(req.extras)
-    base_dists, missing = requirement_closure(roots, extras, by_name.get)
+    # The carried wheels' own requirements count too (mlflow's protobuf is the venv's, not a carried wheel's).
+    carried_meta = {_norm(w.name.split("-")[0]): WheelDistribution(w) for w in wheels.glob("*.whl")}
+    closure, missing = requirement_closure(roots, extras, lambda key: by_name.get(key) or carried_meta.get(key))
+    base_dists = [key for key in closure if key in by_name]
     # Base layer: the system, and the venv's distributions the job needs (the base image's torch and friends).
     files: list[str] = []
     for key in base_dists:

@@ -188,3 +188,23 @@ def test_oom_score_adj_is_restricted_without_cap_sys_resource(tmp_path: Path, ca
     status = tmp_path / "status"
     status.write_text(f"Name:\tpython3\nCapPrm:\t{cap_eff}\nCapEff:\t{cap_eff}\n")
     assert gpu_node.restrict_oom_score_adj(status) is restrict
+
+
+def _wheel(path: Path, name: str, requires: list[str]) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{name}-1.0.dist-info/METADATA", "Metadata-Version: 2.1\n" f"Name: {name}\nVersion: 1.0\n"
+                    + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    return path
+
+
+def test_a_carried_wheels_requirements_join_the_closure(tmp_path: Path) -> None:
+    """mlflow is carried as a wheel; its protobuf is the venv's and must go into the image's base layer."""
+    carried = gpu_node.WheelDistribution(_wheel(tmp_path / "mlflow_skinny-1.0-py3-none-any.whl", "mlflow-skinny",
+                                                ["protobuf<7"]))
+    assert carried.metadata["Name"] == "mlflow-skinny" and carried.requires == ["protobuf<7"]
+    venv_protobuf = gpu_node.WheelDistribution(_wheel(tmp_path / "protobuf-1.0-py3-none-any.whl", "protobuf", []))
+    found, missing = gpu_node.requirement_closure(
+        ["mlflow-skinny", "absent"], {}, {"mlflow-skinny": carried, "protobuf": venv_protobuf}.get)
+    assert found == ["mlflow-skinny", "protobuf"] and missing == ["absent"]
