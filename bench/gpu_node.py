@@ -441,9 +441,11 @@ def sweep(args: argparse.Namespace) -> None:
     for fmt in ("json", "table"):
         proc = sweep_cli(args.out, "results", "gpu-node", *k8s, "--tracking-uri", uri, "-f", fmt, env=env)
         (args.out / f"results.{fmt}").write_text(proc.stdout)
-    proc = sweep_cli(args.out, "results", "gpu-node", *k8s, "--per-trial", "-f", "json", env=env)
+    proc = sweep_cli(args.out, "results", "gpu-node", *k8s, "--tracking-uri", uri, "--per-trial", "-f", "json",
+                     env=env)
     (args.out / "per-trial.json").write_text(proc.stdout)
-    sweep_cli(args.out, "report", "gpu-node", *k8s, "--tracking-uri", uri, "-o", str(args.out / "report"), env=env)
+    sweep_cli(args.out, "report", "gpu-node", "--backend", "kubernetes", "-n", NAMESPACE, "--tracking-uri", uri,
+              "-o", str(args.out / "report"), env=env)  # the report reads MLflow alone: no --direct
     pods = api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
     result["pods"] = {p["metadata"]["name"]: pod_timing(p) for p in pods}
     write_json(args.out, "sweep.json", result)
