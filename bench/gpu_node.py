@@ -7,6 +7,7 @@ Here (a machine with Go and the module proxy):
 On the GPU machine, from a copy of this repository that has every .gpu/pack-N and .gpu/wheels (each small enough
 to travel beside the repository in one call), with the machine's PyTorch Python:
 
+    python3 bench/gpu_node.py assemble            # the job image's assembly, started in the background
     python3 bench/gpu_node.py node  --out DIR     # node up, job image built and imported (`up` + `image`)
     python3 bench/gpu_node.py sweep --out DIR     # the GPU sweep through `sweep submit --backend kubernetes`
     python3 bench/gpu_node.py local --out DIR     # the same spec on the local backend, same machine
