@@ -79,8 +79,10 @@ def test_counts_text_gives_outcomes_of_finished_trials_and_phases_of_the_others(
     s = status(trial("a", Phase.SUCCEEDED, Outcome.SUCCEEDED), trial("b", Phase.FAILED, Outcome.OOM),
                trial("c", Phase.FAILED, Outcome.OOM), trial("d", Phase.CANCELLED),
                trial("e", Phase.RUNNING), trial("f", Phase.PENDING), trial("g", Phase.RUNNING))
-    assert views.counts_text(s) == "4/7 done, 2 oom, 1 cancelled, 2 running, 1 pending"
+    assert views.counts_text(s) == "4/7 done, 1 succeeded, 2 oom, 1 cancelled, 2 running, 1 pending"
     assert views.counts_text(status()) == "0/0 done"
+    # every trial succeeded: nothing to add
+    assert views.counts_text(status(trial("a", Phase.SUCCEEDED, Outcome.SUCCEEDED))) == "1/1 done"
 
 
 def test_status_json_carries_every_trial_with_its_phase_outcome_and_results_file() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -165,8 +166,9 @@ def test_sweep_ui_says_why_when_the_server_dies_before_answering(tmp_path: Path)
         port = taken.getsockname()[1]
         proc = make_runner(env, tmp_path)("ui", "--port", str(port), check=4)
     log = tmp_path / "home" / "ui.log"
-    assert f"error: the MLflow server exited with code 1 before it served the UI; its log, {log}, ends:" \
-        in proc.stderr
+    # uvicorn ends with code 0 or 1 on a port it cannot bind, by version: the code is reported as it is
+    assert re.search(rf"error: the MLflow server exited with code \d+ before it served the UI; its log, "
+                     rf"{re.escape(str(log))}, ends:", proc.stderr), proc.stderr
     assert "address already in use" in proc.stderr.lower() and "address already in use" in log.read_text().lower()
     assert "MLflow UI" not in proc.stdout
 
