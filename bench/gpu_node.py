@@ -12,6 +12,8 @@ to travel beside the repository in one call), with the machine's PyTorch Python:
     python3 bench/gpu_node.py sweep --out DIR     # the GPU sweep through `sweep submit --backend kubernetes`
     python3 bench/gpu_node.py local --out DIR     # the same spec on the local backend, same machine
     python3 bench/gpu_node.py faults --out DIR    # a CUDA OOM in a pod; an evicted pod resumes from its checkpoint
+    python3 bench/gpu_node.py operator --out DIR  # a smaller sweep through the operator (the Sweep resource)
+    python3 bench/gpu_node.py all --out DIR       # sweep, local, faults and operator in turn
 
 Each step writes `<step>.json` (figures, commands, the GPU read by NVML in each pod) and its logs to DIR; the
 node's layout and components are `tests/cluster/gpu_node.py`'s. Steps are idempotent where they can be: a node
@@ -58,6 +60,9 @@ CARRIED = (
     "opentelemetry-semantic-conventions", "prettytable", "pyasn1", "pyasn1-modules", "pycparser", "pydantic",
     "pydantic-core", "python-dotenv", "requests-oauthlib", "skops", "smmap", "sqlalchemy", "sqlparse", "starlette",
     "truststore", "typing-inspection", "tzdata", "uvicorn", "wcwidth", "websocket-client", "wtforms",
+    # the operator (`operator` step): kopf and what it needs
+    "kopf", "python-json-logger", "jsonpatch", "jsonpointer", "iso8601", "click", "aiohttp", "aiohappyeyeballs",
+    "aiosignal", "attrs", "frozenlist", "multidict", "propcache", "yarl",
 )
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
 
@@ -277,6 +282,34 @@ def start_mlflow(env: dict[str, str]) -> str:
     return uri
 
 
+def trial_timings(uri: str, experiment: str) -> dict[str, Any]:
+    """Each trial's own split of its wall time (results.json `timings`), its compile cache and its GPU, from MLflow."""
+    import tempfile
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return {}
+    out: dict[str, Any] = {}
+    for run in client.search_runs([exp.experiment_id], max_results=500):
+        if "kubesweep.trial_id" not in run.data.tags:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                res = json.loads(Path(client.download_artifacts(run.info.run_id, "results.json", tmp)).read_text())
+            except Exception as exc:  # a trial that ended before writing one (an OOM, say)
+                out[run.data.tags.get("mlflow.runName", run.info.run_id)] = {"error": str(exc)[:200]}
+                continue
+        out[res["trial"]["name"]] = {
+            "outcome": res.get("outcome"), "timings": res.get("timings"), "compile_cache": res.get("compile_cache"),
+            "measured_train_s": (res.get("train") or {}).get("measured_time_s"),
+            "gpus": [g.get("name") for g in (res.get("environment") or {}).get("gpus") or []],
+            "resumed_from_step": (res.get("train") or {}).get("resumed_from_step")}
+    return out
+
+
 def wait_for(fn: Any, timeout: float, what: str) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -398,7 +431,7 @@ def sweep_spec(name: str, image: str, gpu: str, args: argparse.Namespace, **job:
     return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": name}, "spec": {
         "image": image,
         "job": {"task": "finetune", "model": "bert-base-uncased", "random_init": True, "dataset": "/cache/sst2",
-                "tokenizer": "/cache/tokenizer", "epochs": 1, "max_seq_len": 128, "learning_rate": 1.0e-4,
+                "tokenizer": "/cache/tokenizer", "epochs": args.epochs, "max_seq_len": 128, "learning_rate": 1.0e-4,
                 "warmup_ratio": 0.06, "padding": "bucketed", "bucket_multiple": 16, "num_workers": 2,
                 "eval_every_epoch": False, "compile_scope": "layers", "sdpa_backend": "efficient", **job},
         "matrix": {"gpu": [gpu], "batch_size": args.batch_sizes, "precision": args.precisions,
@@ -448,7 +481,9 @@ def sweep(args: argparse.Namespace) -> None:
     sweep_cli(args.out, "report", "gpu-node", "--backend", "kubernetes", "-n", NAMESPACE, "--tracking-uri", uri,
               "-o", str(args.out / "report"), env=env)  # the report reads MLflow alone: no --direct
     pods = api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
-    result["pods"] = {p["metadata"]["name"]: pod_timing(p) for p in pods}
+    result["pods"] = {p["metadata"]["name"]: pod_timing(p) for p in pods
+                      if p["metadata"]["name"].startswith(f"gpu-node-{gpu}")}
+    result["trials"] = trial_timings(uri, "gpu-node")
     write_json(args.out, "sweep.json", result)
 
 
@@ -487,6 +522,9 @@ def local(args: argparse.Namespace) -> None:
         args.out, "results", "gpu-node-fresh", *home, "--per-trial", "-f", "json", env=env).stdout}
     result["per_trial"] = sweep_cli(args.out, "results", "gpu-node-local", *home, "--per-trial", "-f", "json",
                                     env=env).stdout
+    uri = f"http://127.0.0.1:{MLFLOW_PORT}"
+    result["trials"] = trial_timings(uri, "gpu-node-local")
+    result["fresh_interpreter"]["trials"] = trial_timings(uri, "gpu-node-fresh")
     write_json(args.out, "local.json", result)
 
 
@@ -526,8 +564,78 @@ def faults(args: argparse.Namespace) -> None:
         args.out, "results", "gpu-node-evict", *k8s[:-2], "--per-trial", "-f", "json", env=env).stdout,
         "pods": {p["metadata"]["name"]: pod_timing(p)
                  for p in api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
-                 if p["metadata"]["name"].startswith("gpu-node-evict")}}
+                 if p["metadata"]["name"].startswith("gpu-node-evict")},
+        "trials": trial_timings(uri, "gpu-node-evict")}
+    result["oom"]["trials"] = trial_timings(uri, "gpu-node-oom")
     write_json(args.out, "faults.json", result)
+
+
+def operator(args: argparse.Namespace) -> None:
+    """A smaller sweep through the operator: the Sweep resource, reconciled by `python -m kubesweep.operator`."""
+    import yaml
+
+    env = site_env()
+    api = node_api()
+    uri = start_mlflow(env)
+    image = json.loads((gpu_node.ROOT / "job-image.json").read_text())["image"]
+    gpu = gpu_key(api)
+    for crd in yaml.safe_load_all((ROOT / "charts" / "kubesweep" / "crds" / "kubesweep.io.yaml").read_text()):
+        if crd:
+            try:
+                api.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            except Exception as exc:
+                if "409" not in str(exc):
+                    raise
+
+    def served() -> bool:
+        try:
+            return bool(api.get(f"/apis/kubesweep.io/v1alpha1/namespaces/{NAMESPACE}/sweeps") is not None)
+        except Exception:
+            return False
+
+    wait_for(served, 60, "the Sweep CRD")
+    host = uri.split("://", 1)[1]
+    with (args.out / "operator.log").open("ab") as log_file:
+        op = subprocess.Popen([sys.executable, "-m", "kubesweep.operator", "--namespace", NAMESPACE,
+                               "--lease-namespace", NAMESPACE, "--identity", "gpu-node", "--mlflow-uri", uri,
+                               "--tracking-allowed-host", host, "--resync", "5"],
+                              env=env, stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT)
+    name = "gpu-node-operator"
+    spec = sweep_spec(name, image, gpu, args, epochs=1)
+    spec["spec"]["matrix"] = {"gpu": [gpu], "batch_size": args.batch_sizes, "precision": args.precisions[:1],
+                              "compile": [False, True]}
+    path = args.out / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    k8s = ["--backend", "kubernetes", "-n", NAMESPACE]
+    result: dict[str, Any] = {}
+    try:
+        t0 = time.monotonic()
+        proc = sweep_cli(args.out, "submit", str(path), *k8s, "--tracking-uri", uri, env=env, timeout=args.timeout)
+        result["submit"] = {"exit": proc.returncode, "wall_s": time.monotonic() - t0}
+        result["status"] = sweep_cli(args.out, "status", name, *k8s, env=env).stdout
+        result["sweep_status"] = (api.get(f"/apis/kubesweep.io/v1alpha1/namespaces/{NAMESPACE}/sweeps/{name}")
+                                  or {}).get("status")
+        result["results"] = sweep_cli(args.out, "results", name, *k8s, "--tracking-uri", uri, env=env).stdout
+        result["trials"] = trial_timings(uri, name)
+    finally:
+        op.terminate()
+        op.wait(timeout=60)
+    write_json(args.out, "operator.json", result)
+
+
+def every_step(args: argparse.Namespace) -> None:
+    """sweep, local, faults and operator in turn, each on its own: one that fails leaves the others to run."""
+    import traceback
+
+    for name, fn in (("sweep", sweep), ("local", local), ("faults", faults), ("operator", operator)):
+        t0 = time.monotonic()
+        try:
+            fn(args)
+            log(f"step {name} done in {time.monotonic() - t0:.0f}s")
+        except BaseException:  # SystemExit too: a step that gives up must not stop the next
+            (args.out / f"{name}.error").write_text(traceback.format_exc())
+            log(f"step {name} failed after {time.monotonic() - t0:.0f}s (see {name}.error)")
+    (args.out / "all.done").touch()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -540,12 +648,15 @@ def main(argv: list[str] | None = None) -> int:
                            ("node", node, "there: bring the node up and build the job image"),
                            ("sweep", sweep, "there: the GPU sweep on the node, through the Kubernetes backend"),
                            ("local", local, "there: the same spec on the local backend, same machine"),
-                           ("faults", faults, "there: a CUDA OOM in a pod; an evicted trial resumes")):
+                           ("faults", faults, "there: a CUDA OOM in a pod; an evicted trial resumes"),
+                           ("operator", operator, "there: a smaller sweep through the operator (Sweep resource)"),
+                           ("all", every_step, "there: sweep, local, faults and operator in turn")):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-node-out")))
         sp.add_argument("--batch-sizes", type=int, nargs="+", default=[256, 512])
         sp.add_argument("--precisions", nargs="+", default=["bf16", "fp16"])
-        sp.add_argument("--timeout", type=float, default=540)
+        sp.add_argument("--epochs", type=float, default=3, help="epochs of SST-2 per trial (3: the usual recipe)")
+        sp.add_argument("--timeout", type=float, default=900)
         sp.set_defaults(fn=fn)
     args = p.parse_args(argv)
     if hasattr(args, "out"):
