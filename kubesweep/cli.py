@@ -180,16 +180,16 @@ def plan_cmd(
 @app.command()
 def render(
     file: opts.SpecFile, allow_unpinned: opts.AllowUnpinned = False, namespace: opts.NamespaceOpt = None,
-    max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
+    max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS, tuner_image: opts.TunerImageOpt = None,
 ) -> None:
     """Print the Kubernetes manifests (a YAML stream) the spec's trials run as (after the checks `submit
-    --backend kubernetes` runs)."""
+    --backend kubernetes` runs); a search sweep's tuner Job as the operator runs it, in --tuner-image."""
     from kubesweep.manifests import RenderError, render_plan, to_yaml
 
     p = make_plan(load(file, allow_unpinned), max_trials)
     session(BackendName.kubernetes, allow_unpinned=allow_unpinned).check(p)
     try:
-        objects = render_plan(p, allow_unpinned=allow_unpinned, namespace=namespace)
+        objects = render_plan(p, allow_unpinned=allow_unpinned, namespace=namespace, tuner_image=tuner_image)
     except RenderError as exc:
         fail(str(exc), EXIT_USAGE)
     sys.stdout.write(to_yaml(objects))

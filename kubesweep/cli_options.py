@@ -75,6 +75,10 @@ UiNameArg = Annotated[str | None, typer.Argument(help="sweep whose runs to open;
 AllRowsOpt = Annotated[bool, typer.Option("--all", help="print every row of a long table (otherwise the first 50 "
                                                       "and how many more there are)")]
 AllowUnpinned = Annotated[bool, typer.Option("--allow-unpinned", help="accept image tags not pinned by digest")]
+TunerImageOpt = Annotated[str | None, typer.Option(
+    "--tuner-image", envvar="KUBESWEEP_TUNER_IMAGE", metavar="IMAGE",
+    help="the image a search sweep's tuner Job runs: the operator's own (the chart's operator image), never the "
+         "sweep's; needed to render a search sweep")]
 MaxTrialsOpt = Annotated[
     int,
     typer.Option("--max-trials", envvar="KUBESWEEP_MAX_TRIALS", min=1,

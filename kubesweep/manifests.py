@@ -309,6 +309,7 @@ def render_rendezvous_service(trial: Trial, *, namespace: str | None = None,
 ANNOTATION_SWEEP = f"{GROUP}/sweep-spec"
 TUNER_COMPONENT = "tuner"
 TUNER_STATE_DIR = "/tune-state"
+TUNER_SERVICE_ACCOUNT = "kubesweep-tuner"  # the chart's (templates/tuner-rbac.yaml), whatever the Sweep says
 
 
 def tuner_name(sweep: str) -> str:
@@ -319,22 +320,24 @@ MAX_TUNER_PREFIX = 63 - len("-tuner")
 
 
 def render_tuner_job(sweep: Sweep, *, image: str, trial_image: str | None = None, namespace: str | None = None,
-                     tracking: TrackingEnv | None = None, owner: Mapping[str, Any] | None = None,
-                     service_account: str | None = None) -> dict[str, Any]:
+                     tracking: TrackingEnv | None = None, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The Job that runs a search (`strategy: tune` or `max_batch`) in the cluster: `python -m kubesweep.tune`
     with the sweep's spec (from a pod annotation, through the downward API), driving the trial Jobs with the
-    kubernetes backend. Its state (Ray Tune's experiment) is kept on the checkpoint claim when the spec names
-    one, so a restarted tuner pod resumes; otherwise on a scratch volume. A failed pod is retried (backoffLimit 3)
-    and the new one resumes from that state.
+    kubernetes backend.
 
     `image` runs the tuner, with a ServiceAccount token that may create Jobs; `trial_image` (default: `image`)
     runs the trials, without one. The operator passes its own image (code kubesweep ships) as `image`, so the
-    code of a Sweep's image never holds the tuner's token."""
+    code of a Sweep's image never holds the tuner's token. What a Sweep author cannot steer:
+    - the identity: always the ServiceAccount `kubesweep-tuner` (`spec.service_account` names the trials' only);
+    - the state: Ray Tune's experiment (pickles the tuner loads back) lives on the pod's own scratch volume,
+      which no trial mounts, never on a claim the sweep's trials write; the container restarts in place
+      (`OnFailure`), so a crashed tuner resumes from that state, and a replaced pod starts the search afresh
+      (trials that already ran are not lost: the backend still knows them).
+    """
     spec = sweep.spec
     labels = {**sweep_labels(sweep.name), "app.kubernetes.io/component": TUNER_COMPONENT}
-    state_dir = (f"{CHECKPOINT_DIR}/{sweep.name}/search" if spec.storage.checkpoint_claim else TUNER_STATE_DIR)
     command = ["python", "-m", "kubesweep.tune", "--spec", f"{CONFIG_DIR}/sweep.json", "--backend", "kubernetes",
-               "--storage", state_dir]
+               "--storage", TUNER_STATE_DIR]
     if namespace:
         command += ["--namespace", namespace]
     env = [{"name": "HOME", "value": "/tmp"}, {"name": "PYTHONUNBUFFERED", "value": "1"},
@@ -342,18 +345,13 @@ def render_tuner_job(sweep: Sweep, *, image: str, trial_image: str | None = None
            {"name": "KUBESWEEP_IMAGE", "value": trial_image or image},
            *(tracking.env() if tracking else [])]  # with the parent run, when there is one
     mounts = [{"name": "sweep-spec", "mountPath": CONFIG_DIR, "readOnly": True},
-              {"name": "tmp", "mountPath": "/tmp"}]
+              {"name": "tmp", "mountPath": "/tmp"}, {"name": "state", "mountPath": TUNER_STATE_DIR}]
     volumes: list[dict[str, Any]] = [
         {"name": "sweep-spec", "downwardAPI": {"items": [
             {"path": "sweep.json", "fieldRef": {"fieldPath": f"metadata.annotations['{ANNOTATION_SWEEP}']"}}]}},
         {"name": "tmp", "emptyDir": {}},
+        {"name": "state", "emptyDir": {}},  # only this pod writes it: never a claim the trials mount
     ]
-    if spec.storage.checkpoint_claim:
-        mounts.append({"name": "state", "mountPath": CHECKPOINT_DIR})
-        volumes.append({"name": "state", "persistentVolumeClaim": {"claimName": spec.storage.checkpoint_claim}})
-    else:
-        mounts.append({"name": "state", "mountPath": TUNER_STATE_DIR})
-        volumes.append({"name": "state", "emptyDir": {}})
     container = {
         "name": "tuner", "image": image, "imagePullPolicy": "IfNotPresent", "command": command, "env": env,
         "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
@@ -362,8 +360,8 @@ def render_tuner_job(sweep: Sweep, *, image: str, trial_image: str | None = None
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
     }
     pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never", "containers": [container], "volumes": volumes, "enableServiceLinks": False,
-        "serviceAccountName": service_account or spec.service_account or "kubesweep-tuner",
+        "restartPolicy": "OnFailure", "containers": [container], "volumes": volumes, "enableServiceLinks": False,
+        "serviceAccountName": TUNER_SERVICE_ACCOUNT,
         "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS,
                             "seccompProfile": {"type": "RuntimeDefault"}},
     }
@@ -388,15 +386,22 @@ def render_trial(trial: Trial, sweep: Sweep, *, image: str, **kwargs: Any) -> li
 
 
 def render_plan(plan: Plan, *, allow_unpinned: bool = False, namespace: str | None = None,
-                tracking: TrackingEnv | None = None) -> list[dict[str, Any]]:
+                tracking: TrackingEnv | None = None, tuner_image: str | None = None) -> list[dict[str, Any]]:
+    """Every object the sweep makes: its trial Jobs and, for a search, the tuner Job as the operator runs it, in
+    `tuner_image` (the operator's image; a search sweep without one is a RenderError)."""
     image = resolve_image(plan.sweep, allow_unpinned=allow_unpinned)
+    if plan.sweep.spec.search.adaptive and not tuner_image:
+        raise RenderError(f"a {plan.sweep.spec.search.strategy} search's tuner runs the operator's image, not the "
+                          "sweep's: pass --tuner-image IMAGE (the chart's operator image) or set "
+                          "KUBESWEEP_TUNER_IMAGE")
     catalog = load_catalog()
     namespace = namespace or plan.sweep.metadata.namespace
     out: list[dict[str, Any]] = []
     for trial in plan.trials:
         out += render_trial(trial, plan.sweep, image=image, namespace=namespace, tracking=tracking, catalog=catalog)
     if plan.sweep.spec.search.adaptive:  # the search makes its trials as it runs
-        out.append(render_tuner_job(plan.sweep, image=image, namespace=namespace, tracking=tracking))
+        out.append(render_tuner_job(plan.sweep, image=tuner_image or image, trial_image=image, namespace=namespace,
+                                    tracking=tracking))
     return out
 
 

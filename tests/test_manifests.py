@@ -157,7 +157,6 @@ def test_tuner_job_manifest_is_a_valid_job() -> None:
     assert container["image"] == "img@sha256:" + "1" * 64
     assert {"name": "KUBESWEEP_IMAGE", "value": "registry.example/job@sha256:" + "0" * 64} in container["env"]
     assert container["command"][:4] == ["python", "-m", "kubesweep.tune", "--spec"]
-    assert "/checkpoints/t/search" in container["command"]
     doc = json.loads(job["spec"]["template"]["metadata"]["annotations"][ANNOTATION_SWEEP])
     assert parse_sweep(doc).to_document() == sweep.to_document()
     assert len(tuner_name("x" * 63)) <= 63
@@ -168,9 +167,44 @@ def test_tuner_job_manifest_is_a_valid_job() -> None:
                                tracking=TrackingEnv("http://mlflow:5000", "t", "run123"))
     names = [e["name"] for e in tracked["spec"]["template"]["spec"]["containers"][0]["env"]]
     assert len(names) == len(set(names)) and names.count("KUBESWEEP_PARENT_RUN_ID") == 1, names
-    (rendered,) = render_plan(plan(sweep))  # a search plans no trials: its manifest is the tuner Job
+    # a search plans no trials: its manifest is the tuner Job, as the operator runs it (in the operator's image)
+    with pytest.raises(RenderError, match="--tuner-image"):
+        render_plan(plan(sweep))
+    (rendered,) = render_plan(plan(sweep), tuner_image="op@sha256:" + "2" * 64)
     assert rendered["metadata"]["name"] == "t-tuner"
+    rendered_container = rendered["spec"]["template"]["spec"]["containers"][0]
+    assert rendered_container["image"] == "op@sha256:" + "2" * 64
+    assert {"name": "KUBESWEEP_IMAGE", "value": "registry.example/job@sha256:" + "0" * 64} in rendered_container["env"]
     kv = pytest.importorskip("kubernetes_validate")
     from tests.test_manifests import K8S_VERSION
 
     kv.validate(job, K8S_VERSION, strict=True)
+
+
+def test_a_sweep_author_steers_neither_the_tuners_identity_nor_its_state() -> None:
+    """The attack: a trial (the author's code) writes a `tuner.pkl` where the tuner keeps Ray Tune's state, and
+    the tuner unpickles it with a token that may create Jobs; or the Sweep names a privileged ServiceAccount for
+    the tuner. The tuner's state is on a volume of its own pod that no trial mounts, and it always runs as
+    kubesweep-tuner."""
+    from kubesweep.manifests import TUNER_SERVICE_ACCOUNT, render_tuner_job
+    from kubesweep.plan import plan
+
+    spec = {"image": "registry.example/job@sha256:" + "0" * 64, "service_account": "admin-sa",
+            "storage": {"checkpoint_claim": "ckpt", "cache_claim": "cache"}}
+    search = parse_sweep(search_doc({"strategy": "tune", "space": {"batch_size": {"type": "choice",
+                                                                                  "values": [8]}}}, **spec))
+    tuner = render_tuner_job(search, image="op@sha256:" + "1" * 64, namespace="ns")["spec"]["template"]["spec"]
+    assert tuner["serviceAccountName"] == TUNER_SERVICE_ACCOUNT == "kubesweep-tuner"
+    grid = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "t"},
+            "spec": {**spec, "matrix": {"batch_size": [8, 16]}}}
+    trial_claims = {v["persistentVolumeClaim"]["claimName"]
+                    for job in render_plan(plan(parse_sweep(grid)), namespace="ns") if job["kind"] == "Job"
+                    for v in job["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v}
+    assert trial_claims == {"ckpt", "cache"}
+    assert not [v for v in tuner["volumes"] if "persistentVolumeClaim" in v]  # no claim a trial could write
+    command = tuner["containers"][0]["command"]
+    storage = command[command.index("--storage") + 1]
+    (mount,) = [m for m in tuner["containers"][0]["volumeMounts"] if storage.startswith(m["mountPath"])]
+    (volume,) = [v for v in tuner["volumes"] if v["name"] == mount["name"]]
+    assert volume == {"name": mount["name"], "emptyDir": {}}
+    assert tuner["restartPolicy"] == "OnFailure"  # a crashed tuner restarts in its pod and resumes from there

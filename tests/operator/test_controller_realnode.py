@@ -654,10 +654,22 @@ def _connect_probe(name: str, ns: str, image: str, labels: dict[str, str], url: 
                                      "securityContext": restricted_container_security()}]}}
 
 
+def _listener_pod(name: str, ns: str, image: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A pod of the job image, restricted, that listens on port 8080 (as Ray's GCS listens in a tuner pod)."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                     "securityContext": restricted_pod_security(),
+                     "containers": [{"name": "listen", "image": image, "workingDir": "/tmp",
+                                     "command": ["python", "-m", "http.server", "8080"],
+                                     "securityContext": restricted_container_security()}]}}
+
+
 def test_mlflow_takes_connections_only_from_sweeps_pods_and_the_operator(stack: Stack) -> None:
-    """The chart's NetworkPolicy, enforced on the real node (kube-router): a pod of a sweep in a served namespace
-    connects; a pod of that namespace that belongs to no sweep, and a sweep's pod in a namespace the chart does
-    not serve, cannot; `kubectl port-forward`, the documented way to open the UI, still reaches the server."""
+    """The chart's NetworkPolicies, enforced on the real node (kube-router): a pod of a sweep in a served namespace
+    connects to MLflow; a pod of that namespace that belongs to no sweep, and a sweep's pod in a namespace the chart
+    does not serve, cannot; `kubectl port-forward`, the documented way to open the UI, still reaches the server.
+    Nothing connects to a tuner pod (the attack: a trial reaching the tuner's Ray GCS), while the same listener
+    labelled as a trial is reachable."""
     cluster, ns = stack.cluster, stack.namespace
     other = f"{ns}-other"
     url = f"http://{MLFLOW_SERVICE}.{ns}.svc.cluster.local:5000"
@@ -666,11 +678,25 @@ def test_mlflow_takes_connections_only_from_sweeps_pods_and_the_operator(stack: 
                     "pod-security.kubernetes.io/enforce=restricted")
     cluster.kubectl("annotate", "namespace", other,
                     *[f"{k}={v}" for k, v in _rn().real_node_namespace_annotations().items()])
+    sweep_labels = {"kubesweep.io/sweep": "np-probe", "app.kubernetes.io/managed-by": "kubesweep"}
+    listeners = {"np-tuner": {**sweep_labels, "app.kubernetes.io/component": "tuner"},
+                 "np-trial": {**sweep_labels, "app.kubernetes.io/component": "trial"}}
     probes = {("sweep-pod", ns): {"kubesweep.io/sweep": "np-probe"}, ("no-sweep", ns): {},
               ("sweep-pod", other): {"kubesweep.io/sweep": "np-probe"}}
     try:
+        cluster.apply([_listener_pod(name, ns, stack.image, labels) for name, labels in listeners.items()])
+
+        def ip(name: str) -> str | None:
+            pod = cluster.get_json("pod", name, namespace=ns)
+            return pod["status"].get("podIP") if pod["status"].get("phase") == "Running" else None
+
+        ips = {name: _kc().wait_until(f"listener {name} running", lambda n=name: ip(n), 120) for name in listeners}
+        to_listener = {("to-tuner", ns): "np-tuner", ("to-trial", ns): "np-trial"}
         cluster.apply([_connect_probe(name, where, stack.image, labels, url)
-                       for (name, where), labels in probes.items()])
+                       for (name, where), labels in probes.items()] +
+                      [_connect_probe(name, where, stack.image, sweep_labels, f"http://{ips[target]}:8080")
+                       for (name, where), target in to_listener.items()])
+        probes.update({key: sweep_labels for key in to_listener})
 
         def said(name: str, where: str) -> str | None:
             pod = cluster.get_json("pod", name, namespace=where)
@@ -681,8 +707,9 @@ def test_mlflow_takes_connections_only_from_sweeps_pods_and_the_operator(stack: 
         answers = {key: _kc().wait_until(f"probe pod {key[0]} in {key[1]} to finish", lambda k=key: said(*k), 180)
                    for key in probes}
         assert answers[("sweep-pod", ns)] == "answered 200", answers
-        for key in (("no-sweep", ns), ("sweep-pod", other)):
+        for key in (("no-sweep", ns), ("sweep-pod", other), ("to-tuner", ns)):
             assert answers[key].startswith("no connection:"), answers
+        assert answers[("to-trial", ns)] == "answered 404", answers  # the listener serves no /health: it answered
         # the policy selects MLflow's pod: its address is in one of kube-router's per-pod chains
         (mlflow_pod,) = cluster.get_json("pods", "-l", "app.kubernetes.io/component=mlflow", namespace=ns)["items"]
         rules = subprocess.run(["iptables", "-w", "-S", "KUBE-ROUTER-FORWARD"], capture_output=True, text=True,
@@ -702,5 +729,6 @@ def test_mlflow_takes_connections_only_from_sweeps_pods_and_the_operator(stack: 
             forward.terminate()
             forward.wait(10)
     finally:
-        cluster.kubectl("delete", "pod", "sweep-pod", "no-sweep", "--wait=false", namespace=ns, check=False)
+        cluster.kubectl("delete", "pod", "sweep-pod", "no-sweep", "to-tuner", "to-trial", *listeners, "--wait=false",
+                        namespace=ns, check=False)
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
