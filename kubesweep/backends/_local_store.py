@@ -6,6 +6,7 @@ once, so a killed supervisor loses no finished trial.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubesweep.backends.base import Phase, TrialStatus
+from kubesweep.backends.base import BackendError, Phase, TrialStatus
 from kubesweep.outcomes import Outcome
 
 SCHEMA = """
@@ -43,12 +44,21 @@ CREATE TABLE IF NOT EXISTS trials (
     reason TEXT NOT NULL DEFAULT '',
     attempts INTEGER NOT NULL DEFAULT 0,
     pid INTEGER,
+    pid_start INTEGER,
     exit_code INTEGER,
     started REAL,
     finished REAL,
     PRIMARY KEY (sweep, trial_id)
 );
 """
+
+
+class StoreError(BackendError):
+    """The store cannot be opened or read (not a database, damaged, locked)."""
+
+
+class SpecMismatch(Exception):
+    """A sweep of this name is recorded with another spec."""
 
 
 @dataclass
@@ -77,6 +87,7 @@ class TrialRow:
     pid: int | None
     started: float | None
     finished: float | None
+    pid_start: int | None = None  # the process's start time (/proc stat, clock ticks): pid and start name it
 
 
 class Store:
@@ -86,18 +97,31 @@ class Store:
         self.path = home / "state.db"
         with self._connect() as db:
             db.executescript(SCHEMA)
+            if "pid_start" not in {r[1] for r in db.execute("PRAGMA table_info(trials)")}:  # a store made before it
+                with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
+                    db.execute("ALTER TABLE trials ADD COLUMN pid_start INTEGER")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        except sqlite3.DatabaseError as exc:
+            raise self._unreadable(exc) from None
+        try:
+            db.execute("PRAGMA busy_timeout=30000")  # first: the WAL switch below may wait for another process
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA foreign_keys=ON")
-            db.execute("PRAGMA busy_timeout=30000")
             db.row_factory = sqlite3.Row
             yield db
+        except sqlite3.DatabaseError as exc:  # not a database, a damaged one, or locked for 30 s
+            raise self._unreadable(exc) from None
         finally:
             db.close()
+
+    def _unreadable(self, exc: sqlite3.DatabaseError) -> StoreError:
+        return StoreError(f"the local backend's store {self.path} cannot be used ({exc}): move it aside to start "
+                          f"an empty one (the trials' files under {self.home / 'sweeps'} stay), or pass another "
+                          "--home")
 
     def sweep_dir(self, sweep: str) -> Path:
         return self.home / "sweeps" / sweep
@@ -117,9 +141,16 @@ class Store:
 
     def add_sweep(self, name: str, spec: dict[str, Any], source: str, job_argv: list[str], any_gpu: bool,
                   trials: list[dict[str, Any]]) -> int:
-        """Record a sweep and its trials; trials already recorded are left as they are. Returns new count."""
+        """Record a sweep and its trials; trials already recorded are left as they are. Returns new count.
+
+        Raises SpecMismatch when a sweep of that name is recorded with another spec: the check and the insert are
+        one transaction, so of two processes submitting different specs under one name, one is refused."""
         with self._connect() as db:
             db.execute("BEGIN IMMEDIATE")
+            row = db.execute("SELECT spec FROM sweeps WHERE name = ?", (name,)).fetchone()
+            if row is not None and json.loads(row["spec"]) != spec:
+                db.execute("ROLLBACK")
+                raise SpecMismatch(name)
             db.execute(
                 "INSERT OR IGNORE INTO sweeps (name, spec, source, job_argv, any_gpu, created) VALUES (?,?,?,?,?,?)",
                 (name, json.dumps(spec), source, json.dumps(job_argv), int(any_gpu), time.time()),
@@ -156,7 +187,7 @@ class Store:
         return [
             TrialRow(r["trial_id"], r["name"], r["label"], r["gpu"], r["gpus"], json.loads(r["config"]),
                      json.loads(r["axes"]), Phase(r["phase"]), Outcome(r["outcome"]) if r["outcome"] else None,
-                     r["reason"], r["attempts"], r["pid"], r["started"], r["finished"])
+                     r["reason"], r["attempts"], r["pid"], r["started"], r["finished"], r["pid_start"])
             for r in rows
         ]
 

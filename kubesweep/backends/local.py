@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kubesweep.backends._local_store import Store, TrialRow
+from kubesweep.backends._local_store import SpecMismatch, Store, TrialRow
 from kubesweep.backends.base import (
     SETTLED_OUTCOMES,
     Backend,
@@ -114,6 +114,22 @@ def _alive(pid: int | None) -> bool:
         return True
 
 
+def _started(pid: int) -> int | None:
+    """When the process started (clock ticks after boot, /proc/<pid>/stat field 22); None when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _is_trial(row: TrialRow) -> bool:
+    """The recorded process still runs and is the trial's: its pid has not been reused by another process since
+    (pid and start time together name one process; a row recorded before start times were kept has pid only)."""
+    if not row.pid or not _alive(row.pid):
+        return False
+    return row.pid_start is None or _started(row.pid) == row.pid_start
+
+
 def _kill_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -169,15 +185,17 @@ class LocalBackend(Backend):
     def _add_trials_impl(self, plan: Plan, trials: list[Trial]) -> None:
         self._record(plan, trials)
 
+    @staticmethod
+    def _conflict(name: str) -> SweepConflict:
+        return SweepConflict(f"a sweep named {name!r} already exists with a different spec; "
+                             f"`sweep resume {name}` continues it, `sweep delete {name}` forgets it")
+
     def _record(self, plan: Plan, trials: list[Trial]) -> None:
         sweep = plan.sweep
         document = sweep.to_document()
         existing = self.store.get_sweep(sweep.name)
         if existing is not None and existing.spec != document:
-            raise SweepConflict(
-                f"a sweep named {sweep.name!r} already exists with a different spec; "
-                f"`sweep resume {sweep.name}` continues it, `sweep delete {sweep.name}` forgets it"
-            )
+            raise self._conflict(sweep.name)
         known = {r.trial_id for r in self.store.trials(sweep.name)} if existing is not None else set()
         trials = [t for t in trials if t.id not in known]
         products = {d.product for d in self.devices}
@@ -194,7 +212,10 @@ class LocalBackend(Backend):
                          "gpu": trial.gpu, "gpus": trial.gpus_per_trial, "config": json.dumps(config),
                          "axes": json.dumps(trial.axes), "phase": phase.value, "reason": reason})
         command = self.job_command or [sys.executable, "-m", JOB_MODULE]
-        self.store.add_sweep(sweep.name, document, sweep.source, command, self.any_gpu, rows)
+        try:  # checked again where it is recorded: another process may have recorded the name since
+            self.store.add_sweep(sweep.name, document, sweep.source, command, self.any_gpu, rows)
+        except SpecMismatch:
+            raise self._conflict(sweep.name) from None
         if existing is None or self.tracking is not None:
             self.record_tracking(sweep.name, self.tracking)
         for row in rows:
@@ -362,7 +383,8 @@ class LocalBackend(Backend):
                               reason=f"cannot start the job: {exc}", finished=time.time())
             return
         reason = f"started early: waits for GPU {','.join(map(str, devices))} ({after.row.name})" if after else ""
-        self.store.update(sweep, row.trial_id, phase=Phase.RUNNING, pid=proc.pid, attempts=row.attempts + 1,
+        self.store.update(sweep, row.trial_id, phase=Phase.RUNNING, pid=proc.pid, pid_start=_started(proc.pid),
+                          attempts=row.attempts + 1,
                           started=time.time(), finished=None, outcome=None, reason=reason, exit_code=None)
         row.attempts += 1
         supervisor.running[row.trial_id] = _Running(row, proc, devices, log, staged=after is not None)
@@ -431,7 +453,7 @@ class LocalBackend(Backend):
                 code = run.proc.poll()
                 if code is None:
                     continue
-            elif _alive(run.row.pid):
+            elif _is_trial(run.row):
                 continue
             else:
                 code = None
@@ -489,24 +511,24 @@ class LocalBackend(Backend):
                     break
                 if self.store.update(sweep, row.trial_id, only_if=row.phase, phase=Phase.CANCELLED,
                                      outcome=Outcome.CANCELLED, reason="cancelled", finished=now):
-                    if row.phase == Phase.RUNNING and row.pid:
+                    if row.phase == Phase.RUNNING and _is_trial(row):  # never a process that reused its pid
                         victims.append(row)
                     break
                 row = next(r for r in self.store.trials(sweep) if r.trial_id == row.trial_id)
         for row in victims:
             _kill_group(row.pid or 0, signal.SIGTERM)
-        pids = [r.pid for r in victims + ending if r.pid]
+        waiting = [r for r in victims + ending if r.pid]
         deadline = time.monotonic() + TERM_GRACE_S
         supervisor = self._supervisors.get(sweep)
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(_is_trial(r) for r in waiting) and time.monotonic() < deadline:
             if supervisor:  # reap our own children so they do not linger as zombies
                 for run in supervisor.running.values():
                     if run.proc:
                         run.proc.poll()
             time.sleep(0.1)
-        for pid in pids:
-            if _alive(pid):
-                _kill_group(pid, signal.SIGKILL)
+        for row in waiting:
+            if _is_trial(row):
+                _kill_group(row.pid or 0, signal.SIGKILL)
         # a trial that wrote its answer before the cancel reached it keeps it
         for row in ending:
             self._record_answer(sweep, row, Phase.RUNNING)
@@ -558,13 +580,14 @@ class LocalBackend(Backend):
         if row.phase != Phase.RUNNING or not row.pid:
             return
         run = supervisor.running.get(row.trial_id) if supervisor else None
-        _kill_group(row.pid, signal.SIGTERM)
+        if _is_trial(row):  # never a process that reused its pid
+            _kill_group(row.pid, signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S
-        while _alive(row.pid) and time.monotonic() < deadline:
+        while _is_trial(row) and time.monotonic() < deadline:
             if run is not None and run.proc is not None:
                 run.proc.poll()  # reap our own child so it does not linger as a zombie
             time.sleep(0.05)
-        if _alive(row.pid):
+        if _is_trial(row):
             _kill_group(row.pid, signal.SIGKILL)
         if run is not None and run.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):

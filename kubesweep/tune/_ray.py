@@ -80,6 +80,8 @@ def trainable(config: dict[str, Any], ctx: Context) -> None:
             results = m.read_results(state.get("results_path"))
             finals = m.final_values(wanted, results, poller.latest if poller is not None else {})
             broken = m.violations(search.constraints, finals)
+            # a metric the trial never measured (a results file without it, no tracking) is no value to learn from
+            broken += [f"{n} missing" for n in names if finals.get(n) is None]
             if outcome != "succeeded" or broken:
                 report({}, outcome=outcome, feasible=False, violations="; ".join(broken))
             else:

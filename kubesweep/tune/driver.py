@@ -290,10 +290,13 @@ def summarize(sweep: Sweep, search: TuneSearch, results: list[tuple[dict[str, An
             # What it finished with, read again: its last report may hold the searcher's penalty (a constraint
             # broken) or an intermediate value (stopped by the scheduler only after it had finished).
             last = {**last, **finals(trial.id, status.results_path if status else None)}
+        metrics = {n: last.get(n) for n in names}
+        missing = [f"{n} missing" for n, v in metrics.items() if v is None and outcome == "succeeded"]
         rows[trial.id] = {
-            "trial_id": trial.id, "name": trial.name, "axes": trial.axes, "outcome": outcome,
-            "metrics": {n: last.get(n) for n in names}, "feasible": bool(last.get("feasible")),
-            "violations": last.get("violations") or "", "reports": last.get("training_iteration"),
+            "trial_id": trial.id, "name": trial.name, "axes": trial.axes, "outcome": outcome, "metrics": metrics,
+            "feasible": bool(last.get("feasible")) and not missing,  # a trial that measured nothing ranks nowhere
+            "violations": "; ".join(filter(None, [last.get("violations") or "", *missing])),
+            "reports": last.get("training_iteration"),
         }
     trials = list(rows.values())
     ok = [t for t in trials if t["outcome"] == "succeeded" and t["feasible"]]

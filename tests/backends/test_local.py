@@ -119,3 +119,53 @@ def test_cancel_and_the_end_of_the_driver_end_the_sweeps_fork_server(
 
 def _read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_cancel_and_stop_never_signal_a_process_that_reused_a_trials_pid(tmp_path: Path) -> None:
+    """The attack (or accident): the trial's process ended without its row being updated (its supervisor died),
+    and its pid now belongs to an unrelated process group (`setsid sleep`). `sweep cancel` and a stop kill the
+    recorded group only while it is still the trial's: pid and start time together, not the pid alone."""
+    import signal
+    import subprocess
+
+    from kubesweep.backends.local import _started
+
+    backend = LocalBackend(tmp_path, job_command=[sys.executable, str(STAND_IN)], cpu_slots=1, devices=[])
+    p = make_plan("reuse", {"batch_size": [8, 16]})
+    backend.store.add_sweep("reuse", p.sweep.to_document(), "reuse.yaml", [sys.executable], False, [
+        {"trial_id": t.id, "position": i, "name": t.name, "label": t.label(), "gpu": None, "gpus": 0,
+         "config": "{}", "axes": "{}", "phase": Phase.RUNNING.value, "reason": ""} for i, t in enumerate(p.trials)])
+    bystanders = [subprocess.Popen(["setsid", "sleep", "60"]) for _ in p.trials]
+    try:
+        for trial, other in zip(p.trials, bystanders, strict=True):
+            start = None
+            while start is None:
+                start = _started(other.pid)
+            # the trial that had this pid started earlier than the process holding it now
+            backend.store.update("reuse", trial.id, pid=other.pid, pid_start=start - 100, started=time.time())
+        backend.stop_trial("reuse", p.trials[1].id, "stopped by the scheduler")
+        LocalBackend(tmp_path, devices=[]).cancel("reuse")
+        time.sleep(0.3)
+        assert [b.poll() for b in bystanders] == [None, None]  # both still run: neither was signalled
+        assert {t.outcome for t in backend.status("reuse").trials} == {Outcome.CANCELLED, Outcome.STOPPED}
+    finally:
+        for b in bystanders:
+            b.send_signal(signal.SIGKILL)
+            b.wait()
+
+
+def test_two_submits_of_different_specs_under_one_name_never_merge(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two shells submit different specs as `s` at once: both read "no sweep s", then both record. The second to
+    record is refused (SweepConflict) and the sweep keeps the first spec's trials only."""
+    from kubesweep.backends.base import SweepConflict
+
+    first, second = (LocalBackend(tmp_path, job_command=[sys.executable, str(STAND_IN)], cpu_slots=1, devices=[])
+                     for _ in range(2))
+    a, b = make_plan("s", {"batch_size": [8, 16]}), make_plan("s", {"batch_size": [32, 64, 128]})
+    monkeypatch.setattr(second.store, "get_sweep", lambda name: None)  # its read came before the first's write
+    first.submit(a)
+    with pytest.raises(SweepConflict, match="already exists with a different spec"):
+        second.submit(b)
+    assert sorted(t.trial_id for t in first.status("s").trials) == sorted(t.id for t in a.trials)
+    first.cancel("s")

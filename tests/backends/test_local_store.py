@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kubesweep.backends._local_store import Store
 from kubesweep.backends.base import Phase
 from kubesweep.outcomes import Outcome
@@ -79,3 +81,21 @@ def test_cancel_flag_listing_deleting_and_the_status_of_a_row(tmp_path: Path) ->
     store.delete_sweep("a")
     assert store.list_sweeps() == ["b"] and store.get_sweep("a") is None and store.trials("a") == []
     assert len(store.trials("b")) == 1  # the same trial id in another sweep is another trial
+
+
+def test_a_damaged_store_is_a_clear_backend_error_not_a_traceback(tmp_path: Path) -> None:
+    """A `state.db` that is not a database (a disk error, a stray file): `sweep status` says which file and what
+    to do, exit 4 (a backend error; 1 means trials failed), and no traceback."""
+    import subprocess
+    import sys
+
+    from kubesweep.backends._local_store import StoreError
+
+    (tmp_path / "state.db").write_bytes(b"\x00not a database\xff" * 400)
+    with pytest.raises(StoreError, match=r"state\.db cannot be used .*file is not a database"):
+        Store(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "kubesweep", "status", "s", "--home", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4, proc
+    assert "state.db cannot be used" in proc.stderr and "move it aside" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout

@@ -132,3 +132,31 @@ def test_pareto_front() -> None:
     assert [r["name"] for r in pareto_front(rows, ["speed", "acc"], ["max", "max"])] == ["both"]
     assert [r["name"] for r in pareto_front(rows[:3], ["speed", "acc"], ["max", "max"])] == ["fast", "good"]
     assert [r["name"] for r in pareto_front(rows[:3], ["speed", "acc"], ["min", "max"])] == ["good", "worse"]
+
+
+def test_a_succeeded_trial_without_the_metric_is_infeasible_not_a_crash() -> None:
+    """A trial that succeeded but measured no value of the search's metric (a results file without it, no MLflow
+    to fall back on) made the summary raise TypeError (float(None)) and the tuner exit with a traceback. It is
+    infeasible, says what it lacked, and the best is chosen among the others."""
+    from types import SimpleNamespace
+
+    from kubesweep.backends.base import Phase, TrialStatus
+    from kubesweep.spec import parse_sweep
+    from kubesweep.tune.driver import summarize
+
+    sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "t"},
+                         "spec": {"search": {"strategy": "tune", "metric": "samples_per_s", "mode": "max",
+                                             "space": {"batch_size": {"type": "choice", "values": [8, 16]}}}}})
+    ids = {8: "id8", 16: "id16"}
+    driver = SimpleNamespace(
+        trial_for=lambda config: SimpleNamespace(id=ids[config["batch_size"]], name=f"t-{config['batch_size']}",
+                                                 axes=config),
+        backend=SimpleNamespace(status=lambda name: SimpleNamespace(trials=[
+            TrialStatus(trial_id=i, name=f"t-{i}", label="", gpu=None, phase=Phase.SUCCEEDED,
+                        outcome=Outcome.SUCCEEDED) for i in ids.values()])))
+    results = [({"batch_size": 8}, {"samples_per_s": None, "feasible": True}),
+               ({"batch_size": 16}, {"samples_per_s": 120.0, "feasible": True})]
+    summary = summarize(sweep, sweep.spec.search, results, driver, resumed=False)  # type: ignore[arg-type]
+    rows = {t["trial_id"]: t for t in summary.trials}
+    assert rows["id8"]["feasible"] is False and rows["id8"]["violations"] == "samples_per_s missing"
+    assert summary.best is not None and summary.best["trial_id"] == "id16"
