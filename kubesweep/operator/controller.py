@@ -260,7 +260,7 @@ class OperatorBackend(KubernetesBackend):
     def _tracking_for(self, state: SweepState) -> TrackingEnv | None:
         uri = state.sweep.spec.tracking.uri or self.tracking_policy.default_uri
         return TrackingEnv(uri, state.sweep.experiment, state.parent_run_id,
-                           credentials_secret=self.tracking_policy.credentials_secret) if uri else None
+                           credentials_secret=self.tracking_policy.credentials_for(uri)) if uri else None
 
     # -- the step ------------------------------------------------------------------------------------
 
@@ -320,8 +320,10 @@ class OperatorBackend(KubernetesBackend):
         tracking = self._tracking_for(state)
         if tracking and not state.parent_run_id:
             try:
-                run_id = MlflowRest(tracking.uri).parent_run(state.sweep.experiment, name,
-                                                             body["metadata"]["uid"])
+                # the operator's own credentials go to its own server only, never to a Sweep's choice
+                environ: dict[str, str] | None = None if self.tracking_policy.is_default(tracking.uri) else {}
+                run_id = MlflowRest(tracking.uri, environ=environ).parent_run(
+                    state.sweep.experiment, name, body["metadata"]["uid"])
             except MlflowError as exc:
                 self._publish_message(name, "Pending", f"waiting for MLflow (no trial starts without the "
                                                       f"sweep's parent run): {exc}")

@@ -58,6 +58,18 @@ class TrackingPolicy:
     allowed_hosts: Sequence[str] = field(default_factory=tuple)
     credentials_secret: str | None = None
 
+    def is_default(self, uri: str) -> bool:
+        """`uri` is the operator's own server (scheme, host and port): the only one its credentials go to."""
+        if not self.default_uri:
+            return False
+        a, b = urllib.parse.urlsplit(uri), urllib.parse.urlsplit(self.default_uri)
+        return a.scheme == b.scheme and _host_port(uri) == _host_port(self.default_uri)
+
+    def credentials_for(self, uri: str) -> str | None:
+        """The Secret trials of a sweep logging to `uri` read credentials from: the chart's, for its own server
+        only. A Sweep naming another allowed server gets none (its trials bring their own, or log anonymously)."""
+        return self.credentials_secret if self.is_default(uri) else None
+
     def refusal(self, uri: str) -> str | None:
         """Why the operator will not use `uri` (None: it will)."""
         target = _host_port(uri)
@@ -79,6 +91,17 @@ def _matches(entry: str, host: str, port: int) -> bool:
     if name.startswith("*."):
         return host.endswith(name[1:])
     return host == name.rstrip(".")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Follow no redirect: urllib would repeat the request, Authorization header included, to wherever a 3xx
+    points (another host), so a 3xx is an error like any other."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 class MlflowRest:
@@ -107,7 +130,7 @@ class MlflowRest:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(url, data=data, method=method, headers=self.headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as resp:
+            with _OPENER.open(request, timeout=self.timeout) as resp:
                 return json.loads(resp.read() or b"{}")  # type: ignore[no-any-return]
         except urllib.error.HTTPError as exc:
             try:
@@ -117,6 +140,8 @@ class MlflowRest:
             code = code if _ERROR_CODE.fullmatch(code) else ""  # MLflow's codes only; no body is ever copied
             hint = {401: " (the operator's MLflow credentials were refused)",
                     403: " (the operator's MLflow user lacks permission)"}.get(exc.code, "")
+            if 300 <= exc.code < 400:
+                hint = " (a redirect, which the operator does not follow)"
             raise MlflowError(f"{method} {path}: HTTP {exc.code} {code}{hint}".replace("  ", " ").rstrip()) \
                 from None
         except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -95,3 +95,39 @@ def test_trials_read_the_credentials_from_a_secret_of_their_namespace() -> None:
     assert env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"] == {"secretKeyRef": {"name": "creds", "key": "password"}}
     assert env["KUBESWEEP_TRACKING_SECRET"]["value"] == "creds"  # the tuner passes it on to its trials
     assert "MLFLOW_TRACKING_USERNAME" not in {e["name"] for e in TrackingEnv("http://m:5000", "exp").env()}
+
+
+def test_a_redirect_is_not_followed_and_carries_no_credentials(server: _Server) -> None:
+    """The attack: an allowed host answers 302 to a host of the attacker's choosing; urllib would repeat the
+    request there, Basic auth header included. The operator follows no redirect: the 302 is an error, and the
+    other host sees nothing."""
+    elsewhere = _Server()
+    try:
+        server.reply = (302, "")
+        original = server.httpd.RequestHandlerClass.end_headers
+
+        def with_location(handler: Any) -> None:
+            if server.reply[0] == 302:
+                handler.send_header("Location", f"{elsewhere.url}/api/2.0/mlflow/experiments/get-by-name")
+            original(handler)
+
+        server.httpd.RequestHandlerClass.end_headers = with_location  # type: ignore[method-assign]
+        with pytest.raises(MlflowError, match=r"HTTP 302 \(a redirect, which the operator does not follow\)"):
+            MlflowRest(server.url, environ={"MLFLOW_TRACKING_USERNAME": "op", "MLFLOW_TRACKING_PASSWORD": "s3cret"}
+                       ).experiment_id("e")
+        assert len(server.requests) == 1 and elsewhere.requests == []
+    finally:
+        elsewhere.httpd.shutdown()
+
+
+def test_the_operators_credentials_go_to_its_own_server_only() -> None:
+    """The chart's MLflow credentials (the operator's, and the Secret its trials read) are for the chart's own
+    server: a Sweep naming another allowed host gets neither."""
+    policy = TrackingPolicy(default_uri="http://mlflow.ks.svc:5000", allowed_hosts=("*.example.com",),
+                            credentials_secret="kubesweep-mlflow-trials")
+    assert policy.is_default("http://mlflow.ks.svc:5000/") and policy.is_default("http://MLflow.ks.svc:5000")
+    assert not policy.is_default("https://mlflow.ks.svc:5000") and not policy.is_default("http://mlflow.ks.svc:80")
+    assert policy.credentials_for("http://mlflow.ks.svc:5000") == "kubesweep-mlflow-trials"
+    assert policy.refusal("http://track.example.com:5000") is None  # allowed ...
+    assert policy.credentials_for("http://track.example.com:5000") is None  # ... without the chart's credentials
+    assert TrackingPolicy(credentials_secret="s").credentials_for("http://x:1") is None
