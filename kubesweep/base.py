@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+MAX_STRING = 4096  # any one string of a document: a model id, a path, a reference (the CRD's maxLength too)
+
 
 class StrictModel(BaseModel):
-    """Base for every spec model: unknown keys are errors, values are validated on assignment."""
+    """Base for every spec model: unknown keys are errors, values are validated on assignment, no string is
+    longer than MAX_STRING (a Job's annotations, which carry a trial's settings, hold 256 KiB in all)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True,
+                              str_max_length=MAX_STRING)

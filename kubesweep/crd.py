@@ -162,8 +162,8 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         return _any_value(description)
     out = {}
     for key, value in schema.items():
-        if key in ("title", "default", "discriminator", "$defs"):
-            continue
+        if key in ("title", "default", "discriminator", "$defs", "propertyNames"):
+            continue  # propertyNames (a key's maxLength) is no part of a structural schema: the model checks it
         if key == "properties":
             out["properties"] = {name: structural(prop, defs) for name, prop in value.items()}
         elif key == "items":

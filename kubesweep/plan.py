@@ -252,6 +252,27 @@ def max_batch_probes(search: MaxBatchSearch) -> int:
 def _check(sweep: Sweep, limit: int, source: str, hint: str, *, budgets: bool) -> int:
     """Refuse a sweep over `limit`. budgets=False (`plan`): only what `plan` itself expands, so not the trials a
     tune or max_batch search makes as it runs."""
+    trials = _check_trials(sweep, limit, source, hint, budgets=budgets)
+    nodes = most_nodes(sweep)
+    if nodes > 1 and trials * nodes > limit:  # the limit counts pods: a trial of N nodes is N pods
+        raise SweepTooLarge(source, f"this sweep asks for up to {trials * nodes:,} pods ({trials:,} trials x up to "
+                                    f"{nodes} nodes each), over the limit of {limit:,} ({hint})",
+                            trials * nodes, limit)
+    return trials
+
+
+def most_nodes(sweep: Sweep) -> int:
+    """The most nodes (pods) one trial of the sweep can ask for: `resources.num_nodes`, the matrix's values, the
+    include cells' and a tune search's choices."""
+    spec = sweep.spec
+    values = [spec.resources.num_nodes, *(getattr(spec.matrix, "num_nodes", None) or []),
+              *(n for cell in spec.include if (n := getattr(cell, "num_nodes", None)) is not None)]
+    if isinstance(spec.search, TuneSearch) and (dist := spec.search.space.get("num_nodes")) is not None:
+        values += [int(v) for v in dist.values or [] if isinstance(v, int | float)]
+    return int(max(values))
+
+
+def _check_trials(sweep: Sweep, limit: int, source: str, hint: str, *, budgets: bool) -> int:
     search = sweep.spec.search
     over = f"over the limit of {limit:,} ({hint})"
     if isinstance(search, TuneSearch):

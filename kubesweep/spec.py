@@ -17,6 +17,7 @@ has its field's type (`"16"` is not an integer, `16.0` is not one either, `"true
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +38,16 @@ KIND = "Sweep"
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DIGEST_RE = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+# Bounds that keep one Sweep from asking for more than any cluster has (and the operator from working on it)
+MAX_GPUS_PER_NODE = 16
+MAX_NODES = 512
+MAX_AXIS_VALUES = 10_000  # values of one matrix axis; include and exclude cells (the trial cap is 10,000 too)
+MAX_CPU = 1024.0  # cores per pod
+MAX_MEMORY = 64 * 2**40  # bytes per pod (64Ti), for memory and shm_size
+# Sizes as JSON. A Kubernetes object's annotations hold 256 KiB in all, an object 1.5 MiB (etcd's request limit).
+MAX_JOB_BYTES = 64 * 1024  # spec.job: each trial Job's annotation carries its settings
+MAX_SEARCH_BYTES = 192 * 1024  # a search sweep: its tuner Job's annotation carries the whole sweep
+MAX_DOCUMENT_BYTES = 1024 * 1024  # any sweep: the Sweep resource
 
 # ---------------------------------------------------------------------------------------------------------
 # Matrix axes: `gpu`, the resource axes, and every JobConfig field. Axis value types come from JobConfig, so
@@ -44,8 +55,9 @@ QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 
 RESOURCE_AXES: dict[str, Any] = {
     "gpu": (str, Field(description="GPU type: a name from the GPU catalog")),
-    "gpus_per_trial": (Annotated[int, Field(ge=0)], Field(description="GPUs per trial (0 = CPU only)")),
-    "num_nodes": (Annotated[int, Field(ge=1)], Field(description="nodes per trial (multi-node DDP)")),
+    "gpus_per_trial": (Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE)],
+                       Field(description="GPUs per trial (0 = CPU only)")),
+    "num_nodes": (Annotated[int, Field(ge=1, le=MAX_NODES)], Field(description="nodes per trial (multi-node DDP)")),
 }
 
 
@@ -73,7 +85,8 @@ Matrix = create_model(  # type: ignore[call-overload]
     __base__=StrictModel,
     __doc__="Axis → the values to sweep. Every cell of the product is one trial (times `repeats`).",
     **{
-        name: (list[annotation] | None, Field(None, min_length=1, description=info.description))  # type: ignore[valid-type]
+        name: (list[annotation] | None, Field(None, min_length=1, max_length=MAX_AXIS_VALUES,  # type: ignore[valid-type]
+                                              description=info.description))
         for name, (annotation, info) in AXIS_TYPES.items()
     },
 )
@@ -105,11 +118,12 @@ class Metadata(StrictModel):
 
 
 class Resources(StrictModel):
-    gpus_per_trial: int = Field(1, ge=0, description="GPUs per trial (0 = CPU only)")
-    num_nodes: int = Field(1, ge=1, description="nodes per trial (> 1: an Indexed Job, multi-node DDP)")
-    cpu: str = Field("8", pattern=QUANTITY)
-    memory: str = Field("32Gi", pattern=QUANTITY)
-    shm_size: str = Field("8Gi", pattern=QUANTITY, description="/dev/shm size for DataLoader workers")
+    gpus_per_trial: int = Field(1, ge=0, le=MAX_GPUS_PER_NODE, description="GPUs per trial (0 = CPU only)")
+    num_nodes: int = Field(1, ge=1, le=MAX_NODES, description="nodes per trial (> 1: an Indexed Job, multi-node DDP)")
+    cpu: str = Field("8", pattern=QUANTITY, max_length=32, description=f"cores per pod (at most {MAX_CPU:g})")
+    memory: str = Field("32Gi", pattern=QUANTITY, max_length=32, description="memory per pod (at most 64Ti)")
+    shm_size: str = Field("8Gi", pattern=QUANTITY, max_length=32,
+                          description="/dev/shm size for DataLoader workers (at most 64Ti)")
     deadline_seconds: int = Field(6 * 3600, ge=60, description="a trial running longer is stopped")
     retries: int = Field(1, ge=0, description="re-runs of a failed trial (OOM and GPU mismatch never retry)")
     ttl_seconds_after_finished: int = Field(7 * 86400, ge=0, description="finished Jobs are deleted after this")
@@ -229,8 +243,10 @@ class SweepSpec(StrictModel):
     images: dict[str, str] = Field(default_factory=dict, description="image key → digest-pinned reference")
     job: JobConfig = Field(default_factory=JobConfig, description="settings shared by every trial")
     matrix: Matrix = Field(default_factory=Matrix)  # type: ignore[valid-type]
-    include: list[Cell] = Field(default_factory=list, description="extra cells added to the product")  # type: ignore[valid-type]
-    exclude: list[Cell] = Field(default_factory=list, description="rules: cells matching all keys are dropped")  # type: ignore[valid-type]
+    include: list[Cell] = Field(default_factory=list, max_length=MAX_AXIS_VALUES,  # type: ignore[valid-type]
+                                description="extra cells added to the product")
+    exclude: list[Cell] = Field(default_factory=list, max_length=MAX_AXIS_VALUES,  # type: ignore[valid-type]
+                                description="rules: cells matching all keys are dropped")
     repeats: int = Field(1, ge=1, le=100)
     resources: Resources = Field(default_factory=Resources)
     concurrency: Concurrency = Field(default_factory=Concurrency)
@@ -484,18 +500,63 @@ def _cell_text(axes: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in axes.items())
 
 
+def _same_key(value: Any) -> Any:
+    """A key equal for values `==` calls equal (1, 1.0 and true; the same mapping in any order)."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return ("unhashable", json.dumps(value, sort_keys=True, default=str))
+
+
+_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes quantity (the QUANTITY pattern) as a number: "500m" → 0.5, "32Gi" → 34359738368."""
+    number = text.rstrip("mkMGTPEi")
+    return float(number) * _SUFFIX[text[len(number):]]
+
+
+def _size_problems(sweep: Sweep) -> Iterable[Problem]:
+    """What would not fit where it travels: a trial Job's annotation, a tuner Job's, the Sweep resource."""
+    doc = sweep.to_document()
+    job = len(json.dumps(doc["spec"]["job"]))
+    if job > MAX_JOB_BYTES:
+        yield Problem(("spec", "job"), f"the job settings are {job / 1024:,.0f} KiB as JSON, over "
+                                       f"{MAX_JOB_BYTES // 1024} KiB: each trial Job carries them in an annotation")
+    size = len(json.dumps(doc))
+    for limit, adaptive, where in ((MAX_SEARCH_BYTES, True, "its tuner Job carries it in an annotation"),
+                                   (MAX_DOCUMENT_BYTES, False, "it is stored as one Kubernetes object")):
+        if size > limit and (sweep.spec.search.adaptive or not adaptive):
+            yield Problem(("spec",), f"the sweep is {size / 1024:,.0f} KiB as JSON, over {limit // 1024} KiB: "
+                                     f"{where}")
+            return
+
+
+def _resource_problems(spec: SweepSpec) -> Iterable[Problem]:
+    res = spec.resources
+    for field_name, limit, shown in (("cpu", MAX_CPU, f"{MAX_CPU:g} cores"), ("memory", MAX_MEMORY, "64Ti"),
+                                     ("shm_size", MAX_MEMORY, "64Ti")):
+        value = getattr(res, field_name)
+        if quantity(value) > limit:
+            yield Problem(("spec", "resources", field_name), f"{value} is more than a pod can have (at most {shown})")
+
+
 def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> Iterable[Problem]:
     spec = sweep.spec
     matrix_axes = set_axes(spec.matrix)
     for axis, values in matrix_axes.items():
-        seen: list[Any] = []
+        first: dict[Any, int] = {}  # one pass: a value's key → where it was first listed
         for i, value in enumerate(values):
-            if value in seen:
-                j = seen.index(value)
+            j = first.setdefault(_same_key(value), i)
+            if j != i:
                 same = " (true is torch.compile's mode 'default')" if axis == "compile" and value == "default" else ""
                 yield Problem(("spec", "matrix", axis, i),
                               f"{_short(value)} is the same setting as {axis}[{j}]{same}; list each once")
-            seen.append(value)
+    yield from _resource_problems(spec)
+    yield from _size_problems(sweep)
     for i, gpu in enumerate(matrix_axes.get("gpu", [])):
         if gpu not in catalog:
             yield _unknown_gpu(("spec", "matrix", "gpu", i), gpu, catalog)

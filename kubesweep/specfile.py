@@ -52,7 +52,11 @@ class Problem:
 
 
 class SpecError(ValueError):
-    """A spec that cannot be used. `str()` gives one `source:line: path: message` line per problem."""
+    """A spec that cannot be used. `str()` gives one `source:line: path: message` line per problem, the first
+    SHOWN_PROBLEMS of them and how many more (a spec with 50,000 bad values is not 50,000 lines, nor a 12 MB
+    status message)."""
+
+    SHOWN_PROBLEMS = 20
 
     def __init__(self, source: str, problems: Sequence[Problem]):
         self.source = source
@@ -61,9 +65,12 @@ class SpecError(ValueError):
 
     def format(self) -> str:
         lines = []
-        for p in self.problems:
+        for p in self.problems[:self.SHOWN_PROBLEMS]:
             where = f"{self.source}:{p.line}" if p.line else self.source
             lines.append(f"{where}: {p.dotted}: {p.message}" if p.path else f"{where}: {p.message}")
+        if len(self.problems) > self.SHOWN_PROBLEMS:
+            more = len(self.problems) - self.SHOWN_PROBLEMS
+            lines.append(f"{self.source}: ... and {more:,} more problem{'s' if more > 1 else ''}")
         return "\n".join(lines)
 
 

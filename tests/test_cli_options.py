@@ -16,7 +16,8 @@ from kubesweep.cli import app
 
 ENVVARS = {"GpuCatalogOpt": "KUBESWEEP_GPU_CATALOG", "MaxTrialsOpt": "KUBESWEEP_MAX_TRIALS",
            "ConfirmOverOpt": "KUBESWEEP_CONFIRM_OVER", "BackendOpt": "KUBESWEEP_BACKEND", "HomeOpt": "KUBESWEEP_HOME",
-           "NoTrackingOpt": "KUBESWEEP_NO_TRACKING", "KubeconfigOpt": "KUBECONFIG", "DirectOpt": "KUBESWEEP_DIRECT"}
+           "NoTrackingOpt": "KUBESWEEP_NO_TRACKING", "KubeconfigOpt": "KUBECONFIG", "DirectOpt": "KUBESWEEP_DIRECT",
+           "TunerImageOpt": "KUBESWEEP_TUNER_IMAGE"}
 
 
 def declared() -> dict[str, Any]:
@@ -31,7 +32,7 @@ def declared() -> dict[str, Any]:
 
 def test_every_option_has_its_declared_envvar_and_no_other() -> None:
     infos = declared()
-    assert len(infos) == 39
+    assert len(infos) == 40
     assert {n: i.envvar for n, i in infos.items() if getattr(i, "envvar", None)} == ENVVARS
     for name, info in infos.items():
         if isinstance(info, typer.models.OptionInfo):

@@ -387,3 +387,13 @@ def test_chart_passes_max_trials() -> None:
     template = (chart / "templates" / "operator-deployment.yaml").read_text()
     assert "- name: KUBESWEEP_MAX_TRIALS\n              value: {{ .Values.operator.maxTrials | int | quote }}" \
         in template
+
+
+def test_the_cap_counts_pods_not_trials() -> None:
+    """`num_nodes` multiplies the pods of a trial: 2,000 trials of 8 nodes are 16,000 pods, over the 10,000 cap
+    that 2,000 trials alone are under."""
+    sweep = parse_sweep(doc({"seed": list(range(1000)), "num_nodes": [1, 8]}))
+    with pytest.raises(SweepTooLarge, match=r"asks for up to 16,000 pods \(2,000 trials x up to 8 nodes each\), "
+                                            r"over the limit of 10,000"):
+        check_size(sweep)
+    assert check_size(sweep, 16_000) == 2_000

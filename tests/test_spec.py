@@ -241,3 +241,51 @@ def test_shipped_search_examples_validate(name: str) -> None:
 
     sweep = load_sweep_file(ROOT / "sweeps" / name)
     assert sweep.spec.search.strategy in ("tune", "max_batch")
+
+
+def _sweep(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "odd"}, "spec": spec}
+
+
+@pytest.mark.parametrize(("spec", "where", "says"), [
+    ({"resources": {"gpus_per_trial": 17}}, "spec.resources.gpus_per_trial", "must be <= 16, got 17"),
+    ({"resources": {"num_nodes": 100_000}}, "spec.resources.num_nodes", "must be <= 512, got 100000"),
+    ({"matrix": {"num_nodes": [1, 1000]}}, "spec.matrix.num_nodes[1]", "must be <= 512, got 1000"),
+    ({"resources": {"cpu": "2000"}}, "spec.resources.cpu", "2000 is more than a pod can have (at most 1024 cores)"),
+    ({"resources": {"memory": "100Ti"}}, "spec.resources.memory", "at most 64Ti"),
+    ({"job": {"model": "m" * 300_000}}, "spec.job.model", "longer than 4096 characters"),
+    ({"job": {"random_init": True, "model_overrides": {f"k{i}": "v" * 4000 for i in range(20)}}}, "spec.job",
+     "the job settings are 79 KiB as JSON, over 64 KiB: each trial Job carries them in an annotation"),
+    ({"matrix": {"seed": list(range(10_001))}}, "spec.matrix.seed", "at most 10000"),
+])
+def test_a_sweep_cannot_ask_for_more_than_a_cluster_or_an_object_holds(spec: dict[str, Any], where: str,
+                                                                       says: str) -> None:
+    """Bounds a Sweep author could otherwise push past: pods no cluster has, strings and settings larger than a
+    Job's annotations hold (each create would be refused with 422, forever), axes past any trial cap."""
+    with pytest.raises(SpecError) as err:
+        parse_sweep(_sweep(**spec))
+    text = str(err.value)
+    assert f"{where}:" in text and says in text, text
+
+
+def test_thousands_of_problems_are_reported_as_twenty_and_a_count() -> None:
+    """2,000 duplicates of one GPU name: one problem each, but the message (the CLI's, and a Sweep's
+    status.message, which was 12 MB for a large enough list) shows the first 20 and how many more."""
+    with pytest.raises(SpecError) as err:
+        parse_sweep(_sweep(matrix={"gpu": ["l4"] * 2_000}))
+    assert len(err.value.problems) == 1_999
+    lines = str(err.value).splitlines()
+    assert len(lines) == 21 and lines[-1] == "<input>: ... and 1,979 more problems", lines[-1]
+    assert lines[0] == "<input>: spec.matrix.gpu[1]: 'l4' is the same setting as gpu[0]; list each once"
+
+
+def test_duplicates_are_found_for_values_equal_as_settings() -> None:
+    """One pass over an axis (no list scan per value), with the same notion of 'the same setting': equal
+    numbers, and mappings equal in any key order."""
+    with pytest.raises(SpecError) as err:
+        parse_sweep(_sweep(matrix={"learning_rate": [1, 2.0, 1.0, 2],
+                                   "model_overrides": [{"a": 1, "b": 2}, {"b": 2, "a": 1}]}))
+    messages = sorted(p.message for p in err.value.problems)
+    assert messages == ["1.0 is the same setting as learning_rate[0]; list each once",
+                        "2.0 is the same setting as learning_rate[1]; list each once",
+                        "{'b': 2, 'a': 1} is the same setting as model_overrides[0]; list each once"], messages

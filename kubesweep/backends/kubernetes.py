@@ -73,6 +73,23 @@ APPLY = "application/apply-patch+yaml"
 WRITE_THREADS = 8
 CONNECTIONS = 4 * WRITE_THREADS  # HTTP connections kept per API client: write threads, watches, reads
 STRATEGIC = "application/strategic-merge-patch+json"
+# Answers to a Job create that the same Job gets again on every try: invalid (422), too large (413), refused by
+# admission or a quota (403), malformed (400)
+REFUSALS = frozenset({400, 403, 413, 422})
+
+
+class JobRefused(BackendError):
+    """The API server refuses a trial's Job as it is; the message says why (its own words, clipped)."""
+
+
+def _api_message(exc: Any) -> str:
+    """The API server's `message` of an error answer (a Status object), else its reason; at most 1,000 chars."""
+    try:
+        message = str(json.loads(exc.body or "{}").get("message") or "")
+    except (ValueError, TypeError, AttributeError):
+        message = ""
+    message = message or str(getattr(exc, "reason", "") or "")
+    return message if len(message) <= 1000 else message[:1000] + " ..."
 APPLIED_GRACE = 60.0  # seconds a Job applied here counts as existing while no cache has shown it
 # A request without a timeout of its own waits this long for its connection (TCP and TLS) to the API server, and a
 # failed connection is tried once more: an API server that is down or hung is an error within seconds, not a hang.
@@ -180,6 +197,9 @@ class KubernetesBackend(Backend):
                 discard(self.batch.create_namespaced_job(self.namespace, body, field_manager=FIELD_MANAGER,
                                                          _preload_content=False, **kwargs))
             except self.ApiException as exc:
+                if exc.status in REFUSALS:  # the same Job is refused again on every try: say why, where seen
+                    raise JobRefused(f"the API server refused trial Job {job['metadata']['name']}: HTTP "
+                                     f"{exc.status} {_api_message(exc)}") from None
                 if exc.status != 409:
                     raise
 

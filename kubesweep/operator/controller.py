@@ -26,7 +26,7 @@ from typing import Any
 from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
 from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
 from kubesweep.backends.k8s_watch import Informer
-from kubesweep.backends.kubernetes import KubernetesBackend, _import_client
+from kubesweep.backends.kubernetes import JobRefused, KubernetesBackend, _import_client
 from kubesweep.manifests import LABEL_TRIAL, image_problem, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
 from kubesweep.operator.cache import ClusterCache
@@ -37,6 +37,7 @@ from kubesweep.operator.store import (
     FINALIZER_OUTCOME,
     InvalidSweep,
     SweepResourceStore,
+    clip_message,
     epoch,
     status_view,
 )
@@ -332,7 +333,11 @@ class OperatorBackend(KubernetesBackend):
 
         if state.sweep.spec.search.adaptive:
             message = self._ensure_tuner(state, tracking)
-        status = self.reconcile(name)
+        try:
+            status = self.reconcile(name)
+        except JobRefused as exc:  # refused as it is, so on every try: the Sweep says why, and keeps its phase
+            self._publish_message(name, self.sweeps.status_of(name).get("phase") or "Pending", str(exc))
+            return None
         self._record_late(state, status)
         jobs = self._jobs(name)
         self._record_deleted(state, jobs)
@@ -422,6 +427,7 @@ class OperatorBackend(KubernetesBackend):
             self.patch_status(name, view)
 
     def _publish_message(self, name: str, phase: str, message: str) -> None:
+        message = clip_message(message)
         current = self.sweeps.status_of(name)
         if current.get("phase") != phase or current.get("message") != message:
             log.warning("sweep %s/%s: %s", self.namespace, name, message)

@@ -268,6 +268,17 @@ class SweepResourceStore(StateStore):
         self.slices.forget(sweep)
 
 
+MAX_MESSAGE = 4096  # characters of a Sweep's status.message
+
+
+def clip_message(message: str) -> str:
+    """At most MAX_MESSAGE characters: whatever a Sweep makes the operator say, its status stays small."""
+    if len(message) <= MAX_MESSAGE:
+        return message
+    tail = f" ... ({len(message) - MAX_MESSAGE + 40:,} more characters)"
+    return message[:MAX_MESSAGE - 40] + tail
+
+
 def status_view(status: SweepStatus, sweep: Sweep, *, message: str = "", generation: int | None = None,
                 slices: int = 0) -> dict[str, Any]:
     """The `.status` of a Sweep for a SweepStatus, JSON-ready and bounded (no per-trial list)."""
@@ -275,7 +286,7 @@ def status_view(status: SweepStatus, sweep: Sweep, *, message: str = "", generat
     phase = status.phase
     if sweep.spec.suspend and not status.done:
         phase = "Suspended"
-    body = SweepStatusBody(phase=phase, message=message, progress=f"{counts.done}/{counts.total}",
+    body = SweepStatusBody(phase=phase, message=clip_message(message), progress=f"{counts.done}/{counts.total}",
                            counts=counts, observedGeneration=generation, trialSlices=slices)
     view = body.model_dump(mode="json", include={"phase", "message", "progress", "counts", "observedGeneration",
                                                  "trialSlices"})

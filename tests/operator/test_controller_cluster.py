@@ -117,6 +117,16 @@ def test_rendered_chart_validates_strictly(scope: list[str], tmp_path: Path) -> 
         assert any(d["kind"] == "ClusterRole" for d in docs)
     if "watch.namespaces={team-a,team-b}" in scope:
         assert {d["metadata"]["namespace"] for d in docs if d["kind"] == "RoleBinding"} >= {"team-a", "team-b"}
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    # no rule admits "any namespace" (an empty namespaceSelector): a pod label alone is anyone's to set
+    peers = [peer for d in policies for rule in d["spec"].get("ingress") or [] for peer in rule.get("from") or []]
+    assert not [peer for peer in peers if peer.get("namespaceSelector") == {}], peers
+    # a tuner admits nothing, in each namespace served
+    tuners = {d["metadata"]["namespace"]: d["spec"] for d in policies if d["metadata"]["name"] ==
+              "kubesweep-tuner-no-ingress"}
+    served = {"team-a", "team-b"} if "watch.namespaces={team-a,team-b}" in scope else {"kubesweep"}
+    assert set(tuners) == served and all(t["policyTypes"] == ["Ingress"] and not t.get("ingress")
+                                         for t in tuners.values()), tuners
 
 
 def test_chart_gpu_catalog_equals_the_shipped_one() -> None:
@@ -1037,3 +1047,38 @@ def test_without_the_crd_the_cli_says_how_to_install_and_direct_mode_works(insta
         # released asynchronously)
         cluster.kubectl("wait", "--for=condition=Established", "crd/sweeps.kubesweep.io", "--timeout=150s",
                         timeout=180)
+
+
+def test_a_job_the_api_server_refuses_is_reported_and_odd_sweeps_stay_small(
+        installed: Installed, operator: OperatorProcess, tmp_path: Path) -> None:
+    """Applied with kubectl (no CLI check ran): a Sweep whose Jobs the API server refuses (a ResourceQuota of no
+    Jobs: every create answers 403, again on every try) says so in its status, in the API server's words, and
+    runs once the quota is lifted; a Sweep of 2,000 duplicate GPU names is Invalid with a status message of 20
+    problems and a count, not megabytes; a Sweep asking for 100,000 nodes per trial is refused by the CRD."""
+    cluster, ns = installed.cluster, installed.namespace
+    cluster.apply([{"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-jobs", "namespace": ns},
+                    "spec": {"hard": {"count/jobs.batch": "0"}}}])
+    try:
+        path = sweep_file(tmp_path, "quota", {"gpu": ["l4"], "batch_size": [8]},
+                          hooks={"kubesweep.io/test-duration": "500ms"})
+        kubectl_apply(installed, path)
+        message = _kwok().wait_until("the refusal in the status", lambda: (
+            m if "refused trial Job" in (m := (sweep_status(installed, "quota") or {}).get("message") or "")
+            else None), 60, interval=0.2)
+        assert "HTTP 403" in message and "exceeded quota: no-jobs" in message, message
+    finally:
+        cluster.kubectl("delete", "resourcequota", "no-jobs", namespace=ns, check=False)
+    assert wait_phase(installed, "quota", {"Succeeded", "Failed"}, timeout=90, op=operator)["phase"] == "Succeeded"
+
+    dupes = sweep_file(tmp_path, "dupes", {"gpu": ["l4"] * 2_000}, hooks={})
+    kubectl_apply(installed, dupes)
+    message = wait_phase(installed, "dupes", {"Invalid"}, timeout=30, op=operator)["message"]
+    assert len(message) <= 4096 and "... and 1,979 more problems" in message, message[-300:]
+
+    nodes = sweep_file(tmp_path, "nodes", {"gpu": ["l4"]}, hooks={})
+    doc = yaml.safe_load(nodes.read_text())
+    doc["spec"]["resources"] = {"num_nodes": 100_000}
+    nodes.write_text(yaml.safe_dump(doc, sort_keys=False))
+    refused = cluster.kubectl("apply", "--server-side", "-f", str(nodes), namespace=ns, check=False)
+    assert refused.returncode != 0 and "spec.resources.num_nodes" in refused.stderr, refused.stderr
+    assert "less than or equal to 512" in refused.stderr, refused.stderr
