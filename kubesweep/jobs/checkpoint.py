@@ -23,9 +23,11 @@ STATE_FILE = "state.pt"
 def rng_state() -> dict[str, Any]:
     import torch
 
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        # plain values, not an ndarray: a checkpoint holds only what loads without unpickling code (`load`)
+        "numpy": [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -36,8 +38,9 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     import torch
 
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    random.setstate(_tuples(state["python"]))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -73,9 +76,26 @@ def save(directory: Path, step: int, state: dict[str, Any], keep: int) -> Path:
     return final
 
 
+class UnsafeCheckpoint(ValueError):
+    """A checkpoint that holds more than tensors and plain values: never unpickled."""
+
+
 def load(path: Path) -> dict[str, Any]:
+    """The checkpoint's state, read with `weights_only`: tensors, numbers, strings and containers, nothing that
+    runs code when unpickled. A checkpoint directory is shared (a claim every trial of a sweep mounts, and others
+    may name it too), so a planted `state.pt` must not run code in the trial that resumes from it."""
+    import pickle
+
     import torch
 
-    # The state holds RNG tuples and numpy arrays besides tensors: it is our own file, read in full.
-    state: dict[str, Any] = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
+    try:
+        state: dict[str, Any] = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise UnsafeCheckpoint(f"{path / STATE_FILE} holds more than tensors and plain values, so it is not "
+                               f"loaded (no code in a checkpoint runs): {str(exc).splitlines()[0]}") from None
     return state
+
+
+def _tuples(value: Any) -> Any:
+    """random.setstate wants the tuples random.getstate gave (a checkpoint may hand back lists)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list | tuple) else value

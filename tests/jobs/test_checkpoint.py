@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from kubesweep.jobs import checkpoint
 
@@ -44,3 +45,30 @@ def test_rng_state_round_trips_through_a_checkpoint(tmp_path: Path) -> None:
     checkpoint.set_rng_state(checkpoint.load(tmp_path / "step-00000001")["rng"])
     again = (random.random(), float(np.random.rand()), torch.rand(3))
     assert first[:2] == again[:2] and torch.equal(first[2], again[2])
+
+
+class _Planted:
+    """What a hostile trial (another sweep naming the same claim) leaves as a checkpoint: unpickling it runs code."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str, ...]]:
+        return (Path.touch, (str(self.marker),))  # type: ignore[return-value]
+
+
+def test_a_planted_checkpoint_runs_no_code_in_the_trial_that_resumes(tmp_path: Path) -> None:
+    """The attack: a `state.pt` on a shared checkpoint claim whose unpickling runs code. It is refused, and
+    nothing of it runs; a checkpoint of our own (tensors, numbers, RNG states) still loads."""
+    import torch
+
+    marker = tmp_path / "ran"
+    planted = tmp_path / "ckpt" / "step-00000001"
+    planted.mkdir(parents=True)
+    torch.save({"step": 1, "model": _Planted(marker)}, planted / checkpoint.STATE_FILE)
+    with pytest.raises(checkpoint.UnsafeCheckpoint, match="holds more than tensors and plain values"):
+        checkpoint.load(planted)
+    assert not marker.exists()
+    own = checkpoint.save(tmp_path / "own", 2, {"step": 2, "model": {"w": torch.ones(2)},
+                                                "rng": checkpoint.rng_state(), "loss_curve": [(1, 0.5)]}, keep=1)
+    assert checkpoint.load(own)["step"] == 2
