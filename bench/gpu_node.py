@@ -328,7 +328,8 @@ def volume(name: str, path: Path) -> list[dict[str, Any]]:
          "spec": {"capacity": {"storage": "50Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "node",
                   "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(path), "type": "Directory"},
                   "claimRef": {"namespace": NAMESPACE, "name": name}}},
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NAMESPACE},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
+            "name": name, "namespace": NAMESPACE, "labels": {"kubesweep.io/sweeps": "allowed"}},  # open to sweeps
          "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "node", "volumeName": f"{NAMESPACE}-{name}",
                   "resources": {"requests": {"storage": "50Gi"}}}},
     ]

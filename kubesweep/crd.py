@@ -44,9 +44,9 @@ SLICE_CRD_NAME = f"{SLICE_PLURAL}.{GROUP}"
 CHECKED_IN = ("manifests/crd/kubesweep.io.yaml", "charts/kubesweep/crds/kubesweep.io.yaml")
 
 # Fields of spec that decide which trials exist, what each runs, and with which identity and privileges (images,
-# the ServiceAccount, the tracking server): fixed once the sweep exists.
+# the ServiceAccount, the tracking server, the claims its pods mount): fixed once the sweep exists.
 IMMUTABLE_FIELDS = ("image", "images", "job", "matrix", "include", "exclude", "repeats", "resources", "search",
-                    "tracking", "service_account")
+                    "tracking", "service_account", "storage")
 
 SweepPhase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed", "Cancelled", "Invalid", "Empty"]
 TrialPhase = Literal["Pending", "Unschedulable", "Running", "Succeeded", "Failed", "Skipped", "Cancelled"]
@@ -193,7 +193,7 @@ def _immutability_rules() -> list[dict[str, str]]:
     for name in IMMUTABLE_FIELDS:
         rules.append({
             "rule": f"has(self.{name}) == has(oldSelf.{name}) && (!has(self.{name}) || self.{name} == oldSelf.{name})",
-            "message": f"spec.{name} is immutable once the sweep exists (only suspend, concurrency and storage can "
+            "message": f"spec.{name} is immutable once the sweep exists (only suspend and concurrency can "
                        "change); delete the sweep and submit it again",
         })
     return rules

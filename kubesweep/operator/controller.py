@@ -53,6 +53,9 @@ MIN_WRITE_WINDOW = 0.25
 DEFAULT_WRITE_TIMEOUT = 30.0
 DELETED_EARLY = "its Job was deleted before the trial finished"
 SLOW_STEP = 2.0  # seconds: a step taking longer is logged with its number of writes
+# The label that opens a PersistentVolumeClaim to sweeps' trials (spec.storage): set by whoever may label claims
+CLAIM_LABEL = "kubesweep.io/sweeps"
+CLAIM_ALLOWED = "allowed"
 
 
 class NotLeader(BackendError):
@@ -246,6 +249,9 @@ class OperatorBackend(KubernetesBackend):
             problem = image_problem(state.sweep, allow_unpinned=self.allow_unpinned)
             if problem is not None:  # no image its trials can run as (e.g. a lock key not built yet)
                 raise InvalidSweep(f"{state.sweep.source}: spec.image: {problem}")
+            problem = self._claim_problem(state.sweep)
+            if problem is not None:
+                raise InvalidSweep(f"{state.sweep.source}: {problem}")
             self._sized[sweep] = sized
         if self.test_hooks:
             annotations = self._body(sweep)["metadata"].get("annotations") or {}
@@ -254,6 +260,25 @@ class OperatorBackend(KubernetesBackend):
             except testhooks.TestHookError as exc:
                 raise InvalidSweep(str(exc)) from None
         return state
+
+    def _claim_problem(self, sweep: Sweep) -> str | None:
+        """Why the sweep may not mount a claim it names (None: it may). A claim is open to sweeps only when a
+        namespace admin labelled it `kubesweep.io/sweeps=allowed`: without that, a Sweep could mount any claim of
+        the namespace (MLflow's store, another team's checkpoints) read-write into pods running its own image."""
+        storage = sweep.spec.storage
+        for field_name in ("cache_claim", "checkpoint_claim"):
+            claim = getattr(storage, field_name)
+            if not claim:
+                continue
+            try:
+                pvc = self._call(self.core.read_namespaced_persistent_volume_claim, claim, self.namespace)
+            except self.ApiException:  # 404
+                return f"spec.storage.{field_name}: no PersistentVolumeClaim {claim!r} in namespace {self.namespace}"
+            labels = (pvc.metadata.labels if pvc.metadata else None) or {}
+            if labels.get(CLAIM_LABEL) != CLAIM_ALLOWED:
+                return (f"spec.storage.{field_name}: claim {claim!r} is not open to sweeps; a namespace admin opens "
+                        f"it with `kubectl label pvc {claim} {CLAIM_LABEL}={CLAIM_ALLOWED}`")
+        return None
 
     def _hook_annotations(self, trial: Trial) -> Mapping[str, str]:
         return testhooks.annotations_for(trial, self._hook_rules.get(trial.config.sweep, []))

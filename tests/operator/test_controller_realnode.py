@@ -170,7 +170,9 @@ def _volume(name: str, ns: str, path: Path, claim: str, storage_class: str, size
 
 
 def _claim(name: str, ns: str, storage_class: str, size: str = "2Gi") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": ns},
+    # opened to sweeps by the label a namespace admin sets (the operator refuses a Sweep naming a claim without it)
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": ns, "labels": {"kubesweep.io/sweeps": "allowed"}},
             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": storage_class,
                      "resources": {"requests": {"storage": size}}}}
 
@@ -607,7 +609,17 @@ def test_a_sweep_author_gains_nothing_beyond_the_sweep(stack: Stack, tmp_path: P
     finally:
         cluster.kubectl("delete", "sweep", name, "--wait=false", namespace=ns, check=False)
 
-    # 3: a tracking server the chart did not allow: Invalid, and no request reaches it
+    # 3: MLflow's own claim (its user store) is no sweep's to mount: Invalid, no pod made
+    (mlflow_claim,) = [c["metadata"]["name"] for c in cluster.get_json("pvc", namespace=ns)["items"]
+                       if "kubesweep.io/sweeps" not in (c["metadata"].get("labels") or {})]
+    _create_as(stack, user, _spec_doc(tmp_path, "lock-claim", stack.image, job={},
+                                      storage={"cache_claim": "data", "checkpoint_claim": mlflow_claim}))
+    status = stack.wait_phase("lock-claim", {"Invalid"}, timeout=60)
+    assert f"spec.storage.checkpoint_claim: claim {mlflow_claim!r} is not open to sweeps" in status["message"], status
+    assert stack.pods("lock-claim") == []
+    cluster.kubectl("delete", "sweep", "lock-claim", "--wait=false", namespace=ns)
+
+    # 4: a tracking server the chart did not allow: Invalid, and no request reaches it
     listener = _Listener()
     try:
         doc = _spec_doc(tmp_path, "lock-track", stack.image, job={})
