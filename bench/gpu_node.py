@@ -552,7 +552,9 @@ def faults(args: argparse.Namespace) -> None:
         args.out, "results", "gpu-node-oom", *k8s[:-2], "--per-trial", "-f", "json", env=env).stdout}
     sweep_cli(args.out, "submit", str(args.out / "gpu-node-evict.yaml"), *k8s, "--detach", env=env)
     ckpt = gpu_node.ROOT / "volumes" / "checkpoints" / "gpu-node-evict"
-    waited = wait_for(lambda: any(ckpt.rglob("*step*")), 300, "the first checkpoint")
+    # a finished checkpoint: a step-NNNNNNNN directory holding its state (never a temporary one, nor another file)
+    waited = wait_for(lambda: any((d / "state.pt").is_file() for d in ckpt.glob("*/step-[0-9]*")), 300,
+                      "the first checkpoint")
     pods = [p for p in api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
             if p["metadata"]["name"].startswith("gpu-node-evict") and p["status"].get("phase") == "Running"]
     victim = pods[0]["metadata"]["name"]
