@@ -117,6 +117,12 @@ def test_rendered_chart_validates_strictly(scope: list[str], tmp_path: Path) -> 
         assert any(d["kind"] == "ClusterRole" for d in docs)
     if "watch.namespaces={team-a,team-b}" in scope:
         assert {d["metadata"]["namespace"] for d in docs if d["kind"] == "RoleBinding"} >= {"team-a", "team-b"}
+    from kubesweep.manifests import RUN_AS
+
+    for d in docs:  # MLflow never runs as the trials' uid: a trial that reached its files could not write them
+        if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-mlflow"):
+            pod_security = d["spec"]["template"]["spec"]["securityContext"]
+            assert RUN_AS not in (pod_security["runAsUser"], pod_security["runAsGroup"], pod_security["fsGroup"])
     policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
     # no rule admits "any namespace" (an empty namespaceSelector): a pod label alone is anyone's to set
     peers = [peer for d in policies for rule in d["spec"].get("ingress") or [] for peer in rule.get("from") or []]

@@ -177,9 +177,9 @@ def _claim(name: str, ns: str, storage_class: str, size: str = "2Gi") -> dict[st
                      "resources": {"requests": {"storage": size}}}}
 
 
-def _owned_dir(path: Path) -> Path:
+def _owned_dir(path: Path, uid: int = 1000) -> Path:
     path.mkdir(parents=True, exist_ok=True)
-    os.chown(path, 1000, 1000)  # the uid the job and MLflow containers run as
+    os.chown(path, uid, uid)  # the uid the job's containers run as (MLflow's: 1001, its own)
     return path
 
 
@@ -197,7 +197,8 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
     assert sst2 is not None, "SST-2 TSVs not found (data/sst2 or KUBESWEEP_SST2_DIR)"
     cluster, ns = k8s_cluster, f"ksw-real-{uuid.uuid4().hex[:6]}"
     volumes = node.workdir / "volumes" / ns
-    for sub in ("mlflow", "data", "checkpoints"):
+    _owned_dir(volumes / "mlflow", uid=1001)
+    for sub in ("data", "checkpoints"):
         _owned_dir(volumes / sub)
     _owned_dir(volumes / "data" / "sst2")
     for split, rows in (("train.tsv", 400), ("dev.tsv", 100)):
