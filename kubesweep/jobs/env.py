@@ -69,6 +69,8 @@ def check_gpu(requested_product: str | None, names: list[str]) -> str | None:
 def capture(devices: list[int]) -> dict[str, Any]:
     import torch
 
+    from kubesweep.jobs.runtime import cpu_quota
+
     gpus: list[dict[str, Any]] = []
     driver = None
     for index, name in zip(devices, gpu_names(devices), strict=False):
@@ -105,6 +107,8 @@ def capture(devices: list[int]) -> dict[str, Any]:
             "model": _cpu_model(),
             "logical_cores": os.cpu_count(),
             "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "quota_cores": cpu_quota(),  # the pod's CPU limit, where a cgroup sets one
+            "torch_threads": torch.get_num_threads(),
         },
         "memory_total_bytes": _mem_total(),
         "gpus": gpus,

@@ -257,6 +257,7 @@ def run(
 ) -> tuple[TrainOutcome, float]:
     """Train with Trainer; returns the outcome (same shape as the kubesweep engine's) and the set-up time."""
     t0 = time.perf_counter()
+    runtime.limit_threads()
     runtime.setup_precision(cfg)
     pad_to = cfg.max_seq_len if cfg.padding == "max_length" else None
     per_rank_batches = math.ceil(len(train_data) / (cfg.batch_size * dist.world_size))

@@ -26,6 +26,7 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> di
     import torch
 
     device = torch.device(dist.device)
+    runtime.limit_threads()
     runtime.setup_precision(cfg)
     dtype = runtime.autocast_dtype(cfg) or torch.float32
     model = model.to(device=device, dtype=dtype).eval()

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from kubesweep.jobs.config import JobConfig
@@ -22,6 +23,38 @@ log = logging.getLogger(__name__)
 
 OOM_HOOK_ENV = "KUBESWEEP_TEST_OOM_ABOVE_BATCH"
 CRASH_HOOK_ENV = "KUBESWEEP_TEST_CRASH_AFTER_STEP"
+
+
+def cpu_quota(cgroup: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPU time this process's cgroup may use, in cores (a pod's CPU limit), from cgroup v2's `cpu.max` or
+    v1's CFS quota; None without one (no limit, or not in a container)."""
+    try:
+        quota, _, period = (cgroup / "cpu.max").read_text().strip().partition(" ")
+        return None if quota == "max" else int(quota) / int(period or 100_000)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((cgroup / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((cgroup / "cpu" / "cpu.cfs_period_us").read_text())
+        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def limit_threads(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """PyTorch's intra-op threads, at most the cores the CPU limit allows.
+
+    PyTorch sizes its pool by the cores it sees (all of the node's), not by the pod's CPU limit. With more
+    threads than the quota, the CFS throttles the whole process for part of each period, and the thread that
+    launches the GPU's kernels waits with the others: a launch-bound step (a small batch) ran at half speed in a
+    pod of 8 CPUs on a 16-core node. Returns the thread count in use."""
+    import torch
+
+    quota = cpu_quota(cgroup)
+    if quota is not None and torch.get_num_threads() > max(1, int(quota)):
+        torch.set_num_threads(max(1, int(quota)))
+        log.info("intra-op threads: %d (the CPU limit, %.4g cores)", torch.get_num_threads(), quota)
+    return int(torch.get_num_threads())
 
 
 def setup_precision(cfg: JobConfig) -> None:

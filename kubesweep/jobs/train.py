@@ -169,6 +169,7 @@ class FineTuner:
         self.steps_per_epoch = math.ceil(per_rank / cfg.grad_accum)
         self.target_steps = cfg.max_steps or math.ceil(cfg.epochs * self.steps_per_epoch)
 
+        runtime.limit_threads()
         runtime.setup_precision(cfg)
         if cfg.step_graph:
             step_graph.check_supported(cuda=dist.cuda)

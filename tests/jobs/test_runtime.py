@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kubesweep.jobs import runtime
 from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.errors import UsageError
 from kubesweep.outcomes import ExitCode
@@ -91,3 +92,31 @@ def test_a_second_trial_with_the_same_compile_cache_compiles_nothing(
     assert warm["hit"] is True, warm
     assert warm["aot_autograd_hits"] == cold["aot_autograd_misses"] and warm["aot_autograd_misses"] == 0
     assert warm["fx_graph_misses"] == 0
+
+
+@pytest.mark.parametrize(("files", "quota"), [
+    ({"cpu.max": "800000 100000\n"}, 8.0), ({"cpu.max": "max 100000\n"}, None), ({"cpu.max": "150000 100000"}, 1.5),
+    ({"cpu/cpu.cfs_quota_us": "400000", "cpu/cpu.cfs_period_us": "100000"}, 4.0),
+    ({"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, None), ({}, None),
+])
+def test_the_cpu_limit_is_read_from_the_cgroup(tmp_path: Path, files: dict[str, str], quota: float | None) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert runtime.cpu_quota(tmp_path) == quota
+
+
+def test_threads_are_cut_to_the_cpu_limit_and_never_raised(tmp_path: Path) -> None:
+    """A pod limited to 1.5 CPUs on a node of many cores: PyTorch's pool shrinks to 1 thread (more threads than
+    the quota get the whole process throttled, the kernel-launching thread too). No limit: unchanged."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        (tmp_path / "cpu.max").write_text("150000 100000\n")
+        assert runtime.limit_threads(tmp_path) == 1 == torch.get_num_threads()
+        (tmp_path / "cpu.max").write_text("max 100000\n")
+        assert runtime.limit_threads(tmp_path) == 1  # no limit: left as it is
+    finally:
+        torch.set_num_threads(before)
