@@ -630,7 +630,9 @@ def every_step(args: argparse.Namespace) -> None:
     """sweep, local, faults and operator in turn, each on its own: one that fails leaves the others to run."""
     import traceback
 
-    for name, fn in (("sweep", sweep), ("local", local), ("faults", faults), ("operator", operator)):
+    steps = {"sweep": sweep, "local": local, "faults": faults, "operator": operator}
+    for name in args.steps:
+        fn = steps[name]
         t0 = time.monotonic()
         try:
             fn(args)
@@ -660,6 +662,9 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--precisions", nargs="+", default=["bf16", "fp16"])
         sp.add_argument("--epochs", type=float, default=3, help="epochs of SST-2 per trial (3: the usual recipe)")
         sp.add_argument("--timeout", type=float, default=900)
+        if name == "all":
+            sp.add_argument("--steps", nargs="+", choices=["sweep", "local", "faults", "operator"],
+                            default=["sweep", "local", "faults", "operator"], help="the steps, in this order")
         sp.set_defaults(fn=fn)
     args = p.parse_args(argv)
     if hasattr(args, "out"):
