@@ -360,6 +360,15 @@ def prepare_namespace(api: gpu_node.Api) -> None:
     subprocess.run(["chown", "-R", "1000:1000", str(cache)], check=True)
 
 
+def ready(api: gpu_node.Api, env: dict[str, str], image: str) -> tuple[str, dict[str, Any] | None]:
+    """What every step needs, whichever runs first: the namespace and its claims, the pod network's bridge (made
+    with a pod's first sandbox: a probe pod, when no pod ran yet), MLflow. Returns MLflow's URI for pods and the
+    probe pod's findings when one ran."""
+    prepare_namespace(api)
+    probe = None if Path(f"/sys/class/net/{gpu_node.BRIDGE}").exists() else probe_pod(api, image)
+    return start_mlflow(env), probe
+
+
 def probe_pod(api: gpu_node.Api, image: str) -> dict[str, Any]:
     """One pod of the job image asking for the GPU: what CUDA and NVML see inside it, and its start-up times."""
     name = f"gpu-probe-{int(time.time())}"
@@ -450,10 +459,9 @@ def sweep(args: argparse.Namespace) -> None:
     env = site_env()
     api = node_api()
     image = json.loads((gpu_node.ROOT / "job-image.json").read_text())["image"]
-    uri = start_mlflow(env)
-    prepare_namespace(api)
+    uri, probe = ready(api, env, image)
     result: dict[str, Any] = {"image": image, "tracking_uri": uri}
-    result["probe_pod"] = probe_pod(api, image)
+    result["probe_pod"] = probe or probe_pod(api, image)
     log(f"probe pod: {result['probe_pod']}")
     gpu = gpu_key(api)
     spec = sweep_spec("gpu-node", image, gpu, args)
@@ -535,8 +543,8 @@ def faults(args: argparse.Namespace) -> None:
 
     env = site_env()
     api = node_api()
-    uri = start_mlflow(env)
     image = json.loads((gpu_node.ROOT / "job-image.json").read_text())["image"]
+    uri, _ = ready(api, env, image)
     gpu = gpu_key(api)
     k8s = ["--backend", "kubernetes", "--direct", "-n", NAMESPACE, "--tracking-uri", uri]
     result: dict[str, Any] = {}
@@ -579,8 +587,8 @@ def operator(args: argparse.Namespace) -> None:
 
     env = site_env()
     api = node_api()
-    uri = start_mlflow(env)
     image = json.loads((gpu_node.ROOT / "job-image.json").read_text())["image"]
+    uri, _ = ready(api, env, image)
     gpu = gpu_key(api)
     for crd in yaml.safe_load_all((ROOT / "charts" / "kubesweep" / "crds" / "kubesweep.io.yaml").read_text()):
         if crd:

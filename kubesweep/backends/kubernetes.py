@@ -376,7 +376,11 @@ class KubernetesBackend(Backend):
             raise SweepConflict(f"a sweep named {sweep.name!r} already exists in namespace {self.namespace} with a "
                                 f"different spec; `sweep resume {sweep.name}` continues it, `sweep delete` removes it")
         if existing is None:
-            self.store.create(sweep, self.tracking.parent_run_id if self.tracking else None)
+            try:
+                self.store.create(sweep, self.tracking.parent_run_id if self.tracking else None)
+            except self.ApiException as exc:  # 404: the only answer `_call` passes on as it is
+                raise BackendError(f"namespace {self.namespace!r} not found on the cluster: create it (`kubectl "
+                                   f"create namespace {self.namespace}`) or name another with -n") from exc
         self._plans[sweep.name] = plan
         self.reconcile(sweep.name)
 

@@ -136,3 +136,15 @@ def test_job_creates_reuse_the_clients_connections(k8s_cluster: Any, k8s_namespa
     assert 1 <= opened <= WRITE_THREADS + 4, opened  # the write threads, the watches, a read
     backend.delete("pooled")
     backend.close()
+
+
+def test_a_namespace_that_does_not_exist_is_named_not_a_traceback(k8s_cluster: Any) -> None:
+    """`sweep submit -n gpu-sweep` before the namespace exists: a BackendError (exit 4) that names it and says how
+    to make it. It was an uncaught NotFoundException, a traceback and exit 1 ("trials failed")."""
+    from kubesweep.backends.base import BackendError
+
+    backend = KubernetesBackend(namespace="no-such-namespace-kw", api_client=k8s_cluster.api_client())
+    with pytest.raises(BackendError, match=r"namespace 'no-such-namespace-kw' not found on the cluster: create it "
+                                           r"\(`kubectl create namespace no-such-namespace-kw`\)"):
+        backend.submit(make_plan("nowhere", {"batch_size": [8]}, image=DIGEST), wait=False)
+    backend.close()
