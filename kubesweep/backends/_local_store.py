@@ -90,12 +90,28 @@ class TrialRow:
     pid_start: int | None = None  # the process's start time (/proc stat, clock ticks): pid and start name it
 
 
+INIT_TRIES = 20
+
+
 class Store:
     def __init__(self, home: Path):
         self.home = home
         home.mkdir(parents=True, exist_ok=True)
         self.path = home / "state.db"
+        for attempt in range(INIT_TRIES):
+            try:
+                self._init()
+                break
+            except StoreError as exc:
+                # processes opening a fresh home at once: the switch to WAL and the first CREATE upgrade a read lock
+                # to a write lock, which SQLite refuses at once (no busy wait) when another process holds one
+                if "locked" not in str(exc) or attempt == INIT_TRIES - 1:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+
+    def _init(self) -> None:
         with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")  # kept in the file: later connections need not ask again
             db.executescript(SCHEMA)
             if "pid_start" not in {r[1] for r in db.execute("PRAGMA table_info(trials)")}:  # a store made before it
                 with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
@@ -108,8 +124,7 @@ class Store:
         except sqlite3.DatabaseError as exc:
             raise self._unreadable(exc) from None
         try:
-            db.execute("PRAGMA busy_timeout=30000")  # first: the WAL switch below may wait for another process
-            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA busy_timeout=30000")
             db.execute("PRAGMA foreign_keys=ON")
             db.row_factory = sqlite3.Row
             yield db
