@@ -72,6 +72,11 @@ def parser() -> argparse.ArgumentParser:
                    help="Secret in each sweep's namespace with the `username`/`password` trials log to MLflow with "
                         "(env KUBESWEEP_TRACKING_SECRET). The operator's own MLflow credentials: "
                         "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD")
+    p.add_argument("--mlflow-namespace-user-prefix", metavar="PREFIX",
+                   default=os.environ.get("KUBESWEEP_MLFLOW_NAMESPACE_USER_PREFIX") or None,
+                   help="the default MLflow server has a user per namespace, PREFIX + NAMESPACE, which its trials log "
+                        "as: each sweep's experiment is made for its namespace and that user gets EDIT on it, and "
+                        "nothing else (env KUBESWEEP_MLFLOW_NAMESPACE_USER_PREFIX; the chart sets it)")
     p.add_argument("--tuner-image", default=os.environ.get("KUBESWEEP_TUNER_IMAGE") or None, metavar="IMAGE",
                    help="image the tuner Jobs of search sweeps run (env KUBESWEEP_TUNER_IMAGE; the chart sets the "
                         "operator's own image). The Sweep's image runs only the trials, which hold no token")
@@ -139,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                            identity, duration=args.lease_duration, renew_every=renew,
                            margin=min(2.0, args.lease_duration / 5))
     allowed = args.tracking_allowed_hosts or _env_list("KUBESWEEP_TRACKING_ALLOWED_HOSTS")
-    tracking = TrackingPolicy(args.mlflow_uri or None, tuple(allowed), args.tracking_secret)
+    tracking = TrackingPolicy(args.mlflow_uri or None, tuple(allowed), args.tracking_secret,
+                              namespace_user_prefix=args.mlflow_namespace_user_prefix)
     cache = ClusterCache(api_client, None if args.all_namespaces else namespaces)
     controller = SweepController(api_client, may_write=elector.holding, lease_remaining=elector.remaining,
                                  faults=faults, tracking=tracking,

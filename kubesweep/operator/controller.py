@@ -346,10 +346,14 @@ class OperatorBackend(KubernetesBackend):
         tracking = self._tracking_for(state)
         if tracking and not state.parent_run_id:
             try:
-                # the operator's own credentials go to its own server only, never to a Sweep's choice
-                environ: dict[str, str] | None = None if self.tracking_policy.is_default(tracking.uri) else {}
+                # the operator's own credentials go to its own server only, never to a Sweep's choice; there,
+                # with a user per namespace, the experiment is this namespace's and its user may edit it
+                policy = self.tracking_policy
+                environ: dict[str, str] | None = None if policy.is_default(tracking.uri) else {}
+                user = policy.namespace_user(tracking.uri, self.namespace)
                 run_id = MlflowRest(tracking.uri, environ=environ).parent_run(
-                    state.sweep.experiment, name, body["metadata"]["uid"])
+                    state.sweep.experiment, name, body["metadata"]["uid"],
+                    namespace=self.namespace if user else None, grant_to=user)
             except MlflowError as exc:
                 self._publish_message(name, "Pending", f"waiting for MLflow (no trial starts without the "
                                                       f"sweep's parent run): {exc}")

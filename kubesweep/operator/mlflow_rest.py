@@ -24,6 +24,7 @@ from kubesweep.tracking.runs import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
 from kubesweep.tracking.view import experiment_tags
 
 TAG_UID = "kubesweep.sweep-uid"
+NAMESPACE_TAG = "kubesweep.namespace"  # an experiment the operator made for one namespace's sweeps
 
 
 _ERROR_CODE = re.compile(r"[A-Z][A-Z_]{0,63}")
@@ -57,6 +58,13 @@ class TrackingPolicy:
     default_uri: str | None = None
     allowed_hosts: Sequence[str] = field(default_factory=tuple)
     credentials_secret: str | None = None
+    namespace_user_prefix: str | None = None  # the chart's MLflow: namespace NS's trials log as PREFIX + NS
+
+    def namespace_user(self, uri: str, namespace: str) -> str | None:
+        """The MLflow user a namespace's trials log as on `uri`: on the chart's own server with per-namespace
+        users, `namespace_user_prefix` + the namespace; else None (nothing to grant)."""
+        return f"{self.namespace_user_prefix}{namespace}" if self.namespace_user_prefix and self.is_default(uri) \
+            else None
 
     def is_default(self, uri: str) -> bool:
         """`uri` is the operator's own server (scheme, host and port): the only one its credentials go to."""
@@ -123,8 +131,8 @@ class MlflowRest:
             self.headers["Authorization"] = f"Bearer {env['MLFLOW_TRACKING_TOKEN']}"
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None,
-              query: dict[str, str] | None = None) -> dict[str, Any]:
-        url = f"{self.uri}/api/2.0/mlflow/{path}"
+              query: dict[str, str] | None = None, *, version: int = 2) -> dict[str, Any]:
+        url = f"{self.uri}/api/{version}.0/mlflow/{path}"
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = json.dumps(body).encode() if body is not None else None
@@ -148,10 +156,14 @@ class MlflowRest:
             reason = getattr(exc, "reason", None) or type(exc).__name__
             raise MlflowError(f"cannot reach MLflow at {self.uri}: {reason}") from None
 
-    def experiment_id(self, name: str) -> str:
+    def experiment_id(self, name: str, namespace: str | None = None) -> str:
         """The experiment's id, created when missing; either way tagged for the UI's training view
-        (`kubesweep.tracking.view`)."""
+        (`kubesweep.tracking.view`). With `namespace`, the experiment is that namespace's: created with the tag
+        `kubesweep.namespace`, and an existing one without that namespace's tag is refused (MlflowError), so a
+        Sweep of one namespace never gets rights on an experiment of another."""
         tags = experiment_tags()
+        if namespace is not None:
+            tags[NAMESPACE_TAG] = namespace
         try:
             found = self._call("GET", "experiments/get-by-name", query={"experiment_name": name})["experiment"]
         except MlflowError as exc:
@@ -165,15 +177,35 @@ class MlflowRest:
                     raise
                 found = self._call("GET", "experiments/get-by-name", query={"experiment_name": name})["experiment"]
         have = {t.get("key"): t.get("value") for t in found.get("tags") or []}
+        if namespace is not None and have.get(NAMESPACE_TAG) != namespace:
+            owner = have.get(NAMESPACE_TAG)
+            whose = f"the sweeps of namespace {owner}" if owner else "no namespace's sweeps (it was made elsewhere)"
+            raise MlflowError(f"experiment {name!r} belongs to {whose}: name another (spec.tracking.experiment)")
         for key, value in tags.items():
             if have.get(key) != value:
                 self._call("POST", "experiments/set-experiment-tag", {"experiment_id": found["experiment_id"],
                                                                      "key": key, "value": value})
         return str(found["experiment_id"])
 
-    def parent_run(self, experiment: str, sweep: str, uid: str) -> str:
-        """The id of the sweep's parent run, created when there is none."""
-        exp = self.experiment_id(experiment)
+    def grant(self, experiment_id: str, username: str, permission: str = "EDIT") -> None:
+        """Give `username` `permission` on the experiment (MLflow's basic-auth app, its v3 grant; the caller needs
+        MANAGE on the experiment, which its creator has). A grant already there is left as it is."""
+        try:
+            self._call("POST", "users/permissions/grant", {
+                "username": username, "resource_type": "experiment", "resource_id": experiment_id,
+                "permission": permission}, version=3)
+        except MlflowError as exc:
+            if "RESOURCE_ALREADY_EXISTS" not in str(exc):
+                raise
+
+    def parent_run(self, experiment: str, sweep: str, uid: str, *, namespace: str | None = None,
+                   grant_to: str | None = None) -> str:
+        """The id of the sweep's parent run, created when there is none. With `namespace`, the experiment must be
+        that namespace's (`experiment_id`); `grant_to` (that namespace's MLflow user) gets EDIT on it, so its
+        trials log there and nowhere else."""
+        exp = self.experiment_id(experiment, namespace)
+        if grant_to:
+            self.grant(exp, grant_to)
         found = self._call("POST", "runs/search", {"experiment_ids": [exp], "max_results": 1,
                                                    "filter": f"tags.`{TAG_UID}` = '{uid}'"})
         runs = found.get("runs") or []

@@ -236,7 +236,8 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
         _kc().wait_until("MLflow answering on its Service address", lambda: _health(st.mlflow_host_uri), 120)
         secret = cluster.get_json("secret", f"{MLFLOW_SERVICE}-auth", namespace=ns)["data"]
         plain = {k: base64.b64decode(v).decode() for k, v in secret.items()}
-        st.users = {who: (plain[f"{who}-username"], plain[f"{who}-password"]) for who in ("admin", "trials")}
+        st.users = {who: (plain[f"{who}-username"], plain[f"{who}-password"]) for who in ("admin", "operator")}
+        st.users["trials"] = (f"kubesweep-ns-{ns}", plain[f"ns-{ns}-password"])  # this namespace's user
         # this process and the `sweep` CLI read MLflow as a person does: with the admin user's credentials
         with pytest.MonkeyPatch.context() as env:
             env.setenv("MLFLOW_TRACKING_USERNAME", st.users["admin"][0])
@@ -280,15 +281,16 @@ def test_chart_runs_operator_and_mlflow_as_real_containers(stack: Stack) -> None
     assert stack.mlflow_status("experiments/search?max_results=1") == 401
     assert stack.mlflow_status("experiments/search?max_results=1", user="admin") == 200
     assert stack.mlflow_status("experiments/search?max_results=1", user="trials") == 200
-    # the trials' user is scoped: no user management, and no edits to an experiment it did not create
+    # the namespace's user is scoped: no user management, and no edits to an experiment it was not granted
     admin_name = stack.users["admin"][0]
     assert stack.mlflow_status(f"users/get?username={admin_name}", user="trials") == 403
     created = stack.mlflow_status("experiments/create", user="admin", method="POST", body={"name": "people-only"})
     assert created == 200
     assert stack.mlflow_status("experiments/get-by-name?experiment_name=people-only", user="trials") == 200
-    # the trials Secret in the namespace holds exactly the trials user
+    # the trials Secret in the namespace holds exactly this namespace's user (the operator has its own)
     trials = cluster.get_json("secret", "kubesweep-mlflow-trials", namespace=ns)["data"]
-    assert base64.b64decode(trials["username"]).decode() == stack.users["trials"][0]
+    assert base64.b64decode(trials["username"]).decode() == stack.users["trials"][0] == f"kubesweep-ns-{ns}"
+    assert stack.users["operator"][0] == "kubesweep-operator"
 
 
 # -------------------------------------------------------------------------- 2 and 4: a sweep, and a kubelet outage

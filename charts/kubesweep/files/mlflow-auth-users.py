@@ -2,25 +2,44 @@
 the Secret <release>-kubesweep-mlflow-auth, before the server starts.
 
 - the admin user (people: the UI, user management) with MLFLOW_AUTH_ADMIN_USERNAME / MLFLOW_AUTH_ADMIN_PASSWORD;
-- the trials user (trials, tuners and the operator; not an admin: it reads everything, and edits the experiments
-  it creates) with KUBESWEEP_TRIALS_USERNAME / KUBESWEEP_TRIALS_PASSWORD.
+- the operator's user (files operator-username, operator-password): it creates each sweep's experiment, and so
+  manages it, and grants the sweep's namespace's user EDIT on it;
+- one user per served namespace, KUBESWEEP_NAMESPACE_USER_PREFIX + the namespace (file ns-<namespace>-password):
+  what that namespace's trials and tuners log as. Not admins: with default_permission READ they read, and edit
+  only the experiments they were granted.
 
-Existing users get the Secret's passwords again, so rotating the Secret and restarting the pod rotates them.
+The Secret's files are under /etc/mlflow-users. Existing users get the Secret's passwords again, so rotating the
+Secret and restarting the pod rotates them; a namespace user whose namespace is no longer served is deleted.
 """
 
 import os
+import re
 import sys
+from pathlib import Path
 
 from mlflow.server.auth.config import read_auth_config
 from mlflow.server.auth.sqlalchemy_store import SqlAlchemyStore
+
+USERS = Path(os.environ.get("KUBESWEEP_MLFLOW_USERS_DIR", "/etc/mlflow-users"))  # the Secret, mounted
+NAMESPACE_PASSWORD = re.compile(r"^ns-([a-z0-9]([-a-z0-9]*[a-z0-9])?)-password$")
+
+
+def wanted() -> list[tuple[str, str, bool]]:
+    prefix = os.environ["KUBESWEEP_NAMESPACE_USER_PREFIX"]
+    users = [(os.environ["MLFLOW_AUTH_ADMIN_USERNAME"], os.environ["MLFLOW_AUTH_ADMIN_PASSWORD"], True),
+             ((USERS / "operator-username").read_text(), (USERS / "operator-password").read_text(), False)]
+    for path in sorted(USERS.iterdir()):
+        match = NAMESPACE_PASSWORD.match(path.name)
+        if match:
+            users.append((prefix + match.group(1), path.read_text(), False))
+    return users
 
 
 def main() -> int:
     config = read_auth_config()
     store = SqlAlchemyStore()
     store.init_db(config.database_uri)
-    users = ((os.environ["MLFLOW_AUTH_ADMIN_USERNAME"], os.environ["MLFLOW_AUTH_ADMIN_PASSWORD"], True),
-             (os.environ["KUBESWEEP_TRIALS_USERNAME"], os.environ["KUBESWEEP_TRIALS_PASSWORD"], False))
+    users = wanted()
     for username, password, admin in users:
         if store.has_user(username):
             store.update_user(username, password=password, is_admin=admin)
@@ -28,6 +47,12 @@ def main() -> int:
         else:
             store.create_user(username, password, is_admin=admin)
             print(f"user {username}: created (admin: {admin})")
+    keep = {u for u, _, _ in users}
+    prefix = os.environ["KUBESWEEP_NAMESPACE_USER_PREFIX"]
+    for user in store.list_users():
+        if user.username.startswith(prefix) and user.username not in keep:
+            store.delete_user(user.username)
+            print(f"user {user.username}: deleted (its namespace is no longer served)")
     return 0
 
 
