@@ -235,7 +235,7 @@ def test_chart_renders_the_built_operator_digest(built_images: Built) -> None:
     name, digest = by_digest(built_images.operator).rsplit("@", 1)
     proc = subprocess.run(
         [str(helm), "template", "ks", str(support.ROOT / "charts" / "kubesweep"), "-n", "kubesweep",
-         *chart_image_sets(built_images)],
+         *chart_image_sets(built_images), "--set", "watch.namespaces={kubesweep}"],
         capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
@@ -271,7 +271,8 @@ def test_helm_install_and_a_trial_on_the_test_cluster_use_the_built_digests(
     try:
         proc = subprocess.run(
             [helm, "install", release, str(support.ROOT / "charts" / "kubesweep"), "-n", ns, "--wait", "--debug",
-             "--timeout", "150s", "--kubeconfig", str(k8s_cluster.kubeconfig), *chart_image_sets(built_images)],
+             "--timeout", "150s", "--kubeconfig", str(k8s_cluster.kubeconfig), *chart_image_sets(built_images),
+             "--set", f"watch.namespaces={{{ns}}}"],
             capture_output=True, text=True, timeout=200, check=False)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         pods = k8s_cluster.get_json("pods", "-l", "app.kubernetes.io/component=operator", namespace=ns)["items"]

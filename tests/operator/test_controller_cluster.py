@@ -49,6 +49,7 @@ CPU_NODE = "kubesweep-test-cpu-0"
 JOB_IMAGE = "registry.example/kubesweep-job@sha256:" + "0" * 64
 TUNER_IMAGE = "registry.example/kubesweep-operator@" + OPERATOR_DIGEST
 DIGEST_SETS = ["--set", f"operator.image.digest={OPERATOR_DIGEST}", "--set", f"mlflow.image.digest={MLFLOW_DIGEST}"]
+SERVE = ["--set", "watch.namespaces={kubesweep}"]  # the release namespace, served because it is listed
 
 
 def _kwok() -> Any:
@@ -77,19 +78,24 @@ def helm(*args: str, kubeconfig: Path | None = None, check: bool = True, timeout
 
 
 def test_chart_lints_strictly_and_refuses_placeholder_digests() -> None:
-    assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), *DIGEST_SETS).stdout
-    refused = helm("lint", "--strict", str(CHART), check=False)
+    assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), *DIGEST_SETS, *SERVE).stdout
+    refused = helm("lint", "--strict", str(CHART), *SERVE, check=False)
     assert refused.returncode != 0
     assert "/operator/image/digest" in refused.stdout + refused.stderr
     assert "/mlflow/image/digest" in refused.stdout + refused.stderr
-    tag = helm("template", RELEASE, str(CHART), *DIGEST_SETS, "--set", "operator.image.digest=latest", check=False)
+    tag = helm("template", RELEASE, str(CHART), *DIGEST_SETS, *SERVE, "--set", "operator.image.digest=latest",
+               check=False)
     assert tag.returncode != 0 and "does not match pattern" in tag.stderr
+    # no namespace named: nothing is served by default, the release namespace (MLflow's store) least of all
+    unnamed = helm("template", RELEASE, str(CHART), "-n", "kubesweep", *DIGEST_SETS, check=False)
+    assert unnamed.returncode != 0 and "watch.namespaces: name the namespaces whose Sweeps the operator serves" \
+        in unnamed.stderr, unnamed.stderr
 
 
-@pytest.mark.parametrize("scope", [[], ["--set", "watch.allNamespaces=true"],
+@pytest.mark.parametrize("scope", [SERVE, ["--set", "watch.allNamespaces=true"],
                                    ["--set", "watch.namespaces={team-a,team-b}", "--set", "mlflow.enabled=false",
                                     "--set", "tracking.uri=http://mlflow.example:5000"],
-                                   ["--set", "mlflow.backendStore.uriSecret.name=mlflow-db",
+                                   [*SERVE, "--set", "mlflow.backendStore.uriSecret.name=mlflow-db",
                                     "--set", "mlflow.artifacts.s3.bucket=runs",
                                     "--set", "mlflow.artifacts.s3.credentialsSecret=mlflow-s3",
                                     "--set", "mlflow.artifacts.s3.endpointUrl=https://minio.example:9000"]],
@@ -193,6 +199,7 @@ def installed(k8s_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
                             "storageClassName": storage_class, "hostPath": {"path": f"/tmp/{ns}"}}})
     try:
         helm("install", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", "150s", *DIGEST_SETS,
+             "--set", f"watch.namespaces={{{ns}}}",  # sweeps run beside the chart here: served when listed
              "--set", f"mlflow.persistence.storageClassName={storage_class}",
              "--set", "mlflow.persistence.size=1Gi", kubeconfig=cluster.kubeconfig, timeout=200)
         catalog = tmp / "gpus.yaml"

@@ -227,7 +227,8 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
              # the job image carries mlflow (the tracking extra): it serves as the tracking server's image
              "--set", f"mlflow.image.repository={job_repo}", "--set", f"mlflow.image.digest={job_digest}",
              "--set", f"mlflow.persistence.storageClassName={sc}", "--set", "mlflow.persistence.size=2Gi",
-             "--set", "operator.replicas=1", "--set", "operator.resyncSeconds=5"],
+             "--set", "operator.replicas=1", "--set", "operator.resyncSeconds=5",
+             "--set", f"watch.namespaces={{{ns}}}"],  # sweeps run beside the chart here: served when listed
             capture_output=True, text=True, timeout=700, check=False)
         print(f"helm install on the real node: {time.monotonic() - t0:.0f}s (images pulled by digest)")
         ip = cluster.get_json("service", MLFLOW_SERVICE, namespace=ns)["spec"]["clusterIP"]

@@ -32,10 +32,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s@%s" .repository .digest -}}
 {{- end -}}
 
-{{/* The namespaces the operator serves (empty with allNamespaces). */}}
+{{/* The namespaces the operator serves (empty with allNamespaces). Named, never implied: the release namespace
+holds MLflow's store and the chart's Secrets, so it is served only when listed. */}}
 {{- define "kubesweep.watchNamespaces" -}}
 {{- if not .Values.watch.allNamespaces -}}
-{{- if .Values.watch.namespaces -}}{{ join "," .Values.watch.namespaces }}{{- else -}}{{ .Release.Namespace }}{{- end -}}
+{{- if .Values.watch.namespaces -}}{{ join "," .Values.watch.namespaces }}{{- else -}}
+{{- fail "watch.namespaces: name the namespaces whose Sweeps the operator serves (--set watch.namespaces={team-a}), or set watch.allNamespaces=true; the release namespace, where MLflow's store lives, is served only when listed" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
