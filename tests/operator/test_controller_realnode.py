@@ -231,6 +231,8 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
              "--set", f"watch.namespaces={{{ns}}}"],  # sweeps run beside the chart here: served when listed
             capture_output=True, text=True, timeout=700, check=False)
         print(f"helm install on the real node: {time.monotonic() - t0:.0f}s (images pulled by digest)")
+        if proc.returncode != 0 and "execution error" in proc.stderr:  # the chart refused its values: no objects
+            raise AssertionError(f"helm install failed:\n{proc.stderr}")
         ip = cluster.get_json("service", MLFLOW_SERVICE, namespace=ns)["spec"]["clusterIP"]
         st = Stack(cluster, node, ns, built_images.job, volumes, f"http://{ip}:5000", built_images.lock_path)
         assert proc.returncode == 0, f"helm install failed:\n{proc.stdout}\n{proc.stderr}\n{st.diagnostics()}"
