@@ -54,8 +54,9 @@ METRICS: dict[str, tuple[str, bool]] = {
 }
 TABLE_METRICS = ("samples_per_s", "step_p50_ms", "peak_mem_gib", "tta_s", "accuracy", "cost_per_epoch")
 AXES = ("task", "gpu", "gpus", "batch_size", "precision", "compile")
-# settings that never differ between repeats of one cell, or only describe where the trial ran
-_NOT_AXES = frozenset({"seed"})
+# settings that differ between repeats of one cell, or only say where the trial kept its files (a Kubernetes
+# trial's checkpoint directory is its own: /checkpoints/<sweep>/<trial id>)
+_NOT_AXES = frozenset({"seed", "checkpoint_dir"})
 OUTCOME_TEXT = {"oom": "OOM", "gpu_mismatch": "GPU mismatch", "failed": "failed", "skipped": "skipped",
                 "cancelled": "cancelled", "stopped": "stopped", "pending": "pending", "running": "running",
                 "unschedulable": "unschedulable"}

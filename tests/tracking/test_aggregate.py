@@ -265,3 +265,12 @@ def test_markdown_csv_and_json_carry_the_same_cells() -> None:
     assert first["gpu"] == "h100-80gb" and first["best"] and first["metrics"]["samples_per_s"]["mean"] == 1500.0
     assert first["trials"] == [{"id": "h-bf16", "name": "h-bf16", "repeat": 0, "outcome": "succeeded", "reason": "",
                                 "run_id": None}]
+
+
+def test_a_trials_own_checkpoint_directory_is_no_setting() -> None:
+    """On Kubernetes each trial checkpoints under /checkpoints/<sweep>/<trial id>, recorded in its job settings:
+    repeats of one setting are still one cell, and no column (no report panel) per trial appears."""
+    recs = [record(f"r{i}", repeat=i, res=results(1000.0 + i), checkpoint_dir=f"/checkpoints/s/id{i}")
+            for i in range(3)]
+    (cell,) = agg.aggregate(recs, catalog=CATALOG)
+    assert cell.metrics["samples_per_s"].n == 3 and cell.extra == {}
