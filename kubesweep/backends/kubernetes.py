@@ -73,6 +73,13 @@ APPLY = "application/apply-patch+yaml"
 WRITE_THREADS = 8
 CONNECTIONS = 4 * WRITE_THREADS  # HTTP connections kept per API client: write threads, watches, reads
 STRATEGIC = "application/strategic-merge-patch+json"
+APPLIED_GRACE = 60.0  # seconds a Job applied here counts as existing while no cache has shown it
+# A request without a timeout of its own waits this long for its connection (TCP and TLS) to the API server, and a
+# failed connection is tried once more: an API server that is down or hung is an error within seconds, not a hang.
+# Reading the answer stays unbounded (watches and `logs --follow` are long reads by design).
+CONNECT_TIMEOUT_S = 5.0
+CONNECT_RETRIES = 1
+PodAnnotations = Callable[[Trial], Mapping[str, str]]
 # Answers to a Job create that the same Job gets again on every try: invalid (422), too large (413), refused by
 # admission or a quota (403), malformed (400)
 REFUSALS = frozenset({400, 403, 413, 422})
@@ -90,13 +97,6 @@ def _api_message(exc: Any) -> str:
         message = ""
     message = message or str(getattr(exc, "reason", "") or "")
     return message if len(message) <= 1000 else message[:1000] + " ..."
-APPLIED_GRACE = 60.0  # seconds a Job applied here counts as existing while no cache has shown it
-# A request without a timeout of its own waits this long for its connection (TCP and TLS) to the API server, and a
-# failed connection is tried once more: an API server that is down or hung is an error within seconds, not a hang.
-# Reading the answer stays unbounded (watches and `logs --follow` are long reads by design).
-CONNECT_TIMEOUT_S = 5.0
-CONNECT_RETRIES = 1
-PodAnnotations = Callable[[Trial], Mapping[str, str]]
 
 
 def _import_client() -> Any:
