@@ -11,6 +11,7 @@ import os
 import random
 import re
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def save(directory: Path, step: int, state: dict[str, Any], keep: int) -> Path:
 
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"step-{step:08d}"
-    tmp = directory / f".tmp-step-{step:08d}-{os.getpid()}"
+    tmp = directory / f".tmp-step-{step:08d}-{os.getpid()}-{uuid.uuid4().hex[:12]}"  # pods all run as pid 1
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     torch.save(state, tmp / STATE_FILE)

