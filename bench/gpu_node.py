@@ -369,6 +369,16 @@ def ready(api: gpu_node.Api, env: dict[str, str], image: str) -> tuple[str, dict
     return start_mlflow(env), probe
 
 
+def on_node() -> tuple[dict[str, str], gpu_node.Api, str, str]:
+    """A step's start on the node: the CLI's environment, the API, the job image by digest and MLflow's URI, with
+    the namespace, the bridge and MLflow ready (`ready`)."""
+    env = site_env()
+    api = node_api()
+    image = json.loads((gpu_node.ROOT / "job-image.json").read_text())["image"]
+    uri, _ = ready(api, env, image)
+    return env, api, image, uri
+
+
 def probe_pod(api: gpu_node.Api, image: str) -> dict[str, Any]:
     """One pod of the job image asking for the GPU: what CUDA and NVML see inside it, and its start-up times."""
     name = f"gpu-probe-{int(time.time())}"
@@ -541,10 +551,7 @@ def faults(args: argparse.Namespace) -> None:
     """A batch that does not fit (a real CUDA OOM in its pod), and an evicted pod whose trial resumes."""
     import yaml
 
-    env = site_env()
-    api = node_api()
-    image = json.loads((gpu_node.ROOT / "job-image.json").read_text())["image"]
-    uri, _ = ready(api, env, image)
+    env, api, image, uri = on_node()
     gpu = gpu_key(api)
     k8s = ["--backend", "kubernetes", "--direct", "-n", NAMESPACE, "--tracking-uri", uri]
     result: dict[str, Any] = {}
@@ -585,10 +592,7 @@ def operator(args: argparse.Namespace) -> None:
     """A smaller sweep through the operator: the Sweep resource, reconciled by `python -m kubesweep.operator`."""
     import yaml
 
-    env = site_env()
-    api = node_api()
-    image = json.loads((gpu_node.ROOT / "job-image.json").read_text())["image"]
-    uri, _ = ready(api, env, image)
+    env, api, image, uri = on_node()
     gpu = gpu_key(api)
     for crd in yaml.safe_load_all((ROOT / "charts" / "kubesweep" / "crds" / "kubesweep.io.yaml").read_text()):
         if crd:
