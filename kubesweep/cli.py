@@ -32,6 +32,7 @@ from kubesweep.gpus import load_catalog
 from kubesweep.images import app as images_app
 from kubesweep.plan import DEFAULT_MAX_TRIALS
 from kubesweep.session import EXIT_BACKEND, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, Options, Session, error_code
+from kubesweep.session import Results as SweepResults
 from kubesweep.spec import Sweep, load_sweep_file
 
 if TYPE_CHECKING:
@@ -312,7 +313,7 @@ def delete(
 
 @app.command()
 def results(
-    name: opts.NameArg, fmt: opts.ResultsFormatOpt = ResultsFormat.table, sort: opts.SortOpt = None,
+    names: opts.NamesArg, fmt: opts.ResultsFormatOpt = ResultsFormat.table, sort: opts.SortOpt = None,
     reverse: opts.ReverseOpt = False, filters: opts.FilterOpt = None, target_accuracy: opts.TargetOpt = 0.90,
     best_by: opts.BestByOpt = MetricName.samples_per_s, per_trial: opts.PerTrialOpt = False,
     backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
@@ -320,17 +321,20 @@ def results(
     no_tracking: opts.NoTrackingOpt = False, experiment: opts.ExperimentOpt = None,
     source: opts.FromOpt = ResultsSource.auto,
 ) -> None:
-    """The sweep's results aggregated over repeats: mean ±CV of samples/s, step p50, peak memory,
-    time-to-accuracy, accuracy and $/epoch per setting; OOM and GPU-mismatch cells as such; * marks the best
-    setting per GPU type. Reads the trials' MLflow runs (the local results files when tracking is off)."""
+    """The sweep's results aggregated over repeats: mean ±95% interval of samples/s, step p50, peak memory,
+    time-to-accuracy, accuracy, $/epoch and kWh/epoch per setting; OOM and GPU-mismatch cells as such; * marks
+    the best setting per GPU type. Reads the trials' MLflow runs (the local results files when tracking is off).
+    Several sweeps (or directories of results files) merge into one comparison."""
     from kubesweep.tracking import aggregate as agg
 
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
+    name = " + ".join(names)
     if per_trial:
+        if len(names) > 1:
+            fail("--per-trial shows one sweep: name one", EXIT_USAGE)
         views.show_trial_rows(console, s.backend, name, fmt.value)
         return
-    r = s.results(name, experiment=experiment, target_accuracy=target_accuracy, best_by=best_by.value,
-                  source=source.value)
+    r = _merged(s, names, experiment, target_accuracy, best_by.value, source.value)
     try:
         cells = agg.sort_cells(agg.apply_filters(r.cells, agg.parse_filters(filters or [])), sort, reverse)
     except agg.QueryError as exc:
@@ -340,9 +344,21 @@ def results(
                            target=target_accuracy, best_by=best_by.value, found=found)
 
 
+def _merged(s: Session, names: list[str], experiment: str | None, target: float, best_by: str,
+            source: str) -> SweepResults:
+    """`Session.merged_results`; a directory with a file that is not a results file is a usage error."""
+    from kubesweep.tracking.records import ResultsDirError
+
+    try:
+        return s.merged_results(names, experiment=experiment, target_accuracy=target, best_by=best_by,
+                                source=source)
+    except ResultsDirError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
 @app.command()
 def report(
-    name: opts.NameArg, output: opts.ReportDirOpt = None, target_accuracy: opts.TargetOpt = 0.90,
+    names: opts.NamesArg, output: opts.ReportDirOpt = None, target_accuracy: opts.TargetOpt = 0.90,
     best_by: opts.BestByOpt = MetricName.samples_per_s, upload: opts.UploadOpt = True,
     backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, tracking_uri: opts.TrackingUriOpt = None,
@@ -350,7 +366,9 @@ def report(
     source: opts.FromOpt = ResultsSource.auto,
 ) -> None:
     """An HTML report with PNG figures (throughput, compile speed-up, peak memory, time-to-accuracy, $/epoch,
-    the matrix heatmap) and the comparison tables, written locally and logged to the sweep's parent run."""
+    energy, the matrix heatmap) and the comparison tables (GPU types, torch.compile break-even, inference),
+    written locally and logged to the sweep's parent run. Several sweeps (or directories of results files, e.g.
+    the same sweep run on another machine) merge into one report."""
     try:
         from kubesweep.tracking.report import build
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -358,11 +376,13 @@ def report(
     from kubesweep.tracking.runs import SweepRuns, TrackingError
 
     s = session(backend, home, namespace, kubeconfig, tracking_uri=tracking_uri, no_tracking=no_tracking)
-    r = s.results(name, experiment=experiment, target_accuracy=target_accuracy, best_by=best_by.value,
-                  source=source.value)
+    name = " + ".join(names)
+    r = _merged(s, names, experiment, target_accuracy, best_by.value, source.value)
     if not r.cells:
         fail(f"sweep {name!r} has no trials to report on", EXIT_NOT_FOUND)
-    directory = (output or s.options.home_dir / "sweeps" / name / "report").resolve()
+    default = (s.options.home_dir / "sweeps" / names[0] / "report" if len(names) == 1 and not Path(names[0]).is_dir()
+               else s.options.home_dir / "reports" / "+".join(Path(n).name or "results" for n in names))
+    directory = (output or default).resolve()
     views.print_report(console, build(r.cells, directory, sweep=name, source=r.loaded.source,
                                       target=target_accuracy, best_by=best_by.value))
     if upload and r.loaded.parent_run_id:

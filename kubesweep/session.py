@@ -329,6 +329,35 @@ class Session:
         searched = sweep is None or sweep.spec.search.adaptive  # a sweep not known here may be a search
         return Results(cells, loaded, target, sweep, searched)
 
+    def merged_results(self, names: list[str], *, experiment: str | None, target_accuracy: float,
+                       best_by: str, source: str = "auto") -> Results:
+        """Several sweeps' trials in one comparison: each NAME a sweep of this session's backend and tracking, or a
+        directory of results files (another machine's sweep, copied here). Trials meet in one cell when they ran
+        the same settings on the same GPU type. One name: `results`."""
+        from kubesweep.tracking.aggregate import aggregate
+        from kubesweep.tracking.records import from_results_dir
+        from kubesweep.tracking.sweep import Loaded
+
+        if len(names) == 1 and not Path(names[0]).is_dir():
+            return self.results(names[0], experiment=experiment, target_accuracy=target_accuracy, best_by=best_by,
+                                source=source)
+        parts: list[Loaded] = []
+        first: Results | None = None
+        for name in names:
+            if Path(name).is_dir():
+                parts.append(Loaded(from_results_dir(Path(name)), f"results files under {name}", ""))
+                continue
+            one = self.results(name, experiment=experiment, target_accuracy=target_accuracy, best_by=best_by,
+                               source=source)
+            first = first or one
+            parts.append(one.loaded)
+        records = [r for part in parts for r in part.records]
+        loaded = Loaded(records, "; ".join(p.source for p in parts), "",
+                        first.loaded.parent_run_id if first is not None else None)
+        cells = aggregate(records, target=target_accuracy, best_by=best_by)
+        return Results(cells, loaded, first.target if first is not None else self.tracking_target(names[0], None),
+                       None, False)
+
     def search_found(self, name: str, sweep: Sweep | None, parent_run_id: str | None) -> dict[str, Any] | None:
         """What a search found: its file under the search storage, else the parent run's artifact in MLflow
         (`<strategy>/<strategy>.json`); any strategy's when the sweep is not known here."""

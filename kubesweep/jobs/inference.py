@@ -17,12 +17,17 @@ from kubesweep.jobs import data, runtime
 from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
+from kubesweep.jobs.energy import EnergyMeter, EnergyWindow, energy_stats
 from kubesweep.jobs.metrics import percentiles
 
 log = logging.getLogger(__name__)
 
 
-def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> dict[str, Any]:
+def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist,
+        energy: EnergyMeter | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The measured batches' figures (`Results.inference`) and their GPU energy (`Results.energy`, None without
+    a meter). The energy counter is read after the warm-up batches and after the last measured one, each
+    synchronized."""
     import torch
 
     device = torch.device(dist.device)
@@ -53,6 +58,9 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> di
     rows = tokens = padded = 0
     warmup_s = 0.0
     total = cfg.warmup_batches + cfg.inference_batches
+    meter = EnergyWindow(energy) if energy is not None else None
+    if meter is not None and cfg.warmup_batches == 0:
+        meter.mark()
     with torch.inference_mode():
         for i, batch in enumerate(islice(cycle(batches), total)):
             t0 = time.perf_counter()
@@ -63,6 +71,8 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> di
             elapsed = time.perf_counter() - t0
             if i < cfg.warmup_batches:
                 warmup_s += elapsed
+                if i == cfg.warmup_batches - 1 and meter is not None:
+                    meter.mark()
                 continue
             latencies.append(elapsed)
             shape = batch["input_ids"].shape
@@ -70,6 +80,10 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> di
             tokens += batch["n"]
             padded += shape[0] * shape[1]
     measured = sum(latencies)
+    joules = None
+    if meter is not None:
+        meter.close(measured=True, samples=rows, seconds=measured)
+        joules = energy_stats(meter.joules, meter.seconds, meter.samples, None)
     stats: dict[str, Any] = {
         "batch_size": cfg.batch_size,
         "seq_len": cfg.max_seq_len,
@@ -92,4 +106,4 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist) -> di
             f"{stats['samples_per_s']:,.0f} samples/s",
             flush=True,
         )
-    return stats
+    return stats, joules

@@ -118,6 +118,19 @@ class InferenceStats(_Model):
     padded_tokens_per_s: float
 
 
+class EnergyStats(_Model):
+    """GPU energy over the measured window, from NVML's energy counter (kubesweep/jobs/energy.py)."""
+
+    source: str = Field(description="nvml_total_energy: the difference of two readings of the board's counter")
+    measured_j: float = Field(description="joules of the measured steps (training: whole measured log windows), "
+                              "all ranks' GPUs")
+    measured_s: float = Field(description="the measured time those joules were spent in")
+    measured_samples: int
+    j_per_sample: float
+    kwh_per_epoch: float | None = Field(description="j_per_sample x training rows / 3.6e6 (inference: null)")
+    mean_power_w: float = Field(description="measured_j / measured_s")
+
+
 class MemoryStats(_Model):
     torch_peak_allocated_bytes: int | None = None
     torch_peak_reserved_bytes: int | None = None
@@ -190,6 +203,7 @@ class Results(_Model):
     final_accuracy: float | None = None
     inference: InferenceStats | None = None
     memory: MemoryStats = Field(default_factory=MemoryStats)
+    energy: EnergyStats | None = None
     gpu_monitor: GpuMonitor | None = None
     compile_cache: CompileCache | None = None
     gpu_lease: GpuLeaseInfo | None = None

@@ -24,6 +24,7 @@ from kubesweep.jobs import distributed, env, export, inference, plot, runtime
 from kubesweep.jobs import model as model_mod
 from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.data import TokenizedSplit
+from kubesweep.jobs.energy import EnergyMeter, energy_metrics
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.forkserver import LAUNCHED_ENV
 from kubesweep.jobs.gpu_lease import GpuLease
@@ -251,7 +252,8 @@ class TrialRun:
     def _inference(self, loaded: model_mod.LoadedModel, eval_data: TokenizedSplit, *, load_s: float) -> None:
         self.timings["model_s"] = load_s
         t0 = time.perf_counter()
-        stats = inference.run(self.cfg, loaded.model, eval_data, self.dist)
+        meter = EnergyMeter.open(env.local_devices()) if self.dist.cuda else None
+        stats, self.fields["energy"] = inference.run(self.cfg, loaded.model, eval_data, self.dist, meter)
         self.fields["inference"] = stats
         self.timings["compile_warmup_s"] = stats["warmup_s"]
         self.timings["eval_s"] = time.perf_counter() - t0
@@ -260,6 +262,7 @@ class TrialRun:
                 "inference/samples_per_s": stats["samples_per_s"],
                 "inference/latency_p50_s": stats["latency_s"]["p50"],
                 "inference/latency_p99_s": stats["latency_s"]["p99"],
+                **energy_metrics(self.fields["energy"]),
             },
             0,
         )
@@ -287,7 +290,8 @@ class TrialRun:
             self._record_training(outcome)
             return loaded.model
         t0 = time.perf_counter()
-        tuner = FineTuner(cfg, loaded.model, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics)
+        tuner = FineTuner(cfg, loaded.model, train_data, eval_data, dist, checkpoint_dir, self.tracker.log_metrics,
+                          energy=EnergyMeter.open(env.local_devices()) if dist.cuda else None)
         self.timings["model_s"] = load_s + (time.perf_counter() - t0)
         self._record_training(tuner.run())
         return tuner.raw
@@ -316,6 +320,7 @@ class TrialRun:
     def _record_training(self, out: TrainOutcome) -> None:
         stats = out.stats()
         self.fields["train"] = stats
+        self.fields["energy"] = out.energy
         self.fields["eval"] = out.eval_points
         self.fields["final_accuracy"] = out.eval_points[-1]["accuracy"] if out.eval_points else None
         self.fields["loss_curve"] = out.loss_curve
@@ -329,6 +334,7 @@ class TrialRun:
             "result/final_accuracy": self.fields["final_accuracy"],
             "result/train_s": out.train_s,
             "result/compile_warmup_s": out.warmup_time_s,
+            **energy_metrics(out.energy),
         }
         if stats["step_time_s"]:
             summary["result/step_time_p50_s"] = stats["step_time_s"]["p50"]

@@ -25,6 +25,7 @@ from kubesweep.jobs import checkpoint, data, runtime, step_graph
 from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
+from kubesweep.jobs.energy import EnergyMeter, EnergyWindow, energy_stats
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.metrics import StepClock, percentiles
 
@@ -89,6 +90,7 @@ class TrainOutcome:
     eval_s: float = 0.0
     resumed_from_step: int | None = None
     checkpoints: list[str] = field(default_factory=list)
+    energy: dict[str, Any] | None = None
 
     def stats(self) -> dict[str, Any]:
         t = self.measured_time_s
@@ -146,6 +148,7 @@ class FineTuner:
         dist: Dist,
         checkpoint_dir: Path | None,
         sink: MetricSink,
+        energy: EnergyMeter | None = None,
     ) -> None:
         import torch
 
@@ -156,6 +159,7 @@ class FineTuner:
         self.eval_data = eval_data
         self.checkpoint_dir = checkpoint_dir
         self.sink = sink
+        self.energy = EnergyWindow(energy) if energy is not None else None
         self.raw = model
         self.pin = cfg.pin_memory and dist.cuda
 
@@ -322,7 +326,7 @@ class FineTuner:
         loop = LoopState(warm_calls=2 if cfg.compile == "reduce-overhead" or cfg.step_graph else 1)
         t_start = time.perf_counter()
         self.train_module.train()
-        window.clock.mark()
+        self._resume_clock(window)
         while out.steps < self.target_steps:
             plan = self._plan(self.epoch)[self.dist.rank :: self.dist.world_size][: self.micro_per_epoch]
             batches = data.loader(cfg, self.train_data, plan[self.micro_in_epoch :], pin_memory=self.pin)
@@ -333,6 +337,7 @@ class FineTuner:
                     break
         self._flush(window)
         out.train_s = time.perf_counter() - t_start - out.eval_s
+        out.energy = self._energy_stats()
         if not out.eval_points or out.eval_points[-1]["step"] != out.steps:
             self._evaluate()
         if self.checkpoint_dir is not None and cfg.checkpoint_every:
@@ -394,11 +399,11 @@ class FineTuner:
             if cfg.eval_every_epoch and out.steps < self.target_steps:
                 self._pause_clock(window)
                 self._evaluate()
-                window.clock.mark()
+                self._resume_clock(window)
         if self.checkpoint_dir is not None and cfg.checkpoint_every and out.steps % cfg.checkpoint_every == 0:
             self._pause_clock(window)
             self._save_checkpoint()
-            window.clock.mark()
+            self._resume_clock(window)
         runtime.crash_hook(out.steps)
         return out.steps >= self.target_steps or epoch_done
 
@@ -434,6 +439,9 @@ class FineTuner:
             out.step_times.append(dt_s)
             window_samples += meta.samples
             window_time += dt_s
+        if self.energy is not None:  # after the window's host sync: its steps have run
+            measured = len(metas) == n and not any(m.warmup for m in metas)
+            self.energy.close(measured=measured, samples=int(window_samples), seconds=window_time)
         for i, (loss, lr) in enumerate(zip(loss_values, window.lrs, strict=True)):
             step = window.start + i + 1
             out.loss_curve.append({"step": step, "loss": loss, "learning_rate": lr})
@@ -459,6 +467,25 @@ class FineTuner:
         self._flush(window)
         window.pending.clear()
         window.clock.reset()
+
+    def _resume_clock(self, window: LogWindow) -> None:
+        """Start timing (and metering) steps again: what ran since the last read is not charged to them."""
+        window.clock.mark()
+        if self.energy is not None:
+            self.energy.mark()
+
+    def _energy_stats(self) -> dict[str, Any] | None:
+        """The measured windows' energy, summed over ranks (each rank meters its own GPU)."""
+        if self.energy is None:
+            return None
+        joules = self.energy.joules
+        if self.dist.enabled:
+            import torch
+
+            total = torch.tensor([joules], dtype=torch.float64, device=self.device)
+            torch.distributed.all_reduce(total)
+            joules = float(total.item())
+        return energy_stats(joules, self.energy.seconds, self.energy.samples, len(self.train_data))
 
     def _forward_backward(self, batch: dict[str, Any], *, sync: bool) -> Any:
         import contextlib

@@ -16,10 +16,15 @@ Definitions (docs/tracking.md says the same, with examples):
   warmup_time_s) / (steps - warmup_steps)`: warm-up (compilation included) is charged in full to the first
   steps, the rest of the training loop is spread evenly over the remaining steps; an evaluation at the last step
   gives exactly `train_s`. An evaluation point carrying `train_elapsed_s` is used as is. Not reached: no TTA.
-- mean over the repeats that succeeded; CV (coefficient of variation) = sample standard deviation (n - 1) /
-  mean, shown as a percentage; with one repeat there is no CV.
+- energy: `energy.j_per_sample` (joules per sample over the measured window, NVML's energy counter) and
+  `energy.kwh_per_epoch` (J/sample x training rows / 3.6e6);
+- warm-up s: `timings.compile_warmup_s`, the steps reported apart from the measured ones (compilation included);
+- mean over the repeats that succeeded, with its 95% interval (`kubesweep.tracking.intervals`: Student's t over
+  n - 1 degrees of freedom) shown as ± its half-width in percent of the mean; CV (coefficient of variation) =
+  sample standard deviation / mean, in the JSON and CSV; with one repeat there is neither;
 - best: per task and GPU type, the cell with the best mean of the chosen metric, leaving out cells with a repeat at
-  chance accuracy (a setting that does not learn answers no question about speed);
+  chance accuracy (a setting that does not learn answers no question about speed); settings whose intervals
+  overlap the best one's are tied with it (`tied_with`);
 - flags, beside a cell's numbers: repeats that ran out of memory, ran on another GPU than asked or failed;
   repeats whose final accuracy is at chance (SST-2 has two balanced classes: <= 0.55); a single measured repeat
   (no spread).
@@ -36,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
+from kubesweep.tracking import intervals
 from kubesweep.tracking.records import TrialRecord, dig
 
 GIB = 1024**3
@@ -51,8 +57,13 @@ METRICS: dict[str, tuple[str, bool]] = {
     "cost_per_epoch": ("$/epoch", False),
     "epoch_s": ("epoch s", False),
     "latency_p99_ms": ("p99 ms", False),
+    "j_per_sample": ("J/sample", False),
+    "kwh_per_epoch": ("kWh/epoch", False),
+    "warmup_s": ("warm-up s", False),
 }
-TABLE_METRICS = ("samples_per_s", "step_p50_ms", "peak_mem_gib", "tta_s", "accuracy", "cost_per_epoch")
+TABLE_METRICS = ("samples_per_s", "step_p50_ms", "peak_mem_gib", "tta_s", "accuracy", "cost_per_epoch",
+                 "kwh_per_epoch")
+ACCURACY_METRICS = frozenset({"accuracy", "tta_s"})  # what a random-init model's numbers do not answer
 AXES = ("task", "gpu", "gpus", "batch_size", "precision", "compile")
 # settings that differ between repeats of one cell, or only say where the trial kept its files (a Kubernetes
 # trial's checkpoint directory is its own: /checkpoints/<sweep>/<trial id>)
@@ -133,6 +144,9 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
     peak = _peak_memory(r)
     out["peak_mem_gib"] = peak / GIB if peak is not None else None
     out["accuracy"] = _num(r.get("final_accuracy"))
+    out["j_per_sample"] = _num(dig(r, "energy", "j_per_sample"))
+    out["kwh_per_epoch"] = _num(dig(r, "energy", "kwh_per_epoch"))
+    out["warmup_s"] = _num(dig(r, "timings", "compile_warmup_s"))
     out["tta_s"] = time_to_accuracy(r, target) if not inference else None
     train_s, epochs = _num(dig(r, "timings", "train_s")), _num(dig(r, "train", "epochs_completed"))
     if train_s is not None and epochs:
@@ -145,7 +159,8 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
 
 
 # what a trial's MLflow run carries as metrics of these names, for the UI's runs view (kubesweep.tracking.view)
-COMPARISON_METRICS = ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch", "step_p50_ms", "epoch_s")
+COMPARISON_METRICS = ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch", "step_p50_ms", "epoch_s",
+                      "j_per_sample", "kwh_per_epoch")
 # samples_per_s of a run that may rank among the best: absent where its accuracy stayed at chance, so the runs
 # view, sorted by it, lists such a run after every run that learned (with OOM and mismatched runs)
 RANK_METRIC = "ranked_samples_per_s"
@@ -160,7 +175,7 @@ def comparison_metrics(results: dict[str, Any], *, gpu: str | None, gpus: int,
     record = TrialRecord("", "", 0, gpu, gpus, str(results.get("outcome")), {}, results)
     values = trial_metrics(record, catalog or load_catalog(), DEFAULT_TARGET_ACCURACY)
     out = {m: float(f"{v:.5g}") for m in COMPARISON_METRICS if (v := values[m]) is not None}  # as a person reads
-    if "samples_per_s" in out and not at_chance(results):
+    if "samples_per_s" in out and (not at_chance(results) or random_init(results.get("config"))):
         out[RANK_METRIC] = out["samples_per_s"]
     return out
 
@@ -182,11 +197,21 @@ def at_chance(results: dict[str, Any] | None) -> bool:
     return accuracy is not None and accuracy <= CHANCE_ACCURACY + CHANCE_MARGIN
 
 
+RANDOM_INIT = "random init: accuracy not meaningful"
+
+
+def random_init(job: dict[str, Any] | None) -> bool:
+    """A model built from its config, untrained: a speed run, whose accuracy says nothing about the recipe."""
+    return bool((job or {}).get("random_init"))
+
+
 def trial_flags(outcome: str, results: dict[str, Any] | None) -> list[str]:
-    """One trial's flags: `OOM`, `GPU mismatch` or `failed` by its outcome; `chance accuracy (0.51)` when it
-    succeeded at chance."""
+    """One trial's flags: `OOM`, `GPU mismatch` or `failed` by its outcome; `random init: accuracy not
+    meaningful` for a random-init model; else `chance accuracy (0.51)` when it succeeded at chance."""
     if outcome in _FLAGGED:
         return [OUTCOME_TEXT[outcome]]
+    if random_init((results or {}).get("config")):
+        return [RANDOM_INIT]
     if outcome == "succeeded" and at_chance(results):
         return [f"chance accuracy ({_num((results or {}).get('final_accuracy')) or 0.0:.2f})"]
     return []
@@ -216,8 +241,24 @@ class Stat:
         mean, std = self.mean, self.std
         return std / abs(mean) if std is not None and mean else None
 
+    @property
+    def half_width(self) -> float | None:
+        """The 95% interval's half-width (None with one value)."""
+        return intervals.half_width(self.values)
+
+    @property
+    def interval(self) -> intervals.Interval | None:
+        return intervals.interval(self.values)
+
+    @property
+    def relative_half_width(self) -> float | None:
+        hw, mean = self.half_width, self.mean
+        return hw / abs(mean) if hw is not None and mean else None
+
     def as_dict(self) -> dict[str, Any]:
-        return {"mean": self.mean, "cv": self.cv, "std": self.std, "n": self.n, "values": self.values}
+        ci = self.interval if self.n > 1 else None
+        return {"mean": self.mean, "cv": self.cv, "std": self.std, "n": self.n, "values": self.values,
+                "ci95": [ci.low, ci.high] if ci is not None else None, "ci95_half_width": self.half_width}
 
 
 @dataclass
@@ -250,8 +291,16 @@ class Cell:
         return stat.mean if stat else None
 
     @property
+    def random_init(self) -> bool:
+        """A speed run of an untrained model: its accuracy is not meaningful, and is never held against it."""
+        return any(random_init(t.job) for t in self.trials)
+
+    @property
     def at_chance(self) -> list[TrialRecord]:
-        """The repeats that succeeded with a final accuracy at chance: their training did not learn."""
+        """The repeats that succeeded with a final accuracy at chance: their training did not learn (none for a
+        random-init speed run, whose accuracy is not meaningful)."""
+        if self.random_init:
+            return []
         return [t for t in self.trials if t.outcome == "succeeded" and at_chance(t.results)]
 
     @property
@@ -264,6 +313,8 @@ class Cell:
             k = self.outcomes.get(outcome, 0)
             if k:
                 out.append(OUTCOME_TEXT[outcome] if k == total else f"{k}/{total} {OUTCOME_TEXT[outcome]}")
+        if self.random_init:
+            out.append(RANDOM_INIT)
         chance = self.at_chance
         if chance:
             accuracy = min(_num((t.results or {}).get("final_accuracy")) or 0.0 for t in chance)
@@ -282,9 +333,12 @@ class Cell:
         return {**self.axes, **self.extra}
 
 
-def _cell_key(record: TrialRecord) -> str:
+def _cell_key(record: TrialRecord, catalog: Catalog) -> str:
+    """A cell is a GPU type and the job's settings: trials of sweeps merged from several machines meet in one cell
+    when they ran the same settings on the same GPU type (named by NVML where the sweep did not ask for one)."""
     job = {k: v for k, v in record.job.items() if k not in _NOT_AXES}
-    return json.dumps({"gpu": record.gpu, "gpus": record.gpus, "job": job}, sort_keys=True, default=str)
+    return json.dumps({"gpu": gpu_type(record, catalog), "gpus": record.gpus, "job": job}, sort_keys=True,
+                      default=str)
 
 
 def _compile_text(value: Any) -> str:
@@ -297,7 +351,7 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
     catalog = catalog or load_catalog()
     groups: dict[str, list[TrialRecord]] = {}
     for record in records:
-        groups.setdefault(_cell_key(record), []).append(record)
+        groups.setdefault(_cell_key(record, catalog), []).append(record)
     # job settings that vary across cells (beyond the standard axes) become extra columns
     jobs = [g[0].job for g in groups.values()]
     varying = sorted(k for k in {k for j in jobs for k in j}
@@ -322,11 +376,24 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
 
 def best_cell(cells: list[Cell], metric: str) -> Cell | None:
     """The cell with the best mean of `metric` (higher or lower, as the metric goes) among those that have it;
-    a setting with a repeat whose training stayed at chance accuracy is never the best, however fast."""
-    rated = [c for c in cells if c.value(metric) is not None and not c.at_chance]
+    a setting with a repeat whose training stayed at chance accuracy is never the best, however fast; a
+    random-init speed run is never the best on accuracy or time to accuracy."""
+    rated = [c for c in cells if c.value(metric) is not None and not c.at_chance
+             and not (c.random_init and metric in ACCURACY_METRICS)]
     if not rated:
         return None
     return (max if METRICS[metric][1] else min)(rated, key=lambda c: c.value(metric) or 0.0)
+
+
+def tied_with(best: Cell, cells: list[Cell], metric: str) -> list[Cell]:
+    """The settings tied with `best` on `metric`: those (that learned) whose 95% interval overlaps its interval,
+    best first by mean (`kubesweep.tracking.intervals` gives the rule)."""
+    mine = best.metrics[metric].interval
+    if mine is None:
+        return []
+    tied = [c for c in cells if c is not best and not c.at_chance and (other := c.metrics[metric].interval)
+            is not None and other.overlaps(mine)]
+    return sorted(tied, key=lambda c: c.value(metric) or 0.0, reverse=METRICS[metric][1])
 
 
 def mark_best(cells: list[Cell], metric: str) -> None:
@@ -437,17 +504,20 @@ def fmt_number(value: float | None) -> str:
 
 
 def metric_text(cell: Cell, metric: str) -> str:
-    """`mean ±CV%`, or the cell's outcome where no repeat produced the number."""
+    """`mean ±h%` (h: the 95% interval's half-width in percent of the mean), or the cell's outcome where no
+    repeat produced the number."""
     stat = cell.metrics[metric]
     if stat.mean is None:
         if "succeeded" not in cell.outcomes:
             return cell.status
         return "-"
     text = fmt_number(stat.mean)
+    if metric in ACCURACY_METRICS and cell.random_init:
+        text += " (random init)"
     if metric == "tta_s" and stat.n < cell.outcomes.get("succeeded", 0):
         text += f" ({stat.n}/{cell.outcomes['succeeded']})"
-    if stat.cv is not None:
-        text += f" ±{stat.cv * 100:.1f}%"
+    if (rel := stat.relative_half_width) is not None:
+        text += f" ±{rel * 100:.1f}%"
     return text
 
 
@@ -498,7 +568,7 @@ def to_csv(cells: list[Cell]) -> str:
     cols = columns(cells)
     fields = [*cols, "n", "status", "best", "flags"]
     for m in METRICS:
-        fields += [f"{m}_mean", f"{m}_cv", f"{m}_n"]
+        fields += [f"{m}_mean", f"{m}_cv", f"{m}_ci95_half_width", f"{m}_n"]
     fields += ["trials"]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
@@ -511,6 +581,7 @@ def to_csv(cells: list[Cell]) -> str:
             stat = cell.metrics[m]
             row[f"{m}_mean"] = "" if stat.mean is None else repr(stat.mean)
             row[f"{m}_cv"] = "" if stat.cv is None else repr(stat.cv)
+            row[f"{m}_ci95_half_width"] = "" if stat.half_width is None else repr(stat.half_width)
             row[f"{m}_n"] = stat.n
         writer.writerow(row)
     return buf.getvalue()

@@ -150,3 +150,45 @@ def from_mlflow(runs: Any, parent_run_id: str, backend: Backend | None, sweep: s
                 records[status.trial_id].outcome = status.phase.value.lower()
         return sorted(records.values(), key=lambda r: (order.get(r.trial_id, len(order)), r.name))
     return sorted(records.values(), key=lambda r: r.name)
+
+
+RESULTS_FILE = "results.json"
+MAX_RESULTS_FILES = 100_000  # a directory of more results files than any sweep has is a mistake, not a sweep
+MAX_RESULTS_BYTES = 64 * 2**20  # one results file; a trial's loss curve of a long run is a few MiB
+
+
+class ResultsDirError(ValueError):
+    """A directory of results files that cannot be read: the file and what is wrong with it."""
+
+
+def from_results_dir(directory: Path) -> list[TrialRecord]:
+    """Records from every `results.json` under `directory` (a local sweep's directory, a whole home, or results
+    copied from another machine), in path order. The cell of each comes from the file alone: its `trial` block
+    and its `config`. Symbolic links are not followed out of the directory."""
+    root = directory.resolve()
+    files = sorted(p for p in root.rglob(RESULTS_FILE) if p.is_file() and not p.is_symlink()
+                   and p.resolve().is_relative_to(root))
+    if len(files) > MAX_RESULTS_FILES:
+        raise ResultsDirError(f"{directory}: {len(files):,} results files, more than {MAX_RESULTS_FILES:,}")
+    out = []
+    for path in files:
+        if path.stat().st_size > MAX_RESULTS_BYTES:
+            raise ResultsDirError(f"{path}: {path.stat().st_size:,} bytes, more than a results file has "
+                                  f"({MAX_RESULTS_BYTES:,})")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ResultsDirError(f"{path}: not a results file: {exc}") from None
+        trial = data.get("trial") if isinstance(data, dict) else None
+        if not isinstance(trial, dict) or not isinstance(data.get("config"), dict):
+            raise ResultsDirError(f"{path}: not a results file: expected the keys 'trial' and 'config' "
+                                  "(docs/results-schema.md)")
+        gpus = trial.get("gpus_per_trial")
+        repeat = trial.get("repeat")
+        out.append(TrialRecord(
+            trial_id=str(trial.get("trial_id") or path.parent.name), name=str(trial.get("name") or path.parent.name),
+            repeat=repeat if isinstance(repeat, int) else 0,
+            gpu=str(trial["gpu"]) if trial.get("gpu") else None, gpus=gpus if isinstance(gpus, int) else 1,
+            outcome=str(data.get("outcome") or "failed"), job=dict(data["config"]), results=data,
+            reason=str((data.get("error") or {}).get("message") or "") if isinstance(data.get("error"), dict) else ""))
+    return out

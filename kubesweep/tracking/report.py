@@ -1,15 +1,18 @@
 """The sweep report: an HTML page with PNG figures and the comparison tables, from aggregated cells.
 
 It opens with the answer: per objective (throughput, time to the target accuracy, $ per epoch; for inference
-throughput and p50 latency) the best setting overall and per task and GPU type, with mean ±CV, n and flags.
+throughput and p50 latency; energy) the best setting overall and per task and GPU type, with the mean ± its 95%
+interval, n and flags; settings whose intervals overlap the best one's are named as tied; with several GPU types,
+how the GPU types compare at their best settings (`gpu_lines`).
 Figures (`kubesweep.tracking.figures`; each skipped, with a line saying why, when the sweep has nothing for it;
 CPU trials count as a device):
 - `throughput.png`: samples/s vs batch size, one panel per GPU type, a line per precision (dashed: compiled);
 - `compile_speedup.png`: compiled / eager samples/s for each (GPU, batch, precision) that ran both;
 - `peak_memory.png`: peak memory vs batch size per GPU type and precision, with each GPU's memory as a line;
-- `time_to_accuracy.png`, `cost_per_epoch.png`: bars per cell;
+- `time_to_accuracy.png`, `cost_per_epoch.png`, `energy_per_epoch.png`: bars per cell;
 - `heatmap.png`: samples/s of the whole fine-tuning matrix, OOM and GPU-mismatch cells labelled as such.
-Tables: time for the configured epochs at batch 16 per GPU; inference latency on CPU vs GPU vs FP16; one GPU
+Tables: the GPU types at their best setting per model; time for the configured epochs at batch 16 per GPU;
+torch.compile's break-even (`kubesweep.tracking.breakeven`); inference latency on CPU vs GPU vs FP16; one GPU
 vs DDP; then the full results table. Every row and every number drawn carries its cell's marks (`*` best, `OOM`,
 `GPU mismatch`, `failed`, `chance accuracy (0.51)`); the page ends with the definitions and the marks' legend,
 which its notes and column headers link to.
@@ -40,9 +43,11 @@ from kubesweep.tracking.aggregate import (
     headers,
     metric_text,
     text_rows,
+    tied_with,
     to_json,
     to_markdown,
 )
+from kubesweep.tracking.breakeven import break_evens
 from kubesweep.tracking.figures import finetune as _finetune
 from kubesweep.tracking.figures import gpu_label as _gpu_label
 from kubesweep.tracking.figures import other_settings as _other_settings
@@ -104,13 +109,14 @@ class Report:
 # (metric, what it answers) per task: the objectives the headline picks a best setting for
 OBJECTIVES: dict[str, list[tuple[str, str]]] = {
     "finetune": [("samples_per_s", "highest throughput"), ("tta_s", "soonest to the target accuracy"),
-                 ("cost_per_epoch", "lowest $ per epoch")],
-    "inference": [("samples_per_s", "highest throughput"), ("step_p50_ms", "lowest p50 latency")],
+                 ("cost_per_epoch", "lowest $ per epoch"), ("kwh_per_epoch", "least energy per epoch")],
+    "inference": [("samples_per_s", "highest throughput"), ("step_p50_ms", "lowest p50 latency"),
+                  ("j_per_sample", "least energy per sample")],
 }
 
 
 UNITS = {"samples_per_s": "{} samples/s", "tta_s": "{} s", "cost_per_epoch": "${} per epoch",
-         "step_p50_ms": "{} ms"}
+         "step_p50_ms": "{} ms", "kwh_per_epoch": "{} kWh per epoch", "j_per_sample": "{} J per sample"}
 
 
 @dataclass
@@ -125,9 +131,15 @@ class Best:
     def value_text(self) -> str:
         if self.cell is None:
             return self.why_none
-        stat = self.cell.metrics[self.metric]
-        spread = f" ±{stat.cv * 100:.1f}%" if stat.cv is not None else ""
-        return UNITS.get(self.metric, "{} " + METRICS[self.metric][0]).format(fmt_number(stat.mean)) + spread
+        return value_text(self.cell, self.metric)
+
+
+def value_text(cell: Cell, metric: str) -> str:
+    """`5,120 samples/s ±1.2%`: the mean in its unit, ± its 95% interval's half-width (n >= 2)."""
+    stat = cell.metrics[metric]
+    rel = stat.relative_half_width
+    spread = f" ±{rel * 100:.1f}%" if rel is not None else ""
+    return UNITS.get(metric, "{} " + METRICS[metric][0]).format(fmt_number(stat.mean)) + spread
 
 
 def setting_text(cell: Cell, with_gpu: bool = False) -> str:
@@ -169,24 +181,76 @@ def best_settings(cells: list[Cell], target: float) -> list[Best]:
     return out
 
 
+def _shown(cell: Cell, metric: str) -> str:
+    """`h100-80gb bs64 bf16 eager: 5,120 samples/s ±1.2% (n=3; OOM)`."""
+    shown = [f for f in cell.flags if f != "n=1"]  # n is given beside them
+    flags = f"; {', '.join(shown)}" if shown else ""
+    return f"{setting_text(cell, with_gpu=True)}: {value_text(cell, metric)} (n={cell.metrics[metric].n}{flags})"
+
+
 def answer_lines(cells: list[Cell], target: float) -> list[str]:
-    """One sentence per objective across every GPU type: the sweep's answer."""
+    """One sentence per objective across every GPU type: the sweep's answer. Where other settings' 95% intervals
+    overlap the best one's, the sentence names them all as tied instead of naming a winner."""
     lines = []
     for task in ("finetune", "inference"):
         group = [c for c in cells if c.task == task]
         if not group:
             continue
+        noun = "fine-tuning" if task == "finetune" else "inference"
         for metric, objective in OBJECTIVES[task]:
-            noun = "fine-tuning" if task == "finetune" else "inference"
             cell = best_cell(group, metric)
             if cell is None:
                 lines.append(f"{noun}, {objective}: {_why_none(group, metric, target)}.")
                 continue
-            shown = [f for f in cell.flags if f != "n=1"]  # n is given beside them
-            flags = f"; {', '.join(shown)}" if shown else ""
-            best = Best(task, str(cell.axes["gpu"]), metric, objective, cell)
-            lines.append(f"{noun}, {objective}: {setting_text(cell, with_gpu=True)}: {best.value_text()} "
-                         f"(n={cell.metrics[metric].n}{flags}).")
+            tied = tied_with(cell, group, metric)
+            if tied:
+                shown = "; ".join(_shown(c, metric) for c in [cell, *tied][:TIED_SHOWN])
+                more = f"; and {len(tied) + 1 - TIED_SHOWN} more" if len(tied) + 1 > TIED_SHOWN else ""
+                lines.append(f"{noun}, {objective}: {len(tied) + 1} settings tied (95% intervals overlap): "
+                             f"{shown}{more}.")
+            else:
+                lines.append(f"{noun}, {objective}: {_shown(cell, metric)}.")
+        lines += gpu_lines(group, task)
+    return lines
+
+
+TIED_SHOWN = 3
+
+
+def gpu_lines(cells: list[Cell], task: str) -> list[str]:
+    """Per objective, the GPU types compared at their best settings: which is best and by how much, or tied."""
+    noun = "fine-tuning" if task == "finetune" else "inference"
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        if task == "inference" or cell.axes["gpu"] != "cpu":
+            groups.setdefault(str(cell.axes["gpu"]), []).append(cell)
+    if len(groups) < 2:
+        return []
+    lines = []
+    for metric, objective in OBJECTIVES[task]:
+        bests = [found for g in groups.values() if (found := best_cell(g, metric)) is not None]
+        if len(bests) < 2:
+            continue
+        higher = METRICS[metric][1]
+        bests.sort(key=lambda c: c.value(metric) or 0.0, reverse=higher)
+        first, second = bests[0], bests[1]
+        a, b = first.value(metric) or 0.0, second.value(metric) or 0.0
+        ia, ib = first.metrics[metric].interval, second.metrics[metric].interval
+        versus = f"{_gpu_label(first)} {value_text(first, metric)} vs {_gpu_label(second)} {value_text(second, metric)}"
+        if ia is not None and ib is not None and ia.overlaps(ib) and (first.metrics[metric].n > 1
+                                                                      or second.metrics[metric].n > 1):
+            lines.append(f"GPU types, {noun}, {objective}: tied at their best settings, 95% intervals overlap "
+                         f"({versus}).")
+            continue
+        if not b:
+            by = "ahead of"
+        elif higher:
+            by = f"{a / b:.2f}x"
+        else:
+            by = f"{(1 - a / b) * 100:.0f}% below"
+        rest = f"; {len(bests) - 2} more GPU types behind" if len(bests) > 2 else ""
+        lines.append(f"GPU types, {noun}, {objective}: {_gpu_label(first)} is {by} {_gpu_label(second)} at "
+                     f"their best settings ({versus}){rest}.")
     return lines
 
 
@@ -198,7 +262,8 @@ def answer_table(cells: list[Cell], target: float) -> Table:
                      setting_text(c) if c is not None else "-", b.value_text(),
                      str(c.metrics[b.metric].n) if c is not None else "-", "; ".join(c.flags) if c else ""])
     note = (f"Per task and GPU type, the setting that does best on each objective: mean over the repeats that "
-            f"succeeded ±CV, n repeats; the target accuracy is {target:g}. Flags: OOM, GPU mismatch and failed "
+            f"succeeded ± the 95% interval's half-width, n repeats; the target accuracy is {target:g}. Flags: OOM, "
+            "GPU mismatch and failed "
             "repeats, chance accuracy (<= 0.55 on SST-2's two classes; such a setting is never the best), n=1 "
             "(no spread).")
     return Table("Best setting per GPU type", ["task", "GPU", "objective", "setting", "value", "n", "flags"], rows,
@@ -248,6 +313,55 @@ def epochs_table(cells: list[Cell]) -> Table | None:
     return Table(f"Time for {epochs_text} of {dataset} at batch {batch} per GPU",
                  ["GPU", "precision", "compile", "other", f"min for {epochs_text}", "samples/s",
                   f"$ for {epochs_text}", "accuracy", "flags"], rows, note)
+
+
+def gpu_table(cells: list[Cell], target: float) -> Table | None:
+    """The GPU types side by side, per model, each at its best fine-tuning setting by samples/s (among settings
+    that learned): time per epoch, samples/s, peak memory, energy and $ per epoch, accuracy and time to it."""
+    groups: dict[tuple[str, str], list[Cell]] = {}
+    for cell in _finetune(cells):
+        if cell.axes["gpu"] != "cpu":
+            model = str(cell.trials[0].job.get("model") or "-")
+            groups.setdefault((model, str(cell.axes["gpu"])), []).append(cell)
+    rows = []
+    for (model, _gpu), group in sorted(groups.items()):
+        chosen = best_cell(group, "samples_per_s")
+        if chosen is None:
+            continue
+        cell = chosen
+        epoch = cell.metrics["epoch_s"]
+        minutes = fmt_number(epoch.mean / 60) if epoch.mean is not None else "-"
+        if (rel := epoch.relative_half_width) is not None:
+            minutes += f" ±{rel * 100:.1f}%"
+        rows.append([model, _gpu_label(cell), setting_text(cell), minutes, metric_text(cell, "samples_per_s"),
+                     metric_text(cell, "peak_mem_gib"), metric_text(cell, "kwh_per_epoch"),
+                     metric_text(cell, "cost_per_epoch"), metric_text(cell, "accuracy"), metric_text(cell, "tta_s"),
+                     str(len(cell.trials)), _flags(cell)])
+    if len(rows) < 1:
+        return None
+    note = ("Per model and GPU type, the fine-tuning setting with the most samples/s among those that learned (a "
+            "random-init speed run counts: its accuracy is not meaningful): mean ± the 95% interval's half-width "
+            f"over the repeats. min/epoch: training-loop wall time per epoch; TTA: to {target:g} dev accuracy.")
+    return Table("GPU types at their best setting", ["model", "GPU", "setting", "min/epoch", "samples/s",
+                                                    "peak GiB", "kWh/epoch", "$/epoch", "accuracy", "TTA s", "n",
+                                                    "flags"], rows, note)
+
+
+def breakeven_table(cells: list[Cell]) -> Table | None:
+    """When compiling pays off, per compiled fine-tuning setting against the same setting run eager."""
+    found = break_evens(cells)
+    if not found:
+        return None
+    rows = []
+    for be in found:
+        rows.append([_gpu_label(be.compiled), setting_text(be.compiled), fmt_number(be.eager.value("warmup_s")),
+                     fmt_number(be.compiled.value("warmup_s")), fmt_number(be.extra_warmup_s),
+                     fmt_number(be.saved_per_step_s * 1000), be.text, _flags(be.compiled)])
+    note = ("extra warm-up = compiled - eager warm-up (means); saved per step = global batch / eager samples/s - "
+            "global batch / compiled samples/s; break-even = extra warm-up / saved per step, in steps and epochs "
+            "of the training rows. A compile cache that already holds the graphs shortens the compiled warm-up.")
+    return Table("torch.compile break-even", ["GPU", "setting", "eager warm-up s", "compiled warm-up s",
+                                              "extra s", "saved ms/step", "pays off", "flags"], rows, note)
 
 
 def inference_table(cells: list[Cell]) -> Table | None:
@@ -324,6 +438,8 @@ def _figure_gap(name: str, cells: list[Cell], target: float) -> str:
         return _why_none(ft, "tta_s", target)
     if name == "cost_per_epoch.png":
         return _why_none(ft, "cost_per_epoch", target)
+    if name == "energy_per_epoch.png":
+        return "no trial measured its GPU energy (no NVML energy counter: CPU trials, or GPUs before Volta)"
     if name == "peak_memory.png":
         return "no trial recorded its peak memory"
     return "no single-device fine-tuning trial has the number"
@@ -354,6 +470,9 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
          lambda: figs.bars(_finetune(cells), "tta_s", "seconds", f"Time to accuracy >= {target:g}")),
         ("cost_per_epoch.png", "$ per epoch: catalog price x GPUs x epoch time",
          lambda: figs.bars(_finetune(cells), "cost_per_epoch", "USD", "$ per epoch")),
+        ("energy_per_epoch.png", "GPU energy per epoch: joules per sample over the measured steps (NVML's energy "
+         "counter) x training rows",
+         lambda: figs.bars(_finetune(cells), "kwh_per_epoch", "kWh", "Energy per epoch")),
         ("heatmap.png", "The whole fine-tuning matrix: samples/s; grey cells say why there is no number",
          lambda: figs.heatmap(cells)),
         ("gpu_timeline.png", "Where the GPU time went: each trial's process (grey), the time it held its GPU "
@@ -369,15 +488,19 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
             report.figures.append((name, caption))
         else:
             report.skipped.append(f"{name}: not drawn: {_figure_gap(name, cells, target)}")
-    for title, make in (("time for N epochs at batch 16", epochs_table), ("inference latency", inference_table),
-                        ("one GPU vs DDP", ddp_table)):
+    makers: list[tuple[str, Callable[[list[Cell]], Table | None]]] = [
+        ("GPU types at their best setting", lambda c: gpu_table(c, target)),
+        ("time for N epochs at batch 16", epochs_table), ("torch.compile break-even", breakeven_table),
+        ("inference latency", inference_table), ("one GPU vs DDP", ddp_table)]
+    for title, make in makers:
         table = make(cells)
         if table is None:
             report.table_notes.append(f"table '{title}' skipped: the sweep has no trials for it")
         else:
             report.tables.append(table)
     full = Table("", headers(cells), text_rows(cells),
-                 f"mean ±CV over repeats; TTA target {target:g}; * best {METRICS[best_by][0]} per GPU type")
+                 f"mean ± the 95% interval's half-width over repeats; TTA target {target:g}; * best "
+                 f"{METRICS[best_by][0]} per GPU type")
     report.answer = answer_lines(cells, target)
     busy = gpu_busy([t for c in cells for t in c.trials])
     if busy is not None:
@@ -422,8 +545,13 @@ DEFINITIONS: list[tuple[str, str, str]] = [  # (anchor, term, definition), as do
      "time per epoch, warm-up and checkpoints included, evaluation excluded."),
     ("def-cost", "$/epoch", "the catalog's price_per_hour x GPUs of the trial x epoch time / 3600; none for CPU "
      "trials."),
-    ("def-cv", "mean ±CV, value", "the mean over the repeats that produced the number, ± the coefficient of "
-     "variation (sample standard deviation / mean); one repeat: no CV."),
+    ("def-kwh", "kWh/epoch, J/sample", "energy.j_per_sample: GPU joules per sample over the measured steps, "
+     "from NVML's energy counter (the board's, all ranks); kWh/epoch = J/sample x training rows / 3.6e6."),
+    ("def-ci", "mean ±h%, value", "the mean over the repeats that produced the number, ± the half-width of its "
+     "95% confidence interval (Student's t, n - 1 degrees of freedom) in percent of the mean; one repeat: no "
+     "interval. Settings whose intervals overlap are tied: the answer names them all instead of a winner."),
+    ("def-breakeven", "pays off", "torch.compile's extra warm-up over eager / the time it saves per step: the "
+     "steps (and epochs) after which the compiled run has caught up."),
     ("def-n", "n", "repeats of the setting (the same settings, another repeat index)."),
     ("def-status", "status", "ok, or what happened: OOM, GPU mismatch, failed, skipped, ..., or a mix such as "
      "`1 ok, 1 OOM`."),
@@ -439,12 +567,17 @@ MARKS: list[tuple[str, str, str]] = [  # (anchor, mark, meaning)
     ("mark-chance", "chance accuracy (0.51)", f"a repeat's final accuracy is at chance (at most {CHANCE_LIMIT:g} "
      "on SST-2's two balanced classes; the lowest is shown): the setting did not learn, and is never the best, "
      "however fast."),
+    ("mark-random", "random init: accuracy not meaningful", "the model was built from its config, untrained: a "
+     "speed run. Its accuracy (marked `(random init)`) says nothing about the recipe; it is never the best on "
+     "accuracy or time to accuracy, and may be on speed, cost and energy."),
     ("mark-share", "k/n", "before a mark: k of the setting's n repeats have it."),
     ("mark-n1", "n=1", "one measured repeat: no spread (tables only)."),
 ]
 ANCHORS = {"samples/s": "def-samples-per-s", "step p50 ms": "def-step-p50", "p50 ms": "def-step-p50",
            "p99 ms": "def-p99", "peak GiB": "def-peak", "TTA s": "def-tta", "accuracy": "def-accuracy",
-           "epoch s": "def-epoch", "$/epoch": "def-cost", "value": "def-cv", "n": "def-n", "status": "def-status",
+           "epoch s": "def-epoch", "$/epoch": "def-cost", "value": "def-ci", "kWh/epoch": "def-kwh",
+           "J/sample": "def-kwh", "pays off": "def-breakeven", "min/epoch": "def-epoch", "n": "def-n",
+           "status": "def-status",
            "scaling": "def-scaling", "speed-up vs CPU": "def-speedup", "best": "mark-best", "flags": "marks"}
 LEGEND = ("Marks beside a number, in every table (flags) and figure: * best per GPU type; OOM; GPU mismatch; "
           "failed; chance accuracy (0.51): did not learn; k/n: k of n repeats. In figures a flagged setting is "
@@ -475,8 +608,8 @@ def _html(report: Report, full: Table, source: str, target: float) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Sweep {html.escape(report.sweep)} report"
              f"</title><style>{CSS}</style></head><body>",
              f"<h1>Sweep {html.escape(report.sweep)}: report</h1>",
-             f"<p class='note'>Generated {now} from {html.escape(source)}. Numbers are means over repeats ±CV "
-             f"(coefficient of variation); time-to-accuracy target {target:g}. Definitions: "
+             f"<p class='note'>Generated {now} from {html.escape(source)}. Numbers are means over repeats ± the "
+             f"half-width of their 95% interval; time-to-accuracy target {target:g}. Definitions: "
              "<a href='#definitions'>every number</a> and <a href='#marks'>the marks</a>, at the end of the "
              "page.</p>",
              f"<p class='legend'>{html.escape(LEGEND)} <a href='#marks'>Legend</a>.</p>",

@@ -30,7 +30,8 @@ def test_run_times_the_asked_batches(sst2: Path, tmp_path: Path) -> None:
     ))  # fmt: skip
     cfg = JobConfig(task="inference", batch_size=8, padding="max_length", max_seq_len=32, inference_batches=7,
                     warmup_batches=2, precision="fp32")
-    stats = inference.run(cfg, model, split, Dist())
+    stats, energy = inference.run(cfg, model, split, Dist())
+    assert energy is None  # no GPU, no meter
     assert (stats["batch_size"], stats["seq_len"], stats["dtype"]) == (8, 32, "float32")
     assert stats["batches"] == 7 and stats["latency_s"]["n"] == 7 and stats["warmup_batches"] == 2
     assert stats["warmup_s"] > 0 and stats["latency_s"]["p50"] > 0

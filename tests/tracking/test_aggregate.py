@@ -26,6 +26,7 @@ def results(rate: float = 1000.0, *, accuracy: float = 0.91, train_s: float = 12
             "train": {"samples_per_s": rate, "step_time_s": {"p50": 0.05}, "epochs_completed": epochs,
                       "steps": 100, "warmup_steps": 3, "warmup_time_s": 10.0},
             "memory": {"torch_peak_allocated_bytes": 6 * GIB}, "final_accuracy": accuracy,
+            "energy": {"j_per_sample": 0.5, "kwh_per_epoch": 0.0093},
             "timings": {"train_s": train_s}, **extra}
 
 
@@ -112,8 +113,12 @@ def test_stat_mean_sample_std_and_cv() -> None:
     assert agg.Stat([5.0]).std is None and agg.Stat([5.0]).cv is None
     assert agg.Stat([]).mean is None
     assert agg.Stat([0.0, 0.0]).cv is None  # no CV of a zero mean
-    assert agg.Stat([1.0, 3.0]).as_dict() == {"mean": 2.0, "cv": math.sqrt(2) / 2, "std": math.sqrt(2), "n": 2,
-                                              "values": [1.0, 3.0]}
+    # by hand: s = sqrt(2), t(0.975, 1) = 12.706, half-width = 12.706 x sqrt(2) / sqrt(2)
+    got = agg.Stat([1.0, 3.0]).as_dict()
+    assert got["ci95"] == pytest.approx([2.0 - 12.706, 2.0 + 12.706]) and got["ci95_half_width"] == 12.706
+    assert {k: v for k, v in got.items() if not k.startswith("ci95")} == {
+        "mean": 2.0, "cv": math.sqrt(2) / 2, "std": math.sqrt(2), "n": 2, "values": [1.0, 3.0]}
+    assert agg.Stat([5.0]).as_dict()["ci95"] is None
 
 
 def test_repeats_of_a_setting_are_one_cell_and_the_best_per_gpu_type_is_marked() -> None:
@@ -184,8 +189,8 @@ def test_metric_text_gives_mean_cv_and_how_many_repeats_reached_the_target() -> 
     missed["eval"] = [{"step": 100, "accuracy": 0.80}]
     [cell] = agg.aggregate([record("a", res=reached), record("b", repeat=1, res=missed)], catalog=CATALOG)
     assert agg.metric_text(cell, "tta_s") == "110.0 (1/2)"
-    cv = agg.Stat([1000.0, 1200.0]).cv
-    assert cv is not None and agg.metric_text(cell, "samples_per_s") == f"1,100 ±{cv * 100:.1f}%"
+    # ± the 95% interval's half-width in percent of the mean: t(0.975, 1) x s / sqrt(2) = 12.706 x 100 / 1,100
+    assert agg.metric_text(cell, "samples_per_s") == f"1,100 ±{12.706 * 100 / 1100 * 100:.1f}%" == "1,100 ±115.5%"
     assert agg.metric_text(cell, "latency_p99_ms") == "-"  # succeeded, without that number
 
 

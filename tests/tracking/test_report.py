@@ -76,7 +76,8 @@ def test_the_report_opens_with_the_best_setting_per_gpu_type(tmp_path: Path) -> 
     fastest = max(((g, s) for g, s in rates), key=lambda k: sum(rates[k]) / len(rates[k]))
     line = next(a for a in summary["answer"] if a.startswith("fine-tuning, highest throughput"))
     assert f": {fastest[0]} {fastest[1]} " in line and "(n=2" in line and "±" in line
-    assert len(built.figures) == 6 and built.skipped == [  # the stand-in's trials take no time
+    assert len(built.figures) == 6 and built.skipped == [  # the stand-in's trials take no time, meter no energy
+        "energy_per_epoch.png: not drawn: " + NO_ENERGY,
         "gpu_timeline.png: not drawn: the sweep has no GPU trials with results"]
 
 
@@ -90,6 +91,7 @@ def test_a_cpu_sweep_draws_every_figure_it_has_data_for(tmp_path: Path) -> None:
         "compile_speedup.png: not drawn: every trial ran eager (add a compile axis to compare)",
         "time_to_accuracy.png: not drawn: no trial reached 0.9 dev accuracy (best 0.860)",
         "cost_per_epoch.png: not drawn: no price: CPU trials",
+        "energy_per_epoch.png: not drawn: " + NO_ENERGY,
         "gpu_timeline.png: not drawn: the sweep has no GPU trials with results"]
     cpu = {b["metric"]: b for b in summary["best"] if b["gpu"] == "cpu"}
     assert cpu["samples_per_s"]["setting"] == "bs32 bf16 eager"
@@ -119,6 +121,9 @@ def test_flags_sit_beside_the_numbers(tmp_path: Path) -> None:
     assert flags[("v100-32gb", 16, 1, "off", "finetune")] == ["GPU mismatch"]
     assert flags[("l40s", 16, 1, "off", "finetune")] == []
     assert "1/2 chance accuracy (0.50)" in page and "GPU mismatch" in page
+
+
+NO_ENERGY = "no trial measured its GPU energy (no NVML energy counter: CPU trials, or GPUs before Volta)"
 
 
 def marked(trial: Any, results: dict[str, Any]) -> None:
@@ -165,7 +170,8 @@ class Tables(HTMLParser):
 def test_every_table_row_marks_chance_accuracy_oom_and_gpu_mismatch(tmp_path: Path) -> None:
     _, page, _ = report(tmp_path, records(SWEEP_SPEC, marked))
     tables = Tables(page).tables
-    assert len(tables) == 5  # best per GPU type, epochs at batch 16, inference latency, DDP, all results
+    # best per GPU type, GPU types, epochs at batch 16, compile break-even, inference latency, DDP, all results
+    assert len(tables) == 7
     chance, oom, half_oom, mismatch = "chance accuracy (0.51)", "OOM", "1/2 OOM", "GPU mismatch"
     seen: dict[str, int] = {}
     for table in tables:
