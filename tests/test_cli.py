@@ -362,3 +362,44 @@ def test_an_api_server_that_hangs_is_an_error_within_seconds(gpuless: dict[str, 
                            f"took the connection but gave no TLS handshake within {CONNECT_TIMEOUT_S:g} s (is it "
                            "hung?)\n")
     assert took < (CONNECT_RETRIES + 1) * CONNECT_TIMEOUT_S + QUICK_S
+
+
+def _copied_sweep(directory: Path, product: str, speed: float) -> None:
+    """Results files as a local sweep on another machine leaves them: one GPU type (NVML's), 3 repeats a cell."""
+    from kubesweep.plan import plan
+    from kubesweep.spec import parse_sweep_text
+    from tests.support.tracked_job import build
+
+    text = ("apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: showcase}\nspec:\n  job: {epochs: 1}\n"
+            "  matrix: {batch_size: [16, 32]}\n  repeats: 3\n  resources: {gpus_per_trial: 1}\n")
+    for trial in plan(parse_sweep_text(text)).trials:
+        results, _ = build(trial.config.model_copy(update={"gpu": "h100-80gb"}), "2026-11-26T00:00:00+00:00")
+        results["trial"]["gpu"] = None  # the sweep asked for any GPU
+        results["environment"] = {"gpus": [{"product": product}]}
+        results["train"]["samples_per_s"] *= speed
+        where = directory / "trials" / trial.name
+        where.mkdir(parents=True)
+        (where / "results.json").write_text(json.dumps(results))
+
+
+def test_report_merges_sweeps_run_on_two_machines(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _copied_sweep(tmp_path / "h100", "NVIDIA-H100-80GB-HBM3", 1.0)
+    _copied_sweep(tmp_path / "h200", "NVIDIA-H200", 1.3)
+    out = sweep("report", str(tmp_path / "h100"), str(tmp_path / "h200"), "-o", str(tmp_path / "merged"),
+                "--no-upload").stdout
+    assert "report.html" in out
+    summary = json.loads((tmp_path / "merged" / "summary.json").read_text())
+    assert {c["gpu"] for c in summary["cells"]} == {"h100-80gb", "h200"}
+    assert all(c["n"] == 3 and c["metrics"]["samples_per_s"]["ci95"] is not None for c in summary["cells"])
+    line = next(a for a in summary["answer"] if a.startswith("GPU types, fine-tuning, highest throughput"))
+    assert "h200 is 1.30x h100-80gb" in line, line
+    table = sweep("results", str(tmp_path / "h100"), str(tmp_path / "h200"), "-f", "csv").stdout
+    assert table.count("\n") == 5  # a header and 2 GPU types x 2 batch sizes
+
+
+def test_a_directory_with_a_damaged_results_file_is_a_usage_error(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _copied_sweep(tmp_path / "h100", "NVIDIA-H100-80GB-HBM3", 1.0)
+    damaged = next((tmp_path / "h100" / "trials").iterdir()) / "results.json"
+    damaged.write_text('{"outcome": ')
+    proc = sweep("report", str(tmp_path / "h100"), "--no-upload", check=2)
+    assert f"{damaged}: not a results file" in proc.stderr and "Traceback" not in proc.stderr

@@ -279,3 +279,51 @@ def test_a_trials_own_checkpoint_directory_is_no_setting() -> None:
             for i in range(3)]
     (cell,) = agg.aggregate(recs, catalog=CATALOG)
     assert cell.metrics["samples_per_s"].n == 3 and cell.extra == {}
+
+
+# -- intervals, ties, random init and merged sweeps ---------------------------------------------------------------
+
+
+def _cell_of(rates: list[float], batch: int, gpu: str = "h100-80gb", **job: Any) -> list[TrialRecord]:
+    return [record(f"{gpu}-{batch}-{i}", gpu=gpu, repeat=i, res=results(rate), batch_size=batch, **job)
+            for i, rate in enumerate(rates)]
+
+
+def test_settings_whose_intervals_overlap_the_best_are_tied_with_it() -> None:
+    # 100, 102, 104: mean 102 ± 4.97 -> [97.0, 107.0]; 96, 98, 100: [93.0, 103.0] overlaps; 80, 81, 82 does not
+    cells = agg.aggregate(_cell_of([100.0, 102.0, 104.0], 64) + _cell_of([96.0, 98.0, 100.0], 32)
+                          + _cell_of([80.0, 81.0, 82.0], 16), catalog=CATALOG)
+    best = agg.best_cell(cells, "samples_per_s")
+    assert best is not None and best.axes["batch_size"] == 64
+    assert [c.axes["batch_size"] for c in agg.tied_with(best, cells, "samples_per_s")] == [32]
+    apart = agg.aggregate(_cell_of([100.0, 102.0, 104.0], 64) + _cell_of([90.0, 91.0, 92.0], 32), catalog=CATALOG)
+    assert agg.tied_with(apart[0], apart, "samples_per_s") == []  # [89.8, 93.5] vs [97.0, 107.0]
+
+
+def test_a_random_init_speed_run_is_marked_and_may_be_fastest_but_never_most_accurate() -> None:
+    speed = _cell_of([5000.0, 5100.0], 256, random_init=True)
+    for r in speed:
+        assert r.results is not None
+        r.results["final_accuracy"] = 0.509  # random init, one epoch: chance
+    learned = _cell_of([1000.0, 1010.0], 32)
+    cells = agg.aggregate(speed + learned, catalog=CATALOG)
+    fast = next(c for c in cells if c.axes["batch_size"] == 256)
+    assert fast.random_init and fast.flags == [agg.RANDOM_INIT] and not fast.at_chance
+    assert agg.metric_text(fast, "accuracy").startswith("0.5090 (random init)")
+    assert agg.best_cell(cells, "samples_per_s") is fast
+    best_acc = agg.best_cell(cells, "accuracy")
+    assert best_acc is not None and best_acc.axes["batch_size"] == 32
+    assert agg.trial_flags("succeeded", speed[0].results | {"config": speed[0].job}) == [agg.RANDOM_INIT]
+    assert agg.RANK_METRIC in agg.comparison_metrics(speed[0].results | {"config": speed[0].job}, gpu="h100-80gb",
+                                                     gpus=1)
+
+
+def test_sweeps_from_two_machines_meet_in_cells_by_the_gpu_nvml_named() -> None:
+    def on(product: str, name: str, rate: float) -> TrialRecord:
+        res = results(rate, environment={"gpus": [{"product": product}]})
+        return record(name, gpu=None, res=res)  # a local sweep that takes any GPU
+
+    # the job records NVML's name as GPU Feature Discovery's product label (kubesweep.jobs.env.product_label)
+    cells = agg.aggregate([on("NVIDIA-H100-80GB-HBM3", "a", 1000.0), on("NVIDIA-H200", "b", 1400.0),
+                           on("NVIDIA-H100-80GB-HBM3", "c", 1010.0)], catalog=CATALOG)
+    assert {c.axes["gpu"]: len(c.trials) for c in cells} == {"h100-80gb": 2, "h200": 1}

@@ -14,7 +14,15 @@ import pytest
 from kubesweep.backends.base import Phase, TrialStatus
 from kubesweep.backends.local import LocalBackend
 from kubesweep.outcomes import Outcome
-from kubesweep.tracking.records import dig, from_backend, from_mlflow, record_from_child, record_from_status
+from kubesweep.tracking.records import (
+    ResultsDirError,
+    dig,
+    from_backend,
+    from_mlflow,
+    from_results_dir,
+    record_from_child,
+    record_from_status,
+)
 from kubesweep.tracking.runs import ChildRun
 from tests.backends.contract import CRASH_LR, make_plan
 
@@ -165,3 +173,47 @@ def test_from_mlflow_adds_the_trials_without_a_run_from_the_backend_in_plan_orde
     two = Runs([child("b", tags={"kubesweep.trial": "s-b"}), child("a", tags={"kubesweep.trial": "s-a"})], {})
     assert [r.name for r in from_mlflow(two, "parent", backend, "nope")] == ["s-a", "s-b"]
     assert [r.name for r in from_mlflow(two, "parent", None, "nope")] == ["s-a", "s-b"]
+
+
+# -- a directory of results files (a sweep run on another machine) -------------------------------------------------
+
+
+def _results_file(path: Path, trial_id: str, product: str, rate: float = 1000.0) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "results.json").write_text(json.dumps({
+        "outcome": "succeeded", "device": "cuda",
+        "trial": {"sweep": "s", "trial_id": trial_id, "name": f"s-{trial_id}", "repeat": 1, "gpu": None,
+                  "gpu_product": None, "gpus_per_trial": 1},
+        "config": {"task": "finetune", "batch_size": 64}, "environment": {"gpus": [{"product": product}]},
+        "train": {"samples_per_s": rate}}))
+
+
+def test_records_from_a_directory_of_results_files(tmp_path: Path) -> None:
+    _results_file(tmp_path / "sweeps" / "s" / "trials" / "b", "b", "NVIDIA-H200")
+    _results_file(tmp_path / "sweeps" / "s" / "trials" / "a", "a", "NVIDIA-H200")
+    (tmp_path / "sweeps" / "s" / "trials" / "a" / "trial.json").write_text("{}")  # other files: not read
+    records = from_results_dir(tmp_path)
+    assert [(r.trial_id, r.repeat, r.gpu, r.gpus, r.outcome, r.job) for r in records] == [
+        ("a", 1, None, 1, "succeeded", {"task": "finetune", "batch_size": 64}),
+        ("b", 1, None, 1, "succeeded", {"task": "finetune", "batch_size": 64})]
+    assert from_results_dir(tmp_path / "sweeps" / "s" / "trials" / "a")[0].results["train"] == {  # type: ignore[index]
+        "samples_per_s": 1000.0}
+
+
+def test_a_directory_does_not_reach_out_through_links_and_names_the_file_it_cannot_read(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    _results_file(outside, "secret", "NVIDIA-H100-80GB-HBM3")
+    mine = tmp_path / "mine"
+    _results_file(mine / "t1", "t1", "NVIDIA-H200")
+    (mine / "t2").mkdir()
+    (mine / "t2" / "results.json").symlink_to(outside / "results.json")  # a file link out of the directory
+    (mine / "t3").symlink_to(outside, target_is_directory=True)  # a directory link out of it
+    assert [r.trial_id for r in from_results_dir(mine)] == ["t1"]
+
+    (mine / "t4").mkdir()
+    (mine / "t4" / "results.json").write_text("{not json")
+    with pytest.raises(ResultsDirError, match=r"t4/results.json: not a results file"):
+        from_results_dir(mine)
+    (mine / "t4" / "results.json").write_text('{"outcome": "succeeded"}')
+    with pytest.raises(ResultsDirError, match=r"t4/results.json: not a results file: expected the keys"):
+        from_results_dir(mine)

@@ -299,3 +299,47 @@ spec:
   matrix: {batch_size: [16, 32], precision: [fp32, bf16]}
   resources: {gpus_per_trial: 1}
 """
+
+
+# -- ties and GPU types compared ----------------------------------------------------------------------------------
+
+GPU_SPEC = """\
+apiVersion: kubesweep.io/v1alpha1
+kind: Sweep
+metadata: {name: two-gpus}
+spec:
+  job: {epochs: 1}
+  matrix: {gpu: [h100-80gb, l40s], batch_size: [16, 32], precision: [bf16]}
+  repeats: 3
+"""
+
+
+def test_the_answer_compares_gpu_types_at_their_best_settings_and_names_ties(tmp_path: Path) -> None:
+    _, _, summary = report(tmp_path, records(GPU_SPEC))
+    answer = summary["answer"]
+    # the stand-in's H100 runs at 1,000 samples/s x (batch/16)^0.3 x 1.8, the L40S at 600 x the same: 1.67x
+    line = next(a for a in answer if a.startswith("GPU types, fine-tuning, highest throughput"))
+    assert "h100-80gb is 1.67x l40s at their best settings" in line, line
+    # batch 16 and 32 on one GPU differ by 23%, their repeats by 4%: not tied; the best is named alone
+    assert any(a.startswith("fine-tuning, highest throughput: h100-80gb bs32 bf16 eager: ") for a in answer), answer
+
+    def close(trial: Any, results: dict[str, Any]) -> None:  # batch 16 within a hair of batch 32 on the H100
+        if trial.gpu == "h100-80gb" and trial.config.job.batch_size == 16:
+            results["train"]["samples_per_s"] *= 2 ** 0.3 * 0.995
+
+    _, _, summary = report(tmp_path, records(GPU_SPEC, close))
+    line = next(a for a in summary["answer"] if a.startswith("fine-tuning, highest throughput"))
+    assert line.startswith("fine-tuning, highest throughput: 2 settings tied (95% intervals overlap): "), line
+    assert "h100-80gb bs32 bf16 eager" in line and "h100-80gb bs16 bf16 eager" in line
+
+
+def test_the_gpu_table_and_the_compile_break_even_table(tmp_path: Path) -> None:
+    spec = GPU_SPEC.replace("precision: [bf16]}", "precision: [bf16], compile: [false, true]}")
+    _, page, summary = report(tmp_path, records(spec))
+    tables = {t["title"]: t for t in summary["tables"]}
+    gpus = tables["GPU types at their best setting"]
+    assert [row[1] for row in gpus["rows"]] == ["h100-80gb", "l40s"]
+    assert all(row[2] == "bs32 bf16 compile=default" for row in gpus["rows"])  # compiled: 1.25x in the stand-in
+    breakeven = tables["torch.compile break-even"]
+    assert len(breakeven["rows"]) == 4  # 2 GPU types x 2 batches, each compiled against its eager twin
+    assert "torch.compile break-even" in page
