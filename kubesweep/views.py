@@ -391,11 +391,11 @@ def print_cells(console: Console, sweep: str, cells: list[Any], source: str, tar
 
 def print_busy(console: Console, records: Sequence[Any]) -> None:
     """How busy the sweep kept its GPUs (nothing for a sweep without GPU trials)."""
-    from kubesweep.tracking import aggregate as agg
+    from kubesweep.tracking.busy import busy_text, gpu_busy
 
-    busy = agg.gpu_busy(list(records))
+    busy = gpu_busy(list(records))
     if busy is not None:
-        console.print(agg.busy_text(busy))
+        console.print(busy_text(busy))
 
 
 def print_ended(console: Console, backend: Backend, sweep: str) -> None:
@@ -414,10 +414,11 @@ def print_aggregated(console: Console, fmt: str, sweep: str, cells: Sequence[Any
                      source: str, target: float, best_by: str, found: dict[str, Any] | None) -> None:
     """`sweep results` in one of its formats (table, json, csv, markdown), with what a search found (`found`)."""
     from kubesweep.tracking import aggregate as agg
+    from kubesweep.tracking.busy import gpu_busy
 
     if fmt == "json":
         doc = agg.to_json(list(cells), sweep=sweep, source=source, target=target, best_by=best_by,
-                          busy=agg.gpu_busy(list(records)))
+                          busy=gpu_busy(list(records)))
         if found is not None:
             doc["search"] = found
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")

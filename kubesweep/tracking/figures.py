@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubesweep.tracking.aggregate import Cell, busy_text, fmt_number, gpu_busy, trial_flags, trial_span
+from kubesweep.tracking.aggregate import Cell, fmt_number, trial_flags
+from kubesweep.tracking.busy import busy_text, gpu_busy, trial_span
 from kubesweep.tracking.records import dig
 
 WIDTH = 12.0  # inches: about the report's page width at 110 px per inch

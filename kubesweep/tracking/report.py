@@ -20,8 +20,6 @@ which its notes and column headers link to.
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
 import html
 import json
 from collections.abc import Callable
@@ -32,14 +30,10 @@ from typing import Any
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import figures as figs
 from kubesweep.tracking.aggregate import (
-    CHANCE_ACCURACY,
-    CHANCE_MARGIN,
     METRICS,
     Cell,
     best_cell,
-    busy_text,
     fmt_number,
-    gpu_busy,
     headers,
     metric_text,
     text_rows,
@@ -48,10 +42,12 @@ from kubesweep.tracking.aggregate import (
     to_markdown,
 )
 from kubesweep.tracking.breakeven import break_evens
+from kubesweep.tracking.busy import busy_text, gpu_busy
 from kubesweep.tracking.figures import finetune as _finetune
 from kubesweep.tracking.figures import gpu_label as _gpu_label
 from kubesweep.tracking.figures import other_settings as _other_settings
 from kubesweep.tracking.records import dig
+from kubesweep.tracking.report_page import ANCHORS, LEGEND, html_page
 
 SEED_BATCH = 16
 
@@ -522,115 +518,5 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
     md += ["## All results", "", to_markdown(cells)]
     md += [f"![{cap}]({name})" for name, cap in report.figures]
     (directory / "report.md").write_text("\n".join(md) + "\n")
-    report.html_path.write_text(_html(report, full, source, target))
+    report.html_path.write_text(html_page(report, full, source, target))
     return report
-
-
-# -- definitions and the marks' legend, at the end of the page; notes and column headers link to them -----------
-
-CHANCE_LIMIT = CHANCE_ACCURACY + CHANCE_MARGIN
-DEFINITIONS: list[tuple[str, str, str]] = [  # (anchor, term, definition), as docs/tracking.md gives them
-    ("def-samples-per-s", "samples/s", "train.samples_per_s: samples per second over the measured training steps "
-     "(warm-up excluded), all ranks; inference: inference.samples_per_s."),
-    ("def-step-p50", "step p50 ms, p50 ms", "the median training step time (train.step_time_s.p50) in ms; "
-     "inference: the median latency of one batch."),
-    ("def-p99", "p99 ms", "inference: the 99th-percentile latency of one batch."),
-    ("def-peak", "peak GiB", "memory.torch_peak_allocated_bytes / 2^30, the CUDA caching allocator's peak; CPU "
-     "trials: the process's peak resident set."),
-    ("def-tta", "TTA s", "time-to-accuracy: training wall time from the first optimizer step until the first "
-     "evaluation at or above the target accuracy, evaluation excluded; `mean (k/n)` where k of n repeats reached "
-     "it."),
-    ("def-accuracy", "accuracy", "final_accuracy: the dev accuracy of the last evaluation."),
-    ("def-epoch", "epoch s, epoch time", "timings.train_s / train.epochs_completed: the training loop's wall "
-     "time per epoch, warm-up and checkpoints included, evaluation excluded."),
-    ("def-cost", "$/epoch", "the catalog's price_per_hour x GPUs of the trial x epoch time / 3600; none for CPU "
-     "trials."),
-    ("def-kwh", "kWh/epoch, J/sample", "energy.j_per_sample: GPU joules per sample over the measured steps, "
-     "from NVML's energy counter (the board's, all ranks); kWh/epoch = J/sample x training rows / 3.6e6."),
-    ("def-ci", "mean ±h%, value", "the mean over the repeats that produced the number, ± the half-width of its "
-     "95% confidence interval (Student's t, n - 1 degrees of freedom) in percent of the mean; one repeat: no "
-     "interval. Settings whose intervals overlap are tied: the answer names them all instead of a winner."),
-    ("def-breakeven", "pays off", "torch.compile's extra warm-up over eager / the time it saves per step: the "
-     "steps (and epochs) after which the compiled run has caught up."),
-    ("def-n", "n", "repeats of the setting (the same settings, another repeat index)."),
-    ("def-status", "status", "ok, or what happened: OOM, GPU mismatch, failed, skipped, ..., or a mix such as "
-     "`1 ok, 1 OOM`."),
-    ("def-scaling", "scaling", "samples/s on N GPUs / (N x samples/s on one GPU)."),
-    ("def-speedup", "speed-up vs CPU", "the CPU's p50 latency / this setting's p50 latency."),
-]
-MARKS: list[tuple[str, str, str]] = [  # (anchor, mark, meaning)
-    ("mark-best", "*", "the best setting per task and GPU type on the chosen metric, among those that learned."),
-    ("mark-oom", "OOM", "a repeat ran out of GPU memory: the setting does not fit; a result, not a failure."),
-    ("mark-mismatch", "GPU mismatch", "a repeat ran on another GPU than the one asked for: its numbers are not "
-     "that GPU's."),
-    ("mark-failed", "failed", "a repeat failed for another reason."),
-    ("mark-chance", "chance accuracy (0.51)", f"a repeat's final accuracy is at chance (at most {CHANCE_LIMIT:g} "
-     "on SST-2's two balanced classes; the lowest is shown): the setting did not learn, and is never the best, "
-     "however fast."),
-    ("mark-random", "random init: accuracy not meaningful", "the model was built from its config, untrained: a "
-     "speed run. Its accuracy (marked `(random init)`) says nothing about the recipe; it is never the best on "
-     "accuracy or time to accuracy, and may be on speed, cost and energy."),
-    ("mark-share", "k/n", "before a mark: k of the setting's n repeats have it."),
-    ("mark-n1", "n=1", "one measured repeat: no spread (tables only)."),
-]
-ANCHORS = {"samples/s": "def-samples-per-s", "step p50 ms": "def-step-p50", "p50 ms": "def-step-p50",
-           "p99 ms": "def-p99", "peak GiB": "def-peak", "TTA s": "def-tta", "accuracy": "def-accuracy",
-           "epoch s": "def-epoch", "$/epoch": "def-cost", "value": "def-ci", "kWh/epoch": "def-kwh",
-           "J/sample": "def-kwh", "pays off": "def-breakeven", "min/epoch": "def-epoch", "n": "def-n",
-           "status": "def-status",
-           "scaling": "def-scaling", "speed-up vs CPU": "def-speedup", "best": "mark-best", "flags": "marks"}
-LEGEND = ("Marks beside a number, in every table (flags) and figure: * best per GPU type; OOM; GPU mismatch; "
-          "failed; chance accuracy (0.51): did not learn; k/n: k of n repeats. In figures a flagged setting is "
-          "framed, ringed or hatched in red, its marks beside its number.")
-
-
-def _definitions() -> list[str]:
-    parts = ["<h2 id='definitions'>Definitions</h2>", "<dl class='defs'>"]
-    parts += [f"<dt id='{a}'>{html.escape(t)}</dt><dd>{html.escape(d)}</dd>" for a, t, d in DEFINITIONS]
-    parts += ["</dl>", "<h3 id='marks'>Marks</h3>", "<dl class='defs'>"]
-    parts += [f"<dt id='{a}'>{html.escape(m)}</dt><dd>{html.escape(d)}</dd>" for a, m, d in MARKS]
-    parts.append("</dl>")
-    return parts
-
-
-CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;
-text-align:right}th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}.note{color:#555;font-size:13px}
-th a{color:inherit}tr.flagged td{background:#fdecec}.legend{font-size:13px;background:#f7f7f7;padding:4px 8px}
-figure{margin:1em 0 2em;max-width:1400px}figcaption{color:#555;font-size:13px}
-figure img{display:block;width:100%;max-width:1400px;height:auto;border:1px solid #eee}
-ul.answer{font-size:16px;line-height:1.5}dl.defs{font-size:13px}dl.defs dt{font-weight:bold;margin-top:0.4em}
-dl.defs dd{margin-left:2em}"""
-
-
-def _html(report: Report, full: Table, source: str, target: float) -> str:
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>Sweep {html.escape(report.sweep)} report"
-             f"</title><style>{CSS}</style></head><body>",
-             f"<h1>Sweep {html.escape(report.sweep)}: report</h1>",
-             f"<p class='note'>Generated {now} from {html.escape(source)}. Numbers are means over repeats ± the "
-             f"half-width of their 95% interval; time-to-accuracy target {target:g}. Definitions: "
-             "<a href='#definitions'>every number</a> and <a href='#marks'>the marks</a>, at the end of the "
-             "page.</p>",
-             f"<p class='legend'>{html.escape(LEGEND)} <a href='#marks'>Legend</a>.</p>",
-             "<h2>The answer</h2>", "<ul class='answer'>"]
-    parts += [f"<li>{html.escape(line)}</li>" for line in report.answer]
-    parts.append("</ul>")
-    if report.best is not None:
-        parts.append(report.best.html())
-    parts.append("<h2>Comparison tables</h2>")
-    parts += [t.html() for t in report.tables]
-    parts += [f"<p class='note'>{html.escape(n)}</p>" for n in report.table_notes]
-    parts.append("<h2>Figures</h2>")
-    for name, caption in report.figures:
-        # embedded, so the page is whole wherever it is opened (a browser, the MLflow artifact viewer)
-        data = base64.b64encode((report.directory / name).read_bytes()).decode()
-        parts.append(f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(caption)}' "
-                     f"title='{name}'>"
-                     f"<figcaption>{html.escape(caption)}</figcaption></figure>")
-    parts += [f"<p class='note'>{html.escape(s)}</p>" for s in report.skipped]
-    parts.append("<h2>All results</h2>")
-    parts.append(full.html())
-    parts += _definitions()
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"

@@ -22,7 +22,7 @@ from kubesweep.backends.local import Device, LocalBackend
 from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep_text
-from kubesweep.tracking.aggregate import trial_span
+from kubesweep.tracking.busy import trial_span
 
 ROOT = Path(__file__).resolve().parents[2]
 SST2 = ROOT / "data" / "sst2"
