@@ -213,6 +213,39 @@ def answer_lines(cells: list[Cell], target: float) -> list[str]:
 TIED_SHOWN = 3
 
 
+NOISY = 0.03  # a samples/s interval wider than ±3% of the mean is named, with what may explain it
+
+
+def _measured_s(cell: Cell) -> float | None:
+    """The mean measured time of a repeat: training's measured steps, or inference's measured batches."""
+    times = []
+    for trial in cell.trials:
+        res = trial.results or {}
+        t = dig(res, "train", "measured_time_s")
+        if t is None and (lat := dig(res, "inference", "latency_s")):
+            t = float(lat.get("mean") or 0.0) * float(lat.get("n") or 0)
+        if isinstance(t, (int, float)):
+            times.append(float(t))
+    return sum(times) / len(times) if times else None
+
+
+def noisy_lines(cells: list[Cell]) -> list[str]:
+    """One sentence naming the settings whose samples/s is known to less than ±3% (95%), with each one's repeats
+    and measured time per repeat: a short measured window or a shared CPU is the usual cause."""
+    noisy = [c for c in cells if (rel := c.metrics["samples_per_s"].relative_half_width) is not None and rel > NOISY]
+    if not noisy:
+        return []
+    parts = []
+    for cell in noisy:
+        stat = cell.metrics["samples_per_s"]
+        measured = _measured_s(cell)
+        window = f", {measured:.2g} s measured per repeat" if measured is not None else ""
+        rel = (stat.relative_half_width or 0.0) * 100
+        parts.append(f"{setting_text(cell, with_gpu=True)} ({cell.task}) ±{rel:.1f}%: repeats "
+                     f"{', '.join(fmt_number(v) for v in stat.values)}{window}")
+    return [f"Noisier than ±{NOISY:.0%} in samples/s (95% interval): " + "; ".join(parts) + "."]
+
+
 def gpu_lines(cells: list[Cell], task: str) -> list[str]:
     """Per objective, the GPU types compared at their best settings: which is best and by how much, or tied."""
     noun = "fine-tuning" if task == "finetune" else "inference"
@@ -501,6 +534,7 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
     busy = gpu_busy([t for c in cells for t in c.trials])
     if busy is not None:
         report.answer.append(busy_text(busy) + " (measured training steps over the sweep's wall time)")
+    report.answer += noisy_lines(cells)
     report.best = answer_table(cells, target)
     summary = to_json(cells, sweep=sweep, source=source, target=target, best_by=best_by, busy=busy)
     summary["answer"] = report.answer
