@@ -88,6 +88,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=lambda v: [int(s) for s in v.split(",")], default=[42, 7],
                         help="seeds of every variant, comma-separated (default 42,7)")
     parser.add_argument("--no-peer", action="store_true", help="leave HF Trainer out")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a job setting of kubesweep's runs (VALUE as JSON, else a string), e.g. "
+                             "sdpa_backend=math; named in each run's label")
     parser.add_argument("--budget-s", type=float, default=None, help="start no run after this many seconds")
     parser.add_argument("--out", type=Path, required=True, help="results JSON")
     args = parser.parse_args()
@@ -97,8 +100,18 @@ def main() -> None:
         except argparse.ArgumentTypeError as err:
             parser.error(str(err))
 
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item}: expected KEY=VALUE")
+        try:
+            overrides[key] = json.loads(value)
+        except ValueError:
+            overrides[key] = value
+    suffix = "".join(f" [{k}={v}]" for k, v in overrides.items())
     base = {**RECIPE, "dataset": str(args.sst2.resolve()), **({"tokenizer": args.tokenizer} if args.tokenizer else {})}
-    variants = [f"kubesweep {p}" for p in args.padding] + ([] if args.no_peer else ["hf-trainer dynamic"])
+    variants = [f"kubesweep {p}{suffix}" for p in args.padding] + ([] if args.no_peer else ["hf-trainer dynamic"])
     report: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
     report.update({"command": shlex.join([Path(sys.executable).name, *sys.argv]), "environment": environment(),
                    "recipe": {**RECIPE, "kubesweep": KUBESWEEP}})
@@ -113,10 +126,11 @@ def main() -> None:
             if args.budget_s is not None and time.monotonic() - start > args.budget_s:
                 print(f"budget of {args.budget_s:.0f} s spent: run the same command again to go on", flush=True)
                 sys.exit(3)
-            engine, padding = variant.split(" ", 1)
+            engine, padding = variant.removesuffix(suffix).split(" ", 1)
             settings = {**base, "seed": seed, **(PEER if engine == "hf-trainer" else
-                                                  {**KUBESWEEP, **padding_settings(padding)})}
-            f = figures(run_job(settings, label=label.replace(" ", "-").replace(":", ""), log_dir=logs))
+                                                  {**KUBESWEEP, **padding_settings(padding), **overrides})}
+            name = "".join(c for c in label.replace(" ", "-") if c.isalnum() or c in "-_.")
+            f = figures(run_job(settings, label=name, log_dir=logs))
             runs[label] = f
             print(f"{label}: accuracy {f['final_accuracy']:.4f}, {f['samples_per_s']:.0f} samples/s, "
                   f"{f['padded_per_real_token']:.2f} padded tokens per token, warm-up {f['warmup_s']} s", flush=True)
