@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.jobs.config import JOB_FIELDS, JobConfig, TrialConfig
+from kubesweep.jobs.config import CUDA_ONLY_SDPA, JOB_FIELDS, JobConfig, TrialConfig
 from kubesweep.spec import MaxBatchSearch, Problem, RandomSearch, SpecError, Sweep, TuneSearch, set_axes
 
 MAX_NAME = 63
@@ -475,9 +475,12 @@ def cells(sweep: Sweep) -> Iterator[dict[str, Any]]:
 
 def drop_reason(sweep: Sweep, cell: Mapping[str, Any], catalog: Catalog) -> str | None:
     gpu = cell.get("gpu")
+    gpus = int(cell.get("gpus_per_trial", sweep.spec.resources.gpus_per_trial))
+    sdpa = cell.get("sdpa_backend", sweep.spec.job.sdpa_backend)
+    if gpus == 0 and sdpa in CUDA_ONLY_SDPA:  # the job would refuse it after its start-up: say so now
+        return f"sdpa_backend {sdpa} needs a CUDA GPU, and the cell runs on the CPU (gpus_per_trial 0)"
     if gpu is None:
         return None
-    gpus = int(cell.get("gpus_per_trial", sweep.spec.resources.gpus_per_trial))
     if gpus == 0:
         return f"gpu {gpu} asked for with gpus_per_trial 0"
     precision = cell.get("precision", sweep.spec.job.precision)

@@ -75,6 +75,19 @@ def test_bf16_on_v100_is_dropped_with_the_reason() -> None:
     assert "bf16 is not supported on Tesla-V100-SXM2-32GB" in p.dropped[0].reason
 
 
+def test_a_cpu_cell_with_gpu_only_attention_kernels_is_dropped_with_the_reason() -> None:
+    """Caught when planned, not after the trial's start-up: the job refuses efficient/cudnn kernels on a CPU."""
+    doc = sweep_doc("s", {"batch_size": [8]})
+    doc["spec"]["job"] = {"sdpa_backend": "efficient"}
+    doc["spec"]["include"] = [{"batch_size": 8, "gpus_per_trial": 0}, {"batch_size": 8, "gpus_per_trial": 0,
+                                                                      "sdpa_backend": "auto"}]
+    p = plan(parse_sweep(doc))
+    assert [d.axes for d in p.dropped] == [{"batch_size": 8, "gpus_per_trial": 0}]
+    assert p.dropped[0].reason == ("sdpa_backend efficient needs a CUDA GPU, and the cell runs on the CPU "
+                                   "(gpus_per_trial 0)")
+    assert len(p.trials) == 2  # the matrix's GPU cell and the CPU cell with PyTorch's own kernels
+
+
 def test_gpu_types_interleave() -> None:
     p = plan(parse_sweep(sweep_doc("s", {"gpu": ["l4", "l40s", "h100-80gb"], "batch_size": [8, 16, 32]})))
     assert [t.gpu for t in p.trials[:3]] == ["l4", "l40s", "h100-80gb"]

@@ -19,6 +19,7 @@ CompileMode = Literal["default", "reduce-overhead", "max-autotune"]
 COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
 CompileScope = Literal["model", "layers"]
 SdpaBackend = Literal["auto", "flash", "efficient", "cudnn", "math"]
+CUDA_ONLY_SDPA = ("efficient", "cudnn")  # attention kernels that exist only on a CUDA GPU
 Padding = Literal["max_length", "dynamic", "bucketed"]
 Task = Literal["finetune", "inference"]
 Engine = Literal["kubesweep", "hf-trainer"]

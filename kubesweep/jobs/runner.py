@@ -125,7 +125,9 @@ class TrialRun:
         try:
             # the GPU's identity from NVML, and then the host-only preparation: another trial may hold the GPU
             mismatch = env.check_gpu(self.trial.gpu_product, env.gpu_names(env.local_devices()))
-            inputs = None if mismatch else self._prepare()
+            # Under a GPU lease another trial may be measuring on this machine: prepare on a few cores.
+            with runtime.few_threads() if self.lease.path is not None else contextlib.nullcontext():
+                inputs = None if mismatch else self._prepare()
             self.timings["gpu_wait_s"] = self.lease.acquire(f"{self.trial.sweep}/{self.trial.name}")
             self.dist = dist = distributed.init()
             devices = env.local_devices()

@@ -13,10 +13,11 @@ import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kubesweep.jobs.config import JobConfig
+from kubesweep.jobs.config import CUDA_ONLY_SDPA, JobConfig
 from kubesweep.jobs.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,25 @@ def limit_threads(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     return int(torch.get_num_threads())
 
 
+PREPARE_THREADS = 2  # intra-op threads of a trial preparing behind a running one (`few_threads`)
+
+
+@contextlib.contextmanager
+def few_threads(n: int = PREPARE_THREADS) -> Iterator[None]:
+    """At most `n` intra-op threads inside, the pool as it was after: a trial that prepares (builds its model on
+    the host) while another trial's measured steps run on the same machine leaves that trial's host thread the
+    cores; a launch-bound step (eager, small batch) waits on that thread. Without it each preparing trial
+    initialized bert-base's weights on every core."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, min(n, before)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def setup_precision(cfg: JobConfig) -> None:
     """TF32 only where asked for: `fp32` is strict IEEE fp32 matmuls, `tf32` allows TF32 tensor cores."""
     import torch
@@ -86,7 +106,6 @@ def autocast(
 
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                  "math": "MATH"}
-CUDA_ONLY_SDPA = ("efficient", "cudnn")
 
 
 def check_attention_kernels(cfg: JobConfig, *, cuda: bool) -> None:
