@@ -96,6 +96,22 @@ def test_an_include_an_exclude_drops_is_a_warning() -> None:
                               "(precision=bf16) and runs anyway: include cells are added after the excludes"]
 
 
+def test_fine_buckets_from_random_init_are_a_warning_where_they_apply() -> None:
+    def warnings(spec: dict[str, Any]) -> list[str]:
+        return parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "w"},
+                            "spec": spec}).warnings
+
+    fine = {"random_init": True, "padding": "bucketed", "bucket_multiple": 8}
+    assert warnings({"job": fine, "matrix": {"batch_size": [256]}}) == [
+        "<input>: spec.job: bucketed padding with bucket_multiple 8 from random init: batches of one fine length "
+        "class can keep the model at chance accuracy (use 16 or more for runs whose accuracy matters)"]
+    # a matrix axis counts; pretrained weights (an include) and multiple 16 do not warn
+    assert len(warnings({"job": {**fine, "bucket_multiple": 16}, "matrix": {"bucket_multiple": [8, 16]}})) == 1
+    assert warnings({"job": {**fine, "random_init": False}, "matrix": {"batch_size": [256]},
+                     "include": [{"batch_size": 64, "bucket_multiple": 16, "random_init": True}]}) == []
+    assert warnings({"job": {**fine, "bucket_multiple": 16}, "matrix": {"batch_size": [256]}}) == []
+
+
 @pytest.mark.parametrize(("spec", "problem"), [
     ({"matrix": {"batch_size": ["16"]}}, "spec.matrix.batch_size[0]: expected an integer, got '16'"),
     ({"matrix": {"batch_size": [16.0]}}, "spec.matrix.batch_size[0]: expected an integer, got 16.0"),
