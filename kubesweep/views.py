@@ -385,8 +385,8 @@ def print_cells(console: Console, sweep: str, cells: list[Any], source: str, tar
     for cell, row in zip(cells, agg.text_rows(cells), strict=True):
         table.add_row(*row, style="bold" if cell.best else None)
     console.print(table)
-    console.print(f"mean ±CV over repeats; TTA = training time to dev accuracy >= {target:g}; * best "
-                  f"{agg.METRICS[best_by][0]} per GPU type; from {source}", style="dim")
+    console.print(f"mean ± the 95% interval's half-width over repeats; TTA = training time to dev accuracy >= "
+                  f"{target:g}; * best {agg.METRICS[best_by][0]} per GPU type; from {source}", style="dim")
 
 
 def print_busy(console: Console, records: Sequence[Any]) -> None:
