@@ -7,8 +7,10 @@ Definitions (docs/tracking.md says the same, with examples):
 - peak memory: `memory.torch_peak_allocated_bytes` in GiB (the CUDA caching allocator's peak); on a CPU trial
   `memory.host_peak_rss_bytes` (the process's peak resident set);
 - accuracy: `final_accuracy`, the dev accuracy of the last evaluation;
-- epoch time: `timings.train_s / train.epochs_completed`, the training loop's wall time per epoch (warm-up and
-  checkpoints included, evaluation excluded);
+- epoch time: `(timings.train_s - train.warmup_time_s) / train.epochs_completed`, the training loop's wall time
+  per epoch with the warm-up apart (compilation and each new shape's first steps: `warm-up s`, reported beside it;
+  a compile cache that one repeat fills and the next reads would otherwise set repeats of one setting apart by
+  the compilation), checkpoints included, evaluation excluded;
 - $/epoch: catalog `price_per_hour` x GPUs of the trial x epoch time / 3600 (none for CPU trials);
 - time-to-accuracy (TTA): training wall time from the first optimizer step until the first evaluation whose
   accuracy is at or above the target (default 0.90). Evaluation time is not counted. Results files record
@@ -150,7 +152,8 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
     out["tta_s"] = time_to_accuracy(r, target) if not inference else None
     train_s, epochs = _num(dig(r, "timings", "train_s")), _num(dig(r, "train", "epochs_completed"))
     if train_s is not None and epochs:
-        epoch_s = out["epoch_s"] = train_s / epochs
+        warm_s = min(train_s, _num(dig(r, "train", "warmup_time_s")) or 0.0)
+        epoch_s = out["epoch_s"] = (train_s - warm_s) / epochs
         gpu = gpu_type(record, catalog)
         if gpu and gpu in catalog and r.get("device", "cuda") != "cpu":
             gpus = max(1, int(r.get("world_size") or record.gpus or 1))
@@ -210,7 +213,8 @@ def trial_flags(outcome: str, results: dict[str, Any] | None) -> list[str]:
     meaningful` for a random-init model; else `chance accuracy (0.51)` when it succeeded at chance."""
     if outcome in _FLAGGED:
         return [OUTCOME_TEXT[outcome]]
-    if random_init((results or {}).get("config")):
+    config = (results or {}).get("config") or {}
+    if random_init(config) and config.get("task") != "inference":
         return [RANDOM_INIT]
     if outcome == "succeeded" and at_chance(results):
         return [f"chance accuracy ({_num((results or {}).get('final_accuracy')) or 0.0:.2f})"]
@@ -313,7 +317,7 @@ class Cell:
             k = self.outcomes.get(outcome, 0)
             if k:
                 out.append(OUTCOME_TEXT[outcome] if k == total else f"{k}/{total} {OUTCOME_TEXT[outcome]}")
-        if self.random_init:
+        if self.random_init and self.task != "inference":  # inference measures no accuracy to mark
             out.append(RANDOM_INIT)
         chance = self.at_chance
         if chance:
@@ -352,11 +356,7 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
     groups: dict[str, list[TrialRecord]] = {}
     for record in records:
         groups.setdefault(_cell_key(record, catalog), []).append(record)
-    # job settings that vary across cells (beyond the standard axes) become extra columns
-    jobs = [g[0].job for g in groups.values()]
-    varying = sorted(k for k in {k for j in jobs for k in j}
-                     if k not in AXES and k not in _NOT_AXES and len({json.dumps(j.get(k), default=str)
-                                                                      for j in jobs}) > 1)
+    varying = _varying(groups)
     cells = []
     for trials in groups.values():
         first = trials[0]
@@ -369,10 +369,32 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
         stats = {m: Stat([v for pt in per_trial if (v := pt[m]) is not None]) for m in METRICS}
         cells.append(Cell(axes=axes, trials=sorted(trials, key=lambda t: t.repeat), metrics=stats,
                           outcomes=Counter(t.outcome for t in trials),
-                          extra={k: first.job.get(k) for k in varying}))
+                          extra={k: first.job.get(k) for k in varying[_family(first.job)]}))
     mark_best(cells, best_by)
     return cells
 
+
+def _family(job: dict[str, Any]) -> tuple[str, str]:
+    return str(job.get("task", "finetune")), str(job.get("model"))
+
+
+def _varying(groups: dict[str, list[TrialRecord]]) -> dict[tuple[str, str], list[str]]:
+    """Per (task, model), the job settings beyond the standard axes that vary among its cells: a cell's extra
+    columns. `model` itself where a task ran several. A sweep that mixes a speed study and a run to accuracy
+    names, for each cell, only what sets it apart from its own kind."""
+    families: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for trials in groups.values():
+        families.setdefault(_family(trials[0].job), []).append(trials[0].job)
+    models_per_task: dict[str, set[str]] = {}
+    for task, model in families:
+        models_per_task.setdefault(task, set()).add(model)
+    out = {}
+    for family, jobs in families.items():
+        keys = sorted(k for k in {k for j in jobs for k in j}
+                      if k not in AXES and k not in _NOT_AXES and k != "model"
+                      and len({json.dumps(j.get(k), default=str) for j in jobs}) > 1)
+        out[family] = (["model"] if len(models_per_task[family[0]]) > 1 else []) + keys
+    return out
 
 def best_cell(cells: list[Cell], metric: str) -> Cell | None:
     """The cell with the best mean of `metric` (higher or lower, as the metric goes) among those that have it;

@@ -325,7 +325,7 @@ def epochs_table(cells: list[Cell]) -> Table | None:
     dataset = str(first_job.get("dataset") or "the dataset")
     rows_n = {str(dig(t.results, "data", "train_rows")) for c in chosen for t in c.trials if t.results}
     rows_n.discard("None")
-    note = (f"epoch time = training-loop wall time / epochs completed (warm-up included, evaluation excluded), x "
+    note = (f"epoch time = training-loop wall time less the warm-up / epochs completed (evaluation excluded), x "
             f"{epochs:g}; training rows per epoch: {', '.join(sorted(rows_n)) or 'unknown'}.")
     chosen.sort(key=lambda c: (str(c.axes["gpu"]), c.value("epoch_s") is None, c.value("epoch_s") or 0.0))
     rows = []
@@ -362,16 +362,20 @@ def gpu_table(cells: list[Cell], target: float) -> Table | None:
         minutes = fmt_number(epoch.mean / 60) if epoch.mean is not None else "-"
         if (rel := epoch.relative_half_width) is not None:
             minutes += f" ±{rel * 100:.1f}%"
-        rows.append([model, _gpu_label(cell), setting_text(cell), minutes, metric_text(cell, "samples_per_s"),
-                     metric_text(cell, "peak_mem_gib"), metric_text(cell, "kwh_per_epoch"),
+        rows.append([model, _gpu_label(cell), setting_text(cell), minutes, metric_text(cell, "warmup_s"),
+                     metric_text(cell, "samples_per_s"), metric_text(cell, "peak_mem_gib"),
+                     metric_text(cell, "kwh_per_epoch"),
                      metric_text(cell, "cost_per_epoch"), metric_text(cell, "accuracy"), metric_text(cell, "tta_s"),
                      str(len(cell.trials)), _flags(cell)])
     if len(rows) < 1:
         return None
     note = ("Per model and GPU type, the fine-tuning setting with the most samples/s among those that learned (a "
             "random-init speed run counts: its accuracy is not meaningful): mean ± the 95% interval's half-width "
-            f"over the repeats. min/epoch: training-loop wall time per epoch; TTA: to {target:g} dev accuracy.")
-    return Table("GPU types at their best setting", ["model", "GPU", "setting", "min/epoch", "samples/s",
+            "over the repeats. min/epoch: training-loop wall time per epoch, the warm-up apart (warm-up s: "
+            f"compilation and each shape's first steps, once per run); TTA: to {target:g} dev accuracy, warm-up "
+            "included.")
+    return Table("GPU types at their best setting", ["model", "GPU", "setting", "min/epoch", "warm-up s",
+                                                    "samples/s",
                                                     "peak GiB", "kWh/epoch", "$/epoch", "accuracy", "TTA s", "n",
                                                     "flags"], rows, note)
 

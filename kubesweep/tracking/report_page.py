@@ -28,8 +28,9 @@ DEFINITIONS: list[tuple[str, str, str]] = [  # (anchor, term, definition), as do
      "evaluation at or above the target accuracy, evaluation excluded; `mean (k/n)` where k of n repeats reached "
      "it."),
     ("def-accuracy", "accuracy", "final_accuracy: the dev accuracy of the last evaluation."),
-    ("def-epoch", "epoch s, epoch time", "timings.train_s / train.epochs_completed: the training loop's wall "
-     "time per epoch, warm-up and checkpoints included, evaluation excluded."),
+    ("def-epoch", "epoch s, epoch time", "(timings.train_s - train.warmup_time_s) / train.epochs_completed: the "
+     "training loop's wall time per epoch with the warm-up apart (warm-up s), checkpoints included, evaluation "
+     "excluded."),
     ("def-cost", "$/epoch", "the catalog's price_per_hour x GPUs of the trial x epoch time / 3600; none for CPU "
      "trials."),
     ("def-kwh", "kWh/epoch, J/sample", "energy.j_per_sample: GPU joules per sample over the measured steps, "

@@ -57,18 +57,18 @@ def test_time_to_accuracy_charges_warm_up_to_the_first_steps_and_spreads_the_res
 def test_trial_metrics_of_a_training_trial() -> None:
     m = agg.trial_metrics(record("a", res=results(1500.0, train_s=120.0, epochs=3)), CATALOG, 0.90)
     assert m["samples_per_s"] == 1500.0 and m["step_p50_ms"] == 50.0 and m["peak_mem_gib"] == 6.0
-    assert m["accuracy"] == 0.91 and m["epoch_s"] == 40.0
-    assert m["cost_per_epoch"] == pytest.approx(CATALOG["h100-80gb"].price_per_hour * 40.0 / 3600)
+    assert m["accuracy"] == 0.91 and m["epoch_s"] == (120.0 - 10.0) / 3  # the warm-up (10 s) apart
+    assert m["cost_per_epoch"] == pytest.approx(CATALOG["h100-80gb"].price_per_hour * 110.0 / 3 / 3600)
     assert m["latency_p99_ms"] is None and m["tta_s"] is None  # no evaluations in these results
 
     two = agg.trial_metrics(record("b", gpus=2, res=results(world_size=2)), CATALOG, 0.90)
-    assert two["cost_per_epoch"] == pytest.approx(2 * CATALOG["h100-80gb"].price_per_hour * 40.0 / 3600)
+    assert two["cost_per_epoch"] == pytest.approx(2 * CATALOG["h100-80gb"].price_per_hour * 110.0 / 3 / 3600)
 
 
 def test_trial_metrics_of_a_cpu_and_an_inference_trial() -> None:
     cpu = results(device="cpu", memory={"host_peak_rss_bytes": 2 * GIB})
     m = agg.trial_metrics(record("c", gpu=None, res=cpu), CATALOG, 0.90)
-    assert m["peak_mem_gib"] == 2.0 and m["cost_per_epoch"] is None and m["epoch_s"] == 40.0
+    assert m["peak_mem_gib"] == 2.0 and m["cost_per_epoch"] is None and m["epoch_s"] == 110.0 / 3
 
     inference = {"outcome": "succeeded", "inference": {"samples_per_s": 1670.0,
                                                         "latency_s": {"p50": 0.004, "p99": 0.006}}}
@@ -87,7 +87,7 @@ def test_a_trial_that_did_not_succeed_has_no_measurements() -> None:
 def test_comparison_metrics_are_rounded_to_five_significant_digits_and_only_for_a_success() -> None:
     out = agg.comparison_metrics(results(1234.56789), gpu="h100-80gb", gpus=1)
     assert set(out) == {*agg.COMPARISON_METRICS, agg.RANK_METRIC}
-    assert out["samples_per_s"] == out[agg.RANK_METRIC] == 1234.6 and out["epoch_s"] == 40.0
+    assert out["samples_per_s"] == out[agg.RANK_METRIC] == 1234.6 and out["epoch_s"] == 36.667
     assert agg.comparison_metrics({"outcome": "oom"}, gpu="h100-80gb", gpus=1) == {}
 
 

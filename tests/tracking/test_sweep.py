@@ -71,7 +71,7 @@ def expected_cells(ts: TrackedSweep, target: float = 0.90) -> dict[tuple[Any, ..
             values["samples_per_s"].append(train["samples_per_s"])
             values["step_p50_ms"].append(train["step_time_s"]["p50"] * 1000)
             values["accuracy"].append(r["final_accuracy"])
-            epoch_s = t["train_s"] / train["epochs_completed"]
+            epoch_s = (t["train_s"] - train["warmup_time_s"]) / train["epochs_completed"]
             values["epoch_s"].append(epoch_s)
             values["cost_per_epoch"].append(
                 catalog[r["trial"]["gpu"]].price_per_hour * r["world_size"] * epoch_s / 3600)
