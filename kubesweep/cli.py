@@ -340,7 +340,8 @@ def results(
     except agg.QueryError as exc:
         fail(str(exc), EXIT_USAGE)
     found = s.search_found(name, r.sweep, r.loaded.parent_run_id) if r.searched else None
-    views.print_aggregated(console, fmt.value, name, cells, r.loaded.records, source=r.loaded.source,
+    views.print_aggregated(console, fmt.value, name, cells, [] if len(names) > 1 else r.loaded.records,
+                           source=r.loaded.source,
                            target=target_accuracy, best_by=best_by.value, found=found)
 
 
@@ -384,7 +385,7 @@ def report(
                else s.options.home_dir / "reports" / "+".join(Path(n).name or "results" for n in names))
     directory = (output or default).resolve()
     views.print_report(console, build(r.cells, directory, sweep=name, source=r.loaded.source,
-                                      target=target_accuracy, best_by=best_by.value))
+                                      target=target_accuracy, best_by=best_by.value, merged=len(names) > 1))
     if upload and r.loaded.parent_run_id:
         try:
             SweepRuns(r.target, name).log_report(r.loaded.parent_run_id, directory)

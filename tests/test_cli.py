@@ -393,6 +393,7 @@ def test_report_merges_sweeps_run_on_two_machines(sweep, tmp_path: Path) -> None
     assert all(c["n"] == 3 and c["metrics"]["samples_per_s"]["ci95"] is not None for c in summary["cells"])
     line = next(a for a in summary["answer"] if a.startswith("GPU types, fine-tuning, highest throughput"))
     assert "h200 is 1.30x h100-80gb" in line, line
+    assert summary["gpu_busy"] is None  # two machines at other times: no one wall time to be busy in
     table = sweep("results", str(tmp_path / "h100"), str(tmp_path / "h200"), "-f", "csv").stdout
     assert table.count("\n") == 5  # a header and 2 GPU types x 2 batch sizes
 

@@ -457,6 +457,8 @@ def ddp_table(cells: list[Cell]) -> Table | None:
 def _figure_gap(name: str, cells: list[Cell], target: float) -> str:
     """Why a figure has nothing to draw, in the reader's terms."""
     if name == "gpu_timeline.png":
+        if any(t.results and t.results.get("device") == "cuda" for c in cells for t in c.trials):
+            return "several sweeps merged: each has its own timeline, in its own report"
         return "the sweep has no GPU trials with results"
     ft = _finetune(cells)
     if not ft:
@@ -482,8 +484,9 @@ def _figure_gap(name: str, cells: list[Cell], target: float) -> str:
 
 
 def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target: float, best_by: str,
-          catalog: Catalog | None = None) -> Report:
-    """Write report.html, the figures, report.md and summary.json into `directory`."""
+          catalog: Catalog | None = None, merged: bool = False) -> Report:
+    """Write report.html, the figures, report.md and summary.json into `directory`. `merged`: the cells come from
+    several sweeps (machines, at other times): no GPU-busy figure or timeline, which need one sweep's wall time."""
     catalog = catalog or load_catalog()
     directory.mkdir(parents=True, exist_ok=True)
     report = Report(sweep, directory)
@@ -510,7 +513,7 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
          lambda: figs.heatmap(cells)),
         ("gpu_timeline.png", "Where the GPU time went: each trial's process (grey), the time it held its GPU "
          "(blue) and its measured training steps (green; drawn at the end of the blue span, where training "
-         "runs after warm-up)", lambda: figs.timeline(cells)),
+         "runs after warm-up)", lambda: None if merged else figs.timeline(cells)),
     ]
     for name, caption, draw in drawings:
         path = directory / name
@@ -535,7 +538,7 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
                  f"mean ± the 95% interval's half-width over repeats; TTA target {target:g}; * best "
                  f"{METRICS[best_by][0]} per GPU type")
     report.answer = answer_lines(cells, target)
-    busy = gpu_busy([t for c in cells for t in c.trials])
+    busy = None if merged else gpu_busy([t for c in cells for t in c.trials])
     if busy is not None:
         report.answer.append(busy_text(busy) + " (measured training steps over the sweep's wall time)")
     report.answer += noisy_lines(cells)
