@@ -374,6 +374,7 @@ def report(
         from kubesweep.tracking.report import build
     except ImportError as exc:  # pragma: no cover - depends on the install
         fail(f"the report needs matplotlib ({exc}): pip install 'kubesweep[tracking]'", EXIT_USAGE)
+    from kubesweep.tracking.records import names_a_directory
     from kubesweep.tracking.runs import SweepRuns, TrackingError
 
     s = session(backend, home, namespace, kubeconfig, tracking_uri=tracking_uri, no_tracking=no_tracking)
@@ -381,7 +382,8 @@ def report(
     r = _merged(s, names, experiment, target_accuracy, best_by.value, source.value)
     if not r.cells:
         fail(f"sweep {name!r} has no trials to report on", EXIT_NOT_FOUND)
-    default = (s.options.home_dir / "sweeps" / names[0] / "report" if len(names) == 1 and not Path(names[0]).is_dir()
+    one_sweep = len(names) == 1 and not names_a_directory(names[0])
+    default = (s.options.home_dir / "sweeps" / names[0] / "report" if one_sweep
                else s.options.home_dir / "reports" / "+".join(Path(n).name or "results" for n in names))
     directory = (output or default).resolve()
     views.print_report(console, build(r.cells, directory, sweep=name, source=r.loaded.source,

@@ -335,16 +335,16 @@ class Session:
         directory of results files (another machine's sweep, copied here). Trials meet in one cell when they ran
         the same settings on the same GPU type. One name: `results`."""
         from kubesweep.tracking.aggregate import aggregate
-        from kubesweep.tracking.records import from_results_dir
+        from kubesweep.tracking.records import from_results_dir, names_a_directory
         from kubesweep.tracking.sweep import Loaded
 
-        if len(names) == 1 and not Path(names[0]).is_dir():
+        if len(names) == 1 and not names_a_directory(names[0]):
             return self.results(names[0], experiment=experiment, target_accuracy=target_accuracy, best_by=best_by,
                                 source=source)
         parts: list[Loaded] = []
         first: Results | None = None
         for name in names:
-            if Path(name).is_dir():
+            if names_a_directory(name):
                 parts.append(Loaded(from_results_dir(Path(name)), f"results files under {name}", ""))
                 continue
             one = self.results(name, experiment=experiment, target_accuracy=target_accuracy, best_by=best_by,

@@ -404,3 +404,5 @@ def test_a_directory_with_a_damaged_results_file_is_a_usage_error(sweep, tmp_pat
     damaged.write_text('{"outcome": ')
     proc = sweep("report", str(tmp_path / "h100"), "--no-upload", check=2)
     assert f"{damaged}: not a results file" in proc.stderr and "Traceback" not in proc.stderr
+    proc = sweep("results", "./no-such-dir", str(tmp_path / "h100"), check=2)
+    assert "no-such-dir: no such directory" in proc.stderr

@@ -161,11 +161,20 @@ class ResultsDirError(ValueError):
     """A directory of results files that cannot be read: the file and what is wrong with it."""
 
 
+def names_a_directory(name: str) -> bool:
+    """Whether a NAME given to `sweep results`/`report` is a directory of results files rather than a sweep: it has
+    a `/` or starts with `.` or `~` (a sweep's name never does: it is a DNS label)."""
+    return "/" in name or name.startswith((".", "~"))
+
+
 def from_results_dir(directory: Path) -> list[TrialRecord]:
     """Records from every `results.json` under `directory` (a local sweep's directory, a whole home, or results
     copied from another machine), in path order. The cell of each comes from the file alone: its `trial` block
     and its `config`. Symbolic links are not followed out of the directory."""
-    root = directory.resolve()
+    root = directory.expanduser().resolve()
+    if not root.is_dir():
+        raise ResultsDirError(f"{directory}: no such directory (a name with a '/' is read as a directory of results "
+                              "files)")
     files = sorted(p for p in root.rglob(RESULTS_FILE) if p.is_file() and not p.is_symlink()
                    and p.resolve().is_relative_to(root))
     if len(files) > MAX_RESULTS_FILES:
