@@ -330,8 +330,10 @@ class Cell:
 
     @property
     def marks(self) -> list[str]:
-        """The flags a figure writes beside this cell's number: all but `n=1`."""
-        return [f for f in self.flags if f != "n=1"]
+        """The flags a figure writes beside this cell's number: all but `n=1` and the random-init mark (figures
+        draw speed, memory, cost and energy, none of them an accuracy; a random-init cell has no time to
+        accuracy to draw)."""
+        return [f for f in self.flags if f not in ("n=1", RANDOM_INIT)]
 
     def key_values(self) -> dict[str, Any]:
         return {**self.axes, **self.extra}

@@ -31,6 +31,7 @@ from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import figures as figs
 from kubesweep.tracking.aggregate import (
     METRICS,
+    RANDOM_INIT,
     Cell,
     best_cell,
     fmt_number,
@@ -75,7 +76,7 @@ class Table:
         at = self.headers.index("flags") if "flags" in self.headers else None
 
         def flagged(row: list[str]) -> bool:
-            return at is not None and any(f not in ("", "*", "n=1") for f in row[at].split("; "))
+            return at is not None and any(f not in ("", "*", "n=1", RANDOM_INIT) for f in row[at].split("; "))
 
         body = "".join(("<tr class='flagged'>" if flagged(row) else "<tr>")
                        + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
@@ -454,10 +455,10 @@ def ddp_table(cells: list[Cell]) -> Table | None:
 # -- figures ---------------------------------------------------------------------------------------------------
 
 
-def _figure_gap(name: str, cells: list[Cell], target: float) -> str:
+def _figure_gap(name: str, cells: list[Cell], target: float, merged: bool = False) -> str:
     """Why a figure has nothing to draw, in the reader's terms."""
     if name == "gpu_timeline.png":
-        if any(t.results and t.results.get("device") == "cuda" for c in cells for t in c.trials):
+        if merged:
             return "several sweeps merged: each has its own timeline, in its own report"
         return "the sweep has no GPU trials with results"
     ft = _finetune(cells)
@@ -523,7 +524,7 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
             figs.save(drawn, path)
             report.figures.append((name, caption))
         else:
-            report.skipped.append(f"{name}: not drawn: {_figure_gap(name, cells, target)}")
+            report.skipped.append(f"{name}: not drawn: {_figure_gap(name, cells, target, merged)}")
     makers: list[tuple[str, Callable[[list[Cell]], Table | None]]] = [
         ("GPU types at their best setting", lambda c: gpu_table(c, target)),
         ("time for N epochs at batch 16", epochs_table), ("torch.compile break-even", breakeven_table),
