@@ -68,9 +68,10 @@ VersionOpt = Annotated[
 SpecFile = Annotated[Path, typer.Argument(help="sweep spec (YAML)", show_default=False)]
 NameArg = Annotated[str, typer.Argument(help="sweep name")]
 NamesArg = Annotated[list[str], typer.Argument(
+    metavar="NAME",
     help="sweep name; several merge into one comparison, each a sweep here or a directory of results files (a "
-         "sweep's directory copied from another machine): trials meet in one cell when they ran the same settings "
-         "on the same GPU type", show_default=False)]
+         "name with a '/' or a leading '.' or '~': a sweep's directory copied from another machine): trials meet "
+         "in one cell when they ran the same settings on the same GPU type", show_default=False)]
 StatusNameArg = Annotated[str | None, typer.Argument(help="sweep name; omit to list sweeps", show_default=False)]
 TrialArg = Annotated[str | None, typer.Argument(help="trial name or id (a unique prefix is enough); omit to list "
                                                   "the sweep's trials", show_default=False)]
