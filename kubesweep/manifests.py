@@ -33,6 +33,9 @@ from kubesweep.tracking.env import TrackingEnv as TrackingEnv  # re-exported: ca
 GROUP = "kubesweep.io"
 LABEL_SWEEP = f"{GROUP}/sweep"
 LABEL_TRIAL = f"{GROUP}/trial"
+# Kueue's labels on a Job it admits: the LocalQueue it waits in, and the WorkloadPriorityClass that orders it.
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY = "kueue.x-k8s.io/priority-class"
 ANNOTATION_CONFIG = f"{GROUP}/trial-config"
 ANNOTATION_LABEL = f"{GROUP}/cell"
 FIELD_MANAGER = "kubesweep"
@@ -289,9 +292,19 @@ def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None 
         "template": {"metadata": {"labels": dict(labels), "annotations": annotations}, "spec": pod_spec},
         **rendezvous.job,
     }
-    metadata = _object_metadata(trial.name, labels, annotations={ANNOTATION_LABEL: trial.label()},
-                                namespace=namespace, owner=owner)
+    metadata = _object_metadata(trial.name, {**labels, **queue_labels(sweep)},
+                                annotations={ANNOTATION_LABEL: trial.label()}, namespace=namespace, owner=owner)
+    if spec.queue:  # created suspended: Kueue starts it when the queue's quota admits it
+        job_spec["suspend"] = True
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def queue_labels(sweep: Sweep) -> dict[str, str]:
+    """The Kueue labels of a trial Job (none without spec.queue)."""
+    spec = sweep.spec
+    if not spec.queue:
+        return {}
+    return {KUEUE_QUEUE: spec.queue, **({KUEUE_PRIORITY: spec.priority_class} if spec.priority_class else {})}
 
 
 def render_rendezvous_service(trial: Trial, *, namespace: str | None = None,

@@ -139,8 +139,10 @@ class Storage(StrictModel):
 
 
 class Concurrency(StrictModel):
-    max_parallel: int = Field(8, ge=1, description="trials running at once in the sweep")
-    per_gpu_type: int | None = Field(None, ge=1, description="trials running at once per GPU type")
+    max_parallel: int = Field(8, ge=1, description="trials running at once in the sweep (with spec.queue: trial "
+                                                   "Jobs in the cluster at once, admitted or waiting in the queue)")
+    per_gpu_type: int | None = Field(None, ge=1, description="trials running at once per GPU type (with "
+                                                             "spec.queue: trial Jobs per GPU type)")
 
 
 class Tracking(StrictModel):
@@ -255,6 +257,11 @@ class SweepSpec(StrictModel):
     service_account: str | None = Field(None, pattern=DNS1123_LABEL, description="ServiceAccount of trial pods")
     search: Search = Field(default_factory=GridSearch)
     suspend: bool = Field(False, description="true: start no new trials")
+    queue: str | None = Field(None, max_length=63, pattern=DNS1123_LABEL,
+                              description="Kueue LocalQueue of the sweep's namespace: trial Jobs are created "
+                                          "suspended and run when Kueue admits them")
+    priority_class: str | None = Field(None, max_length=63, pattern=DNS1123_LABEL,
+                                       description="Kueue WorkloadPriorityClass of the trials (needs spec.queue)")
 
 
 class Sweep(StrictModel):
@@ -587,6 +594,9 @@ def _semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> 
                               f"{_short(value)} is the same setting as {axis}[{j}]{same}; list each once")
     yield from _resource_problems(spec)
     yield from _size_problems(sweep)
+    if spec.priority_class and not spec.queue:
+        yield Problem(("spec", "priority_class"), "a Kueue priority class needs spec.queue (the LocalQueue whose "
+                                                  "ClusterQueue orders workloads by it)")
     for i, gpu in enumerate(matrix_axes.get("gpu", [])):
         if gpu not in catalog:
             yield _unknown_gpu(("spec", "matrix", "gpu", i), gpu, catalog)

@@ -8,13 +8,13 @@ per run) come from tests/support and are imported here so that every module find
 
 import pytest
 
-from tests.support.cluster_fixtures import k8s_cluster, k8s_namespace
+from tests.support.cluster_fixtures import k8s_cluster, k8s_namespace, kueue
 from tests.support.image_fixtures import buildah, built_images, image_tools, registry, standin_bases
 from tests.support.job_fixtures import sst2, token_cache
 from tests.support.mlflow_fixtures import marked_sweep, mlflow_server, tracked_sweep
 
-__all__ = ["buildah", "built_images", "image_tools", "k8s_cluster", "k8s_namespace", "marked_sweep", "mlflow_server",
-           "registry", "sst2", "standin_bases", "token_cache", "tracked_sweep"]
+__all__ = ["buildah", "built_images", "image_tools", "k8s_cluster", "k8s_namespace", "kueue", "marked_sweep",
+           "mlflow_server", "registry", "sst2", "standin_bases", "token_cache", "tracked_sweep"]
 
 IMAGE_FIXTURES = {"buildah", "built_images", "image_tools", "registry", "standin_bases"}
 MLFLOW_FIXTURES = {"marked_sweep", "mlflow_server", "tracked_sweep"}

@@ -49,6 +49,11 @@ def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     return None
 
 
+def job_finished(job: Mapping[str, Any]) -> bool:
+    """Whether a Job is Complete or Failed."""
+    return _condition(job, "Complete") is not None or _condition(job, "Failed") is not None
+
+
 def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for status in pod.get("status", {}).get("containerStatuses") or []:
         state = status.get("state", {}).get("terminated") or status.get("lastState", {}).get("terminated")

@@ -51,12 +51,13 @@ def _conditions(status: Mapping[str, Any]) -> list[Obj]:
 
 
 def trim_job(job: Mapping[str, Any]) -> Obj:
-    """What kubesweep reads of a Job: identity, owners, finalizers, the deadline, and status."""
+    """What kubesweep reads of a Job: identity, owners, finalizers, the deadline, whether it is suspended (a Job
+    waiting for Kueue), and status."""
     spec = job.get("spec") or {}
     status = job.get("status") or {}
     kept = {k: status[k] for k in _JOB_STATUS if k in status}
     kept["conditions"] = _conditions(status)
-    return {"metadata": _meta(job), "spec": {k: spec[k] for k in ("activeDeadlineSeconds",) if k in spec},
+    return {"metadata": _meta(job), "spec": {k: spec[k] for k in ("activeDeadlineSeconds", "suspend") if k in spec},
             "status": kept}
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kubesweep.backends import k8s_kueue
 from kubesweep.backends.base import (
     Backend,
     BackendError,
@@ -51,7 +52,7 @@ from kubesweep.backends.k8s_state import (
     discard,
     phase_for,
 )
-from kubesweep.backends.k8s_status import Observed, observe
+from kubesweep.backends.k8s_status import Observed, job_finished, observe
 from kubesweep.backends.k8s_watch import Informer, Obj, trim_job, trim_pod
 from kubesweep.manifests import (
     FIELD_MANAGER,
@@ -134,6 +135,7 @@ class KubernetesBackend(Backend):
         self.client = api_client
         self.core = k8s.client.CoreV1Api(api_client)
         self.batch = k8s.client.BatchV1Api(api_client)
+        self.custom = k8s.client.CustomObjectsApi(api_client)
         self.ApiException = k8s.client.exceptions.ApiException
         self.namespace = namespace or context_namespace or "default"
         self.tracking = tracking
@@ -330,11 +332,47 @@ class KubernetesBackend(Backend):
         now = time.monotonic()
         for tid in [t for t, at in applied.items() if t in jobs_by_trial or now - at > APPLIED_GRACE]:
             del applied[tid]
+        queued = self._queued(state.sweep, jobs_by_trial)
         out = {}
         for trial in p.trials:
             job = jobs_by_trial.get(trial.id)
-            out[trial.id] = (observe(job, pods_by_trial.get(trial.id, [])), job is not None or trial.id in applied)
+            seen = observe(job, pods_by_trial.get(trial.id, []))
+            if trial.id in queued and not seen.phase.terminal:
+                seen = replace(seen, reason=queued[trial.id].reason)
+            out[trial.id] = (seen, job is not None or trial.id in applied)
         return out
+
+    def _queued(self, sweep: Sweep, jobs_by_trial: Mapping[str | None, Obj]) -> dict[str, k8s_kueue.Admission]:
+        """trial id → Kueue's word on its suspended Job (a sweep with spec.queue; read only while one waits)."""
+        queue = sweep.spec.queue
+        waiting = {tid: job for tid, job in jobs_by_trial.items()
+                   if tid and (job.get("spec") or {}).get("suspend") and not job_finished(job)}
+        if not queue or not waiting:
+            return {}
+        try:
+            resp = self._call(self.custom.list_namespaced_custom_object, k8s_kueue.GROUP, k8s_kueue.VERSION,
+                              self.namespace, "workloads")
+        except (BackendError, self.ApiException) as exc:  # Kueue's CRDs absent, or not readable with this token
+            reason = f"waiting in LocalQueue {queue}; Kueue's Workloads cannot be read: {exc}"
+            return {tid: k8s_kueue.Admission(reason) for tid in waiting}
+        workloads = k8s_kueue.by_job(resp.get("items") or [])
+        cluster_queue = self._cluster_queue(queue)
+        return {tid: k8s_kueue.admission(workloads.get(job["metadata"].get("uid", "")), queue, cluster_queue)
+                for tid, job in waiting.items()}
+
+    def _cluster_queue(self, queue: str) -> Mapping[str, Any] | None:
+        """The ClusterQueue behind LocalQueue `queue` (its quota and usage), or None where it cannot be read."""
+        try:
+            local = self._call(self.custom.get_namespaced_custom_object, k8s_kueue.GROUP, k8s_kueue.VERSION,
+                               self.namespace, "localqueues", queue)
+            name = (local.get("spec") or {}).get("clusterQueue")
+            if not name:
+                return None
+            found: Mapping[str, Any] = self._call(self.custom.get_cluster_custom_object, k8s_kueue.GROUP,
+                                                  k8s_kueue.VERSION, "clusterqueues", name)
+            return found
+        except (BackendError, self.ApiException):
+            return None
 
     def _statuses(self, state: SweepState, p: Plan, seen: Mapping[str, tuple[Observed, bool]]) -> list[TrialStatus]:
         statuses = []

@@ -86,6 +86,10 @@ def parser() -> argparse.ArgumentParser:
                    default=os.environ.get("KUBESWEEP_MAX_TRIALS") or str(DEFAULT_MAX_TRIALS),
                    help="a Sweep that makes more trials than this (a search: the most it can make) is refused "
                         f"before anything is expanded (env KUBESWEEP_MAX_TRIALS, default {DEFAULT_MAX_TRIALS:,})")
+    p.add_argument("--default-queue", metavar="LOCALQUEUE", default=os.environ.get("KUBESWEEP_DEFAULT_QUEUE") or None,
+                   help="Kueue LocalQueue for the trials of Sweeps that name no spec.queue: their Jobs are created "
+                        "suspended and run when Kueue admits them (env KUBESWEEP_DEFAULT_QUEUE; chart value "
+                        "kueue.defaultQueue)")
     p.add_argument("--test-hooks", action="store_true", default=os.environ.get("KUBESWEEP_TEST_HOOKS") == "1",
                    help="TESTS ONLY: copy a Sweep's kubesweep.io/test-pod-annotations onto its pods, and kill or "
                         "stop this process at the fault points named by KUBESWEEP_TEST_KILL_AT / "
@@ -151,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                                  faults=faults, tracking=tracking,
                                  tuner_image=args.tuner_image,
                                  test_hooks=args.test_hooks, allow_unpinned=args.allow_unpinned,
-                                 max_trials=args.max_trials, cache=cache)
+                                 max_trials=args.max_trials, cache=cache, default_queue=args.default_queue)
     supervisor = Supervisor(controller.step, is_leader=elector.holding, resync=args.resync, workers=args.workers)
     if args.test_hooks:
         logging.getLogger("kubesweep.operator").warning(

@@ -25,8 +25,9 @@ from typing import Any
 
 from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
 from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
+from kubesweep.backends.k8s_status import job_finished
 from kubesweep.backends.k8s_watch import Informer
-from kubesweep.backends.kubernetes import JobRefused, KubernetesBackend, _import_client
+from kubesweep.backends.kubernetes import JobRefused, KubernetesBackend
 from kubesweep.manifests import LABEL_TRIAL, image_problem, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
 from kubesweep.operator.cache import ClusterCache
@@ -72,15 +73,15 @@ class OperatorBackend(KubernetesBackend):
                  lease_remaining: Callable[[], float] | None = None, faults: testhooks.FaultPoints | None = None,
                  tracking: TrackingPolicy | None = None, tuner_image: str | None = None,
                  test_hooks: bool = False, allow_unpinned: bool = False, cache: ClusterCache | None = None,
-                 max_trials: int | None = None):
+                 max_trials: int | None = None, default_queue: str | None = None):
         super().__init__(namespace=namespace, api_client=api_client, allow_unpinned=allow_unpinned,
                          pod_annotations=self._hook_annotations if test_hooks else None)
-        self.custom = _import_client().client.CustomObjectsApi(self.client)
         self.sweeps = SweepResourceStore(self.custom, namespace, call=self._call, write=self._write,
                                          not_found=self.ApiException, remember=True, allow_unpinned=allow_unpinned)
         self.store = self.sweeps
         self.cache = cache
         self.max_trials = max_trials
+        self.default_queue = default_queue  # the Kueue LocalQueue of sweeps that name none
         self.may_write = may_write
         self.lease_remaining = lease_remaining
         self.faults = faults if faults is not None else testhooks.FaultPoints()
@@ -197,7 +198,7 @@ class OperatorBackend(KubernetesBackend):
             tid = meta.get("labels", {}).get(LABEL_TRIAL)
             owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
             if (meta.get("deletionTimestamp") and FINALIZER_OUTCOME in (meta.get("finalizers") or [])
-                    and uid in owners and tid in trials and tid not in recorded and not _job_finished(job)):
+                    and uid in owners and tid in trials and tid not in recorded and not job_finished(job)):
                 gone[tid] = Recorded(Outcome.CANCELLED, DELETED_EARLY, epoch(job.get("status", {}).get("startTime")),
                                      now)
         if gone:
@@ -237,6 +238,9 @@ class OperatorBackend(KubernetesBackend):
 
     def _load_state(self, sweep: str) -> SweepState:
         state = super()._load_state(sweep)
+        if self.default_queue and not state.sweep.spec.queue:
+            spec = state.sweep.spec.model_copy(update={"queue": self.default_queue})
+            state = replace(state, sweep=state.sweep.model_copy(update={"spec": spec}))
         meta = self._body(sweep).get("metadata", {})
         sized = (meta.get("uid"), meta.get("generation"))
         if self._sized.get(sweep) != sized:  # once per change of the spec
@@ -409,7 +413,7 @@ class OperatorBackend(KubernetesBackend):
             return f"{strategy} search: finished (tuner Job {name})"
         jobs = self._jobs(state.sweep.name)
         tuner = next((j for j in jobs if j["metadata"]["name"] == name), None)
-        if tuner is not None and _job_finished(tuner):
+        if tuner is not None and job_finished(tuner):
             # recorded while the Job is still there (its TTL is at least UNGUARDED_TTL_FLOOR), so a tuner Job the
             # TTL controller removed later is never taken for one that has yet to run
             self.patch_status(state.sweep.name, {"searchFinished": True})
@@ -439,7 +443,7 @@ class OperatorBackend(KubernetesBackend):
         p = self._plan_for(state)
         jobs = self._jobs(state.sweep.name)
         cancelled = {tid for tid, rec in state.outcomes.items() if rec.outcome == Outcome.CANCELLED}
-        running = {j["metadata"]["labels"].get(LABEL_TRIAL) for j in jobs if not _job_finished(j)}
+        running = {j["metadata"]["labels"].get(LABEL_TRIAL) for j in jobs if not job_finished(j)}
         stale = (cancelled & running) & set(p.by_id())
         if stale:
             self._delete_jobs(state.sweep.name, stale)
@@ -468,11 +472,6 @@ class OperatorBackend(KubernetesBackend):
             cache.pop(sweep, None)  # type: ignore[attr-defined]
 
 
-def _job_finished(job: Mapping[str, Any]) -> bool:
-    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
-               for c in job.get("status", {}).get("conditions") or [])
-
-
 def _strip(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _strip(v) for k, v in value.items() if v is not None}
@@ -491,14 +490,15 @@ class SweepController:
     def __init__(self, api_client: Any, *, may_write: Callable[[], bool],
                  lease_remaining: Callable[[], float] | None = None, faults: testhooks.FaultPoints | None = None,
                  tracking: TrackingPolicy | None = None, tuner_image: str | None = None, test_hooks: bool = False,
-                 allow_unpinned: bool = False, cache: ClusterCache | None = None, max_trials: int | None = None):
+                 allow_unpinned: bool = False, cache: ClusterCache | None = None, max_trials: int | None = None,
+                 default_queue: str | None = None):
         self.api_client = api_client
         self.may_write = may_write
         self.cache = cache
         self.options: dict[str, Any] = {"lease_remaining": lease_remaining, "faults": faults,
                                         "tracking": tracking, "tuner_image": tuner_image,
                                         "test_hooks": test_hooks, "allow_unpinned": allow_unpinned,
-                                        "cache": cache, "max_trials": max_trials}
+                                        "cache": cache, "max_trials": max_trials, "default_queue": default_queue}
         self._backends: dict[str, OperatorBackend] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()

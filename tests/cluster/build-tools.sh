@@ -13,6 +13,9 @@
 #   pause                                                     build/pause/linux/pause.c of k8s.io/kubernetes, static
 #   kube-router                                               go install github.com/cloudnativelabs/kube-router/v2/
 #                                                             cmd/kube-router@... (the node's NetworkPolicy, firewall only)
+#   kueue                                                     go install sigs.k8s.io/kueue/cmd/kueue@KUEUE_VERSION
+#                                                             (the queue manager, run beside the control plane when
+#                                                             asked: tests/cluster/kueue.py)
 #
 # Binaries land in ${XDG_CACHE_HOME:-~/.cache}/kubesweep-test/<versions>/bin; a binary already there is not
 # rebuilt, so a warm run returns at once. Go's own caches (GOCACHE, GOMODCACHE) keep their defaults, so a rebuild
@@ -38,6 +41,7 @@ HELM_VERSION=v3.22.0
 CONTAINERD_VERSION=v2.2.9
 COREDNS_VERSION=v1.14.7
 KUBE_ROUTER_VERSION=v2.1.0
+KUEUE_VERSION=v0.17.0
 
 CACHE_ROOT=${KUBESWEEP_TEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubesweep-test}
 VERSION_KEY="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
@@ -77,7 +81,10 @@ ALL=("${K8S_CMDS[@]}" etcd kwok kwokctl helm "${CONTAINERD_CMDS[@]}" coredns pau
 have_kube_router() {
   [[ -x "$BIN_DIR/kube-router" && "$(cat "$BIN_DIR/kube-router.version" 2>/dev/null)" == "$KUBE_ROUTER_VERSION" ]]
 }
-if have_all "${ALL[@]}" && have_kube_router; then
+have_kueue() {
+  [[ -x "$BIN_DIR/kueue" && "$(cat "$BIN_DIR/kueue.version" 2>/dev/null)" == "$KUEUE_VERSION" ]]
+}
+if have_all "${ALL[@]}" && have_kube_router && have_kueue; then
   log "all binaries present in $BIN_DIR"
   echo "$BIN_DIR"
   exit 0
@@ -348,6 +355,18 @@ build_kube_router() {
   log "kube-router built in $(( $(date +%s) - t0 ))s"
 }
 
+# ---------------------------------------------------------------- Kueue (the queue manager of shared GPU clusters)
+build_kueue() {
+  local t0 m="sigs.k8s.io/kueue"
+  t0=$(date +%s)
+  log "building kueue $KUEUE_VERSION (its manager; CRDs and webhooks come from the same module's config/)"
+  GOBIN="$STAGING_OUT" go install -p "$JOBS" -trimpath -ldflags "-s -w -X $m/pkg/version.GitVersion=$KUEUE_VERSION" \
+    "$m/cmd/kueue@$KUEUE_VERSION"
+  install_bin kueue
+  echo "$KUEUE_VERSION" >"$BIN_DIR/kueue.version"
+  log "kueue built in $(( $(date +%s) - t0 ))s"
+}
+
 have_all "${K8S_CMDS[@]}" || build_kubernetes
 have_all etcd || build_etcd
 have_all kwok kwokctl || build_kwok
@@ -356,6 +375,7 @@ have_all "${CONTAINERD_CMDS[@]}" || build_containerd
 have_all coredns || build_coredns
 have_all pause || build_pause
 have_kube_router || build_kube_router
+have_kueue || build_kueue
 
 cat >"$CACHE_ROOT/$VERSION_KEY/versions.txt" <<EOF
 kubernetes $K8S_VERSION
@@ -365,6 +385,7 @@ helm $HELM_VERSION
 containerd $CONTAINERD_VERSION
 coredns $COREDNS_VERSION
 kube-router $KUBE_ROUTER_VERSION
+kueue $KUEUE_VERSION
 go $(go env GOVERSION)
 EOF
 log "done in $(( $(date +%s) - start_all ))s: $BIN_DIR"

@@ -69,6 +69,21 @@ def _load_real_node() -> Any:
 real_node = _load_real_node()
 
 
+def _load_kueue() -> Any:
+    """tests/cluster/kueue.py, loaded by path (as real_node.py)."""
+    name = "kubesweep_kueue"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "kueue.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+kueue = _load_kueue()
+
+
 class ClusterError(RuntimeError):
     """The test cluster could not be built, started or used; the message carries the component output."""
 
@@ -86,10 +101,10 @@ def pinned_versions() -> dict[str, str]:
     """The versions pinned in build-tools.sh (the single place they are written)."""
     versions = {}
     for line in BUILD_TOOLS.read_text().splitlines():
-        m = re.match(r"^(K8S|ETCD|KWOK|HELM|CONTAINERD|COREDNS)_VERSION=(v[0-9][0-9A-Za-z.\-+]*)$", line)
+        m = re.match(r"^(K8S|ETCD|KWOK|HELM|CONTAINERD|COREDNS|KUEUE)_VERSION=(v[0-9][0-9A-Za-z.\-+]*)$", line)
         if m:
             versions[m.group(1).lower()] = m.group(2)
-    missing = {"k8s", "etcd", "kwok", "helm", "containerd", "coredns"} - versions.keys()
+    missing = {"k8s", "etcd", "kwok", "helm", "containerd", "coredns", "kueue"} - versions.keys()
     if missing:
         raise ClusterError(f"{BUILD_TOOLS} pins no version for {sorted(missing)}")
     return versions
@@ -576,6 +591,24 @@ def _wait_ready(cluster: K8sCluster) -> None:
     )
 
 
+def kueue_of(cluster: K8sCluster) -> Any:
+    """The Kueue manager beside `cluster` (tests/cluster/kueue.py); started with its `start()`."""
+    if cluster.workdir is None or cluster.bin_dir is None:
+        raise ClusterError("Kueue runs beside a kwok cluster made here (tests/cluster/up), not an external one")
+    return kueue.Kueue(workdir=cluster.workdir / "kueue", bins=cluster.bin_dir, kubeconfig=cluster.kubeconfig,
+                       version=pinned_versions()["kueue"], kubectl=cluster.kubectl)
+
+
+def start_kueue(cluster: K8sCluster) -> Any:
+    """Start Kueue beside `cluster` (once; a running one is kept). Raises ClusterError with its log."""
+    manager = kueue_of(cluster)
+    try:
+        manager.start()
+    except (kueue.KueueError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        raise ClusterError(f"Kueue did not start: {_describe(exc)}") from exc
+    return manager
+
+
 def stop_cluster(name: str = DEFAULT_CLUSTER_NAME, bins: Path | None = None) -> None:
     bins = bins or bin_dir()
     if not (bins / "kwokctl").is_file():
@@ -583,6 +616,9 @@ def stop_cluster(name: str = DEFAULT_CLUSTER_NAME, bins: Path | None = None) -> 
     # kwokctl removes the cluster's context from the --kubeconfig it is given and refuses an empty path: give
     # it the cluster's own kubeconfig, which goes away with the cluster, so no other kubeconfig is touched.
     workdir = kwok_workdir() / "clusters" / name
+    if (workdir / "kueue").is_dir():
+        kueue_of(K8sCluster(workdir / "kubeconfig.yaml", find_kubectl(), name=name, workdir=workdir,
+                            bin_dir=bins)).stop()
     if _real_node_dir(workdir).is_dir():  # the node first: its pods and mounts must not outlive the cluster
         versions = pinned_versions()
         node = _real_node_of(K8sCluster(workdir / "kubeconfig.yaml", find_kubectl(), name=name, workdir=workdir,
@@ -604,9 +640,10 @@ def external_cluster(kubeconfig: str | Path) -> K8sCluster:
     if proc.returncode != 0:
         raise ClusterError(f"the cluster of {path} does not answer /readyz:\n{_tail(proc.stderr)}")
     workdir = path.parent
-    if _real_node_dir(workdir).is_dir() and (workdir / "pki").is_dir():  # `tests/cluster/up --real-node`'s
+    if (workdir / "pki").is_dir() and workdir.parent == kwok_workdir() / "clusters":  # `tests/cluster/up`'s
         cluster.name, cluster.workdir, cluster.bin_dir = workdir.name, workdir, bin_dir()
-        cluster.real_node = _real_node_of(cluster, pinned_versions())
+        if _real_node_dir(workdir).is_dir():  # `up --real-node`'s
+            cluster.real_node = _real_node_of(cluster, pinned_versions())
     return cluster
 
 
@@ -618,12 +655,16 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--recreate", action="store_true", help="up: delete an existing cluster first")
     parser.add_argument("--real-node", action="store_true",
                         help="up: add the real worker node (kubelet, containerd, CNI, CoreDNS) beside the kwok nodes")
+    parser.add_argument("--kueue", action="store_true",
+                        help="up: start Kueue (its manager, CRDs and webhooks) beside the control plane")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         if args.command == "build":
             print(build_tools())
         elif args.command == "up":
             cluster = start_cluster(args.name, recreate=args.recreate, with_real_node=args.real_node)
+            if args.kueue:
+                start_kueue(cluster)
             _log("use it with:")
             print(f"export KUBECONFIG={cluster.kubeconfig}")
             print(f"export KUBESWEEP_TEST_KUBECONFIG={cluster.kubeconfig}")

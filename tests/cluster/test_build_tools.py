@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 
 BUILD_TOOLS = Path(__file__).with_name("build-tools.sh")
-# What a finished build leaves in the bin directory (the script's ALL list, and kube-router with its version stamp).
+# What a finished build leaves in the bin directory (the script's ALL list, and kube-router and kueue with their
+# version stamps).
 BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "etcd", "kwok",
-            "kwokctl", "helm", "containerd", "containerd-shim-runc-v2", "ctr", "coredns", "pause", "kube-router")
+            "kwokctl", "helm", "containerd", "containerd-shim-runc-v2", "ctr", "coredns", "pause", "kube-router",
+            "kueue")
+STAMPED = ("kube-router", "kueue")
 WAITING = "waiting for "
 
 
@@ -65,9 +68,11 @@ def cache(tmp_path: Path) -> Iterator[Path]:
     for name in BINARIES:
         (bin_dir / name).write_text("#!/bin/sh\n")
         (bin_dir / name).chmod(0o755)
-    pinned = re.search(r"^KUBE_ROUTER_VERSION=(\S+)$", BUILD_TOOLS.read_text(), flags=re.M)
-    assert pinned, "build-tools.sh pins no KUBE_ROUTER_VERSION"
-    (bin_dir / "kube-router.version").write_text(pinned.group(1) + "\n")
+    for name in STAMPED:
+        variable = name.upper().replace("-", "_") + "_VERSION"
+        pinned = re.search(rf"^{variable}=(\S+)$", BUILD_TOOLS.read_text(), flags=re.M)
+        assert pinned, f"build-tools.sh pins no {variable}"
+        (bin_dir / f"{name}.version").write_text(pinned.group(1) + "\n")
     yield bin_dir
 
 

@@ -9,6 +9,8 @@ makes them available to every test module, so the cluster starts once per sessio
   node out, and the tests marked ``realnode`` then fail saying so).
   If it cannot start, every test using it fails with the reason; nothing is skipped.
 - ``k8s_namespace`` (function): a fresh namespace (name returned), deleted after the test.
+- ``kueue`` (session): Kueue beside that cluster (``tests/cluster/kueue.py``), started by the first test that asks
+  and ended with the cluster; it manages the Jobs of namespaces labelled ``kubesweep.io/kueue=enabled`` only.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,6 +52,14 @@ def k8s_cluster() -> Iterator[kwok_cluster.K8sCluster]:
     finally:
         if cluster.started_here and not os.environ.get("KUBESWEEP_TEST_KEEP_CLUSTER"):
             kwok_cluster.stop_cluster(cluster.name, cluster.bin_dir)
+
+
+@pytest.fixture(scope="session")
+def kueue(k8s_cluster: kwok_cluster.K8sCluster) -> Any:
+    try:
+        return kwok_cluster.start_kueue(k8s_cluster)
+    except kwok_cluster.ClusterError as exc:
+        pytest.fail(f"Kueue could not start beside the test cluster:\n{exc}", pytrace=False)
 
 
 @pytest.fixture

@@ -1,0 +1,217 @@
+"""Sweeps admitted by real Kueue (tests/cluster/kueue.py: the pinned release's manager, CRDs and webhooks) on the
+test control plane, with the chart's operator as in test_controller_cluster.py (its ServiceAccount, its RBAC).
+
+The Kueue objects are a platform team's: a ResourceFlavor per GPU type (its node labels), ClusterQueues with GPU
+quotas, LocalQueues in the sweeps' namespace, WorkloadPriorityClasses. kwok runs the admitted trials' pods (the
+Sweep's test annotations say how long each runs).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubesweep.outcomes import Outcome
+from tests.operator.test_controller_cluster import (  # noqa: F401  (installed: the module's chart release)
+    Installed,
+    OperatorProcess,
+    Recorder,
+    cli,
+    installed,
+    job_finished,
+    kubectl_apply,
+    sweep_file,
+    sweep_jobs,
+    trial_slices,
+    wait_phase,
+)
+
+pytestmark = pytest.mark.cluster
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+H100 = "ks-h100-80gb"
+RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
+
+
+def _kwok() -> Any:
+    return sys.modules["kubesweep_kwok_cluster"]
+
+
+def flavor(name: str, product: str) -> dict[str, Any]:
+    return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": name},
+            "spec": {"nodeLabels": {"nvidia.com/gpu.product": product}}}
+
+
+def cluster_queue(name: str, gpus: int, *, cohort: str | None = None, borrowing: int | None = None,
+                  preemption: dict[str, Any] | None = None) -> dict[str, Any]:
+    gpu: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": gpus}
+    if borrowing is not None:
+        gpu["borrowingLimit"] = borrowing
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "resourceGroups": [{"coveredResources": list(RESOURCES), "flavors": [{"name": H100, "resources": [
+            {"name": "cpu", "nominalQuota": 1000}, {"name": "memory", "nominalQuota": "10Ti"}, gpu]}]}],
+        "preemption": preemption or {"withinClusterQueue": "LowerPriority"},
+    }
+    if cohort:
+        spec["cohortName"] = cohort
+    return {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+
+
+def local_queue(name: str, namespace: str, cq: str) -> dict[str, Any]:
+    return {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterQueue": cq}}
+
+
+def priority(name: str, value: int) -> dict[str, Any]:
+    return {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value}
+
+
+@pytest.fixture(scope="module")
+def queued(installed: Installed, kueue: Any) -> Iterator[Installed]:  # noqa: F811  (the imported fixture)
+    """The chart's namespace managed by Kueue, with the platform's queues: `solo` (4 H100 GPUs, alone),
+    `team-a` and `team-b` (4 each, one cohort, borrowing up to 4 more, reclaiming what they lent)."""
+    cluster, ns = installed.cluster, installed.namespace
+    cluster.kubectl("label", "namespace", ns, "kubesweep.io/kueue=enabled")
+    reclaim = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+    objects = [flavor(H100, "NVIDIA-H100-80GB-HBM3"), priority("ks-low", 100), priority("ks-high", 1000),
+               cluster_queue("ks-solo", 4),
+               cluster_queue("ks-team-a", 4, cohort="ks-research", borrowing=4, preemption=reclaim),
+               cluster_queue("ks-team-b", 4, cohort="ks-research", borrowing=4, preemption=reclaim),
+               local_queue("solo", ns, "ks-solo"), local_queue("team-a", ns, "ks-team-a"),
+               local_queue("team-b", ns, "ks-team-b")]
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+    _kwok().wait_until("the ClusterQueues to be active", lambda: all(
+        any(c["type"] == "Active" and c["status"] == "True"
+            for c in (cluster.get_json("clusterqueue", cq).get("status") or {}).get("conditions") or [])
+        for cq in ("ks-solo", "ks-team-a", "ks-team-b")), 60, 0.5)
+    try:
+        yield installed
+    finally:
+        cluster.kubectl("delete", "-f", "-", "--wait=false", "--ignore-not-found", check=False,
+                        input=yaml.safe_dump_all(objects))
+
+
+def queued_sweep(tmp_path: Path, name: str, batch_sizes: list[int], *, queue: str, duration: str,
+                 repeats: int = 1, window: int = 8, priority_class: str | None = None) -> Path:
+    path = sweep_file(tmp_path, name, {"gpu": ["h100-80gb"], "batch_size": batch_sizes},
+                      hooks={"kubesweep.io/test-duration": duration}, concurrency={"max_parallel": window})
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["queue"] = queue
+    doc["spec"]["repeats"] = repeats
+    if priority_class:
+        doc["spec"]["priority_class"] = priority_class
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def admitted_now(inst: Installed, selector: str) -> int:
+    """Jobs Kueue let run (not suspended) and not finished, as the API server lists them now."""
+    jobs = inst.cluster.get_json("jobs", "-l", selector, namespace=inst.namespace)["items"]
+    return sum(1 for j in jobs if not j["spec"].get("suspend") and not job_finished(j))
+
+
+class Sampler:
+    """Samples `admitted_now` per selector every 0.2 s in a thread; keeps the maxima and every sample."""
+
+    def __init__(self, inst: Installed, **selectors: str):
+        self.inst = inst
+        self.selectors = selectors
+        self.samples: list[dict[str, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append({k: admitted_now(self.inst, s) for k, s in self.selectors.items()})
+            time.sleep(0.2)
+
+    def most(self, key: str) -> int:
+        return max((s[key] for s in self.samples), default=0)
+
+
+def test_a_20_trial_sweep_in_a_4_gpu_queue_never_runs_more_than_4_and_says_why_the_rest_wait(
+        queued: Installed, tmp_path: Path) -> None:
+    """20 one-GPU trials, a window of 8 Jobs: Kueue admits 4 at a time (its quota), the operator keeps Jobs
+    waiting suspended in the queue, `sweep status` gives Kueue's reason for a waiting trial, and all succeed."""
+    inst = queued
+    path = queued_sweep(tmp_path, "quota", [8, 16, 32, 64, 128], queue="solo", duration="1500ms", repeats=4)
+    op = OperatorProcess(inst, tmp_path / "operator.log").start()
+    reason = ""
+    try:
+        with Sampler(inst, quota="kubesweep.io/sweep=quota") as sampler, Recorder(inst, "quota") as recorder:
+            kubectl_apply(inst, path)
+
+            def waiting_reason() -> str | None:
+                shown = json.loads(cli(inst, "status", "quota", "-o", "json").stdout)
+                return next((t["reason"] for t in shown["trials"] if "waiting for quota" in t.get("reason", "")),
+                            None)
+
+            reason = _kwok().wait_until("a trial waiting for Kueue's quota", waiting_reason, 60, 0.5)
+            status = wait_phase(inst, "quota", {"Succeeded", "Failed"}, timeout=240, op=op)
+    finally:
+        op.kill(signal.SIGTERM)
+    assert status["phase"] == "Succeeded", status
+    assert status["counts"]["succeeded"] == 20
+    assert 1 <= sampler.most("quota") <= 4, sampler.samples
+    recorder.assert_each_trial_ran(20)
+    assert "LocalQueue solo" in reason and "nvidia.com/gpu" in reason, reason
+    assert "ClusterQueue ks-solo: nvidia.com/gpu 4 of 4 in use" in reason, reason
+    jobs = sweep_jobs(inst, "quota")
+    assert {j["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] for j in jobs} == {"solo"}
+    # every Job went through Kueue: created suspended, so its start came at admission, after its creation
+    assert all(j["status"]["startTime"] >= j["metadata"]["creationTimestamp"] for j in jobs)
+
+
+def test_a_preempted_trial_is_requeued_and_resumes_its_job_and_its_outcome_is_recorded_once(
+        queued: Installed, tmp_path: Path) -> None:
+    """4 low-priority trials fill `solo`; a high-priority sweep's 4-GPU trial preempts them: each shows
+    `preempted` (Kueue's words), its Job is suspended, not replaced, and runs again once readmitted; both sweeps
+    succeed with one outcome per trial."""
+    inst = queued
+    low = queued_sweep(tmp_path, "low", [8, 16, 32, 64], queue="solo", duration="8s", priority_class="ks-low")
+    high = queued_sweep(tmp_path, "high", [8], queue="solo", duration="1s", priority_class="ks-high")
+    doc = yaml.safe_load(high.read_text())
+    doc["spec"]["resources"] = {"gpus_per_trial": 4}
+    high.write_text(yaml.safe_dump(doc, sort_keys=False))
+    op = OperatorProcess(inst, tmp_path / "operator.log").start()
+    try:
+        with Recorder(inst, "low") as recorder:
+            kubectl_apply(inst, low)
+            _kwok().wait_until("the 4 low trials running", lambda: admitted_now(inst, "kubesweep.io/sweep=low") == 4,
+                               60, 0.3)
+            kubectl_apply(inst, high)
+
+            def preempted() -> str | None:
+                shown = json.loads(cli(inst, "status", "low", "-o", "json").stdout)
+                return next((t["reason"] for t in shown["trials"] if "preempted" in t.get("reason", "")), None)
+
+            reason = _kwok().wait_until("a low trial shown preempted", preempted, 60, 0.5)
+            assert wait_phase(inst, "high", {"Succeeded", "Failed"}, timeout=90, op=op)["phase"] == "Succeeded"
+            status = wait_phase(inst, "low", {"Succeeded", "Failed"}, timeout=120, op=op)
+    finally:
+        op.kill(signal.SIGTERM)
+    assert status["phase"] == "Succeeded", status
+    assert "preempted by Kueue" in reason and "LocalQueue solo" in reason, reason
+    assert len(recorder.jobs) == 4 and all(len(uids) == 1 for uids in recorder.jobs.values()), recorder.jobs
+    runs = sorted(len(recorder.pods.get(uids[0], ())) for uids in recorder.jobs.values())
+    assert runs == [2, 2, 2, 2], runs  # each preempted trial's one Job ran a second pod once readmitted
+    entries = trial_slices(inst, "low")
+    assert len(entries) == 4 and all(e.final and e.outcome == Outcome.SUCCEEDED for e in entries.values())
