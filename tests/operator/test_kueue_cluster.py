@@ -215,3 +215,58 @@ def test_a_preempted_trial_is_requeued_and_resumes_its_job_and_its_outcome_is_re
     assert runs == [2, 2, 2, 2], runs  # each preempted trial's one Job ran a second pod once readmitted
     entries = trial_slices(inst, "low")
     assert len(entries) == 4 and all(e.final and e.outcome == Outcome.SUCCEEDED for e in entries.values())
+
+
+def test_two_teams_share_a_cohort_as_their_cluster_queues_say(queued: Installed, tmp_path: Path) -> None:
+    """team-a's 8 trials borrow team-b's idle quota (8 admitted, nominal 4); team-b's sweep then reclaims what it
+    lent (Kueue preempts team-a's borrowed trials): 4 and 4 admitted, never more than the cohort's 8 GPUs, and both
+    sweeps finish with every trial succeeded once."""
+    inst = queued
+    share_a = queued_sweep(tmp_path, "share-a", [8, 16, 32, 64], queue="team-a", duration="6s", repeats=2)
+    share_b = queued_sweep(tmp_path, "share-b", [8, 16, 32, 64], queue="team-b", duration="6s")
+    op = OperatorProcess(inst, tmp_path / "operator.log").start()
+    try:
+        with Sampler(inst, a="kubesweep.io/sweep=share-a", b="kubesweep.io/sweep=share-b") as sampler:
+            kubectl_apply(inst, share_a)
+            _kwok().wait_until("team-a borrowing: 8 trials admitted",
+                               lambda: admitted_now(inst, "kubesweep.io/sweep=share-a") == 8, 60, 0.3)
+            kubectl_apply(inst, share_b)
+            _kwok().wait_until("team-b reclaiming its quota: 4 and 4 admitted", lambda: (
+                admitted_now(inst, "kubesweep.io/sweep=share-a") == 4
+                and admitted_now(inst, "kubesweep.io/sweep=share-b") == 4), 60, 0.3)
+            statuses = [wait_phase(inst, name, {"Succeeded", "Failed"}, timeout=120, op=op)
+                        for name in ("share-a", "share-b")]
+    finally:
+        op.kill(signal.SIGTERM)
+    assert [s["phase"] for s in statuses] == ["Succeeded", "Succeeded"], statuses
+    assert [s["counts"]["succeeded"] for s in statuses] == [8, 4]
+    assert sampler.most("a") == 8 and sampler.most("b") == 4, sampler.samples
+    assert all(s["a"] + s["b"] <= 8 for s in sampler.samples), sampler.samples  # the cohort's GPUs
+    for name, trials in (("share-a", 8), ("share-b", 4)):
+        entries = trial_slices(inst, name)
+        assert len(entries) == trials and all(e.final and e.outcome == Outcome.SUCCEEDED for e in entries.values())
+
+
+def test_the_operator_killed_while_kueue_holds_trials_loses_and_duplicates_nothing(queued: Installed,
+                                                                                   tmp_path: Path) -> None:
+    """SIGKILL the operator twice while a 12-trial sweep waits in and runs from a 4-GPU queue: each trial's Job
+    is created once and runs one pod, and every outcome is recorded."""
+    inst = queued
+    path = queued_sweep(tmp_path, "restarted", [8, 16, 32], queue="solo", duration="1500ms", repeats=4)
+    op = OperatorProcess(inst, tmp_path / "operator.log")
+    try:
+        with Recorder(inst, "restarted") as recorder:
+            kubectl_apply(inst, path)
+            op.start()  # killed once its first Jobs exist (waiting for admission)
+            _kwok().wait_until("the first trial Jobs", lambda: sweep_jobs(inst, "restarted"), 60, 0.2)
+            op.kill(signal.SIGKILL)
+            op.start()  # and once 4 trials finished, with Kueue holding the next ones
+            _kwok().wait_until("4 trials finished", lambda: sum(
+                job_finished(j) for j in sweep_jobs(inst, "restarted")) >= 4, 90, 0.2)
+            op.kill(signal.SIGKILL)
+            op.start()
+            status = wait_phase(inst, "restarted", {"Succeeded", "Failed"}, timeout=180, op=op)
+    finally:
+        op.kill(signal.SIGTERM)
+    assert status["phase"] == "Succeeded" and status["counts"]["succeeded"] == 12, status
+    recorder.assert_each_trial_ran(12)
