@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from kubesweep.gpus import GPU_RESOURCE, PRODUCT_LABEL, Catalog, load_catalog
-from kubesweep.jobs.command import job_argv
+from kubesweep.jobs.command import QUEUED_AT_ENV, job_argv
 from kubesweep.outcomes import ExitCode
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import DIGEST_RE, Sweep
@@ -121,8 +121,10 @@ def trial_resources(trial: Trial, sweep: Sweep) -> dict[str, Any]:
     return {"requests": dict(limits), "limits": limits}
 
 
-def trial_env(trial: Trial, sweep: Sweep, *, image: str, tracking: TrackingEnv | None) -> list[dict[str, Any]]:
-    """The container's environment: the trial's identity, cache locations, tracking, the checkpoint directory."""
+def trial_env(trial: Trial, sweep: Sweep, *, image: str, tracking: TrackingEnv | None,
+              queued_at: float | None = None) -> list[dict[str, Any]]:
+    """The container's environment: the trial's identity, cache locations, tracking, the checkpoint directory, and
+    (a queued trial) when its Job was created, from which the job measures its wait for admission."""
     env: list[dict[str, Any]] = [
         {"name": "KUBESWEEP_SWEEP", "value": trial.config.sweep},
         {"name": "KUBESWEEP_TRIAL_ID", "value": trial.id},
@@ -136,6 +138,8 @@ def trial_env(trial: Trial, sweep: Sweep, *, image: str, tracking: TrackingEnv |
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         *(tracking.env() if tracking else []),
     ]
+    if queued_at is not None:
+        env.append({"name": QUEUED_AT_ENV, "value": f"{queued_at:.3f}"})
     if sweep.spec.storage.checkpoint_claim:
         env.append({"name": "KUBESWEEP_CHECKPOINT_DIR", "value": f"{CHECKPOINT_DIR}/{trial.config.sweep}/{trial.id}"})
     return env
@@ -251,8 +255,10 @@ def _object_metadata(name: str, labels: dict[str, str], *, annotations: dict[str
 
 def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None = None,
                tracking: TrackingEnv | None = None, owner: Mapping[str, Any] | None = None,
-               catalog: Catalog | None = None, extra_annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A trial's Job, composed of the builders above."""
+               catalog: Catalog | None = None, extra_annotations: Mapping[str, str] | None = None,
+               queued_at: float | None = None) -> dict[str, Any]:
+    """A trial's Job, composed of the builders above; `queued_at`: when it is created (a sweep with spec.queue),
+    for the trial's queue wait."""
     catalog = catalog or load_catalog()
     spec = sweep.spec
     res = spec.resources
@@ -266,7 +272,7 @@ def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None 
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": trial_command(trial, rendezvous),
-        "env": trial_env(trial, sweep, image=image, tracking=tracking),
+        "env": trial_env(trial, sweep, image=image, tracking=tracking, queued_at=queued_at),
         "resources": trial_resources(trial, sweep),
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",

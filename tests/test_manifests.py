@@ -38,6 +38,7 @@ CASES = {
     "multi-node": {"resources": {"gpus_per_trial": 8, "num_nodes": 2}},
     "cpu": {"matrix": {"batch_size": [8]}, "resources": {"gpus_per_trial": 0}},
     "volumes": {"storage": {"cache_claim": "hf-cache", "checkpoint_claim": "ckpt"}, "service_account": "trials"},
+    "queued": {"queue": "team-a", "priority_class": "research-low"},
 }
 
 
@@ -45,6 +46,28 @@ CASES = {
 def test_every_manifest_validates_strictly(case: str) -> None:
     for obj in rendered(**CASES[case]):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_a_queued_sweeps_jobs_wait_suspended_in_its_kueue_queue_and_know_when_they_were_made() -> None:
+    from kubesweep.manifests import render_job
+
+    p = plan(parse_sweep(sweep_doc(queue="team-a", priority_class="research-low")))
+    job = render_job(p.trials[0], p.sweep, image=DIGEST, queued_at=1795687200.5)
+    assert job["spec"]["suspend"] is True
+    labels = job["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert labels["kueue.x-k8s.io/priority-class"] == "research-low"
+    env = {e["name"]: e.get("value") for e in pod(job)["containers"][0]["env"]}
+    assert env["KUBESWEEP_QUEUED_AT"] == "1795687200.500"
+    # the pod's labels stay the trial's: Kueue reads the queue from the Job
+    assert "kueue.x-k8s.io/queue-name" not in job["spec"]["template"]["metadata"]["labels"]
+
+
+def test_without_a_queue_nothing_of_kueue_is_rendered() -> None:
+    for job in rendered():
+        assert "suspend" not in job["spec"]
+        assert not any(k.startswith("kueue.x-k8s.io/") for k in job["metadata"]["labels"])
+        assert "KUBESWEEP_QUEUED_AT" not in {e["name"] for e in pod(job)["containers"][0]["env"]}
 
 
 def test_gpu_trial_targets_the_exact_product_label() -> None:

@@ -465,11 +465,12 @@ class KubernetesBackend(Backend):
             return 0
         image = resolve_image(state.sweep, allow_unpinned=True)
         tracking = self._tracking_for(state)
+        queued_at = time.time() if state.sweep.spec.queue else None  # the job measures its wait from here
         objects = []
         for trial in chosen:
             extra = dict(self.pod_annotations(trial)) if self.pod_annotations else None
             for obj in render_trial(trial, state.sweep, image=image, namespace=self.namespace, tracking=tracking,
-                                    owner=self._owner(state)):
+                                    owner=self._owner(state), queued_at=queued_at):
                 if obj["kind"] == "Job":
                     if extra:
                         obj["spec"]["template"]["metadata"]["annotations"].update(extra)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 JOB_MODULE = "kubesweep.jobs"
+# Set on a queued trial's Job (spec.queue): epoch seconds of its creation; the job's queue wait is measured from it.
+QUEUED_AT_ENV = "KUBESWEEP_QUEUED_AT"
 
 
 def job_argv(config_path: str, output_dir: str, *, python: str = "python", gpus: int = 1,

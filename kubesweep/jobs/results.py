@@ -69,6 +69,10 @@ class Timings(_Model):
     gpu_held_s: float | None = Field(
         None, description="GPU lease held: device set-up, warm-up, training, evaluation (null: no lease)"
     )
+    queue_wait_s: float | None = Field(
+        None, description="a queued trial (spec.queue): its Job's creation to this process's start, the wait for "
+                          "Kueue's admission, scheduling and image pull (null: not queued)"
+    )
     total_s: float = Field(description="process start to results written")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from kubesweep.jobs import data as data_mod
 from kubesweep.jobs import distributed, env, export, inference, plot, runtime
 from kubesweep.jobs import model as model_mod
+from kubesweep.jobs.command import QUEUED_AT_ENV
 from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.energy import EnergyMeter, energy_metrics
@@ -69,6 +70,13 @@ def process_start_time() -> float:
         return time.time()
 
 
+def _float_env(name: str) -> float | None:
+    try:
+        return float(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
@@ -81,6 +89,9 @@ class TrialRun:
         self.started_at = now_iso()
         self.t_process = process_start_time()
         self.timings: dict[str, float | None] = {"startup_s": time.time() - self.t_process}
+        queued_at = _float_env(QUEUED_AT_ENV)
+        if queued_at is not None:  # a queued trial: its Job's creation to this process's start
+            self.timings["queue_wait_s"] = max(0.0, self.t_process - queued_at)
         self.fields: dict[str, Any] = {}
         self.notes: list[str] = []
         self.artifacts: dict[str, str] = {}

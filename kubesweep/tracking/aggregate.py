@@ -21,6 +21,8 @@ Definitions (docs/tracking.md says the same, with examples):
 - energy: `energy.j_per_sample` (joules per sample over the measured window, NVML's energy counter) and
   `energy.kwh_per_epoch` (J/sample x training rows / 3.6e6);
 - warm-up s: `timings.compile_warmup_s`, the steps reported apart from the measured ones (compilation included);
+- queue wait s: `timings.queue_wait_s`, a queued trial's (spec.queue) Job creation to its process's start: the wait
+  for Kueue's admission, scheduling and image pull;
 - mean over the repeats that succeeded, with its 95% interval (`kubesweep.tracking.intervals`: Student's t over
   n - 1 degrees of freedom) shown as ± its half-width in percent of the mean; CV (coefficient of variation) =
   sample standard deviation / mean, in the JSON and CSV; with one repeat there is neither;
@@ -62,6 +64,7 @@ METRICS: dict[str, tuple[str, bool]] = {
     "j_per_sample": ("J/sample", False),
     "kwh_per_epoch": ("kWh/epoch", False),
     "warmup_s": ("warm-up s", False),
+    "queue_wait_s": ("queue wait s", False),
 }
 TABLE_METRICS = ("samples_per_s", "step_p50_ms", "peak_mem_gib", "tta_s", "accuracy", "cost_per_epoch",
                  "kwh_per_epoch")
@@ -149,6 +152,7 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
     out["j_per_sample"] = _num(dig(r, "energy", "j_per_sample"))
     out["kwh_per_epoch"] = _num(dig(r, "energy", "kwh_per_epoch"))
     out["warmup_s"] = _num(dig(r, "timings", "compile_warmup_s"))
+    out["queue_wait_s"] = _num(dig(r, "timings", "queue_wait_s"))
     out["tta_s"] = time_to_accuracy(r, target) if not inference else None
     train_s, epochs = _num(dig(r, "timings", "train_s")), _num(dig(r, "train", "epochs_completed"))
     if train_s is not None and epochs:
@@ -163,7 +167,7 @@ def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[
 
 # what a trial's MLflow run carries as metrics of these names, for the UI's runs view (kubesweep.tracking.view)
 COMPARISON_METRICS = ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch", "step_p50_ms", "epoch_s",
-                      "j_per_sample", "kwh_per_epoch")
+                      "j_per_sample", "kwh_per_epoch", "queue_wait_s")
 # samples_per_s of a run that may rank among the best: absent where its accuracy stayed at chance, so the runs
 # view, sorted by it, lists such a run after every run that learned (with OOM and mismatched runs)
 RANK_METRIC = "ranked_samples_per_s"

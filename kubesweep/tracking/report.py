@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import html
 import json
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import figures as figs
+from kubesweep.tracking import intervals
 from kubesweep.tracking.aggregate import (
     METRICS,
     RANDOM_INIT,
@@ -381,6 +383,32 @@ def gpu_table(cells: list[Cell], target: float) -> Table | None:
                                                     "flags"], rows, note)
 
 
+def queue_table(cells: list[Cell]) -> Table | None:
+    """Per GPU type, how long its queued trials (spec.queue) waited from their Job's creation to their start: which
+    GPU type is fast to get, beside which is fast to run."""
+    waits: dict[str, list[float]] = {}
+    for cell in cells:
+        if cell.axes.get("gpu") in (None, "cpu"):
+            continue
+        for trial in cell.trials:
+            wait = dig(trial.results, "timings", "queue_wait_s")
+            if isinstance(wait, (int, float)) and not isinstance(wait, bool):
+                waits.setdefault(_gpu_label(cell), []).append(float(wait))
+    if not waits:
+        return None
+    rows = []
+    for gpu, values in sorted(waits.items()):
+        mean = statistics.fmean(values)
+        half = intervals.half_width(values)
+        spread = f" ±{half / mean * 100:.0f}%" if half is not None and mean > 0 else ""
+        rows.append([gpu, fmt_number(mean) + spread, fmt_number(statistics.median(values)), fmt_number(max(values)),
+                     str(len(values))])
+    return Table("time to get a GPU (queue wait)", ["GPU", "mean s", "median s", "max s", "trials"], rows,
+                 "Queued trials (spec.queue): from their Job's creation to their process's start, the wait for "
+                 "Kueue's admission, scheduling and image pull; mean ± the 95% interval's half-width over the "
+                 "trials of that GPU type.")
+
+
 def breakeven_table(cells: list[Cell]) -> Table | None:
     """When compiling pays off, per compiled fine-tuning setting against the same setting run eager."""
     found = break_evens(cells)
@@ -528,7 +556,8 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
     makers: list[tuple[str, Callable[[list[Cell]], Table | None]]] = [
         ("GPU types at their best setting", lambda c: gpu_table(c, target)),
         ("time for N epochs at batch 16", epochs_table), ("torch.compile break-even", breakeven_table),
-        ("inference latency", inference_table), ("one GPU vs DDP", ddp_table)]
+        ("inference latency", inference_table), ("one GPU vs DDP", ddp_table),
+        ("time to get a GPU (queue wait)", queue_table)]
     for title, make in makers:
         table = make(cells)
         if table is None:

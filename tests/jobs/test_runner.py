@@ -49,3 +49,26 @@ def test_gpu_mismatch_stops_before_training(
     assert results.error is not None and "NVIDIA-A100-SXM4-40GB" in results.error.message
     assert results.trial.gpu == "h100-80gb"
     assert results.model is None and results.train is None  # nothing was loaded or trained
+
+
+def test_a_queued_trial_records_its_wait_from_its_jobs_creation_to_its_start(
+    sst2: Path, token_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KUBESWEEP_QUEUED_AT (set on a queued trial's Job) 30 s before this process started: a 30 s queue wait."""
+    from kubesweep.jobs.runner import process_start_time
+
+    queued_at = process_start_time() - 30.0
+    run = run_job_in_process(
+        [*tiny_args(sst2, token_cache), "--gpu", "h100-80gb", "--gpu-product", "NVIDIA-H100-80GB-HBM3"],
+        tmp_path,
+        monkeypatch,
+        env={"KUBESWEEP_TEST_GPU_NAME": "NVIDIA A100-SXM4-40GB", "KUBESWEEP_QUEUED_AT": f"{queued_at:.3f}"},
+    )
+    assert run.returncode == ExitCode.GPU_MISMATCH  # the quickest way through: the timings are written all the same
+    wait = Results.read(tmp_path / "results.json").timings.queue_wait_s
+    assert wait is not None and abs(wait - 30.0) < 0.01, wait
+    monkeypatch.delenv("KUBESWEEP_QUEUED_AT")
+    unqueued = tmp_path / "unqueued"
+    run_job_in_process([*tiny_args(sst2, token_cache), "--gpu", "h100-80gb", "--gpu-product", "NVIDIA-H100-80GB-HBM3"],
+                       unqueued, monkeypatch, env={"KUBESWEEP_TEST_GPU_NAME": "NVIDIA A100-SXM4-40GB"})
+    assert Results.read(unqueued / "results.json").timings.queue_wait_s is None

@@ -101,12 +101,13 @@ def queued(installed: Installed, kueue: Any) -> Iterator[Installed]:  # noqa: F8
                         input=yaml.safe_dump_all(objects))
 
 
-def queued_sweep(tmp_path: Path, name: str, batch_sizes: list[int], *, queue: str, duration: str,
+def queued_sweep(tmp_path: Path, name: str, batch_sizes: list[int], *, queue: str | None, duration: str,
                  repeats: int = 1, window: int = 8, priority_class: str | None = None) -> Path:
     path = sweep_file(tmp_path, name, {"gpu": ["h100-80gb"], "batch_size": batch_sizes},
                       hooks={"kubesweep.io/test-duration": duration}, concurrency={"max_parallel": window})
     doc = yaml.safe_load(path.read_text())
-    doc["spec"]["queue"] = queue
+    if queue:
+        doc["spec"]["queue"] = queue
     doc["spec"]["repeats"] = repeats
     if priority_class:
         doc["spec"]["priority_class"] = priority_class
@@ -250,10 +251,11 @@ def test_two_teams_share_a_cohort_as_their_cluster_queues_say(queued: Installed,
 def test_the_operator_killed_while_kueue_holds_trials_loses_and_duplicates_nothing(queued: Installed,
                                                                                    tmp_path: Path) -> None:
     """SIGKILL the operator twice while a 12-trial sweep waits in and runs from a 4-GPU queue: each trial's Job
-    is created once and runs one pod, and every outcome is recorded."""
+    is created once and runs one pod, and every outcome is recorded. The sweep names no queue: the operator's
+    default queue (--default-queue, the chart's kueue.defaultQueue) is used."""
     inst = queued
-    path = queued_sweep(tmp_path, "restarted", [8, 16, 32], queue="solo", duration="1500ms", repeats=4)
-    op = OperatorProcess(inst, tmp_path / "operator.log")
+    path = queued_sweep(tmp_path, "restarted", [8, 16, 32], queue=None, duration="1500ms", repeats=4)
+    op = OperatorProcess(inst, tmp_path / "operator.log", env={"KUBESWEEP_DEFAULT_QUEUE": "solo"})
     try:
         with Recorder(inst, "restarted") as recorder:
             kubectl_apply(inst, path)
@@ -270,3 +272,5 @@ def test_the_operator_killed_while_kueue_holds_trials_loses_and_duplicates_nothi
         op.kill(signal.SIGTERM)
     assert status["phase"] == "Succeeded" and status["counts"]["succeeded"] == 12, status
     recorder.assert_each_trial_ran(12)
+    jobs = sweep_jobs(inst, "restarted")
+    assert {j["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") for j in jobs} == {"solo"}

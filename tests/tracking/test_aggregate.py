@@ -85,9 +85,13 @@ def test_a_trial_that_did_not_succeed_has_no_measurements() -> None:
 
 
 def test_comparison_metrics_are_rounded_to_five_significant_digits_and_only_for_a_success() -> None:
-    out = agg.comparison_metrics(results(1234.56789), gpu="h100-80gb", gpus=1)
+    queued = results(1234.56789)
+    queued["timings"]["queue_wait_s"] = 61.23456  # a trial run from a Kueue queue (spec.queue)
+    out = agg.comparison_metrics(queued, gpu="h100-80gb", gpus=1)
     assert set(out) == {*agg.COMPARISON_METRICS, agg.RANK_METRIC}
     assert out["samples_per_s"] == out[agg.RANK_METRIC] == 1234.6 and out["epoch_s"] == 36.667
+    assert out["queue_wait_s"] == 61.235
+    assert "queue_wait_s" not in agg.comparison_metrics(results(1234.56789), gpu="h100-80gb", gpus=1)
     assert agg.comparison_metrics({"outcome": "oom"}, gpu="h100-80gb", gpus=1) == {}
 
 

@@ -359,3 +359,17 @@ def test_the_answer_names_settings_noisier_than_three_percent(tmp_path: Path) ->
     assert "l40s bs16 bf16 eager (finetune) ±" in line and "repeats " in line and "h100" not in line, line
     _, _, quiet = report(tmp_path, records(GPU_SPEC, steady))
     assert not any(a.startswith("Noisier") for a in quiet["answer"])
+
+
+def test_queued_trials_show_their_wait_per_gpu_type(tmp_path: Path) -> None:
+    def queued(trial: Any, results: dict[str, Any]) -> None:  # H100s wait 100-300 s for admission, L40S 10 s
+        results["timings"]["queue_wait_s"] = 100.0 * (trial.repeat + 1) if trial.gpu == "h100-80gb" else 10.0
+
+    _, page, summary = report(tmp_path, records(GPU_SPEC, queued))
+    [table] = [t for t in summary["tables"] if t["title"] == "time to get a GPU (queue wait)"]
+    rows = {row[0]: row for row in table["rows"]}
+    # 100, 200 and 300 s, twice: mean 200, 2.571 (t, 5 df) x sd 89.4 / sqrt(6) = 93.9: ±47%
+    assert rows["h100-80gb"][1:] == ["200.0 ±47%", "200.0", "300.0", "6"]
+    assert rows["l40s"][1:] == ["10.00 ±0%", "10.00", "10.00", "6"]
+    _, _, unqueued = report(tmp_path, records(GPU_SPEC))
+    assert "time to get a GPU (queue wait)" not in {t["title"] for t in unqueued["tables"]}
