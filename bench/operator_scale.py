@@ -4,6 +4,7 @@ test control plane, measured through the operator.
     .venv/bin/python bench/operator_scale.py                                  # N = 1,000 and 10,000
     .venv/bin/python bench/operator_scale.py --trials 1000 --label baseline-kwok
     .venv/bin/python bench/operator_scale.py --trials 5000 --timeout 900 --keep-cluster
+    .venv/bin/python bench/operator_scale.py --trials 1000 --kueue --label kueue-kwok      # trials admitted by Kueue
 
 It starts (or reuses) the kwok cluster `kubesweep-bench` (`$KUBESWEEP_TEST_CLUSTER`; no real node), installs the
 Sweep CRD (`python -m kubesweep.crd`), the chart's ServiceAccount and RBAC (`helm template --show-only
@@ -32,6 +33,14 @@ process with a token of that ServiceAccount (`--test-hooks --resync 30`), submit
       `--pokes` annotation patches on the Sweep, each at least `--poke-interval` s apart and waited out until the
       operator's CPU is flat again (so each is a step of its own), minus its idle CPU at the rate measured over
       the same number of intervals just before; the operator's requests in both windows.
+
+With `--kueue`, Kueue runs beside the cluster (tests/cluster/kueue.py) and the Sweep names a LocalQueue (`spec.queue`)
+whose ClusterQueue has room for every trial at once (a ResourceFlavor without node labels, cpu and memory quota):
+its Jobs are created suspended and run when Kueue admits them, so (a) to (f) include Kueue's work, and
+
+  (g) admission: per Job, its creation to its start (`status.startTime`, set when the Job is unsuspended; without
+      Kueue, when the Job controller starts it): p50, p95, max, and trials started per second from the first
+      creation to the last start; the same figures are reported without `--kueue` for comparison.
 
 Writes bench/results/operator_scale-<label>.json (`--output`) and prints a table; the operators' logs stay in
 $TMPDIR/operator_scale-<label>/. The namespace of each N is deleted (with its operator still running, so no Job is
@@ -101,6 +110,8 @@ POKE_ANNOTATION = "bench.kubesweep.io/poke"
 META_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 MERGE = "application/merge-patch+json"
 WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+KUEUE = "kueue.x-k8s.io/v1beta2"
+QUEUE = "bench"  # the LocalQueue (and ClusterQueue, ResourceFlavor) of --kueue
 SEEDS = 10  # the matrix is learning_rate (N / SEEDS values) x seed (SEEDS values)
 TRIAL_RESOURCES = {"gpus_per_trial": 0, "cpu": "100m", "memory": "128Mi", "shm_size": "64Mi"}
 # Goals (the issue's numbers): all Jobs of 1,000 trials in 20 s, <= 3 writes per trial, <= 250 MiB peak RSS at
@@ -231,6 +242,55 @@ def install_rbac(cluster: Any, kwok: Any, namespace: str) -> None:
     cluster.apply(docs)
 
 
+def install_kueue(cluster: Any, kwok: Any, max_trials: int) -> dict[str, Any]:
+    """Kueue beside the cluster and a ClusterQueue with room for `max_trials` trials at once."""
+    manager = kwok.start_kueue(cluster)
+    cpu = math.ceil(max_trials * 0.1) + 1
+    memory = f"{math.ceil(max_trials * 128 / 1024) + 1}Gi"
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": QUEUE}},
+        {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": QUEUE}, "spec": {
+            "namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+                {"name": QUEUE, "resources": [{"name": "cpu", "nominalQuota": cpu},
+                                              {"name": "memory", "nominalQuota": memory}]}]}]}}]))
+    return {"version": manager.version, "cluster_queue": {"cpu": cpu, "memory": memory},
+            "log": str(manager.log_path)}
+
+
+def local_queue(cluster: Any, namespace: str) -> None:
+    cluster.kubectl("label", "namespace", namespace, "kubesweep.io/kueue=enabled")
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": QUEUE, "namespace": namespace},
+         "spec": {"clusterQueue": QUEUE}}))
+
+
+def admission(batch: Any, namespace: str) -> dict[str, Any]:
+    """(g): per Job, creation to start (status.startTime), from one paged list of the finished sweep."""
+    waits: list[float] = []
+    created: list[datetime] = []
+    started: list[datetime] = []
+    cont = None
+    while True:
+        page = batch.list_namespaced_job(namespace, label_selector=f"{LABEL_SWEEP}={SWEEP}", limit=500,
+                                         _continue=cont)
+        for job in page.items:
+            if job.status and job.status.start_time:
+                created.append(job.metadata.creation_timestamp)
+                started.append(job.status.start_time)
+                waits.append((job.status.start_time - job.metadata.creation_timestamp).total_seconds())
+        cont = page.metadata._continue
+        if not cont:
+            break
+    if not waits:
+        return {"jobs_started": 0}
+    waits.sort()
+    span = (max(started) - min(created)).total_seconds()
+    return {"jobs_started": len(waits), "wait_p50_s": waits[len(waits) // 2],
+            "wait_p95_s": waits[min(len(waits) - 1, math.ceil(0.95 * len(waits)) - 1)], "wait_max_s": waits[-1],
+            "started_per_s": round(len(waits) / span, 1) if span > 0 else None,
+            "resolution": "1 s (the API's timestamps)"}
+
+
 def sa_kubeconfig(cluster: Any, path: Path) -> Path:
     """A kubeconfig with a token of the operator's ServiceAccount (as tests/operator/test_controller_cluster.py
     makes it)."""
@@ -342,7 +402,7 @@ class Operator:
 
 
 # --------------------------------------------------------------------------------------------- measuring
-def sweep_doc(trials: int) -> dict[str, Any]:
+def sweep_doc(trials: int, queue: str | None = None) -> dict[str, Any]:
     if trials % SEEDS:
         raise SystemExit(f"--trials must be multiples of {SEEDS} (learning_rate x seed); got {trials}")
     learning_rates = [round(1e-6 * (i + 1), 9) for i in range(trials // SEEDS)]
@@ -351,7 +411,8 @@ def sweep_doc(trials: int) -> dict[str, Any]:
                 TEST_POD_ANNOTATIONS: json.dumps({"kubesweep.io/test-duration": "1s"})}},
             "spec": {"image": JOB_IMAGE, "job": {"max_steps": 2},
                      "matrix": {"learning_rate": learning_rates, "seed": list(range(SEEDS))},
-                     "resources": dict(TRIAL_RESOURCES), "concurrency": {"max_parallel": trials}}}
+                     "resources": dict(TRIAL_RESOURCES), "concurrency": {"max_parallel": trials},
+                     **({"queue": queue} if queue else {})}}
 
 
 def count_jobs(batch: Any, namespace: str) -> int:
@@ -480,7 +541,7 @@ def measure_size(n: int, cluster: Any, api: Any, audit: AuditReader, args: argpa
     batch, core, custom = client.BatchV1Api(api), client.CoreV1Api(api), client.CustomObjectsApi(api)
     namespace = f"kubesweep-bench-n{n}"
     result["namespace"] = namespace
-    doc = sweep_doc(n)
+    doc = sweep_doc(n, QUEUE if args.kueue else None)
     p = plan(parse_sweep(doc))
     if len(p.trials) != n:
         raise SystemExit(f"the matrix plans {len(p.trials)} trials, not {n}")
@@ -490,6 +551,8 @@ def measure_size(n: int, cluster: Any, api: Any, audit: AuditReader, args: argpa
         delete_leftover_namespace(cluster, batch, namespace, args.cleanup_timeout)
     cluster.kubectl("create", "namespace", namespace)
     install_rbac(cluster, kwok, namespace)
+    if args.kueue:
+        local_queue(cluster, namespace)
     op = Operator(sa_kubeconfig(cluster, tmp / f"sa-{n}.yaml"), namespace, logs / f"operator-{n}.log", args.resync)
     result["operator_log"] = str(op.log)
     try:
@@ -578,6 +641,8 @@ def measure_size(n: int, cluster: Any, api: Any, audit: AuditReader, args: argpa
 
         # (e) object sizes
         result["objects"] = object_sizes(batch, core, custom, namespace)
+        # (g) admission
+        result["admission"] = admission(batch, namespace)
 
         # (f) CPU per reconcile of the finished sweep (of one still running, steps would overlap the pokes)
         if op.alive() and state.get("phase") in ("Succeeded", "Failed"):
@@ -848,7 +913,11 @@ def table(results: list[dict[str, Any]]) -> str:
              row("largest object (bytes)", lambda r: r["objects"]["largest"]["bytes"]),
              row("  goal", goal("largest_object_bytes")),
              row("CPU per reconcile, finished (s)", lambda r: r["reconcile_cpu"]["cpu_s_per_reconcile"]),
-             row("operator log warnings", lambda r: r["operator"]["log_warnings"]["count"])]
+             row("operator log warnings", lambda r: r["operator"]["log_warnings"]["count"]),
+             row("Job created -> started p50 (s)", lambda r: r["admission"]["wait_p50_s"]),
+             row("Job created -> started p95 (s)", lambda r: r["admission"]["wait_p95_s"]),
+             row("Job created -> started max (s)", lambda r: r["admission"]["wait_max_s"]),
+             row("Jobs started / s", lambda r: r["admission"]["started_per_s"])]
     widths = [max(len(row_[i]) for row_ in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths,
                                                                                                     strict=True)))
@@ -870,6 +939,8 @@ def main() -> None:
     parser.add_argument("--resync", type=float, default=30, help="the operator's --resync (default 30)")
     parser.add_argument("--cleanup-timeout", type=float, default=900,
                         help="seconds to wait for a size's namespace to go before the next size (default 900)")
+    parser.add_argument("--kueue", action="store_true",
+                        help="run Kueue beside the cluster and submit the Sweep to a LocalQueue (spec.queue)")
     parser.add_argument("--keep-cluster", action="store_true", help="leave the kwok cluster running at the end")
     parser.add_argument("--recreate-cluster", action="store_true",
                         help="delete and create the kwok cluster first (e.g. after the audit policy changed)")
@@ -915,6 +986,7 @@ def main() -> None:
                               "operator_identity": IDENTITY, "service_account": SA_USER}
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
         install_base(cluster, max(args.trials))
+        report["kueue"] = install_kueue(cluster, kwok, max(args.trials)) if args.kueue else None
         report["operator_python"] = compile_bytecode()
         kcm_url = kcm_metrics_url(cluster)
         logs = Path(tempfile.gettempdir()) / f"operator_scale-{args.label}"  # the operators' logs stay there

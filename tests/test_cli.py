@@ -349,7 +349,7 @@ def test_an_api_server_that_is_down_is_one_line_naming_it(gpuless: dict[str, str
 def test_an_api_server_that_hangs_is_an_error_within_seconds(gpuless: dict[str, str], tmp_path: Path) -> None:
     """A server that takes connections and never answers (a hung process) is given `CONNECT_TIMEOUT_S` per
     connection, tried twice: an error in seconds, not a hang."""
-    from kubesweep.backends.kubernetes import CONNECT_RETRIES, CONNECT_TIMEOUT_S
+    from kubesweep.backends.k8s_client import CONNECT_RETRIES, CONNECT_TIMEOUT_S
 
     with socket.socket() as hung:
         hung.bind(("127.0.0.1", 0))

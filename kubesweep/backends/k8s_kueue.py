@@ -1,5 +1,6 @@
 """Kueue's view of a sweep's trial Jobs, in plain words: pure readings of the Workloads Kueue keeps per Job (and,
-where readable, of the ClusterQueue behind the sweep's LocalQueue). Testable without a cluster.
+where readable, of the ClusterQueue behind the sweep's LocalQueue), testable without a cluster, and the
+`QueueReader` that fetches them for a backend.
 
 A Job with `kueue.x-k8s.io/queue-name` is created suspended; Kueue makes a Workload owned by it, reserves quota
 (condition QuotaReserved), admits it (Admitted) and unsuspends the Job. A preempted Workload gets Evicted (reason
@@ -9,14 +10,20 @@ Preempted) and its Job is suspended again; it is requeued and, when admitted aga
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kubesweep.backends.k8s_status import job_finished
+
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 GPU = "nvidia.com/gpu"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on each Workload: the UID of the Job it was made for
+REFRESH_S = 5.0  # seconds Kueue's word on a sweep's waiting trials is reused while the same Jobs wait
+SELECT = 50  # Job UIDs per label selector when reading their Workloads
 _UIDS = re.compile(r"\s*\((?:UID|JobUID): [^)]*\)")
 
 
@@ -107,3 +114,70 @@ def admission(workload: Mapping[str, Any] | None, queue: str, cluster_queue: Map
     if preempted:
         reason = f"preempted by Kueue earlier, requeued; {reason}"
     return Admission(reason, preempted=preempted)
+
+
+class QueueReader:
+    """Kueue's word on a sweep's suspended trial Jobs, read through a backend's `call` (which maps API errors to
+    `errors`): the Workloads of those Jobs only (selected by Kueue's job-uid label, `SELECT` UIDs a request) and
+    the ClusterQueue behind the LocalQueue. A Job that starts waiting is read at once; the others, and the
+    ClusterQueue, at most every `REFRESH_S` seconds: a step, which comes with every change of a Job or pod, costs
+    no request for what was read just before."""
+
+    def __init__(self, custom: Any, namespace: str, call: Callable[..., Any],
+                 errors: tuple[type[BaseException], ...]):
+        self.custom = custom
+        self.namespace = namespace
+        self.call = call
+        self.errors = errors
+        # sweep -> (when all were read, the ClusterQueue then, Job UID -> its Workload (None: none yet))
+        self._seen: dict[str, tuple[float, Mapping[str, Any] | None, dict[str, Mapping[str, Any] | None]]] = {}
+
+    def waiting(self, sweep: str, queue: str | None, jobs_by_trial: Mapping[str | None, Mapping[str, Any]]
+                ) -> dict[str, Admission]:
+        """trial id → Kueue's word on its suspended, unfinished Job (none without a queue or a waiting Job)."""
+        waiting = {tid: str(job["metadata"].get("uid", "")) for tid, job in jobs_by_trial.items()
+                   if tid and (job.get("spec") or {}).get("suspend") and not job_finished(job)}
+        if not queue or not waiting:
+            self._seen.pop(sweep, None)
+            return {}
+        now = time.monotonic()
+        read_at, cluster_queue, workloads = self._seen.get(sweep) or (0.0, None, {})
+        stale = now - read_at >= REFRESH_S
+        wanted = sorted(set(waiting.values()) if stale else set(waiting.values()) - workloads.keys())
+        try:
+            fresh = self._workloads(wanted)
+            if stale:
+                cluster_queue = self.cluster_queue(queue)
+        except self.errors as exc:  # Kueue's CRDs absent, or not readable with this token
+            reason = f"waiting in LocalQueue {queue}; Kueue's Workloads cannot be read: {exc}"
+            return {tid: Admission(reason) for tid in waiting}
+        known = {uid: workloads.get(uid) for uid in waiting.values()}  # Jobs no longer waiting are dropped
+        known.update({uid: fresh.get(uid) for uid in wanted})
+        self._seen[sweep] = (now if stale else read_at, cluster_queue, known)
+        return {tid: admission(known[uid], queue, cluster_queue) for tid, uid in waiting.items()}
+
+    def _workloads(self, uids: list[str]) -> dict[str, Mapping[str, Any]]:
+        found: dict[str, Mapping[str, Any]] = {}
+        for i in range(0, len(uids), SELECT):
+            selector = f"{JOB_UID_LABEL} in ({','.join(uids[i:i + SELECT])})"
+            resp = self.call(self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
+                             "workloads", label_selector=selector)
+            found.update(by_job(resp.get("items") or []))
+        return found
+
+    def cluster_queue(self, queue: str) -> Mapping[str, Any] | None:
+        """The ClusterQueue behind LocalQueue `queue` (its quota and usage), or None where it cannot be read."""
+        try:
+            local = self.call(self.custom.get_namespaced_custom_object, GROUP, VERSION, self.namespace,
+                              "localqueues", queue)
+            name = (local.get("spec") or {}).get("clusterQueue")
+            if not name:
+                return None
+            found: Mapping[str, Any] = self.call(self.custom.get_cluster_custom_object, GROUP, VERSION,
+                                                 "clusterqueues", name)
+            return found
+        except self.errors:
+            return None
+
+    def forget(self, sweep: str) -> None:
+        self._seen.pop(sweep, None)

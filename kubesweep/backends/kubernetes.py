@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
 from collections import Counter
@@ -43,6 +42,7 @@ from kubesweep.backends.base import (
     SweepStatus,
     TrialStatus,
 )
+from kubesweep.backends.k8s_client import api_error, api_message, import_client, load_config, unreachable
 from kubesweep.backends.k8s_state import (
     STATE_PREFIX,
     ConfigMapStore,
@@ -52,7 +52,7 @@ from kubesweep.backends.k8s_state import (
     discard,
     phase_for,
 )
-from kubesweep.backends.k8s_status import Observed, job_finished, observe
+from kubesweep.backends.k8s_status import Observed, observe
 from kubesweep.backends.k8s_watch import Informer, Obj, trim_job, trim_pod
 from kubesweep.manifests import (
     FIELD_MANAGER,
@@ -72,14 +72,8 @@ from kubesweep.tracking.env import TrackingEnv
 SEARCH_SUFFIX = "-search"  # ConfigMap of the trials a search added while the sweep runs
 APPLY = "application/apply-patch+yaml"
 WRITE_THREADS = 8
-CONNECTIONS = 4 * WRITE_THREADS  # HTTP connections kept per API client: write threads, watches, reads
 STRATEGIC = "application/strategic-merge-patch+json"
 APPLIED_GRACE = 60.0  # seconds a Job applied here counts as existing while no cache has shown it
-# A request without a timeout of its own waits this long for its connection (TCP and TLS) to the API server, and a
-# failed connection is tried once more: an API server that is down or hung is an error within seconds, not a hang.
-# Reading the answer stays unbounded (watches and `logs --follow` are long reads by design).
-CONNECT_TIMEOUT_S = 5.0
-CONNECT_RETRIES = 1
 PodAnnotations = Callable[[Trial], Mapping[str, str]]
 # Answers to a Job create that the same Job gets again on every try: invalid (422), too large (413), refused by
 # admission or a quota (403), malformed (400)
@@ -88,24 +82,6 @@ REFUSALS = frozenset({400, 403, 413, 422})
 
 class JobRefused(BackendError):
     """The API server refuses a trial's Job as it is; the message says why (its own words, clipped)."""
-
-
-def _api_message(exc: Any) -> str:
-    """The API server's `message` of an error answer (a Status object), else its reason; at most 1,000 chars."""
-    try:
-        message = str(json.loads(exc.body or "{}").get("message") or "")
-    except (ValueError, TypeError, AttributeError):
-        message = ""
-    message = message or str(getattr(exc, "reason", "") or "")
-    return message if len(message) <= 1000 else message[:1000] + " ..."
-
-
-def _import_client() -> Any:
-    try:
-        import kubernetes
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise BackendError("the kubernetes backend needs the k8s extra: pip install 'kubesweep[k8s]'") from exc
-    return kubernetes
 
 
 @dataclass
@@ -127,9 +103,9 @@ class KubernetesBackend(Backend):
     def __init__(self, namespace: str | None = None, kubeconfig: str | Path | None = None, *,
                  api_client: Any = None, tracking: TrackingEnv | None = None, allow_unpinned: bool = False,
                  pod_annotations: PodAnnotations | None = None):
-        k8s = _import_client()
+        k8s = import_client()
         if api_client is None:
-            api_client, context_namespace = _load_config(k8s, kubeconfig)
+            api_client, context_namespace = load_config(k8s, kubeconfig)
         else:
             context_namespace = None
         self.client = api_client
@@ -148,6 +124,7 @@ class KubernetesBackend(Backend):
         self._applied: dict[str, dict[str, float]] = {}  # sweep -> trial id -> when its Job was applied here
         self._released: dict[str, float] = {}  # Job uid -> when its finalizer was removed here
         self._capped: set[str] = set()  # sweeps whose last step started `max_starts_per_step` trials
+        self.kueue = k8s_kueue.QueueReader(self.custom, self.namespace, self._call, (BackendError, self.ApiException))
         self.store: StateStore = ConfigMapStore(self.core, self.namespace, call=self._call, write=self._write,
                                                 not_found=self.ApiException)
 
@@ -159,7 +136,7 @@ class KubernetesBackend(Backend):
         except self.ApiException as exc:
             if exc.status == 404:
                 raise
-            raise BackendError(_api_error(exc)) from None
+            raise BackendError(api_error(exc)) from None
         except Exception as exc:
             if isinstance(exc, BackendError):
                 raise
@@ -201,7 +178,7 @@ class KubernetesBackend(Backend):
             except self.ApiException as exc:
                 if exc.status in REFUSALS:  # the same Job is refused again on every try: say why, where seen
                     raise JobRefused(f"the API server refused trial Job {job['metadata']['name']}: HTTP "
-                                     f"{exc.status} {_api_message(exc)}") from None
+                                     f"{exc.status} {api_message(exc)}") from None
                 if exc.status != 409:
                     raise
 
@@ -332,7 +309,7 @@ class KubernetesBackend(Backend):
         now = time.monotonic()
         for tid in [t for t, at in applied.items() if t in jobs_by_trial or now - at > APPLIED_GRACE]:
             del applied[tid]
-        queued = self._queued(state.sweep, jobs_by_trial)
+        queued = self.kueue.waiting(state.sweep.name, state.sweep.spec.queue, jobs_by_trial)
         out = {}
         for trial in p.trials:
             job = jobs_by_trial.get(trial.id)
@@ -341,38 +318,6 @@ class KubernetesBackend(Backend):
                 seen = replace(seen, reason=queued[trial.id].reason)
             out[trial.id] = (seen, job is not None or trial.id in applied)
         return out
-
-    def _queued(self, sweep: Sweep, jobs_by_trial: Mapping[str | None, Obj]) -> dict[str, k8s_kueue.Admission]:
-        """trial id → Kueue's word on its suspended Job (a sweep with spec.queue; read only while one waits)."""
-        queue = sweep.spec.queue
-        waiting = {tid: job for tid, job in jobs_by_trial.items()
-                   if tid and (job.get("spec") or {}).get("suspend") and not job_finished(job)}
-        if not queue or not waiting:
-            return {}
-        try:
-            resp = self._call(self.custom.list_namespaced_custom_object, k8s_kueue.GROUP, k8s_kueue.VERSION,
-                              self.namespace, "workloads")
-        except (BackendError, self.ApiException) as exc:  # Kueue's CRDs absent, or not readable with this token
-            reason = f"waiting in LocalQueue {queue}; Kueue's Workloads cannot be read: {exc}"
-            return {tid: k8s_kueue.Admission(reason) for tid in waiting}
-        workloads = k8s_kueue.by_job(resp.get("items") or [])
-        cluster_queue = self._cluster_queue(queue)
-        return {tid: k8s_kueue.admission(workloads.get(job["metadata"].get("uid", "")), queue, cluster_queue)
-                for tid, job in waiting.items()}
-
-    def _cluster_queue(self, queue: str) -> Mapping[str, Any] | None:
-        """The ClusterQueue behind LocalQueue `queue` (its quota and usage), or None where it cannot be read."""
-        try:
-            local = self._call(self.custom.get_namespaced_custom_object, k8s_kueue.GROUP, k8s_kueue.VERSION,
-                               self.namespace, "localqueues", queue)
-            name = (local.get("spec") or {}).get("clusterQueue")
-            if not name:
-                return None
-            found: Mapping[str, Any] = self._call(self.custom.get_cluster_custom_object, k8s_kueue.GROUP,
-                                                  k8s_kueue.VERSION, "clusterqueues", name)
-            return found
-        except (BackendError, self.ApiException):
-            return None
 
     def _statuses(self, state: SweepState, p: Plan, seen: Mapping[str, tuple[Observed, bool]]) -> list[TrialStatus]:
         statuses = []
@@ -632,6 +577,7 @@ class KubernetesBackend(Backend):
         for cache in (self._plans, self._orders, self._applied):
             cache.pop(sweep, None)  # type: ignore[attr-defined]
         self._capped.discard(sweep)
+        self.kueue.forget(sweep)
         self.store.forget(sweep)
 
     def _list_impl(self) -> list[str]:
@@ -655,101 +601,4 @@ class KubernetesBackend(Backend):
             else:
                 yield self.core.read_namespaced_pod_log(name, self.namespace)
         except self.ApiException as exc:
-            raise BackendError(f"cannot read the log of pod {name}: {_api_error(exc)}") from None
-
-
-def _api_error(exc: Any) -> str:
-    try:
-        body = json.loads(exc.body)
-        return f"{body.get('reason', exc.reason)}: {body.get('message', '')}"
-    except (TypeError, ValueError):
-        return f"{exc.status} {exc.reason}"
-
-
-def _load_config(k8s: Any, kubeconfig: str | Path | None) -> tuple[Any, str | None]:
-    """An API client from the kubeconfig (flag, $KUBECONFIG, ~/.kube/config) or the in-cluster config, with a
-    connection pool of `CONNECTIONS` (the client's default, five per CPU, is smaller than the write threads plus
-    the watches: every request past it opened a new TLS connection)."""
-    config = k8s.client.Configuration()
-    try:
-        if kubeconfig or Path("~/.kube/config").expanduser().exists() or _env_kubeconfig():
-            path = str(kubeconfig) if kubeconfig else None
-            _, context = k8s.config.list_kube_config_contexts(config_file=path)
-            k8s.config.load_kube_config(config_file=path, client_configuration=config)
-            namespace = context.get("context", {}).get("namespace")
-        else:
-            k8s.config.load_incluster_config(client_configuration=config)
-            path_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-            namespace = path_ns.read_text().strip() if path_ns.exists() else None
-    except (k8s.config.ConfigException, OSError) as exc:
-        raise BackendError(f"no usable Kubernetes configuration (kubeconfig or in-cluster): {exc}") from None
-    config.connection_pool_maxsize = CONNECTIONS
-    config.retries = _retries()
-    return _bounded_client(k8s)(configuration=config), namespace
-
-
-def _retries() -> Any:
-    """urllib3's default retries (3), of which `CONNECT_RETRIES` for a connection that failed."""
-    from urllib3.util.retry import Retry
-
-    return Retry(total=3, connect=CONNECT_RETRIES, read=CONNECT_RETRIES)
-
-
-def _bounded_client(k8s: Any) -> Any:
-    """The API client class whose requests without a timeout of their own connect within `CONNECT_TIMEOUT_S`."""
-
-    class BoundedApiClient(k8s.client.ApiClient):  # type: ignore[misc,name-defined]
-        def call_api(self, *args: Any, **kwargs: Any) -> Any:
-            if not kwargs.get("_request_timeout"):
-                kwargs["_request_timeout"] = (CONNECT_TIMEOUT_S, None)
-            return super().call_api(*args, **kwargs)
-
-    return BoundedApiClient
-
-
-def unreachable(exc: BaseException, host: str) -> str:
-    """One line for a request that never reached the API server: its URL (from the kubeconfig) and why, e.g.
-    `cannot reach the Kubernetes API at https://127.0.0.1:6443: connection refused`."""
-    return f"cannot reach the Kubernetes API at {host}: {_unreachable_reason(exc)}"
-
-
-def _unreachable_reason(exc: BaseException) -> str:
-    import socket
-    import ssl
-
-    from urllib3 import exceptions as u3
-
-    if isinstance(exc, u3.MaxRetryError) and exc.reason is not None:
-        exc = exc.reason
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in chain:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    chain += [a for e in list(chain) for a in e.args if isinstance(a, BaseException)]
-    if any(isinstance(e, TimeoutError) and "handshake" in str(e) for e in chain):
-        return f"it took the connection but gave no TLS handshake within {CONNECT_TIMEOUT_S:g} s (is it hung?)"
-    if isinstance(exc, u3.ReadTimeoutError):
-        return "it did not answer in time (read timed out)"
-    # (urllib3's NewConnectionError, a refused connection among others, is a ConnectTimeoutError by inheritance)
-    timed_out = isinstance(exc, u3.ConnectTimeoutError) and not isinstance(exc, u3.NewConnectionError)
-    if timed_out or any(isinstance(e, TimeoutError) for e in chain):
-        return f"no connection within {CONNECT_TIMEOUT_S:g} s (is it up, and is this its address?)"
-    for e in chain:
-        if isinstance(e, ssl.SSLCertVerificationError):
-            return f"its TLS certificate is not trusted ({e.verify_message})"
-        if isinstance(e, ssl.SSLError):
-            return f"TLS failed ({e.reason or e})"
-    for e in chain:
-        if isinstance(e, socket.gaierror):
-            return f"cannot resolve its host name ({e.strerror})"
-    for e in chain:
-        if isinstance(e, OSError) and e.errno:
-            return os.strerror(e.errno).lower()
-    if isinstance(exc, u3.ProtocolError):
-        return "the connection was closed before an answer came"
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
-def _env_kubeconfig() -> bool:
-    return bool(os.environ.get("KUBECONFIG"))
+            raise BackendError(f"cannot read the log of pod {name}: {api_error(exc)}") from None

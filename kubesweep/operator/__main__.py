@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     import kubernetes
 
     from kubesweep.backends.base import BackendError
-    from kubesweep.backends.kubernetes import _load_config
+    from kubesweep.backends.k8s_client import load_config
     from kubesweep.operator import handlers, testhooks  # noqa: F401  (handlers registers the handlers)
     from kubesweep.operator.cache import ClusterCache
     from kubesweep.operator.controller import SweepController
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.PLAIN)
     try:
-        api_client, context_namespace = _load_config(kubernetes, args.kubeconfig)
+        api_client, context_namespace = load_config(kubernetes, args.kubeconfig)
     except BackendError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 1

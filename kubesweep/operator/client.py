@@ -16,8 +16,9 @@ import uuid
 from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, SweepConflict, SweepNotFound, SweepStatus, TrialStatus
+from kubesweep.backends.k8s_client import import_client, unreachable
 from kubesweep.backends.k8s_state import SweepState, TrialEntry
-from kubesweep.backends.kubernetes import KubernetesBackend, _import_client, unreachable
+from kubesweep.backends.kubernetes import KubernetesBackend
 from kubesweep.crd import CRD_NAME, GROUP, PLURAL, VERSION
 from kubesweep.manifests import RenderError, resolve_image
 from kubesweep.operator.store import (
@@ -64,7 +65,7 @@ class SweepClient(KubernetesBackend):
     def __init__(self, *args: Any, poll: float = 1.0, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.poll = poll
-        self.custom = _import_client().client.CustomObjectsApi(self.client)
+        self.custom = import_client().client.CustomObjectsApi(self.client)
         self.sweeps = SweepResourceStore(self.custom, self.namespace, call=self._call, write=self._write,
                                          not_found=self.ApiException, allow_unpinned=self.allow_unpinned)
         self.store = self.sweeps

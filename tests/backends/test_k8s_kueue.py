@@ -89,3 +89,64 @@ def test_workloads_are_found_by_their_jobs_uid() -> None:
 
 def test_usage_is_empty_for_a_cluster_queue_without_the_resource() -> None:
     assert k8s_kueue.usage({"metadata": {"name": "cpu-only"}, "spec": {"resourceGroups": []}}) == ""
+
+
+class FakeCustomApi:
+    """Stands in for the API server's CustomObjectsApi (the real one runs in tests/operator/test_kueue_cluster.py):
+    answers Workload lists by the job-uid selector and records each request."""
+
+    def __init__(self, workloads: list[dict[str, Any]]):
+        self.workloads = workloads
+        self.requests: list[str] = []
+
+    def list_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
+                                      label_selector: str) -> dict[str, Any]:
+        self.requests.append(label_selector)
+        wanted = set(label_selector.split(" in (", 1)[1].rstrip(")").split(","))
+        return {"items": [w for w in self.workloads
+                          if w["metadata"]["ownerReferences"][0]["uid"] in wanted]}
+
+    def get_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
+        self.requests.append("localqueue")
+        return {"spec": {"clusterQueue": "team-a"}}
+
+    def get_cluster_custom_object(self, *args: Any) -> dict[str, Any]:
+        self.requests.append("clusterqueue")
+        return CLUSTER_QUEUE
+
+
+def suspended_job(uid: str, *, finished: bool = False) -> dict[str, Any]:
+    conditions = [{"type": "Complete", "status": "True"}] if finished else []
+    return {"metadata": {"uid": uid}, "spec": {"suspend": True}, "status": {"conditions": conditions}}
+
+
+def test_the_reader_asks_only_for_the_waiting_jobs_workloads_in_bounded_selectors_and_reuses_its_answer() -> None:
+    pending = cond("QuotaReserved", "False", "Pending", PENDING)
+    workloads = []
+    for i in range(120):
+        wl = workload(pending)
+        wl["metadata"]["ownerReferences"] = [{"kind": "Job", "uid": f"uid-{i:03d}"}]
+        workloads.append(wl)
+    api = FakeCustomApi(workloads)
+    reader = k8s_kueue.QueueReader(api, "ns", lambda fn, *a, **kw: fn(*a, **kw), (RuntimeError,))
+    jobs: dict[str | None, dict[str, Any]] = {f"t{i}": suspended_job(f"uid-{i:03d}") for i in range(120)}
+    jobs["running"] = {"metadata": {"uid": "r"}, "spec": {"suspend": False}, "status": {}}
+    jobs["done"] = suspended_job("d", finished=True)
+    found = reader.waiting("s", "team-a", jobs)
+    assert set(found) == {f"t{i}" for i in range(120)}  # neither the admitted nor the finished Job
+    assert all(a.reason.startswith("waiting for quota in LocalQueue team-a") for a in found.values())
+    selectors = [r for r in api.requests if r.startswith("kueue.x-k8s.io/job-uid in (")]
+    assert [len(r.split(",")) for r in selectors] == [50, 50, 20]
+    assert api.requests[-2:] == ["localqueue", "clusterqueue"]
+    asked = len(api.requests)
+    del jobs["t0"]  # admitted: no longer waiting
+    jobs["t120"] = suspended_job("uid-120")  # a Job that starts waiting is read at once, alone
+    again = reader.waiting("s", "team-a", jobs)
+    assert api.requests[asked:] == ["kueue.x-k8s.io/job-uid in (uid-120)"]
+    assert "t0" not in again and again["t120"].reason.startswith("waiting for Kueue to take it")  # no Workload yet
+    asked = len(api.requests)
+    assert reader.waiting("s", "team-a", jobs) == again and len(api.requests) == asked  # nothing new: no request
+    reader._seen["s"] = (0.0, *reader._seen["s"][1:])  # REFRESH_S passed: everything is read again
+    reader.waiting("s", "team-a", jobs)
+    assert len(api.requests) == asked + 3 + 2
+    assert reader.waiting("s", None, jobs) == {}  # no queue: nothing is read

@@ -1,0 +1,137 @@
+"""The Kubernetes API client every part of kubesweep talks through: loaded from a kubeconfig or the in-cluster
+config, with a connection pool sized for the write threads and watches, requests that connect within seconds
+(an API server that is down or hung is an error, not a hang), and errors in one line of the server's or the
+network's words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kubesweep.backends.base import BackendError
+
+# HTTP connections kept per API client: the backends' write threads (8), their watches and reads
+CONNECTIONS = 32
+# A request without a timeout of its own waits this long for its connection (TCP and TLS) to the API server, and a
+# failed connection is tried once more: an API server that is down or hung is an error within seconds, not a hang.
+# Reading the answer stays unbounded (watches and `logs --follow` are long reads by design).
+CONNECT_TIMEOUT_S = 5.0
+CONNECT_RETRIES = 1
+
+
+def import_client() -> Any:
+    try:
+        import kubernetes
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise BackendError("the kubernetes backend needs the k8s extra: pip install 'kubesweep[k8s]'") from exc
+    return kubernetes
+
+
+def api_message(exc: Any) -> str:
+    """The API server's `message` of an error answer (a Status object), else its reason; at most 1,000 chars."""
+    try:
+        message = str(json.loads(exc.body or "{}").get("message") or "")
+    except (ValueError, TypeError, AttributeError):
+        message = ""
+    message = message or str(getattr(exc, "reason", "") or "")
+    return message if len(message) <= 1000 else message[:1000] + " ..."
+
+
+def api_error(exc: Any) -> str:
+    try:
+        body = json.loads(exc.body)
+        return f"{body.get('reason', exc.reason)}: {body.get('message', '')}"
+    except (TypeError, ValueError):
+        return f"{exc.status} {exc.reason}"
+
+
+def load_config(k8s: Any, kubeconfig: str | Path | None) -> tuple[Any, str | None]:
+    """An API client from the kubeconfig (flag, $KUBECONFIG, ~/.kube/config) or the in-cluster config, with a
+    connection pool of `CONNECTIONS` (the client's default, five per CPU, is smaller than the write threads plus
+    the watches: every request past it opened a new TLS connection)."""
+    config = k8s.client.Configuration()
+    try:
+        if kubeconfig or Path("~/.kube/config").expanduser().exists() or _env_kubeconfig():
+            path = str(kubeconfig) if kubeconfig else None
+            _, context = k8s.config.list_kube_config_contexts(config_file=path)
+            k8s.config.load_kube_config(config_file=path, client_configuration=config)
+            namespace = context.get("context", {}).get("namespace")
+        else:
+            k8s.config.load_incluster_config(client_configuration=config)
+            path_ns = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            namespace = path_ns.read_text().strip() if path_ns.exists() else None
+    except (k8s.config.ConfigException, OSError) as exc:
+        raise BackendError(f"no usable Kubernetes configuration (kubeconfig or in-cluster): {exc}") from None
+    config.connection_pool_maxsize = CONNECTIONS
+    config.retries = _retries()
+    return _bounded_client(k8s)(configuration=config), namespace
+
+
+def _retries() -> Any:
+    """urllib3's default retries (3), of which `CONNECT_RETRIES` for a connection that failed."""
+    from urllib3.util.retry import Retry
+
+    return Retry(total=3, connect=CONNECT_RETRIES, read=CONNECT_RETRIES)
+
+
+def _bounded_client(k8s: Any) -> Any:
+    """The API client class whose requests without a timeout of their own connect within `CONNECT_TIMEOUT_S`."""
+
+    class BoundedApiClient(k8s.client.ApiClient):  # type: ignore[misc,name-defined]
+        def call_api(self, *args: Any, **kwargs: Any) -> Any:
+            if not kwargs.get("_request_timeout"):
+                kwargs["_request_timeout"] = (CONNECT_TIMEOUT_S, None)
+            return super().call_api(*args, **kwargs)
+
+    return BoundedApiClient
+
+
+def unreachable(exc: BaseException, host: str) -> str:
+    """One line for a request that never reached the API server: its URL (from the kubeconfig) and why, e.g.
+    `cannot reach the Kubernetes API at https://127.0.0.1:6443: connection refused`."""
+    return f"cannot reach the Kubernetes API at {host}: {_unreachable_reason(exc)}"
+
+
+def _unreachable_reason(exc: BaseException) -> str:
+    import socket
+    import ssl
+
+    from urllib3 import exceptions as u3
+
+    if isinstance(exc, u3.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    chain += [a for e in list(chain) for a in e.args if isinstance(a, BaseException)]
+    if any(isinstance(e, TimeoutError) and "handshake" in str(e) for e in chain):
+        return f"it took the connection but gave no TLS handshake within {CONNECT_TIMEOUT_S:g} s (is it hung?)"
+    if isinstance(exc, u3.ReadTimeoutError):
+        return "it did not answer in time (read timed out)"
+    # (urllib3's NewConnectionError, a refused connection among others, is a ConnectTimeoutError by inheritance)
+    timed_out = isinstance(exc, u3.ConnectTimeoutError) and not isinstance(exc, u3.NewConnectionError)
+    if timed_out or any(isinstance(e, TimeoutError) for e in chain):
+        return f"no connection within {CONNECT_TIMEOUT_S:g} s (is it up, and is this its address?)"
+    for e in chain:
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return f"its TLS certificate is not trusted ({e.verify_message})"
+        if isinstance(e, ssl.SSLError):
+            return f"TLS failed ({e.reason or e})"
+    for e in chain:
+        if isinstance(e, socket.gaierror):
+            return f"cannot resolve its host name ({e.strerror})"
+    for e in chain:
+        if isinstance(e, OSError) and e.errno:
+            return os.strerror(e.errno).lower()
+    if isinstance(exc, u3.ProtocolError):
+        return "the connection was closed before an answer came"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _env_kubeconfig() -> bool:
+    return bool(os.environ.get("KUBECONFIG"))

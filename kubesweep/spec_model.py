@@ -1,0 +1,308 @@
+"""The `Sweep` document's model: its fields, bounds and axes (`kubesweep.spec` parses and checks documents into it).
+
+`Matrix` and `Cell` have a field per axis: `gpu`, the resource axes and every `JobConfig` setting.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, PrivateAttr, create_model
+from pydantic.fields import FieldInfo
+
+from kubesweep.base import StrictModel
+from kubesweep.jobs.config import JobConfig, normalize_compile
+from kubesweep.specfile import Problem as Problem
+from kubesweep.specfile import SpecError as SpecError
+
+API_VERSION = "kubesweep.io/v1alpha1"
+KIND = "Sweep"
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DIGEST_RE = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+# Bounds that keep one Sweep from asking for more than any cluster has (and the operator from working on it)
+MAX_GPUS_PER_NODE = 16
+MAX_NODES = 512
+MAX_AXIS_VALUES = 10_000  # values of one matrix axis; include and exclude cells (the trial cap is 10,000 too)
+MAX_CPU = 1024.0  # cores per pod
+MAX_MEMORY = 64 * 2**40  # bytes per pod (64Ti), for memory and shm_size
+# Sizes as JSON. A Kubernetes object's annotations hold 256 KiB in all, an object 1.5 MiB (etcd's request limit).
+MAX_JOB_BYTES = 64 * 1024  # spec.job: each trial Job's annotation carries its settings
+MAX_SEARCH_BYTES = 192 * 1024  # a search sweep: its tuner Job's annotation carries the whole sweep
+MAX_DOCUMENT_BYTES = 1024 * 1024  # any sweep: the Sweep resource
+
+# ---------------------------------------------------------------------------------------------------------
+# Matrix axes: `gpu`, the resource axes, and every JobConfig field. Axis value types come from JobConfig, so
+# a new job setting is a sweep axis with no change here.
+
+RESOURCE_AXES: dict[str, Any] = {
+    "gpu": (str, Field(description="GPU type: a name from the GPU catalog")),
+    "gpus_per_trial": (Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE)],
+                       Field(description="GPUs per trial (0 = CPU only)")),
+    "num_nodes": (Annotated[int, Field(ge=1, le=MAX_NODES)], Field(description="nodes per trial (multi-node DDP)")),
+}
+
+
+def _job_axis_type(name: str, info: FieldInfo) -> Any:
+    annotation: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    if name == "compile":
+        annotation = Annotated[bool | str, BeforeValidator(normalize_compile)]
+    return annotation
+
+
+def _axis_types() -> dict[str, tuple[Any, FieldInfo]]:
+    axes: dict[str, tuple[Any, FieldInfo]] = {}
+    for name, (annotation, info) in RESOURCE_AXES.items():
+        axes[name] = (annotation, info)
+    for name, info in JobConfig.model_fields.items():
+        axes[name] = (_job_axis_type(name, info), Field(description=info.description))
+    return axes
+
+
+AXIS_TYPES = _axis_types()
+AXES: tuple[str, ...] = tuple(AXIS_TYPES)
+
+Matrix = create_model(  # type: ignore[call-overload]
+    "Matrix",
+    __base__=StrictModel,
+    __doc__="Axis → the values to sweep. Every cell of the product is one trial (times `repeats`).",
+    **{
+        name: (list[annotation] | None, Field(None, min_length=1, max_length=MAX_AXIS_VALUES,  # type: ignore[valid-type]
+                                              description=info.description))
+        for name, (annotation, info) in AXIS_TYPES.items()
+    },
+)
+
+Cell = create_model(  # type: ignore[call-overload]
+    "Cell",
+    __base__=StrictModel,
+    __doc__="A partial assignment of axis values: an `include` cell or an `exclude` rule.",
+    **{
+        name: (annotation | None, Field(None, description=info.description))
+        for name, (annotation, info) in AXIS_TYPES.items()
+    },
+)
+
+
+def set_axes(model: StrictModel) -> dict[str, Any]:
+    """The axes a Matrix or Cell sets, in declaration order."""
+    return {k: v for k, v in model.model_dump(exclude_none=True).items() if k in model.model_fields_set}
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Metadata(StrictModel):
+    name: str = Field(max_length=63, pattern=DNS1123_LABEL, description="DNS-1123 label: a-z, 0-9, '-'")
+    namespace: str | None = Field(None, pattern=DNS1123_LABEL)
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class Resources(StrictModel):
+    gpus_per_trial: int = Field(1, ge=0, le=MAX_GPUS_PER_NODE, description="GPUs per trial (0 = CPU only)")
+    num_nodes: int = Field(1, ge=1, le=MAX_NODES, description="nodes per trial (> 1: an Indexed Job, multi-node DDP)")
+    cpu: str = Field("8", pattern=QUANTITY, max_length=32, description=f"cores per pod (at most {MAX_CPU:g})")
+    memory: str = Field("32Gi", pattern=QUANTITY, max_length=32, description="memory per pod (at most 64Ti)")
+    shm_size: str = Field("8Gi", pattern=QUANTITY, max_length=32,
+                          description="/dev/shm size for DataLoader workers (at most 64Ti)")
+    deadline_seconds: int = Field(6 * 3600, ge=60, description="a trial running longer is stopped")
+    retries: int = Field(1, ge=0, description="re-runs of a failed trial (OOM and GPU mismatch never retry)")
+    ttl_seconds_after_finished: int = Field(7 * 86400, ge=0, description="finished Jobs are deleted after this")
+
+
+class Storage(StrictModel):
+    """Persistent volumes a trial mounts; without them, scratch volumes that end with the pod."""
+
+    cache_claim: str | None = Field(None, pattern=DNS1123_LABEL,
+                                    description="PVC for the Hugging Face cache and the compile cache (/cache)")
+    checkpoint_claim: str | None = Field(None, pattern=DNS1123_LABEL,
+                                         description="PVC for checkpoints (/checkpoints), so a retried pod resumes")
+
+
+class Concurrency(StrictModel):
+    max_parallel: int = Field(8, ge=1, description="trials running at once in the sweep (with spec.queue: trial "
+                                                   "Jobs in the cluster at once, admitted or waiting in the queue)")
+    per_gpu_type: int | None = Field(None, ge=1, description="trials running at once per GPU type (with "
+                                                             "spec.queue: trial Jobs per GPU type)")
+
+
+class Tracking(StrictModel):
+    experiment: str | None = Field(None, description="MLflow experiment (default: the sweep's name)")
+    uri: str | None = Field(None, description="MLflow tracking URI (default: flag, env, or the local store)")
+
+
+# The search rule, in one place: the strategies that make their trials while they run ("adaptive": a tuner
+# drives them, in this process for the local backend or --direct, else as the operator's tuner Job), each with
+# the function that runs one to its end ("module:function", imported only where a search runs, by
+# `kubesweep.tune.dispatch.run_search`). A grid or random sweep's plan holds every trial before it starts.
+SEARCH_RUNNERS: dict[str, str] = {
+    "tune": "kubesweep.tune.driver:run_tune",
+    "max_batch": "kubesweep.tune.maxbatch:run_max_batch",
+}
+
+
+class _SearchRule(StrictModel):
+    # what every strategy answers about how it runs (no fields: the CRD schema is the strategies' own)
+    if TYPE_CHECKING:
+        strategy: str
+
+    @property
+    def adaptive(self) -> bool:
+        """The search makes its trials while it runs (a tune or max-batch search)."""
+        return self.strategy in SEARCH_RUNNERS
+
+    @property
+    def runner(self) -> str | None:
+        """`module:function` that runs the search to its end; None when the plan holds every trial."""
+        return SEARCH_RUNNERS.get(self.strategy)
+
+
+class GridSearch(_SearchRule):
+    strategy: Literal["grid"] = "grid"
+
+
+class RandomSearch(_SearchRule):
+    strategy: Literal["random"]
+    num_samples: int = Field(ge=1, description="cells drawn from the grid, without replacement")
+    seed: int = 0
+
+
+class Distribution(StrictModel):
+    """A typed distribution of one axis: `choice` (values), `uniform`/`loguniform` (low, high), `randint`
+    (integers low..high-1), `quniform`/`qloguniform` (low, high rounded to multiples of q)."""
+
+    type: Literal["choice", "uniform", "loguniform", "randint", "quniform", "qloguniform"]
+    values: list[Any] | None = Field(None, min_length=1, description="for choice")
+    low: float | None = None
+    high: float | None = None
+    q: float | None = Field(None, gt=0, description="step, for the quantized types")
+
+
+class Constraint(StrictModel):
+    metric: str
+    op: Literal[">=", "<=", ">", "<"]
+    value: float
+
+
+class TuneSearch(_SearchRule):
+    strategy: Literal["tune"]
+    algorithm: Literal["optuna", "hyperopt", "random", "grid"] = "optuna"
+    scheduler: Literal["asha", "median", "fifo"] = "asha"
+    metric: str | list[str] = "samples_per_second"
+    mode: Literal["max", "min"] | list[Literal["max", "min"]] = "max"
+    num_samples: int = Field(16, ge=1)
+    max_concurrent: int = Field(4, ge=1)
+    space: dict[str, Distribution] = Field(default_factory=dict)
+    constraints: list[Constraint] = Field(default_factory=list)
+    grace_period: int = Field(1, ge=1, description="reports before a scheduler may stop a trial")
+    reduction_factor: int = Field(2, ge=2, description="ASHA: a rung keeps the best 1/reduction_factor")
+    seed: int = 0
+
+    @property
+    def metrics(self) -> list[str]:
+        return self.metric if isinstance(self.metric, list) else [self.metric]
+
+    @property
+    def modes(self) -> list[str]:
+        return list(self.mode) if isinstance(self.mode, list) else [self.mode] * len(self.metrics)
+
+
+class MaxBatchSearch(_SearchRule):
+    """Per GPU type and precision of the matrix, the largest batch size that fits, by bisection on OOM."""
+
+    strategy: Literal["max_batch"]
+    low: int = Field(1, ge=1, description="smallest batch size tried")
+    high: int = Field(4096, ge=1, description="largest batch size tried")
+    step: int = Field(1, ge=1, description="answer is a multiple of step (8: 8, 16, 24, ...)")
+    probes: int = Field(1, ge=1, le=8, description="batch sizes tried at once per cell (k-ary search)")
+    max_steps: int = Field(3, ge=1, description="optimizer steps a probe trial runs")
+
+
+Search = Annotated[GridSearch | RandomSearch | TuneSearch | MaxBatchSearch, Field(discriminator="strategy")]
+
+
+class SweepSpec(StrictModel):
+    image: str | None = Field(None, description="a key of `images`, or a full reference pinned by @sha256")
+    images: dict[str, str] = Field(default_factory=dict, description="image key → digest-pinned reference")
+    job: JobConfig = Field(default_factory=JobConfig, description="settings shared by every trial")
+    matrix: Matrix = Field(default_factory=Matrix)  # type: ignore[valid-type]
+    include: list[Cell] = Field(default_factory=list, max_length=MAX_AXIS_VALUES,  # type: ignore[valid-type]
+                                description="extra cells added to the product")
+    exclude: list[Cell] = Field(default_factory=list, max_length=MAX_AXIS_VALUES,  # type: ignore[valid-type]
+                                description="rules: cells matching all keys are dropped")
+    repeats: int = Field(1, ge=1, le=100)
+    resources: Resources = Field(default_factory=Resources)
+    concurrency: Concurrency = Field(default_factory=Concurrency)
+    tracking: Tracking = Field(default_factory=Tracking)
+    storage: Storage = Field(default_factory=Storage)
+    service_account: str | None = Field(None, pattern=DNS1123_LABEL, description="ServiceAccount of trial pods")
+    search: Search = Field(default_factory=GridSearch)
+    suspend: bool = Field(False, description="true: start no new trials")
+    queue: str | None = Field(None, max_length=63, pattern=DNS1123_LABEL,
+                              description="Kueue LocalQueue of the sweep's namespace: trial Jobs are created "
+                                          "suspended and run when Kueue admits them")
+    priority_class: str | None = Field(None, max_length=63, pattern=DNS1123_LABEL,
+                                       description="Kueue WorkloadPriorityClass of the trials (needs spec.queue)")
+
+
+class Sweep(StrictModel):
+    apiVersion: Literal["kubesweep.io/v1alpha1"] = "kubesweep.io/v1alpha1"
+    kind: Literal["Sweep"] = "Sweep"
+    metadata: Metadata
+    spec: SweepSpec = Field(default_factory=SweepSpec)
+    _source: str = PrivateAttr("<input>")
+    _warnings: list[Problem] = PrivateAttr(default_factory=list)
+    _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)  # field path -> line in the source
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the spec allows but a person likely did not mean, as `source:line: path: message` lines."""
+        return SpecError(self._source, self._warnings).format().splitlines() if self._warnings else []
+
+    def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
+        """A problem at `path` of this spec, with its line (or its nearest parent's) in the source text when it was
+        parsed from one."""
+        ends = (path[:end] for end in range(len(path), -1, -1))
+        return Problem(path, message, next((self._lines[p] for p in ends if p in self._lines), None))
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory that relative paths in the spec (dataset, model) are resolved against."""
+        return Path(self._source).parent if self._source not in ("<input>", "-") else Path.cwd()
+
+    @property
+    def experiment(self) -> str:
+        return self.spec.tracking.experiment or self.name
+
+    def image_reference(self) -> str | None:
+        """`spec.image` resolved: a key of `spec.images`, else a key of the image lock, else a reference."""
+        image = self.spec.image
+        if not image or image in self.spec.images:
+            return self.spec.images.get(image, image) if image else None
+        if is_image_key(image):
+            from kubesweep.images import locked_reference
+
+            return locked_reference(image) or image
+        return image
+
+    def to_document(self) -> dict[str, Any]:
+        """The sweep as a YAML/JSON-ready mapping (the custom resource body)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=False)
+
+
+
+
+def is_image_key(image: str) -> bool:
+    """A bare name (`torch-2.8-cu128`), not a reference (which has a registry path, a tag or a digest)."""
+    return not any(c in image for c in "/:@")
