@@ -60,9 +60,22 @@ def by_job(workloads: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any
     return out
 
 
+def trim_workload(workload: Mapping[str, Any]) -> dict[str, Any]:
+    """What `admission` and `by_job` read of a Workload (its pod sets, a copy of the Job's template, are dropped:
+    a reader keeps one per waiting Job)."""
+    meta, spec, status = (workload.get(k) or {} for k in ("metadata", "spec", "status"))
+    return {"metadata": {"ownerReferences": meta.get("ownerReferences") or []},
+            "spec": {k: spec[k] for k in ("active",) if k in spec},
+            "status": {k: status[k] for k in ("conditions", "requeueState") if k in status}}
+
+
+def _transitional(workload: Mapping[str, Any] | None) -> bool:
+    return workload is None or _conditions(workload).get("Admitted", {}).get("status") == "True"
+
+
 def usage(cluster_queue: Mapping[str, Any], resource: str = GPU) -> str:
     """`ClusterQueue team-a: nvidia.com/gpu 4 of 4 in use (flavor h100-80gb)`, over the flavors that have
-    `resource` ("" when it has none)."""
+    `resource` ("" when it has none); in use: the quota reserved by admitted and admitting Workloads."""
     quota: dict[str, str] = {}
     for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
         for flavor in group.get("flavors") or []:
@@ -70,7 +83,9 @@ def usage(cluster_queue: Mapping[str, Any], resource: str = GPU) -> str:
                 if res.get("name") == resource:
                     quota[flavor.get("name", "?")] = str(res.get("nominalQuota", "?"))
     used: dict[str, str] = {}
-    for flavor in (cluster_queue.get("status") or {}).get("flavorsUsage") or []:
+    status = cluster_queue.get("status") or {}
+    # reserved (admitted or being admitted) is what Kueue weighs a new Workload against; usage lags it
+    for flavor in status.get("flavorsReservation") or status.get("flavorsUsage") or []:
         for res in flavor.get("resources") or []:
             if res.get("name") == resource:
                 used[flavor.get("name", "?")] = str(res.get("total", "0"))
@@ -87,18 +102,18 @@ def admission(workload: Mapping[str, Any] | None, queue: str, cluster_queue: Map
         return Admission(f"waiting for Kueue to take it into LocalQueue {queue} (no Workload yet: is Kueue running, "
                          "and does the LocalQueue exist?)")
     conds = _conditions(workload)
-    admitted = conds.get("Admitted", {})
-    if admitted.get("status") == "True":
-        return Admission(admitted=True, admitted_at=_ts(admitted.get("lastTransitionTime")),
-                         preempted=bool((workload.get("status") or {}).get("requeueState")))
     evicted = conds.get("Evicted", {})
     preempted = conds.get("Preempted", {}).get("status") == "True" or (
         evicted.get("status") == "True" and evicted.get("reason") == "Preempted")
     requeue = (workload.get("status") or {}).get("requeueState") or {}
-    if preempted or evicted.get("status") == "True":
+    if preempted or evicted.get("status") == "True":  # checked first: Admitted stays True until the quota is freed
         why = _plain((conds.get("Preempted") or evicted).get("message") or evicted.get("reason") or "evicted")
         words = "preempted by Kueue" if preempted else "evicted by Kueue"
         return Admission(f"{words}, requeued in LocalQueue {queue}: {why}", preempted=True)
+    admitted = conds.get("Admitted", {})
+    if admitted.get("status") == "True":
+        return Admission("admitted by Kueue: starting", admitted=True,
+                         admitted_at=_ts(admitted.get("lastTransitionTime")), preempted=bool(requeue))
     if requeue:  # evicted before and waiting again (the Evicted condition cleared on requeue)
         preempted = True
     reserved = conds.get("QuotaReserved", {})
@@ -143,10 +158,13 @@ class QueueReader:
         now = time.monotonic()
         read_at, cluster_queue, workloads = self._seen.get(sweep) or (0.0, None, {})
         stale = now - read_at >= REFRESH_S
-        wanted = sorted(set(waiting.values()) if stale else set(waiting.values()) - workloads.keys())
+        # read now: every waiting Job's Workload when stale, else those not read yet or read in passing (none yet,
+        # or admitted: a Job suspended while its Workload still says admitted is being preempted)
+        wanted = sorted(uid for uid in set(waiting.values())
+                        if stale or uid not in workloads or _transitional(workloads[uid]))
         try:
             fresh = self._workloads(wanted)
-            if stale:
+            if wanted:  # its usage read with them: the words "4 of 4 in use" go with the Workloads' "no quota"
                 cluster_queue = self.cluster_queue(queue)
         except self.errors as exc:  # Kueue's CRDs absent, or not readable with this token
             reason = f"waiting in LocalQueue {queue}; Kueue's Workloads cannot be read: {exc}"
@@ -162,7 +180,7 @@ class QueueReader:
             selector = f"{JOB_UID_LABEL} in ({','.join(uids[i:i + SELECT])})"
             resp = self.call(self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
                              "workloads", label_selector=selector)
-            found.update(by_job(resp.get("items") or []))
+            found.update(by_job(trim_workload(wl) for wl in resp.get("items") or []))
         return found
 
     def cluster_queue(self, queue: str) -> Mapping[str, Any] | None:

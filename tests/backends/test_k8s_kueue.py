@@ -33,7 +33,8 @@ CLUSTER_QUEUE = {
         {"name": "h100-80gb", "resources": [{"name": "cpu", "nominalQuota": 64},
                                             {"name": "nvidia.com/gpu", "nominalQuota": 8}]},
         {"name": "a100-40gb", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "4"}]}]}]},
-    "status": {"flavorsUsage": [{"name": "h100-80gb", "resources": [{"name": "nvidia.com/gpu", "total": "8"}]}]},
+    "status": {"flavorsReservation": [{"name": "h100-80gb", "resources": [{"name": "nvidia.com/gpu", "total": "8"}]}],
+               "flavorsUsage": [{"name": "h100-80gb", "resources": [{"name": "nvidia.com/gpu", "total": "6"}]}]},
 }
 
 
@@ -56,6 +57,9 @@ def test_without_a_readable_cluster_queue_the_reason_is_kueues_alone() -> None:
 
 def test_a_preempted_workload_is_named_preempted_without_uids_or_cohort_paths() -> None:
     evicted = cond("Evicted", "True", "Preempted", PREEMPTED)
+    # Kueue suspends the Job before it frees the quota: the Workload still says Admitted then
+    still_admitted = k8s_kueue.admission(workload(evicted, cond("Admitted", "True")), "team-a")
+    assert still_admitted.preempted and still_admitted.reason.startswith("preempted by Kueue")
     got = k8s_kueue.admission(workload(evicted, cond("QuotaReserved", "False")), "team-a")
     assert got.preempted and not got.admitted
     assert got.reason == ("preempted by Kueue, requeued in LocalQueue team-a: Preempted to accommodate a workload "
@@ -70,7 +74,7 @@ def test_requeued_after_a_preemption_it_waits_for_quota_and_says_it_was_preempte
 
 def test_admitted_and_reserved_states() -> None:
     admitted = k8s_kueue.admission(workload(cond("QuotaReserved", "True"), cond("Admitted", "True")), "q")
-    assert admitted.admitted and admitted.reason == ""
+    assert admitted.admitted and admitted.reason == "admitted by Kueue: starting"  # its Job not unsuspended yet
     assert admitted.admitted_at == 1795687200.0  # 2026-11-26T10:00:00Z
     checks = k8s_kueue.admission(workload(cond("QuotaReserved", "True"), cond("Admitted", "False")), "q")
     assert not checks.admitted and "admission checks" in checks.reason
@@ -142,11 +146,30 @@ def test_the_reader_asks_only_for_the_waiting_jobs_workloads_in_bounded_selector
     del jobs["t0"]  # admitted: no longer waiting
     jobs["t120"] = suspended_job("uid-120")  # a Job that starts waiting is read at once, alone
     again = reader.waiting("s", "team-a", jobs)
-    assert api.requests[asked:] == ["kueue.x-k8s.io/job-uid in (uid-120)"]
+    # with the ClusterQueue's usage, read with any Workload so that the two agree
+    assert api.requests[asked:] == ["kueue.x-k8s.io/job-uid in (uid-120)", "localqueue", "clusterqueue"]
     assert "t0" not in again and again["t120"].reason.startswith("waiting for Kueue to take it")  # no Workload yet
     asked = len(api.requests)
-    assert reader.waiting("s", "team-a", jobs) == again and len(api.requests) == asked  # nothing new: no request
+    assert reader.waiting("s", "team-a", jobs) == again and len(api.requests) == asked + 3  # uid-120 had none yet
+    api.workloads.append(workload(cond("Admitted", "True")))
+    api.workloads[-1]["metadata"]["ownerReferences"] = [{"kind": "Job", "uid": "uid-120"}]
+    assert reader.waiting("s", "team-a", jobs)["t120"].admitted  # read again: it had none
+    asked = len(api.requests)
+    api.workloads[-1]["status"]["conditions"] = [cond("Evicted", "True", "Preempted", PREEMPTED)]
+    assert reader.waiting("s", "team-a", jobs)["t120"].preempted  # read as admitted: read again, now preempted
+    assert api.requests[asked:] == ["kueue.x-k8s.io/job-uid in (uid-120)", "localqueue", "clusterqueue"]
+    asked = len(api.requests)
+    assert reader.waiting("s", "team-a", jobs)["t1"].reason and len(api.requests) == asked + 0
     reader._seen["s"] = (0.0, *reader._seen["s"][1:])  # REFRESH_S passed: everything is read again
     reader.waiting("s", "team-a", jobs)
     assert len(api.requests) == asked + 3 + 2
     assert reader.waiting("s", None, jobs) == {}  # no queue: nothing is read
+
+
+def test_a_trimmed_workload_reads_the_same() -> None:
+    evicted = workload(cond("Evicted", "True", "Preempted", PREEMPTED), cond("QuotaReserved", "False"), requeued=True)
+    evicted["spec"]["podSets"] = [{"name": "main", "template": {"spec": {"containers": [{"name": "c" * 1000}]}}}]
+    trimmed = k8s_kueue.trim_workload(evicted)
+    assert "podSets" not in trimmed["spec"] and len(str(trimmed)) < 1000
+    assert k8s_kueue.admission(trimmed, "q") == k8s_kueue.admission(evicted, "q")
+    assert k8s_kueue.by_job([trimmed]) == {JOB_UID: trimmed}

@@ -39,6 +39,7 @@ pytestmark = pytest.mark.cluster
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 H100 = "ks-h100-80gb"
+A100 = "ks-a100-40gb"
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
 
@@ -52,14 +53,19 @@ def flavor(name: str, product: str) -> dict[str, Any]:
 
 
 def cluster_queue(name: str, gpus: int, *, cohort: str | None = None, borrowing: int | None = None,
-                  preemption: dict[str, Any] | None = None) -> dict[str, Any]:
-    gpu: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": gpus}
-    if borrowing is not None:
-        gpu["borrowingLimit"] = borrowing
+                  preemption: dict[str, Any] | None = None, a100: int | None = None) -> dict[str, Any]:
+    """A ClusterQueue with `gpus` H100s (and `a100` A100s: a flavor per GPU type, tried in that order)."""
+    def quota(flavor_name: str, count: int) -> dict[str, Any]:
+        gpu: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": count}
+        if borrowing is not None:
+            gpu["borrowingLimit"] = borrowing
+        return {"name": flavor_name, "resources": [{"name": "cpu", "nominalQuota": 1000},
+                                                    {"name": "memory", "nominalQuota": "10Ti"}, gpu]}
+
+    flavors = [quota(H100, gpus)] + ([quota(A100, a100)] if a100 is not None else [])
     spec: dict[str, Any] = {
         "namespaceSelector": {},
-        "resourceGroups": [{"coveredResources": list(RESOURCES), "flavors": [{"name": H100, "resources": [
-            {"name": "cpu", "nominalQuota": 1000}, {"name": "memory", "nominalQuota": "10Ti"}, gpu]}]}],
+        "resourceGroups": [{"coveredResources": list(RESOURCES), "flavors": flavors}],
         "preemption": preemption or {"withinClusterQueue": "LowerPriority"},
     }
     if cohort:
@@ -79,14 +85,15 @@ def priority(name: str, value: int) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def queued(installed: Installed, kueue: Any) -> Iterator[Installed]:  # noqa: F811  (the imported fixture)
     """The chart's namespace managed by Kueue, with the platform's queues: `solo` (4 H100 GPUs, alone),
-    `team-a` and `team-b` (4 each, one cohort, borrowing up to 4 more, reclaiming what they lent)."""
+    `team-a` and `team-b` (4 H100s and 2 A100s each, a ResourceFlavor per GPU type; one cohort, borrowing up to 4
+    more of each, reclaiming what they lent)."""
     cluster, ns = installed.cluster, installed.namespace
     cluster.kubectl("label", "namespace", ns, "kubesweep.io/kueue=enabled")
     reclaim = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
-    objects = [flavor(H100, "NVIDIA-H100-80GB-HBM3"), priority("ks-low", 100), priority("ks-high", 1000),
-               cluster_queue("ks-solo", 4),
-               cluster_queue("ks-team-a", 4, cohort="ks-research", borrowing=4, preemption=reclaim),
-               cluster_queue("ks-team-b", 4, cohort="ks-research", borrowing=4, preemption=reclaim),
+    objects = [flavor(H100, "NVIDIA-H100-80GB-HBM3"), flavor(A100, "NVIDIA-A100-SXM4-40GB"),
+               priority("ks-low", 100), priority("ks-high", 1000), cluster_queue("ks-solo", 4),
+               cluster_queue("ks-team-a", 4, cohort="ks-research", borrowing=4, preemption=reclaim, a100=2),
+               cluster_queue("ks-team-b", 4, cohort="ks-research", borrowing=4, preemption=reclaim, a100=2),
                local_queue("solo", ns, "ks-solo"), local_queue("team-a", ns, "ks-team-a"),
                local_queue("team-b", ns, "ks-team-b")]
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
@@ -146,6 +153,19 @@ class Sampler:
 
     def most(self, key: str) -> int:
         return max((s[key] for s in self.samples), default=0)
+
+
+def test_kueue_is_the_pinned_release_with_its_webhooks(queued: Installed, kueue: Any) -> None:
+    """The manager is the release build-tools.sh pins (its startup line), and its Job webhook is live in a managed
+    namespace: a Job in a queue created running comes back suspended (Kueue starts it on admission)."""
+    assert f'"gitVersion":"{kueue.version}"' in kueue.log_path.read_text()
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "webhook-probe", "labels": {"kueue.x-k8s.io/queue-name": "solo"}},
+           "spec": {"suspend": False, "template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "c", "image": "registry.example/probe@sha256:" + "0" * 64}]}}}}
+    made = queued.cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(job),
+                                  namespace=queued.namespace)
+    assert json.loads(made.stdout)["spec"]["suspend"] is True
 
 
 def test_a_20_trial_sweep_in_a_4_gpu_queue_never_runs_more_than_4_and_says_why_the_rest_wait(

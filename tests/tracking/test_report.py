@@ -366,6 +366,7 @@ def test_queued_trials_show_their_wait_per_gpu_type(tmp_path: Path) -> None:
         results["timings"]["queue_wait_s"] = 100.0 * (trial.repeat + 1) if trial.gpu == "h100-80gb" else 10.0
 
     _, page, summary = report(tmp_path, records(GPU_SPEC, queued))
+    assert "time to get a GPU (queue wait)" in page
     [table] = [t for t in summary["tables"] if t["title"] == "time to get a GPU (queue wait)"]
     rows = {row[0]: row for row in table["rows"]}
     # 100, 200 and 300 s, twice: mean 200, 2.571 (t, 5 df) x sd 89.4 / sqrt(6) = 93.9: ±47%
