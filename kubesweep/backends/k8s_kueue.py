@@ -22,7 +22,8 @@ GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
 GPU = "nvidia.com/gpu"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on each Workload: the UID of the Job it was made for
-REFRESH_S = 5.0  # seconds Kueue's word on a sweep's waiting trials is reused while the same Jobs wait
+REFRESH_S = 5.0  # seconds between reads of every waiting trial's Workload (QueueReader)
+PASSING_S = 1.0  # seconds between reads of those that started waiting or were read in passing
 SELECT = 50  # Job UIDs per label selector when reading their Workloads
 _UIDS = re.compile(r"\s*\((?:UID|JobUID): [^)]*\)")
 
@@ -134,9 +135,10 @@ def admission(workload: Mapping[str, Any] | None, queue: str, cluster_queue: Map
 class QueueReader:
     """Kueue's word on a sweep's suspended trial Jobs, read through a backend's `call` (which maps API errors to
     `errors`): the Workloads of those Jobs only (selected by Kueue's job-uid label, `SELECT` UIDs a request) and
-    the ClusterQueue behind the LocalQueue. A Job that starts waiting is read at once; the others, and the
-    ClusterQueue, at most every `REFRESH_S` seconds: a step, which comes with every change of a Job or pod, costs
-    no request for what was read just before."""
+    the ClusterQueue behind the LocalQueue. A step comes with every change of a Job or pod, so reads are bounded in
+    time, not per step: every waiting Job's Workload every `REFRESH_S` seconds, and in between, at most every
+    `PASSING_S`, those of Jobs that started waiting or were read in passing (none yet, or admitted: a Job
+    suspended while its Workload still says admitted is being preempted)."""
 
     def __init__(self, custom: Any, namespace: str, call: Callable[..., Any],
                  errors: tuple[type[BaseException], ...]):
@@ -144,8 +146,9 @@ class QueueReader:
         self.namespace = namespace
         self.call = call
         self.errors = errors
-        # sweep -> (when all were read, the ClusterQueue then, Job UID -> its Workload (None: none yet))
-        self._seen: dict[str, tuple[float, Mapping[str, Any] | None, dict[str, Mapping[str, Any] | None]]] = {}
+        # sweep -> (when all were read, when some were, the ClusterQueue then, Job UID -> its Workload or None)
+        self._seen: dict[str, tuple[float, float, Mapping[str, Any] | None,
+                                    dict[str, Mapping[str, Any] | None]]] = {}
 
     def waiting(self, sweep: str, queue: str | None, jobs_by_trial: Mapping[str | None, Mapping[str, Any]]
                 ) -> dict[str, Admission]:
@@ -156,23 +159,26 @@ class QueueReader:
             self._seen.pop(sweep, None)
             return {}
         now = time.monotonic()
-        read_at, cluster_queue, workloads = self._seen.get(sweep) or (0.0, None, {})
-        stale = now - read_at >= REFRESH_S
-        # read now: every waiting Job's Workload when stale, else those not read yet or read in passing (none yet,
-        # or admitted: a Job suspended while its Workload still says admitted is being preempted)
-        wanted = sorted(uid for uid in set(waiting.values())
-                        if stale or uid not in workloads or _transitional(workloads[uid]))
+        read_at, partial_at, cluster_queue, workloads = self._seen.get(sweep) or (0.0, 0.0, None, {})
+        if now - read_at >= REFRESH_S:
+            wanted, read_at = sorted(set(waiting.values())), now
+        elif now - partial_at >= PASSING_S:
+            wanted = sorted(uid for uid in set(waiting.values())
+                            if uid not in workloads or _transitional(workloads[uid]))
+        else:
+            wanted = []
         try:
             fresh = self._workloads(wanted)
             if wanted:  # its usage read with them: the words "4 of 4 in use" go with the Workloads' "no quota"
-                cluster_queue = self.cluster_queue(queue)
+                cluster_queue, partial_at = self.cluster_queue(queue), now
         except self.errors as exc:  # Kueue's CRDs absent, or not readable with this token
             reason = f"waiting in LocalQueue {queue}; Kueue's Workloads cannot be read: {exc}"
             return {tid: Admission(reason) for tid in waiting}
-        known = {uid: workloads.get(uid) for uid in waiting.values()}  # Jobs no longer waiting are dropped
+        known = {uid: workloads[uid] for uid in waiting.values() if uid in workloads}  # the others are dropped
         known.update({uid: fresh.get(uid) for uid in wanted})
-        self._seen[sweep] = (now if stale else read_at, cluster_queue, known)
-        return {tid: admission(known[uid], queue, cluster_queue) for tid, uid in waiting.items()}
+        self._seen[sweep] = (read_at, partial_at, cluster_queue, known)
+        return {tid: admission(known[uid], queue, cluster_queue) if uid in known
+                else Admission(f"waiting in LocalQueue {queue}") for tid, uid in waiting.items()}
 
     def _workloads(self, uids: list[str]) -> dict[str, Mapping[str, Any]]:
         found: dict[str, Mapping[str, Any]] = {}

@@ -124,7 +124,7 @@ def suspended_job(uid: str, *, finished: bool = False) -> dict[str, Any]:
     return {"metadata": {"uid": uid}, "spec": {"suspend": True}, "status": {"conditions": conditions}}
 
 
-def test_the_reader_asks_only_for_the_waiting_jobs_workloads_in_bounded_selectors_and_reuses_its_answer() -> None:
+def test_the_reader_asks_only_for_the_waiting_jobs_workloads_in_bounded_selectors_and_in_bounded_time() -> None:
     pending = cond("QuotaReserved", "False", "Pending", PENDING)
     workloads = []
     for i in range(120):
@@ -141,26 +141,34 @@ def test_the_reader_asks_only_for_the_waiting_jobs_workloads_in_bounded_selector
     assert all(a.reason.startswith("waiting for quota in LocalQueue team-a") for a in found.values())
     selectors = [r for r in api.requests if r.startswith("kueue.x-k8s.io/job-uid in (")]
     assert [len(r.split(",")) for r in selectors] == [50, 50, 20]
-    assert api.requests[-2:] == ["localqueue", "clusterqueue"]
+    assert api.requests[-2:] == ["localqueue", "clusterqueue"]  # its usage read with them
+
+    def passing(seconds: float) -> None:  # move the reader's clocks back, as if `seconds` had passed
+        read_at, partial_at, *rest = reader._seen["s"]
+        reader._seen["s"] = (read_at - seconds, partial_at - seconds, *rest)
+
     asked = len(api.requests)
     del jobs["t0"]  # admitted: no longer waiting
-    jobs["t120"] = suspended_job("uid-120")  # a Job that starts waiting is read at once, alone
+    jobs["t120"] = suspended_job("uid-120")
     again = reader.waiting("s", "team-a", jobs)
-    # with the ClusterQueue's usage, read with any Workload so that the two agree
+    assert len(api.requests) == asked and again["t120"].reason == "waiting in LocalQueue team-a"  # within 1 s
+    passing(1.0)  # then a Job that started waiting is read, alone
+    again = reader.waiting("s", "team-a", jobs)
     assert api.requests[asked:] == ["kueue.x-k8s.io/job-uid in (uid-120)", "localqueue", "clusterqueue"]
     assert "t0" not in again and again["t120"].reason.startswith("waiting for Kueue to take it")  # no Workload yet
-    asked = len(api.requests)
-    assert reader.waiting("s", "team-a", jobs) == again and len(api.requests) == asked + 3  # uid-120 had none yet
     api.workloads.append(workload(cond("Admitted", "True")))
     api.workloads[-1]["metadata"]["ownerReferences"] = [{"kind": "Job", "uid": "uid-120"}]
+    passing(1.0)
     assert reader.waiting("s", "team-a", jobs)["t120"].admitted  # read again: it had none
-    asked = len(api.requests)
     api.workloads[-1]["status"]["conditions"] = [cond("Evicted", "True", "Preempted", PREEMPTED)]
+    passing(1.0)
+    asked = len(api.requests)
     assert reader.waiting("s", "team-a", jobs)["t120"].preempted  # read as admitted: read again, now preempted
     assert api.requests[asked:] == ["kueue.x-k8s.io/job-uid in (uid-120)", "localqueue", "clusterqueue"]
+    passing(1.0)
     asked = len(api.requests)
-    assert reader.waiting("s", "team-a", jobs)["t1"].reason and len(api.requests) == asked + 0
-    reader._seen["s"] = (0.0, *reader._seen["s"][1:])  # REFRESH_S passed: everything is read again
+    assert reader.waiting("s", "team-a", jobs)["t1"].reason and len(api.requests) == asked  # nothing in passing
+    passing(5.0)  # REFRESH_S: every waiting Job's Workload again
     reader.waiting("s", "team-a", jobs)
     assert len(api.requests) == asked + 3 + 2
     assert reader.waiting("s", None, jobs) == {}  # no queue: nothing is read
