@@ -90,6 +90,10 @@ def parser() -> argparse.ArgumentParser:
                    help="Kueue LocalQueue for the trials of Sweeps that name no spec.queue: their Jobs are created "
                         "suspended and run when Kueue admits them (env KUBESWEEP_DEFAULT_QUEUE; chart value "
                         "kueue.defaultQueue)")
+    p.add_argument("--priority-class", action="append", dest="priority_classes", metavar="NAME", default=None,
+                   help="a Kueue WorkloadPriorityClass a Sweep's spec.priority_class may name (repeatable; env "
+                        "KUBESWEEP_PRIORITY_CLASSES, comma-separated; chart value kueue.allowedPriorityClasses). The "
+                        "operator creates trial Jobs as itself, so a Sweep naming any other is Invalid")
     p.add_argument("--test-hooks", action="store_true", default=os.environ.get("KUBESWEEP_TEST_HOOKS") == "1",
                    help="TESTS ONLY: copy a Sweep's kubesweep.io/test-pod-annotations onto its pods, and kill or "
                         "stop this process at the fault points named by KUBESWEEP_TEST_KILL_AT / "
@@ -155,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
                                  faults=faults, tracking=tracking,
                                  tuner_image=args.tuner_image,
                                  test_hooks=args.test_hooks, allow_unpinned=args.allow_unpinned,
-                                 max_trials=args.max_trials, cache=cache, default_queue=args.default_queue)
+                                 max_trials=args.max_trials, cache=cache, default_queue=args.default_queue,
+                                 priority_classes=tuple(args.priority_classes
+                                                        or _env_list("KUBESWEEP_PRIORITY_CLASSES")))
     supervisor = Supervisor(controller.step, is_leader=elector.holding, resync=args.resync, workers=args.workers)
     if args.test_hooks:
         logging.getLogger("kubesweep.operator").warning(

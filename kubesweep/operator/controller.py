@@ -73,7 +73,8 @@ class OperatorBackend(KubernetesBackend):
                  lease_remaining: Callable[[], float] | None = None, faults: testhooks.FaultPoints | None = None,
                  tracking: TrackingPolicy | None = None, tuner_image: str | None = None,
                  test_hooks: bool = False, allow_unpinned: bool = False, cache: ClusterCache | None = None,
-                 max_trials: int | None = None, default_queue: str | None = None):
+                 max_trials: int | None = None, default_queue: str | None = None,
+                 priority_classes: tuple[str, ...] = ()):
         super().__init__(namespace=namespace, api_client=api_client, allow_unpinned=allow_unpinned,
                          pod_annotations=self._hook_annotations if test_hooks else None)
         self.sweeps = SweepResourceStore(self.custom, namespace, call=self._call, write=self._write,
@@ -82,6 +83,7 @@ class OperatorBackend(KubernetesBackend):
         self.cache = cache
         self.max_trials = max_trials
         self.default_queue = default_queue  # the Kueue LocalQueue of sweeps that name none
+        self.priority_classes = priority_classes  # the Kueue WorkloadPriorityClasses a Sweep may name
         self.may_write = may_write
         self.lease_remaining = lease_remaining
         self.faults = faults if faults is not None else testhooks.FaultPoints()
@@ -253,7 +255,7 @@ class OperatorBackend(KubernetesBackend):
             problem = image_problem(state.sweep, allow_unpinned=self.allow_unpinned)
             if problem is not None:  # no image its trials can run as (e.g. a lock key not built yet)
                 raise InvalidSweep(f"{state.sweep.source}: spec.image: {problem}")
-            problem = self._claim_problem(state.sweep)
+            problem = self._claim_problem(state.sweep) or self._priority_problem(state.sweep)
             if problem is not None:
                 raise InvalidSweep(f"{state.sweep.source}: {problem}")
             self._sized[sweep] = sized
@@ -283,6 +285,17 @@ class OperatorBackend(KubernetesBackend):
                 return (f"spec.storage.{field_name}: claim {claim!r} is not open to sweeps; a namespace admin opens "
                         f"it with `kubectl label pvc {claim} {CLAIM_LABEL}={CLAIM_ALLOWED}`")
         return None
+
+    def _priority_problem(self, sweep: Sweep) -> str | None:
+        """Why the sweep may not name its Kueue priority class (None: it may). The operator creates the trial Jobs
+        with its own identity, so a policy that keeps high priorities to some users (an admission policy on Jobs)
+        sees the operator, not the Sweep's author: only the classes the chart lists may be named."""
+        wanted = sweep.spec.priority_class
+        if not wanted or wanted in self.priority_classes:
+            return None
+        allowed = ", ".join(self.priority_classes) or "none"
+        return (f"spec.priority_class: {wanted!r} is not a priority class this operator may give trials (allowed: "
+                f"{allowed}; the operator's --priority-class, chart value kueue.allowedPriorityClasses)")
 
     def _hook_annotations(self, trial: Trial) -> Mapping[str, str]:
         return testhooks.annotations_for(trial, self._hook_rules.get(trial.config.sweep, []))
@@ -491,14 +504,15 @@ class SweepController:
                  lease_remaining: Callable[[], float] | None = None, faults: testhooks.FaultPoints | None = None,
                  tracking: TrackingPolicy | None = None, tuner_image: str | None = None, test_hooks: bool = False,
                  allow_unpinned: bool = False, cache: ClusterCache | None = None, max_trials: int | None = None,
-                 default_queue: str | None = None):
+                 default_queue: str | None = None, priority_classes: tuple[str, ...] = ()):
         self.api_client = api_client
         self.may_write = may_write
         self.cache = cache
         self.options: dict[str, Any] = {"lease_remaining": lease_remaining, "faults": faults,
                                         "tracking": tracking, "tuner_image": tuner_image,
                                         "test_hooks": test_hooks, "allow_unpinned": allow_unpinned,
-                                        "cache": cache, "max_trials": max_trials, "default_queue": default_queue}
+                                        "cache": cache, "max_trials": max_trials, "default_queue": default_queue,
+                                        "priority_classes": priority_classes}
         self._backends: dict[str, OperatorBackend] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()

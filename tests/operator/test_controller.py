@@ -166,3 +166,26 @@ def test_a_finished_sweep_that_nothing_changed_is_not_stepped_again(monkeypatch:
     assert steps(2) == 1
     backend.cache = None  # without the caches a changed Job could not be told: every step is a full one
     assert steps(2) == 2
+
+
+def test_a_sweep_names_only_the_priority_classes_the_operator_may_give() -> None:
+    """The operator creates trial Jobs as itself (the cluster test: tests/operator/test_kueue_cluster.py)."""
+    import kubernetes
+
+    from kubesweep.spec import Sweep, parse_sweep
+
+    def sweep(priority: str | None) -> Sweep:
+        spec = {"queue": "team-a", **({"priority_class": priority} if priority else {})}
+        return parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"},
+                            "spec": spec})
+
+    def backend(*allowed: str) -> OperatorBackend:
+        return OperatorBackend("ns", api_client=kubernetes.client.ApiClient(), may_write=lambda: True,
+                               priority_classes=allowed)
+
+    assert backend()._priority_problem(sweep(None)) is None  # no priority named: nothing to allow
+    assert backend("low", "high")._priority_problem(sweep("high")) is None
+    refused = backend("low")._priority_problem(sweep("high"))
+    assert refused is not None and "'high' is not a priority class this operator may give" in refused
+    assert "allowed: low" in refused and "kueue.allowedPriorityClasses" in refused
+    assert "allowed: none" in str(backend()._priority_problem(sweep("low")))  # none listed: none may be named

@@ -212,7 +212,7 @@ def test_a_preempted_trial_is_requeued_and_resumes_its_job_and_its_outcome_is_re
     doc = yaml.safe_load(high.read_text())
     doc["spec"]["resources"] = {"gpus_per_trial": 4}
     high.write_text(yaml.safe_dump(doc, sort_keys=False))
-    op = OperatorProcess(inst, tmp_path / "operator.log").start()
+    op = OperatorProcess(inst, tmp_path / "operator.log", env={"KUBESWEEP_PRIORITY_CLASSES": "ks-low,ks-high"}).start()
     try:
         with Recorder(inst, "low") as recorder:
             kubectl_apply(inst, low)
@@ -294,3 +294,21 @@ def test_the_operator_killed_while_kueue_holds_trials_loses_and_duplicates_nothi
     recorder.assert_each_trial_ran(12)
     jobs = sweep_jobs(inst, "restarted")
     assert {j["metadata"]["labels"].get("kueue.x-k8s.io/queue-name") for j in jobs} == {"solo"}
+
+
+def test_a_sweep_author_cannot_give_trials_a_priority_the_operator_was_not_allowed(queued: Installed,
+                                                                                   tmp_path: Path) -> None:
+    """The operator creates trial Jobs as itself: a policy keeping `ks-high` to some users would see the operator,
+    not the Sweep's author. With only `ks-low` allowed, a Sweep naming `ks-high` is Invalid and no Job is made."""
+    inst = queued
+    path = queued_sweep(tmp_path, "greedy", [8], queue="solo", duration="1s", priority_class="ks-high")
+    op = OperatorProcess(inst, tmp_path / "operator.log", env={"KUBESWEEP_PRIORITY_CLASSES": "ks-low"}).start()
+    try:
+        kubectl_apply(inst, path)
+        status = wait_phase(inst, "greedy", {"Invalid", "Running", "Succeeded"}, timeout=60, op=op)
+    finally:
+        op.kill(signal.SIGTERM)
+    assert status["phase"] == "Invalid", status
+    assert "spec.priority_class: 'ks-high' is not a priority class this operator may give trials" in status["message"]
+    assert "allowed: ks-low" in status["message"]
+    assert sweep_jobs(inst, "greedy") == []
