@@ -153,9 +153,11 @@ class QueueReader:
     def waiting(self, sweep: str, queue: str | None, jobs_by_trial: Mapping[str | None, Mapping[str, Any]]
                 ) -> dict[str, Admission]:
         """trial id → Kueue's word on its suspended, unfinished Job (none without a queue or a waiting Job)."""
+        if not queue:  # a sweep without Kueue: nothing to look at
+            return {}
         waiting = {tid: str(job["metadata"].get("uid", "")) for tid, job in jobs_by_trial.items()
                    if tid and (job.get("spec") or {}).get("suspend") and not job_finished(job)}
-        if not queue or not waiting:
+        if not waiting:
             self._seen.pop(sweep, None)
             return {}
         now = time.monotonic()

@@ -358,13 +358,8 @@ def test_helm_install_restricted_and_least_privilege(installed: Installed) -> No
                ("create", "jobs.batch"), ("patch", "jobs.batch"), ("delete", "jobs.batch"), ("watch", "pods"),
                ("get", "pods", ns, "--subresource=log"), ("create", "services"), ("create", "events"),
                ("list", "events"), ("create", "leases.coordination.k8s.io"),
-               ("update", f"leases.coordination.k8s.io/{OPERATOR}"),
-               # Kueue's word on a waiting trial: read only
-               ("list", "workloads.kueue.x-k8s.io"), ("get", "localqueues.kueue.x-k8s.io"),
-               ("get", "clusterqueues.kueue.x-k8s.io", None)]
-    denied = [("create", "workloads.kueue.x-k8s.io"), ("patch", "localqueues.kueue.x-k8s.io"),
-              ("list", "clusterqueues.kueue.x-k8s.io", None), ("update", "clusterqueues.kueue.x-k8s.io", None),
-              ("get", "secrets"), ("list", "secrets"), ("delete", "namespaces", None), ("list", "configmaps"),
+               ("update", f"leases.coordination.k8s.io/{OPERATOR}")]
+    denied = [("get", "secrets"), ("list", "secrets"), ("delete", "namespaces", None), ("list", "configmaps"),
               ("update", "sweeps.kubesweep.io"), ("delete", "sweeps.kubesweep.io"), ("create", "pods"),
               ("update", "jobs.batch"),  # the outcome finalizer is removed by a patch
               ("list", "nodes", None), ("update", "leases.coordination.k8s.io/someone-elses-lease"),

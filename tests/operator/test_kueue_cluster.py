@@ -22,6 +22,7 @@ import yaml
 
 from kubesweep.outcomes import Outcome
 from tests.operator.test_controller_cluster import (  # noqa: F401  (installed: the module's chart release)
+    OPERATOR,
     Installed,
     OperatorProcess,
     Recorder,
@@ -153,6 +154,27 @@ class Sampler:
 
     def most(self, key: str) -> int:
         return max((s[key] for s in self.samples), default=0)
+
+
+def test_the_operator_reads_kueue_and_writes_nothing_of_it(queued: Installed) -> None:
+    """The chart's RBAC for Kueue (checked where Kueue's CRDs exist: `kubectl auth can-i` resolves the kind
+    first): Workloads and LocalQueues read in the served namespace, ClusterQueues read cluster-wide, nothing
+    written."""
+    ns = queued.namespace
+    who = f"system:serviceaccount:{ns}:{OPERATOR}"
+
+    def can(verb: str, resource: str, namespace: str | None = ns) -> bool:
+        args = ["auth", "can-i", verb, resource, "--as", who, *(["-n", namespace] if namespace else [])]
+        return queued.cluster.kubectl(*args, check=False).stdout.strip() == "yes"
+
+    allowed = [("list", "workloads.kueue.x-k8s.io"), ("get", "localqueues.kueue.x-k8s.io"),
+               ("get", "clusterqueues.kueue.x-k8s.io", None)]
+    denied = [("create", "workloads.kueue.x-k8s.io"), ("patch", "workloads.kueue.x-k8s.io"),
+              ("patch", "localqueues.kueue.x-k8s.io"), ("list", "clusterqueues.kueue.x-k8s.io", None),
+              ("update", "clusterqueues.kueue.x-k8s.io", None),
+              ("create", "workloadpriorityclasses.kueue.x-k8s.io", None)]
+    assert [a for a in allowed if not can(*a)] == []
+    assert [d for d in denied if can(*d)] == []
 
 
 def test_kueue_is_the_pinned_release_with_its_webhooks(queued: Installed, kueue: Any) -> None:
