@@ -16,10 +16,9 @@ release's Service) with a CA made here (openssl; the manager's internal certific
 issues a certificate for the in-cluster Service name). Kueue manages the Jobs of namespaces labelled
 ``kubesweep.io/kueue=enabled`` only (``managedJobsNamespaceSelector``, and the same selector on its Job webhooks),
 so the other tests' Jobs never pass through it. The manager reads its metrics certificate from a fixed path,
-``/etc/kueue/metrics/certs`` (its Deployment mounts a Secret there): the test certificate is written there once. Logs,
-certificates, config and pid file go to
-``<cluster workdir>/kueue/``; ``stop`` (and the cluster's ``down``) ends the manager and leaves the CRDs with the
-cluster.
+``/etc/kueue/metrics/certs`` (its Deployment mounts a Secret there): the test certificate is written there once.
+Logs, certificates, config and pid file go to ``<cluster workdir>/kueue/``; ``stop`` (and the cluster's ``down``)
+ends the manager and leaves the CRDs with the cluster.
 """
 
 from __future__ import annotations
