@@ -54,11 +54,11 @@ OUTCOMES = ("succeed", "crash", "oom", "evict", "hang")
 T = TypeVar("T")
 
 
-def _load_real_node() -> Any:
-    """tests/cluster/real_node.py, loaded by path like this module (which also runs as a plain script)."""
-    name = "kubesweep_real_node"
+def _load_beside(stem: str) -> Any:
+    """tests/cluster/<stem>.py, loaded by path like this module (which also runs as a plain script)."""
+    name = f"kubesweep_{stem}"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "real_node.py")
+        spec = importlib.util.spec_from_file_location(name, HERE / f"{stem}.py")
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
@@ -66,22 +66,8 @@ def _load_real_node() -> Any:
     return sys.modules[name]
 
 
-real_node = _load_real_node()
-
-
-def _load_kueue() -> Any:
-    """tests/cluster/kueue.py, loaded by path (as real_node.py)."""
-    name = "kubesweep_kueue"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "kueue.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-kueue = _load_kueue()
+real_node = _load_beside("real_node")
+kueue = _load_beside("kueue")
 
 
 class ClusterError(RuntimeError):
