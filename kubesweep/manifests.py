@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from kubesweep.gpus import GPU_RESOURCE, PRODUCT_LABEL, Catalog, load_catalog
-from kubesweep.jobs.command import QUEUED_AT_ENV, job_argv
+from kubesweep.jobs.command import PRIORITY_CLASS_ENV, QUEUE_ENV, QUEUED_AT_ENV, job_argv
 from kubesweep.outcomes import ExitCode
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import DIGEST_RE, Sweep
@@ -124,7 +124,8 @@ def trial_resources(trial: Trial, sweep: Sweep) -> dict[str, Any]:
 def trial_env(trial: Trial, sweep: Sweep, *, image: str, tracking: TrackingEnv | None,
               queued_at: float | None = None) -> list[dict[str, Any]]:
     """The container's environment: the trial's identity, cache locations, tracking, the checkpoint directory, and
-    (a queued trial) when its Job was created, from which the job measures its wait for admission."""
+    (a queued trial) its Kueue queue and priority class and when its Job was created, from which the job measures
+    its wait for admission."""
     env: list[dict[str, Any]] = [
         {"name": "KUBESWEEP_SWEEP", "value": trial.config.sweep},
         {"name": "KUBESWEEP_TRIAL_ID", "value": trial.id},
@@ -140,6 +141,9 @@ def trial_env(trial: Trial, sweep: Sweep, *, image: str, tracking: TrackingEnv |
     ]
     if queued_at is not None:
         env.append({"name": QUEUED_AT_ENV, "value": f"{queued_at:.3f}"})
+    for name, value in ((QUEUE_ENV, sweep.spec.queue), (PRIORITY_CLASS_ENV, sweep.spec.priority_class)):
+        if value:
+            env.append({"name": name, "value": value})
     if sweep.spec.storage.checkpoint_claim:
         env.append({"name": "KUBESWEEP_CHECKPOINT_DIR", "value": f"{CHECKPOINT_DIR}/{trial.config.sweep}/{trial.id}"})
     return env

@@ -59,6 +59,8 @@ def test_a_queued_sweeps_jobs_wait_suspended_in_its_kueue_queue_and_know_when_th
     assert labels["kueue.x-k8s.io/priority-class"] == "research-low"
     env = {e["name"]: e.get("value") for e in pod(job)["containers"][0]["env"]}
     assert env["KUBESWEEP_QUEUED_AT"] == "1795687200.500"
+    # the job tags its MLflow run with them (kueue.queue, kueue.priority_class)
+    assert env["KUBESWEEP_QUEUE"] == "team-a" and env["KUBESWEEP_PRIORITY_CLASS"] == "research-low"
     # the pod's labels stay the trial's: Kueue reads the queue from the Job
     assert "kueue.x-k8s.io/queue-name" not in job["spec"]["template"]["metadata"]["labels"]
 
@@ -67,7 +69,8 @@ def test_without_a_queue_nothing_of_kueue_is_rendered() -> None:
     for job in rendered():
         assert "suspend" not in job["spec"]
         assert not any(k.startswith("kueue.x-k8s.io/") for k in job["metadata"]["labels"])
-        assert "KUBESWEEP_QUEUED_AT" not in {e["name"] for e in pod(job)["containers"][0]["env"]}
+        names = {e["name"] for e in pod(job)["containers"][0]["env"]}
+        assert not names & {"KUBESWEEP_QUEUED_AT", "KUBESWEEP_QUEUE", "KUBESWEEP_PRIORITY_CLASS"}
 
 
 def test_gpu_trial_targets_the_exact_product_label() -> None:

@@ -25,6 +25,9 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # on each Workload: the UID of the Job
 REFRESH_S = 5.0  # seconds between reads of every waiting trial's Workload (QueueReader)
 PASSING_S = 1.0  # seconds between reads of those that started waiting or were read in passing
 SELECT = 50  # Job UIDs per label selector when reading their Workloads
+EVICTIONS_NOTED = "kubesweep.io/kueue-evictions"  # on a trial Job: the evictions its MLflow run is tagged with
+TAG_EVICTIONS = "kueue.evictions"  # MLflow tags of a trial's run: how often Kueue evicted it,
+TAG_LAST_EVICTION = "kueue.last_eviction"  # and the last time's words
 _UIDS = re.compile(r"\s*\((?:UID|JobUID): [^)]*\)")
 
 
@@ -36,6 +39,7 @@ class Admission:
     admitted: bool = False
     preempted: bool = False  # evicted by Kueue (a higher priority, a reclaim) and requeued
     admitted_at: float | None = None  # epoch seconds of the last admission
+    evictions: int = 0  # how often Kueue has evicted it so far (preemptions included; its Workload's count)
 
 
 def _ts(value: str | None) -> float | None:
@@ -67,7 +71,24 @@ def trim_workload(workload: Mapping[str, Any]) -> dict[str, Any]:
     meta, spec, status = (workload.get(k) or {} for k in ("metadata", "spec", "status"))
     return {"metadata": {"ownerReferences": meta.get("ownerReferences") or []},
             "spec": {k: spec[k] for k in ("active",) if k in spec},
-            "status": {k: status[k] for k in ("conditions", "requeueState") if k in status}}
+            "status": {k: status[k] for k in ("conditions", "requeueState", "schedulingStats") if k in status}}
+
+
+def evictions(workload: Mapping[str, Any] | None) -> int:
+    """How often Kueue has evicted the Workload (preemptions, reclaims, ...): its `schedulingStats` count."""
+    stats = ((workload or {}).get("status") or {}).get("schedulingStats") or {}
+    return sum(int(e.get("count") or 0) for e in stats.get("evictions") or [])
+
+
+def evictions_noted(job: Mapping[str, Any]) -> int:
+    """The evictions already noted on a trial Job (its `EVICTIONS_NOTED` annotation; 0 when absent or garbled)."""
+    value = ((job.get("metadata") or {}).get("annotations") or {}).get(EVICTIONS_NOTED, "0")
+    return int(value) if str(value).isdigit() else 0
+
+
+def eviction_tags(admission: Admission) -> dict[str, str]:
+    """The MLflow tags that carry Kueue's word on an evicted trial to its run."""
+    return {TAG_EVICTIONS: str(admission.evictions), TAG_LAST_EVICTION: admission.reason[:5000]}
 
 
 def _transitional(workload: Mapping[str, Any] | None) -> bool:
@@ -106,30 +127,29 @@ def admission(workload: Mapping[str, Any] | None, queue: str, cluster_queue: Map
     evicted = conds.get("Evicted", {})
     preempted = conds.get("Preempted", {}).get("status") == "True" or (
         evicted.get("status") == "True" and evicted.get("reason") == "Preempted")
-    requeue = (workload.get("status") or {}).get("requeueState") or {}
+    count = evictions(workload)
     if preempted or evicted.get("status") == "True":  # checked first: Admitted stays True until the quota is freed
         why = _plain((conds.get("Preempted") or evicted).get("message") or evicted.get("reason") or "evicted")
         words = "preempted by Kueue" if preempted else "evicted by Kueue"
-        return Admission(f"{words}, requeued in LocalQueue {queue}: {why}", preempted=True)
+        return Admission(f"{words}, requeued in LocalQueue {queue}: {why}", preempted=True, evictions=max(1, count))
+    # evicted before (the Evicted condition cleared on requeue): Kueue's count, or a requeue state
+    before = bool(count or (workload.get("status") or {}).get("requeueState"))
     admitted = conds.get("Admitted", {})
     if admitted.get("status") == "True":
-        return Admission("admitted by Kueue: starting", admitted=True,
-                         admitted_at=_ts(admitted.get("lastTransitionTime")), preempted=bool(requeue))
-    if requeue:  # evicted before and waiting again (the Evicted condition cleared on requeue)
-        preempted = True
+        return Admission("admitted by Kueue: starting", admitted=True, preempted=before, evictions=count,
+                         admitted_at=_ts(admitted.get("lastTransitionTime")))
     reserved = conds.get("QuotaReserved", {})
     if reserved.get("status") == "True":
-        return Admission("quota reserved, waiting for Kueue's admission checks", preempted=preempted)
-    inactive = (workload.get("spec") or {}).get("active") is False
-    if inactive:
+        return Admission("quota reserved, waiting for Kueue's admission checks", preempted=before, evictions=count)
+    if (workload.get("spec") or {}).get("active") is False:
         return Admission(f"deactivated in Kueue: {conds.get('Deactivated', {}).get('message', '')}".rstrip(": "),
-                         preempted=preempted)
+                         preempted=before, evictions=count)
     message = _plain(reserved.get("message") or "waiting for quota")
     where = usage(cluster_queue) if cluster_queue else ""
     reason = f"waiting for quota in LocalQueue {queue}: {message}" + (f" [{where}]" if where else "")
-    if preempted:
+    if before:
         reason = f"preempted by Kueue earlier, requeued; {reason}"
-    return Admission(reason, preempted=preempted)
+    return Admission(reason, preempted=before, evictions=count)
 
 
 class QueueReader:

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kubesweep.backends.k8s_kueue import EVICTIONS_NOTED
 from kubesweep.manifests import LABEL_SWEEP, LABEL_TRIAL
 
 Obj = dict[str, Any]
@@ -28,6 +29,7 @@ PAGE = 500  # objects per LIST page
 
 _META = ("name", "namespace", "finalizers", "deletionTimestamp", "creationTimestamp", "uid")
 _LABELS = (LABEL_SWEEP, LABEL_TRIAL)
+_ANNOTATIONS = (EVICTIONS_NOTED,)
 _CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
 _JOB_STATUS = ("startTime", "completionTime", "active")
 _POD_CONDITIONS = ("PodScheduled", "DisruptionTarget")
@@ -35,12 +37,15 @@ _TERMINATED = ("exitCode", "reason", "message", "finishedAt")
 
 
 def _meta(obj: Mapping[str, Any]) -> Obj:
-    """Identity, finalizers, the sweep and trial labels and the owners' UIDs: a cache holds every trial's Job and
-    pod, so what is not read (annotations with the trial's config, other labels) is not kept."""
+    """Identity, finalizers, the sweep and trial labels, the Kueue evictions noted and the owners' UIDs: a cache
+    holds every trial's Job and pod, so what is not read (the trial's config, other labels) is not kept."""
     meta = obj.get("metadata") or {}
     kept = {k: meta[k] for k in _META if k in meta}
     labels = meta.get("labels") or {}
     kept["labels"] = {k: labels[k] for k in _LABELS if k in labels}
+    noted = {k: v for k, v in (meta.get("annotations") or {}).items() if k in _ANNOTATIONS}
+    if noted:
+        kept["annotations"] = noted
     if meta.get("ownerReferences"):
         kept["ownerReferences"] = [{"uid": ref.get("uid")} for ref in meta["ownerReferences"]]
     return kept

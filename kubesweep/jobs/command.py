@@ -5,6 +5,10 @@ from __future__ import annotations
 JOB_MODULE = "kubesweep.jobs"
 # Set on a queued trial's Job (spec.queue): epoch seconds of its creation; the job's queue wait is measured from it.
 QUEUED_AT_ENV = "KUBESWEEP_QUEUED_AT"
+# ... and its Kueue LocalQueue and priority class, which the job tags its MLflow run with (`QUEUE_TAGS`)
+QUEUE_ENV = "KUBESWEEP_QUEUE"
+PRIORITY_CLASS_ENV = "KUBESWEEP_PRIORITY_CLASS"
+QUEUE_TAGS = {QUEUE_ENV: "kueue.queue", PRIORITY_CLASS_ENV: "kueue.priority_class"}
 
 
 def job_argv(config_path: str, output_dir: str, *, python: str = "python", gpus: int = 1,

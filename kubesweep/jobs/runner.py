@@ -22,7 +22,7 @@ from typing import Any
 from kubesweep.jobs import data as data_mod
 from kubesweep.jobs import distributed, env, export, inference, plot, runtime
 from kubesweep.jobs import model as model_mod
-from kubesweep.jobs.command import QUEUED_AT_ENV
+from kubesweep.jobs.command import QUEUE_TAGS, QUEUED_AT_ENV
 from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.energy import EnergyMeter, energy_metrics
@@ -378,6 +378,7 @@ class TrialRun:
             "kubesweep.repeat": str(trial.repeat),
             "kubesweep.engine": cfg.engine,
             "kubesweep.task": cfg.task,
+            **{tag: os.environ[env] for env, tag in QUEUE_TAGS.items() if os.environ.get(env)},
         }
         tracker = MlflowTrialLogger.from_env(
             trial.trial_id, trial.name, tags, self.state_dir() / "mlflow-spool.jsonl"

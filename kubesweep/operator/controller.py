@@ -14,6 +14,7 @@ read before it goes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -23,10 +24,11 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from kubesweep.backends import k8s_kueue
 from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
-from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
+from kubesweep.backends.k8s_state import Recorded, SweepState, discard, phase_for
 from kubesweep.backends.k8s_status import job_finished
-from kubesweep.backends.k8s_watch import Informer
+from kubesweep.backends.k8s_watch import Informer, Obj
 from kubesweep.backends.kubernetes import JobRefused, KubernetesBackend
 from kubesweep.manifests import LABEL_TRIAL, image_problem, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
@@ -54,6 +56,7 @@ MIN_WRITE_WINDOW = 0.25
 DEFAULT_WRITE_TIMEOUT = 30.0
 DELETED_EARLY = "its Job was deleted before the trial finished"
 SLOW_STEP = 2.0  # seconds: a step taking longer is logged with its number of writes
+TAG_RETRY_S = 30.0  # seconds before MLflow is asked again to tag runs after it failed to
 # The label that opens a PersistentVolumeClaim to sweeps' trials (spec.storage): set by whoever may label claims
 CLAIM_LABEL = "kubesweep.io/sweeps"
 CLAIM_ALLOWED = "allowed"
@@ -96,6 +99,8 @@ class OperatorBackend(KubernetesBackend):
         self._sized: dict[str, tuple[Any, ...]] = {}  # sweep -> (uid, generation) whose size and image were checked
         # sweep -> (what a step saw, the status it found): a finished sweep whose last step changed nothing
         self._settled: dict[str, tuple[tuple[Any, ...], SweepStatus]] = {}
+        self._noted_evictions: dict[str, dict[str, int]] = {}  # sweep -> Job UID -> Kueue evictions noted on it
+        self._tag_retry_at: dict[str, float] = {}  # sweep -> when MLflow may be asked again to tag its runs
 
     # -- every write is guarded ----------------------------------------------------------------------
 
@@ -305,6 +310,42 @@ class OperatorBackend(KubernetesBackend):
         return TrackingEnv(uri, state.sweep.experiment, state.parent_run_id,
                            credentials_secret=self.tracking_policy.credentials_for(uri)) if uri else None
 
+    def _mlflow(self, uri: str) -> MlflowRest:
+        """MLflow as the operator talks to it: its own credentials go to its own server only, never to a server
+        a Sweep names."""
+        return MlflowRest(uri, environ=None if self.tracking_policy.is_default(uri) else {})
+
+    def _evicted_by_kueue(self, state: SweepState, evicted: Mapping[str, tuple[Obj, k8s_kueue.Admission]]) -> None:
+        """Tag the MLflow runs of trials Kueue evicted (`kueue.evictions`, `kueue.last_eviction`: its words), then
+        note the count on their Jobs, so a restarted operator tags nothing twice. A trial evicted before its job
+        made a run has nothing to tag; an MLflow error leaves the notes unwritten, tried again `TAG_RETRY_S` later
+        while the trials wait."""
+        name = state.sweep.name
+        noted = self._noted_evictions.setdefault(name, {})
+        fresh = {tid: (job, adm) for tid, (job, adm) in evicted.items()
+                 if noted.get(job["metadata"].get("uid", ""), 0) < adm.evictions}  # else: the cache is behind
+        if not fresh or time.monotonic() < self._tag_retry_at.get(name, 0.0):
+            return
+        tracking = self._tracking_for(state)
+        if tracking and state.parent_run_id:
+            try:
+                missing = self._mlflow(tracking.uri).tag_trial_runs(state.parent_run_id, {
+                    tid: k8s_kueue.eviction_tags(adm) for tid, (_, adm) in fresh.items()})
+            except MlflowError as exc:
+                log.warning("sweep %s/%s: %d trial(s) evicted by Kueue; their MLflow runs not tagged (again in "
+                            "%.0f s): %s", self.namespace, name, len(fresh), TAG_RETRY_S, exc)
+                self._tag_retry_at[name] = time.monotonic() + TAG_RETRY_S
+                return
+            if missing:
+                log.info("sweep %s/%s: evicted by Kueue before making an MLflow run: %s", self.namespace, name,
+                         ", ".join(sorted(missing)))
+        for job, adm in fresh.values():
+            with contextlib.suppress(self.ApiException):  # 404: gone meanwhile
+                discard(self._write(self.batch.patch_namespaced_job, job["metadata"]["name"], self.namespace,
+                                    {"metadata": {"annotations": {k8s_kueue.EVICTIONS_NOTED: str(adm.evictions)}}},
+                                    _preload_content=False))
+            noted[job["metadata"].get("uid", "")] = adm.evictions
+
     # -- the step ------------------------------------------------------------------------------------
 
     def step(self, name: str) -> SweepStatus | None:
@@ -365,10 +406,8 @@ class OperatorBackend(KubernetesBackend):
             try:
                 # the operator's own credentials go to its own server only, never to a Sweep's choice; there,
                 # with a user per namespace, the experiment is this namespace's and its user may edit it
-                policy = self.tracking_policy
-                environ: dict[str, str] | None = None if policy.is_default(tracking.uri) else {}
-                user = policy.namespace_user(tracking.uri, self.namespace)
-                run_id = MlflowRest(tracking.uri, environ=environ).parent_run(
+                user = self.tracking_policy.namespace_user(tracking.uri, self.namespace)
+                run_id = self._mlflow(tracking.uri).parent_run(
                     state.sweep.experiment, name, body["metadata"]["uid"],
                     namespace=self.namespace if user else None, grant_to=user)
             except MlflowError as exc:
@@ -481,7 +520,8 @@ class OperatorBackend(KubernetesBackend):
 
     def _forget(self, sweep: str) -> None:
         super()._forget(sweep)
-        for cache in (self._hook_rules, self._status_extra, self._sized, self._settled):
+        for cache in (self._hook_rules, self._status_extra, self._sized, self._settled, self._noted_evictions,
+                      self._tag_retry_at):
             cache.pop(sweep, None)  # type: ignore[attr-defined]
 
 

@@ -1,4 +1,5 @@
-"""The sweep's MLflow parent run, created through MLflow's REST API (stdlib HTTP; no mlflow package needed).
+"""The sweep's MLflow parent run, created through MLflow's REST API (stdlib HTTP; no mlflow package needed), and
+the operator's tags on its trials' runs (what Kueue did to them).
 
 Idempotent across operator restarts: the run carries the tag `kubesweep.sweep-uid` (the Sweep resource's uid),
 and an existing run with that tag is reused, so a process killed between creating the run and writing its id
@@ -16,10 +17,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubesweep.tracking.mlflow_logger import TRIAL_TAG
 from kubesweep.tracking.runs import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
 from kubesweep.tracking.view import experiment_tags
 
@@ -28,6 +30,7 @@ NAMESPACE_TAG = "kubesweep.namespace"  # an experiment the operator made for one
 
 
 _ERROR_CODE = re.compile(r"[A-Z][A-Z_]{0,63}")
+_TRIAL_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")  # what a trial id is made of (plan.make_trial); quoted as is
 
 
 class MlflowError(RuntimeError):
@@ -217,3 +220,22 @@ class MlflowRest:
                      {"key": TAG_UID, "value": uid},
                      {"key": "mlflow.runName", "value": sweep}]})
         return str(created["run"]["info"]["run_id"])
+
+    def tag_trial_runs(self, parent_run_id: str, tags: Mapping[str, Mapping[str, str]]) -> list[str]:
+        """Set each trial's tags (trial id → tags) on its run in the parent run's experiment: the run its job made,
+        tagged `kubesweep.trial_id`. Returns the trials that have no run yet."""
+        bad = next((tid for tid in tags if not _TRIAL_ID.fullmatch(tid)), None)
+        if bad is not None:  # a trial id is quoted into a search filter: nothing else may get there
+            raise MlflowError(f"not a trial id: {bad[:80]!r}")
+        experiment = self._call("GET", "runs/get", query={"run_id": parent_run_id})["run"]["info"]["experiment_id"]
+        missing = []
+        for tid, values in tags.items():
+            found = self._call("POST", "runs/search", {"experiment_ids": [experiment], "max_results": 1,
+                                                       "filter": f"tags.`{TRIAL_TAG}` = '{tid}'"})
+            runs = found.get("runs") or []
+            if not runs:
+                missing.append(tid)
+                continue
+            self._call("POST", "runs/log-batch", {"run_id": runs[0]["info"]["run_id"],
+                                                  "tags": [{"key": k, "value": v} for k, v in values.items()]})
+        return missing

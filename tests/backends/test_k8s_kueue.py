@@ -14,10 +14,15 @@ PREEMPTED = ("Preempted to accommodate a workload (UID: 0b6d-41, JobUID: 69da-45
              "ClusterQueue; preemptor path: /team-a; preemptee path: /team-a;")
 
 
-def workload(*conditions: dict[str, Any], requeued: bool = False, **spec: Any) -> dict[str, Any]:
+def workload(*conditions: dict[str, Any], requeued: bool = False, evictions: int = 0, **spec: Any
+             ) -> dict[str, Any]:
     status: dict[str, Any] = {"conditions": list(conditions)}
     if requeued:
         status["requeueState"] = {"count": 1}
+    if evictions:  # Kueue's count per reason and cause (Workload status.schedulingStats)
+        status["schedulingStats"] = {"evictions": [
+            {"reason": "Preempted", "underlyingCause": "InClusterQueue", "count": evictions - 1},
+            {"reason": "Preempted", "underlyingCause": "InCohortReclamation", "count": 1}][2 - min(evictions, 2):]}
     return {"metadata": {"name": "job-t1-abcde", "ownerReferences": [{"kind": "Job", "name": "t1", "uid": JOB_UID}]},
             "spec": spec, "status": status}
 
@@ -70,6 +75,25 @@ def test_requeued_after_a_preemption_it_waits_for_quota_and_says_it_was_preempte
     got = k8s_kueue.admission(workload(cond("QuotaReserved", "False", "Pending", PENDING), requeued=True), "q")
     assert got.preempted and got.reason.startswith("preempted by Kueue earlier, requeued; waiting for quota in "
                                                    "LocalQueue q: ")
+
+
+def test_kueues_eviction_count_is_read_and_noted_on_the_job_for_the_runs_tags() -> None:
+    evicted = cond("Evicted", "True", "Preempted", PREEMPTED)
+    got = k8s_kueue.admission(workload(evicted, cond("QuotaReserved", "False"), evictions=3), "team-a")
+    assert got.evictions == 3  # summed over Kueue's reasons and causes
+    # the count Kueue has not written yet: an eviction seen is at least one
+    assert k8s_kueue.admission(workload(evicted), "team-a").evictions == 1
+    readmitted = k8s_kueue.admission(workload(cond("Admitted", "True"), evictions=2), "team-a")
+    assert readmitted.admitted and readmitted.preempted and readmitted.evictions == 2
+    waiting = k8s_kueue.admission(workload(cond("QuotaReserved", "False", "Pending", PENDING), evictions=1), "q")
+    assert waiting.preempted and waiting.reason.startswith("preempted by Kueue earlier")
+    assert k8s_kueue.eviction_tags(got) == {"kueue.evictions": "3", "kueue.last_eviction": got.reason}
+    job: dict[str, Any] = {"metadata": {"name": "t1"}}
+    assert k8s_kueue.evictions_noted(job) == 0
+    job["metadata"]["annotations"] = {k8s_kueue.EVICTIONS_NOTED: "2"}
+    assert k8s_kueue.evictions_noted(job) == 2
+    job["metadata"]["annotations"] = {k8s_kueue.EVICTIONS_NOTED: "-1; drop"}  # not ours: as if none was noted
+    assert k8s_kueue.evictions_noted(job) == 0
 
 
 def test_admitted_and_reserved_states() -> None:
@@ -175,7 +199,8 @@ def test_the_reader_asks_only_for_the_waiting_jobs_workloads_in_bounded_selector
 
 
 def test_a_trimmed_workload_reads_the_same() -> None:
-    evicted = workload(cond("Evicted", "True", "Preempted", PREEMPTED), cond("QuotaReserved", "False"), requeued=True)
+    evicted = workload(cond("Evicted", "True", "Preempted", PREEMPTED), cond("QuotaReserved", "False"), requeued=True,
+                       evictions=2)
     evicted["spec"]["podSets"] = [{"name": "main", "template": {"spec": {"containers": [{"name": "c" * 1000}]}}}]
     trimmed = k8s_kueue.trim_workload(evicted)
     assert "podSets" not in trimmed["spec"] and len(str(trimmed)) < 1000

@@ -21,10 +21,11 @@ def obj(name: str, sweep: str | None = "s", version: str = "1", namespace: str =
             "status": {"phase": "Running"}}
 
 
-def test_a_job_keeps_identity_owners_deadline_and_status_only() -> None:
+def test_a_job_keeps_identity_owners_deadline_kueue_evictions_noted_and_status_only() -> None:
     job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u", "finalizers": ["kubesweep.io/outcome"],
                         "labels": {LABEL_SWEEP: "s", LABEL_TRIAL: "t", "app": "x"},
-                        "annotations": {"kubesweep.io/config": "{...}"}, "resourceVersion": "7",
+                        "annotations": {"kubesweep.io/config": "{...}", "kubesweep.io/kueue-evictions": "1"},
+                        "resourceVersion": "7",
                         "ownerReferences": [{"uid": "o1", "kind": "Sweep", "name": "s"}]},
            "spec": {"activeDeadlineSeconds": 60, "template": {"spec": {"containers": []}}, "parallelism": 1},
            "status": {"startTime": "T0", "active": 1, "ready": 1, "uncountedTerminatedPods": {},
@@ -32,7 +33,8 @@ def test_a_job_keeps_identity_owners_deadline_and_status_only() -> None:
                                       "lastTransitionTime": "T1", "lastProbeTime": "T1"}]}}
     assert trim_job(job) == {
         "metadata": {"name": "j", "namespace": "ns", "uid": "u", "finalizers": ["kubesweep.io/outcome"],
-                     "labels": {LABEL_SWEEP: "s", LABEL_TRIAL: "t"}, "ownerReferences": [{"uid": "o1"}]},
+                     "labels": {LABEL_SWEEP: "s", LABEL_TRIAL: "t"}, "ownerReferences": [{"uid": "o1"}],
+                     "annotations": {"kubesweep.io/kueue-evictions": "1"}},
         "spec": {"activeDeadlineSeconds": 60},
         "status": {"startTime": "T0", "active": 1, "conditions": [
             {"type": "Complete", "status": "True", "reason": "Done", "message": "m", "lastTransitionTime": "T1"}]}}

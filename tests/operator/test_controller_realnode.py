@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kubesweep.backends.k8s_state import TrialEntry
 from kubesweep.images import load_lock
 from kubesweep.manifests import restricted_container_security, restricted_pod_security
 from tests.support.image_fixtures import JOB_KEY, Built, by_digest
@@ -452,6 +453,109 @@ def test_evicted_trial_resumes_from_its_checkpoint_and_logs_every_step_once(stac
     assert resumed and resumed >= int(first.name.split("-")[1]), results
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
     assert sorted(steps) == list(range(1, 151)), steps  # every step once: none lost, none twice
+
+
+# ------------------------------------------------------------------------------------------- 3b: Kueue preemption
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+
+
+def _preemptor(namespace: str, image: str, queue: str, priority_class: str) -> dict[str, Any]:
+    """Another team's Job in the same ClusterQueue at a higher Kueue priority: it needs the quota a trial holds."""
+    container = {"name": "main", "image": image, "command": ["python", "-c", "import time; time.sleep(15)"],
+                 "resources": {"requests": {"cpu": TRIAL_CPU, "memory": "256Mi"},
+                               "limits": {"cpu": TRIAL_CPU, "memory": "256Mi"}},
+                 "securityContext": restricted_container_security()}
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "urgent", "namespace": namespace,
+                         "labels": {"kueue.x-k8s.io/queue-name": queue,
+                                    "kueue.x-k8s.io/priority-class": priority_class}},
+            "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never", "securityContext": restricted_pod_security(),
+                "automountServiceAccountToken": False, "containers": [container]}}}}
+
+
+def test_trial_preempted_by_kueue_resumes_from_its_checkpoint_and_logs_every_step_once(
+        stack: Stack, kueue: Any, tmp_path: Path) -> None:
+    """Real Kueue admits a trial into a ClusterQueue with room for one; a higher-priority Job in the same queue
+    preempts it (Kueue suspends its Job: the pod is stopped, SIGTERM, and deleted); readmitted once that Job is
+    done, the trial's next pod resumes from its checkpoint. MLflow has each step once and Kueue's words as tags."""
+    cluster, ns, name, queue = stack.cluster, stack.namespace, "real-kueue", "rn-shared"
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "rn-node"}},
+        {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": "rn-urgent"}, "value": 1000},
+        {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": "rn-shared"}, "spec": {
+            "namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "rn-node", "resources": [
+                {"name": "cpu", "nominalQuota": "1"}, {"name": "memory", "nominalQuota": "3Gi"}]}]}]}},
+        {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": queue, "namespace": ns},
+         "spec": {"clusterQueue": "rn-shared"}},
+    ]
+    cluster.kubectl("label", "namespace", ns, "kubesweep.io/kueue=enabled")
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+    try:
+        path = _write_spec(tmp_path / "sweep.yaml", name, stack.image,
+                           job={"train_samples": 400, "batch_size": 8, "max_steps": 150, "checkpoint_every": 10,
+                                "keep_checkpoints": 2, "precision": "fp32"},
+                           storage={"cache_claim": "data", "checkpoint_claim": "checkpoints"})
+        doc = yaml.safe_load(path.read_text())
+        doc["spec"]["queue"] = queue
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        out = stack.sweep("submit", str(path), "--detach")
+        assert out.returncode == 0, out.stdout + out.stderr
+        trial_dirs = stack.checkpoints / name
+
+        def checkpointed() -> Path | None:
+            found = sorted(trial_dirs.glob("*/step-*")) if trial_dirs.is_dir() else []
+            return found[-1] if found else None
+
+        first = _kc().wait_until("the queued trial's first checkpoint", checkpointed, 900, interval=0.5)
+        (pod,) = [p for p in stack.pods(name) if p["status"].get("phase") == "Running"]
+        (job,) = cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
+        cluster.apply([_preemptor(ns, stack.image, queue, "rn-urgent")])
+
+        def preempted_in_status() -> str | None:  # the operator's status, in Kueue's words, while the Job waits
+            slices = cluster.get_json("trialslices", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
+            reasons = [TrialEntry.decode(text).reason for s in slices for text in (s.get("trials") or {}).values()]
+            return next((r for r in reasons if r.startswith("preempted by Kueue")), None)
+
+        reason = _kc().wait_until("the trial shown preempted by Kueue", preempted_in_status, 120, interval=0.5)
+        assert "LocalQueue rn-shared" in reason, reason
+        status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=900)
+        assert status["phase"] == "Succeeded", f"{json.dumps(status)[:3000]}\n{stack.diagnostics()}"
+
+        # one Job, suspended and resumed by Kueue: the preempted pod is gone, a second pod of the Job finished
+        (after,) = cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
+        assert after["metadata"]["uid"] == job["metadata"]["uid"]
+        (resumed_pod,) = stack.pods(name)
+        assert resumed_pod["metadata"]["name"] != pod["metadata"]["name"]
+        assert resumed_pod["status"]["phase"] == "Succeeded"
+        (workload,) = [w for w in cluster.get_json("workloads", namespace=ns)["items"]
+                       if any(r.get("uid") == job["metadata"]["uid"] for r in w["metadata"]["ownerReferences"])]
+        evictions = workload["status"]["schedulingStats"]["evictions"]
+        assert [(e["reason"], e["count"]) for e in evictions] == [("Preempted", 1)], evictions
+        assert after["metadata"]["annotations"]["kubesweep.io/kueue-evictions"] == "1"
+        urgent = cluster.get_json("job", "urgent", namespace=ns)
+        assert urgent["status"].get("succeeded") == 1, urgent["status"]
+
+        (run,) = stack.child_runs(name)
+        client = stack.mlflow()
+        results = json.loads(Path(client.download_artifacts(run.info.run_id, "results.json", str(tmp_path)))
+                             .read_text())
+        resumed = results["train"]["resumed_from_step"]
+        assert resumed and resumed >= int(first.name.split("-")[1]), results
+        assert results["timings"]["queue_wait_s"] is not None
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+        assert sorted(steps) == list(range(1, 151)), steps  # every step once: none lost, none twice
+        tags = client.get_run(run.info.run_id).data.tags
+        assert tags["kueue.queue"] == queue and "kueue.priority_class" not in tags
+        assert tags["kueue.evictions"] == "1"
+        assert tags["kueue.last_eviction"].startswith("preempted by Kueue, requeued in LocalQueue rn-shared"), tags
+    finally:
+        cluster.kubectl("delete", "job", "urgent", "-n", ns, "--ignore-not-found", "--wait=false", check=False)
+        cluster.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", check=False,
+                        input=yaml.safe_dump_all(objects))
+        cluster.kubectl("label", "namespace", ns, "kubesweep.io/kueue-", check=False)
 
 
 # ------------------------------------------------------------------------------------------------ 5: OOM

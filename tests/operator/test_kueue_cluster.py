@@ -256,6 +256,11 @@ def test_a_preempted_trial_is_requeued_and_resumes_its_job_and_its_outcome_is_re
     assert len(recorder.jobs) == 4 and all(len(uids) == 1 for uids in recorder.jobs.values()), recorder.jobs
     runs = sorted(len(recorder.pods.get(uids[0], ())) for uids in recorder.jobs.values())
     assert runs == [2, 2, 2, 2], runs  # each preempted trial's one Job ran a second pod once readmitted
+    # the eviction the operator saw is noted on the Job (its MLflow run tagged, where the sweep tracks: no MLflow
+    # here; tests/operator/test_controller_realnode.py reads the tags), once: Kueue counted one eviction each
+    noted = [(j["metadata"].get("annotations") or {}).get("kubesweep.io/kueue-evictions")
+             for j in sweep_jobs(inst, "low")]
+    assert set(noted) <= {"1", None} and "1" in noted, noted
     entries = trial_slices(inst, "low")
     assert len(entries) == 4 and all(e.final and e.outcome == Outcome.SUCCEEDED for e in entries.values())
 

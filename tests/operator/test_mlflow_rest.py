@@ -131,3 +131,25 @@ def test_the_operators_credentials_go_to_its_own_server_only() -> None:
     assert policy.refusal("http://track.example.com:5000") is None  # allowed ...
     assert policy.credentials_for("http://track.example.com:5000") is None  # ... without the chart's credentials
     assert TrackingPolicy(credentials_secret="s").credentials_for("http://x:1") is None
+
+
+def test_kueues_words_are_tagged_on_the_trials_own_run(mlflow_server: Any) -> None:
+    """Against a real `mlflow server`: the operator finds a trial's run by its `kubesweep.trial_id` tag in the
+    parent run's experiment and tags it; a trial without a run yet is reported, and a trial id that could widen the
+    search filter is refused before any request."""
+    from mlflow.tracking import MlflowClient
+
+    rest = MlflowRest(mlflow_server.url, environ={})
+    parent = rest.parent_run("kueue-tags", "kueue-tags", "uid-kueue-tags")
+    client = MlflowClient(tracking_uri=mlflow_server.url)
+    experiment = client.get_run(parent).info.experiment_id
+    mine = client.create_run(experiment, tags={"kubesweep.trial_id": "a1b2c3", "mlflow.parentRunId": parent})
+    other = client.create_run(experiment, tags={"kubesweep.trial_id": "d4e5f6", "mlflow.parentRunId": parent})
+    tags = {"kueue.evictions": "1", "kueue.last_eviction": "preempted by Kueue, requeued in LocalQueue q: ..."}
+    # 0000ff: evicted before its job made a run
+    assert rest.tag_trial_runs(parent, {"a1b2c3": tags, "0000ff": tags}) == ["0000ff"]
+    assert {k: v for k, v in client.get_run(mine.info.run_id).data.tags.items() if k.startswith("kueue.")} == tags
+    assert not any(k.startswith("kueue.") for k in client.get_run(other.info.run_id).data.tags)
+    with pytest.raises(MlflowError, match="not a trial id"):
+        rest.tag_trial_runs(parent, {"x' OR tags.`kubesweep.trial_id` != '": tags})
+    assert not any(k.startswith("kueue.") for k in client.get_run(other.info.run_id).data.tags)
