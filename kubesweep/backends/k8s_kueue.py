@@ -86,6 +86,12 @@ def evictions_noted(job: Mapping[str, Any]) -> int:
     return int(value) if str(value).isdigit() else 0
 
 
+def not_noted(admissions: Mapping[str, Admission], jobs: Mapping[str | None, Mapping[str, Any]]
+              ) -> dict[str, tuple[Mapping[str, Any], Admission]]:
+    """trial id → (its Job, Kueue's word) for the trials Kueue evicted more often than their Jobs have noted."""
+    return {tid: (jobs[tid], adm) for tid, adm in admissions.items() if adm.evictions > evictions_noted(jobs[tid])}
+
+
 def eviction_tags(admission: Admission) -> dict[str, str]:
     """The MLflow tags that carry Kueue's word on an evicted trial to its run."""
     return {TAG_EVICTIONS: str(admission.evictions), TAG_LAST_EVICTION: admission.reason[:5000]}

@@ -310,9 +310,7 @@ class KubernetesBackend(Backend):
         for tid in [t for t, at in applied.items() if t in jobs_by_trial or now - at > APPLIED_GRACE]:
             del applied[tid]
         queued = self.kueue.waiting(state.sweep.name, state.sweep.spec.queue, jobs_by_trial)
-        evicted = {tid: (jobs_by_trial[tid], adm) for tid, adm in queued.items()
-                   if adm.evictions > k8s_kueue.evictions_noted(jobs_by_trial[tid])}
-        if evicted:
+        if evicted := k8s_kueue.not_noted(queued, jobs_by_trial):
             self._evicted_by_kueue(state, evicted)
         out = {}
         for trial in p.trials:
@@ -323,9 +321,9 @@ class KubernetesBackend(Backend):
             out[trial.id] = (seen, job is not None or trial.id in applied)
         return out
 
-    def _evicted_by_kueue(self, state: SweepState, evicted: Mapping[str, tuple[Obj, k8s_kueue.Admission]]) -> None:
-        """Trials Kueue evicted (preempted) more often than their Jobs' `kubesweep.io/kueue-evictions` says: the
-        operator tags their MLflow runs with Kueue's words (OperatorBackend); here, status shows them only."""
+    def _evicted_by_kueue(self, state: SweepState,
+                          evicted: Mapping[str, tuple[Mapping[str, Any], k8s_kueue.Admission]]) -> None:
+        """Trials evicted by Kueue since their Jobs last noted it: status shows it; the operator also tags runs."""
 
     def _statuses(self, state: SweepState, p: Plan, seen: Mapping[str, tuple[Observed, bool]]) -> list[TrialStatus]:
         statuses = []

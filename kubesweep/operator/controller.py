@@ -28,7 +28,7 @@ from kubesweep.backends import k8s_kueue
 from kubesweep.backends.base import BackendError, SweepNotFound, SweepStatus
 from kubesweep.backends.k8s_state import Recorded, SweepState, discard, phase_for
 from kubesweep.backends.k8s_status import job_finished
-from kubesweep.backends.k8s_watch import Informer, Obj
+from kubesweep.backends.k8s_watch import Informer
 from kubesweep.backends.kubernetes import JobRefused, KubernetesBackend
 from kubesweep.manifests import LABEL_TRIAL, image_problem, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
@@ -315,7 +315,8 @@ class OperatorBackend(KubernetesBackend):
         a Sweep names."""
         return MlflowRest(uri, environ=None if self.tracking_policy.is_default(uri) else {})
 
-    def _evicted_by_kueue(self, state: SweepState, evicted: Mapping[str, tuple[Obj, k8s_kueue.Admission]]) -> None:
+    def _evicted_by_kueue(self, state: SweepState,
+                          evicted: Mapping[str, tuple[Mapping[str, Any], k8s_kueue.Admission]]) -> None:
         """Tag the MLflow runs of trials Kueue evicted (`kueue.evictions`, `kueue.last_eviction`: its words), then
         note the count on their Jobs, so a restarted operator tags nothing twice. A trial evicted before its job
         made a run has nothing to tag; an MLflow error leaves the notes unwritten, tried again `TAG_RETRY_S` later
