@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 JOB_MODULE = "kubesweep.jobs"
+# Set in a trial's environment by the fork server: when its client started, where the trial's start-up time begins.
+LAUNCHED_ENV = "KUBESWEEP_LAUNCHED_AT"
 # Set on a queued trial's Job (spec.queue): epoch seconds of its creation; the job's queue wait is measured from it.
 QUEUED_AT_ENV = "KUBESWEEP_QUEUED_AT"
 # ... and its Kueue LocalQueue and priority class, which the job tags its MLflow run with (`QUEUE_TAGS`)

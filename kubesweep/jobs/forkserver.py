@@ -55,6 +55,8 @@ import warnings
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
+from kubesweep.jobs.command import LAUNCHED_ENV
+
 JOB_MODULE = "kubesweep.jobs"
 # Environment read by torch, transformers, tokenizers or the interpreter when they are imported: a trial whose
 # environment differs from the server's in one of these runs in a fresh interpreter instead.
@@ -92,8 +94,6 @@ WARM_IMPORTS = ("torch._inductor.compile_fx", "torch._inductor.codegen.triton",
                 "torch._dynamo.repro.after_dynamo", "torch._dynamo.repro.after_aot",
                 "torch.distributed.tensor.experimental", "torch.export._trace", "torch.fx.experimental.validator",
                 "sympy.tensor.tensor", "sympy.physics.units")
-# Set in a forked trial's environment: when its client started, where the trial's start-up time begins.
-LAUNCHED_ENV = "KUBESWEEP_LAUNCHED_AT"
 # How long a server has to end after SIGTERM before it is killed (it kills its spare and trials, then exits).
 TERMINATE_GRACE_S = 5.0
 RELAYED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

@@ -22,12 +22,11 @@ from typing import Any
 from kubesweep.jobs import data as data_mod
 from kubesweep.jobs import distributed, env, export, inference, plot, runtime
 from kubesweep.jobs import model as model_mod
-from kubesweep.jobs.command import QUEUE_TAGS, QUEUED_AT_ENV
+from kubesweep.jobs.command import LAUNCHED_ENV, QUEUE_TAGS, QUEUED_AT_ENV
 from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.energy import EnergyMeter, energy_metrics
 from kubesweep.jobs.errors import UsageError
-from kubesweep.jobs.forkserver import LAUNCHED_ENV
 from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.jobs.metrics import NvmlSampler, host_peak_rss_bytes, system_metrics, torch_memory_peaks
 from kubesweep.jobs.results import Results
