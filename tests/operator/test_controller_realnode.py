@@ -410,12 +410,21 @@ def test_kubelet_outage_mid_sweep_loses_and_duplicates_nothing(stack: Stack, cpu
 # ------------------------------------------------------------------------------------------------ 3: eviction
 
 
-def test_evicted_trial_resumes_from_its_checkpoint_and_logs_every_step_once(stack: Stack, tmp_path: Path) -> None:
-    name = "real-evict"
+RESUMED_STEPS = 150
+
+
+def _checkpointing_trial(stack: Stack, tmp_path: Path, name: str, queue: str | None = None
+                         ) -> tuple[Path, dict[str, Any]]:
+    """`sweep submit` of one trial of RESUMED_STEPS steps that checkpoints every 10 (in Kueue's `queue`, if
+    named); returns its first checkpoint and its running pod once it has one."""
     path = _write_spec(tmp_path / "sweep.yaml", name, stack.image,
-                       job={"train_samples": 400, "batch_size": 8, "max_steps": 150, "checkpoint_every": 10,
-                            "keep_checkpoints": 2, "precision": "fp32"},
+                       job={"train_samples": 400, "batch_size": 8, "max_steps": RESUMED_STEPS,
+                            "checkpoint_every": 10, "keep_checkpoints": 2, "precision": "fp32"},
                        storage={"cache_claim": "data", "checkpoint_claim": "checkpoints"})
+    if queue:
+        doc = yaml.safe_load(path.read_text())
+        doc["spec"]["queue"] = queue
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
     out = stack.sweep("submit", str(path), "--detach")
     assert out.returncode == 0, out.stdout + out.stderr
     trial_dirs = stack.checkpoints / name
@@ -424,8 +433,27 @@ def test_evicted_trial_resumes_from_its_checkpoint_and_logs_every_step_once(stac
         found = sorted(trial_dirs.glob("*/step-*")) if trial_dirs.is_dir() else []
         return found[-1] if found else None
 
-    first = _kc().wait_until("the trial's first checkpoint", checkpointed, 900, interval=0.5)
+    first: Path = _kc().wait_until(f"trial {name}'s first checkpoint", checkpointed, 900, interval=0.5)
     (pod,) = [p for p in stack.pods(name) if p["status"].get("phase") == "Running"]
+    return first, pod
+
+
+def _resumed_once(stack: Stack, name: str, first: Path, tmp_path: Path) -> dict[str, Any]:
+    """The trial's one MLflow run says it resumed from a checkpoint at or after `first` and has every step once;
+    returns its results.json and tags."""
+    (run,) = stack.child_runs(name)
+    client = stack.mlflow()
+    results = json.loads(Path(client.download_artifacts(run.info.run_id, "results.json", str(tmp_path))).read_text())
+    resumed = results["train"]["resumed_from_step"]
+    assert resumed and resumed >= int(first.name.split("-")[1]), results
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert sorted(steps) == list(range(1, RESUMED_STEPS + 1)), steps  # every step once: none lost, none twice
+    return {"results": results, "tags": client.get_run(run.info.run_id).data.tags}
+
+
+def test_evicted_trial_resumes_from_its_checkpoint_and_logs_every_step_once(stack: Stack, tmp_path: Path) -> None:
+    name = "real-evict"
+    first, pod = _checkpointing_trial(stack, tmp_path, name)
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
                 "metadata": {"name": pod["metadata"]["name"], "namespace": stack.namespace}}
     evicted = pod["metadata"]["name"]
@@ -445,14 +473,7 @@ def test_evicted_trial_resumes_from_its_checkpoint_and_logs_every_step_once(stac
     # the evicted pod is gone (an eviction deletes it); the Job made one replacement, which finished
     (replacement,) = stack.pods(name)
     assert replacement["metadata"]["name"] != evicted and replacement["status"]["phase"] == "Succeeded"
-
-    (run,) = stack.child_runs(name)
-    client = stack.mlflow()
-    results = json.loads(Path(client.download_artifacts(run.info.run_id, "results.json", str(tmp_path))).read_text())
-    resumed = results["train"]["resumed_from_step"]
-    assert resumed and resumed >= int(first.name.split("-")[1]), results
-    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
-    assert sorted(steps) == list(range(1, 151)), steps  # every step once: none lost, none twice
+    _resumed_once(stack, name, first, tmp_path)
 
 
 # ------------------------------------------------------------------------------------------- 3b: Kueue preemption
@@ -494,23 +515,7 @@ def test_trial_preempted_by_kueue_resumes_from_its_checkpoint_and_logs_every_ste
     cluster.kubectl("label", "namespace", ns, "kubesweep.io/kueue=enabled")
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
     try:
-        path = _write_spec(tmp_path / "sweep.yaml", name, stack.image,
-                           job={"train_samples": 400, "batch_size": 8, "max_steps": 150, "checkpoint_every": 10,
-                                "keep_checkpoints": 2, "precision": "fp32"},
-                           storage={"cache_claim": "data", "checkpoint_claim": "checkpoints"})
-        doc = yaml.safe_load(path.read_text())
-        doc["spec"]["queue"] = queue
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        out = stack.sweep("submit", str(path), "--detach")
-        assert out.returncode == 0, out.stdout + out.stderr
-        trial_dirs = stack.checkpoints / name
-
-        def checkpointed() -> Path | None:
-            found = sorted(trial_dirs.glob("*/step-*")) if trial_dirs.is_dir() else []
-            return found[-1] if found else None
-
-        first = _kc().wait_until("the queued trial's first checkpoint", checkpointed, 900, interval=0.5)
-        (pod,) = [p for p in stack.pods(name) if p["status"].get("phase") == "Running"]
+        first, pod = _checkpointing_trial(stack, tmp_path, name, queue=queue)
         (job,) = cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
         cluster.apply([_preemptor(ns, stack.image, queue, "rn-urgent")])
 
@@ -538,16 +543,9 @@ def test_trial_preempted_by_kueue_resumes_from_its_checkpoint_and_logs_every_ste
         urgent = cluster.get_json("job", "urgent", namespace=ns)
         assert urgent["status"].get("succeeded") == 1, urgent["status"]
 
-        (run,) = stack.child_runs(name)
-        client = stack.mlflow()
-        results = json.loads(Path(client.download_artifacts(run.info.run_id, "results.json", str(tmp_path)))
-                             .read_text())
-        resumed = results["train"]["resumed_from_step"]
-        assert resumed and resumed >= int(first.name.split("-")[1]), results
-        assert results["timings"]["queue_wait_s"] is not None
-        steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
-        assert sorted(steps) == list(range(1, 151)), steps  # every step once: none lost, none twice
-        tags = client.get_run(run.info.run_id).data.tags
+        run = _resumed_once(stack, name, first, tmp_path)
+        assert run["results"]["timings"]["queue_wait_s"] is not None
+        tags = run["tags"]
         assert tags["kueue.queue"] == queue and "kueue.priority_class" not in tags
         assert tags["kueue.evictions"] == "1"
         assert tags["kueue.last_eviction"].startswith("preempted by Kueue, requeued in LocalQueue rn-shared"), tags
