@@ -2,7 +2,7 @@
 
 Here (a machine with Go and the module proxy):
 
-    python bench/gpu_node.py pack                 # .gpu/pack-N (the node's binaries, 52 MiB each), .gpu/wheels
+    python bench/gpu_node.py pack                 # .gpu/pack-N (the node's binaries, 44 MiB each), .gpu/wheels
 
 On the GPU machine, from a copy of this repository that has every .gpu/pack-N and .gpu/wheels (each small enough
 to travel beside the repository in one call), with the machine's PyTorch Python:
@@ -39,13 +39,13 @@ import gpu_node  # noqa: E402  (tests/cluster/gpu_node.py: standard library only
 # The node's binaries, xz-compressed, in packs of at most PACK_MIB each: one call to the GPU machine carries one
 # pack beside the repository (64 MiB in all), so the packs travel one call each and are kept there.
 GPU_DIR = ROOT / ".gpu"
-PACK_MIB = 52
+PACK_MIB = 44
 WHEELS = GPU_DIR / "wheels"
 SITE = Path("/tmp/kubesweep-site")
 NAMESPACE = "gpu-sweep"
 MLFLOW_PORT = 5000
 K8S_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd",
-                "containerd-shim-runc-v2", "ctr", "pause")
+                "containerd-shim-runc-v2", "ctr", "pause", "coredns")
 GPU_BINARIES = {"runc": "", "nvidia-device-plugin": "", "gpu-feature-discovery": "", "nvidia-cdi-hook": "",
                 "bridge": "cni", "host-local": "cni", "loopback": "cni"}
 # What the job image and the CLI need that the GPU machine's PyTorch environment does not have (its venv provides
@@ -165,11 +165,39 @@ def pack_wheels() -> None:
         shutil.copy2(model / name, tok / name)
     total = sum(p.stat().st_size for p in WHEELS.rglob("*") if p.is_file())
     log(f"{WHEELS}: {len(list(WHEELS.glob('*.whl')))} wheels and a tokenizer, {total / 2**20:.1f} MiB")
+    split_wheels()
+
+
+def split_wheels(limit: int = PACK_MIB << 20) -> None:
+    """Wheels beyond `limit` move to `.gpu/wheels-2` (smallest first, the kubesweep wheel and the tokenizer stay),
+    which travels beside a pack with room; `gather_wheels` puts them back on the GPU machine."""
+    extra = GPU_DIR / "wheels-2"
+    shutil.rmtree(extra, ignore_errors=True)
+    total = sum(p.stat().st_size for p in WHEELS.rglob("*") if p.is_file())
+    movable = sorted((w for w in WHEELS.glob("*.whl") if not w.name.startswith("kubesweep-")),
+                     key=lambda w: w.stat().st_size)
+    while total > limit and movable:
+        wheel = movable.pop(0)
+        extra.mkdir(exist_ok=True)
+        total -= wheel.stat().st_size
+        wheel.rename(extra / wheel.name)
+    if extra.exists():
+        log(f"{extra}: {len(list(extra.iterdir()))} wheels, "
+            f"{sum(p.stat().st_size for p in extra.iterdir()) / 2**20:.1f} MiB, to travel beside a pack")
+
+
+def gather_wheels() -> None:
+    """On the GPU machine: the wheels that travelled in `.gpu/wheels-2`, back beside the others."""
+    extra = GPU_DIR / "wheels-2"
+    for wheel in extra.glob("*.whl") if extra.exists() else ():
+        if not (WHEELS / wheel.name).exists():
+            shutil.copy2(wheel, WHEELS / wheel.name)
 
 
 # --------------------------------------------------------------------------------------------- there: helpers
 def site_env() -> dict[str, str]:
     """The environment the CLI and MLflow run in: the carried wheels beside the machine's PyTorch venv."""
+    gather_wheels()
     if not (SITE / ".done").exists():
         import importlib.metadata as m
 
@@ -265,20 +293,23 @@ def n_summary() -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------- there: sweep
 def start_mlflow(env: dict[str, str]) -> str:
-    """An `mlflow server` host process on every address (pods reach it at the bridge's); its URI for pods."""
+    """An `mlflow server` host process on the pod network's gateway alone (the node's own bridge: reachable from
+    the node and its pods, from nowhere else); its URI, the same for pods and for the CLI here. The bridge must
+    exist (`ready` makes it first)."""
     store = gpu_node.ROOT / "mlflow"
     store.mkdir(exist_ok=True)
     uri = f"http://{gpu_node.NODE_GATEWAY}:{MLFLOW_PORT}"
-    if subprocess.run(["curl", "-sf", f"http://127.0.0.1:{MLFLOW_PORT}/health"], capture_output=True).returncode:
+    if not Path(f"/sys/class/net/{gpu_node.BRIDGE}").exists():
+        raise SystemExit(f"no bridge {gpu_node.BRIDGE} yet: MLflow listens on it alone (run a node step first)")
+    if subprocess.run(["curl", "-sf", f"{uri}/health"], capture_output=True).returncode:
         with (gpu_node.ROOT / "logs" / "mlflow.log").open("ab") as f:
-            subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "0.0.0.0", "--port",
+            subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", gpu_node.NODE_GATEWAY, "--port",
                               str(MLFLOW_PORT), "--backend-store-uri", f"sqlite:///{store}/mlflow.db",
                               "--artifacts-destination", str(store / "artifacts"), "--workers", "2",
-                              # the Host header pods send (the bridge's address), beside the loopback names
-                              "--allowed-hosts", f"{gpu_node.NODE_GATEWAY}:{MLFLOW_PORT},localhost:*,127.0.0.1:*"],
+                              "--allowed-hosts", f"{gpu_node.NODE_GATEWAY}:{MLFLOW_PORT}"],
                              env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for(lambda: subprocess.run(["curl", "-sf", f"http://127.0.0.1:{MLFLOW_PORT}/health"],
-                                        capture_output=True).returncode == 0, 120, "MLflow server")
+        wait_for(lambda: subprocess.run(["curl", "-sf", f"{uri}/health"], capture_output=True).returncode == 0,
+                 120, "MLflow server")
     return uri
 
 
@@ -510,8 +541,7 @@ def local(args: argparse.Namespace) -> None:
     """The same spec on the local backend (fork server), same machine, same MLflow server."""
     import yaml
 
-    env = site_env()
-    start_mlflow(env)
+    env, _, _, uri = on_node()
     spec = yaml.safe_load((args.out / "gpu-node.yaml").read_text()) if (args.out / "gpu-node.yaml").exists() \
         else sweep_spec("gpu-node", "unused", gpu_key(node_api()), args)
     cache = gpu_node.ROOT / "volumes" / "cache"
@@ -522,8 +552,7 @@ def local(args: argparse.Namespace) -> None:
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     home = ["--home", str(gpu_node.ROOT / "local-home")]
     t0 = time.monotonic()
-    proc = sweep_cli(args.out, "submit", str(path), *home, "--tracking-uri", f"http://127.0.0.1:{MLFLOW_PORT}",
-                     env=env, timeout=args.timeout)
+    proc = sweep_cli(args.out, "submit", str(path), *home, "--tracking-uri", uri, env=env, timeout=args.timeout)
     result: dict[str, Any] = {"submit": {"exit": proc.returncode, "wall_s": time.monotonic() - t0}}
     for fmt in ("json", "table"):
         out = sweep_cli(args.out, "results", "gpu-node-local", *home, "-f", fmt, env=env).stdout
@@ -535,13 +564,12 @@ def local(args: argparse.Namespace) -> None:
     fresh_path = args.out / "gpu-node-fresh.yaml"
     fresh_path.write_text(yaml.safe_dump(fresh, sort_keys=False))
     t0 = time.monotonic()
-    proc = sweep_cli(args.out, "submit", str(fresh_path), *home, "--tracking-uri", f"http://127.0.0.1:{MLFLOW_PORT}",
+    proc = sweep_cli(args.out, "submit", str(fresh_path), *home, "--tracking-uri", uri,
                      env={**env, "KUBESWEEP_LOCAL_FORKSERVER": "0"}, timeout=args.timeout)
     result["fresh_interpreter"] = {"exit": proc.returncode, "wall_s": time.monotonic() - t0, "per_trial": sweep_cli(
         args.out, "results", "gpu-node-fresh", *home, "--per-trial", "-f", "json", env=env).stdout}
     result["per_trial"] = sweep_cli(args.out, "results", "gpu-node-local", *home, "--per-trial", "-f", "json",
                                     env=env).stdout
-    uri = f"http://127.0.0.1:{MLFLOW_PORT}"
     result["trials"] = trial_timings(uri, "gpu-node-local")
     result["fresh_interpreter"]["trials"] = trial_timings(uri, "gpu-node-fresh")
     write_json(args.out, "local.json", result)
@@ -638,11 +666,167 @@ def operator(args: argparse.Namespace) -> None:
     write_json(args.out, "operator.json", result)
 
 
+# --------------------------------------------------------------------------------------------- there: several GPUs
+def interference_spec(name: str, image: str, gpu: str, args: argparse.Namespace, *, repeats: int, parallel: int,
+                      alone: bool) -> dict[str, Any]:
+    """A training cell (bert-base shapes, batch 256) and an inference cell (batch 8, host-bound), `repeats` each,
+    `parallel` at a time; `alone`: spec.placement.alone."""
+    spec = sweep_spec(name, image, gpu, args, epochs=1, inference_batches=args.inference_batches,
+                      warmup_batches=20)
+    spec["spec"]["matrix"] = {"gpu": [gpu], "task": ["finetune", "inference"], "batch_size": [256, 8],
+                              "precision": ["bf16"]}
+    spec["spec"]["exclude"] = [{"task": "finetune", "batch_size": 8}, {"task": "inference", "batch_size": 256}]
+    spec["spec"]["repeats"] = repeats
+    spec["spec"]["concurrency"] = {"max_parallel": parallel, "per_gpu_type": parallel}
+    spec["spec"]["placement"] = {"alone": alone}
+    return spec
+
+
+def submit_on_node(args: argparse.Namespace, spec: dict[str, Any], env: dict[str, str], uri: str) -> dict[str, Any]:
+    """`sweep submit` of `spec` through the Kubernetes backend; its exit, wall time, per-trial results and the
+    results files of its trials (read from MLflow)."""
+    import yaml
+
+    name = spec["metadata"]["name"]
+    path = args.out / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    k8s = ["--backend", "kubernetes", "--direct", "-n", NAMESPACE]
+    t0 = time.monotonic()
+    proc = sweep_cli(args.out, "submit", str(path), *k8s, "--tracking-uri", uri, env=env, timeout=args.timeout)
+    out: dict[str, Any] = {"exit": proc.returncode, "wall_s": round(time.monotonic() - t0, 1)}
+    out["table"] = sweep_cli(args.out, "results", name, *k8s, "--tracking-uri", uri, env=env).stdout
+    out["results"] = results_files(uri, name)
+    return out
+
+
+def results_files(uri: str, experiment: str) -> dict[str, Any]:
+    """Every trial's results.json of an experiment, by trial name."""
+    import tempfile
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    found: dict[str, Any] = {}
+    if exp is None:
+        return found
+    for run in client.search_runs([exp.experiment_id], max_results=1000):
+        if "kubesweep.trial_id" not in run.data.tags:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                res = json.loads(Path(client.download_artifacts(run.info.run_id, "results.json", tmp)).read_text())
+            except Exception as exc:
+                found[run.data.tags.get("mlflow.runName", run.info.run_id)] = {"error": str(exc)[:300]}
+                continue
+        found[res["trial"]["name"]] = res
+    return found
+
+
+def gpu_overlaps(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Pairs of trials whose processes ran at the same time on one GPU (by NVML UUID): none is the goal."""
+    from kubesweep.tracking.busy import trial_span
+
+    spans = []
+    for name, res in results.items():
+        span = trial_span(res) if "trial" in res else None
+        for gpu in (res.get("environment") or {}).get("gpus") or []:
+            if span is not None and gpu.get("nvml_uuid"):
+                spans.append((gpu["nvml_uuid"], span, name))
+    bad = []
+    for i, (uuid, (s1, e1), n1) in enumerate(spans):
+        for uuid2, (s2, e2), n2 in spans[i + 1:]:
+            if uuid == uuid2 and n1 != n2 and s1 < e2 and s2 < e1:
+                bad.append({"uuid": uuid, "trials": [n1, n2], "overlap_s": round(min(e1, e2) - max(s1, s2), 2)})
+    return bad
+
+
+def identity(res: dict[str, Any]) -> dict[str, Any]:
+    env = res.get("environment") or {}
+    return {"outcome": res.get("outcome"), "node": env.get("node_name"),
+            "gpus": [{k: g.get(k) for k in ("name", "nvml_uuid", "pci_bus_id")} for g in env.get("gpus") or []],
+            "cpu_affinity": (env.get("cpu") or {}).get("affinity"),
+            "quota_cores": (env.get("cpu") or {}).get("quota_cores"),
+            "torch_threads": (env.get("cpu") or {}).get("torch_threads"),
+            "samples_per_s": (res.get("train") or res.get("inference") or {}).get("samples_per_s")}
+
+
+def shared(args: argparse.Namespace) -> None:
+    """Trials side by side and alone: the training and inference cells `--repeats` times each alone on the node
+    (spec.placement.alone), then twice as many 4 at a time (`per_gpu_type: 4`, each pod its own GPU); each
+    trial's GPU by NVML UUID and PCI bus id, its CPU set, and no two trials at once on one UUID."""
+    env, api, image, uri = on_node()
+    gpu = gpu_key(api)
+    result: dict[str, Any] = {"node": n_summary(), "image": image}
+    gpus = gpu_node.gpus_allocatable(api.node())
+    parallel = min(4, gpus)
+    for label, spec in (("alone", interference_spec("gpu-node-alone", image, gpu, args, repeats=args.repeats,
+                                                     parallel=parallel, alone=True)),
+                        ("shared", interference_spec("gpu-node-shared", image, gpu, args,
+                                                     repeats=2 * args.repeats, parallel=parallel, alone=False))):
+        run = submit_on_node(args, spec, env, uri)
+        run["trials"] = {name: identity(res) for name, res in run["results"].items()}
+        run["gpu_overlaps"] = gpu_overlaps(run["results"])
+        run["distinct_uuids"] = sorted({g["nvml_uuid"] for t in run["trials"].values() for g in t["gpus"]
+                                        if g.get("nvml_uuid")})
+        (args.out / f"results-{label}.json").write_text(json.dumps(run.pop("results"), default=str))
+        result[label] = run
+        log(f"{label}: exit {run['exit']} in {run['wall_s']} s, {len(run['trials'])} trials on "
+            f"{len(run['distinct_uuids'])} GPUs, {len(run['gpu_overlaps'])} overlaps on one GPU")
+    write_json(args.out, "shared.json", result)
+
+
+def ddp(args: argparse.Namespace) -> None:
+    """DDP trials as pods: 1, 2 and 4 GPUs in one pod (torchrun), then 2 pods x 2 GPUs (an Indexed Job, the
+    rendezvous through its headless Service), the step-graph DDP settings of the local DDP figures."""
+    env, api, image, uri = on_node()
+    gpu = gpu_key(api)
+    gpus = gpu_node.gpus_allocatable(api.node())
+    best = {"batch_size": 1024, "padding": "bucketed", "bucket_multiple": 8, "step_graph": True,
+            "compile": "default", "epochs": 3}
+    result: dict[str, Any] = {"node": n_summary()}
+    one_pod = sweep_spec("gpu-node-ddp", image, gpu, args, **best)
+    one_pod["spec"]["matrix"] = {"gpu": [gpu], "precision": ["bf16"],
+                                 "gpus_per_trial": [n for n in (1, 2, 4) if n <= gpus]}
+    one_pod["spec"]["resources"].update(cpu="16", memory="96Gi")
+    two_pods = sweep_spec("gpu-node-ddp-2x2", image, gpu, args, **best)
+    two_pods["spec"]["matrix"] = {"gpu": [gpu], "precision": ["bf16"]}
+    two_pods["spec"]["resources"].update(cpu="16", memory="96Gi", gpus_per_trial=2, num_nodes=2)
+    for spec in (one_pod, two_pods) if gpus >= 4 else (one_pod,):
+        run = submit_on_node(args, spec, env, uri)
+        rows = []
+        for name, res in sorted(run.pop("results").items()):
+            train = res.get("train") or {}
+            rows.append({"trial": name, "outcome": res.get("outcome"), "world_size": res.get("world_size"),
+                         "nodes": res["trial"].get("gpus_per_trial") and res.get("world_size", 1)
+                         // max(1, res["trial"]["gpus_per_trial"]),
+                         "samples_per_s": train.get("samples_per_s"),
+                         "step_p50_s": (train.get("step_time_s") or {}).get("p50"),
+                         "measured_steps": train.get("measured_steps"),
+                         "compile_warmup_s": (res.get("timings") or {}).get("compile_warmup_s"),
+                         "final_accuracy": res.get("final_accuracy"), "error": res.get("error"),
+                         "gpus": identity(res)["gpus"]})
+        run["rows"] = rows
+        result[spec["metadata"]["name"]] = run
+        log(f"{spec['metadata']['name']}: exit {run['exit']}: "
+            + ", ".join(f"{r['world_size']} GPUs {r['samples_per_s'] or 0:,.0f}/s" for r in rows))
+    base = next((r["samples_per_s"] for r in result["gpu-node-ddp"]["rows"] if r["world_size"] == 1), None)
+    for run in (v for v in result.values() if isinstance(v, dict) and "rows" in v):
+        for r in run["rows"]:
+            if base and r["samples_per_s"]:
+                r["scaling"] = round(r["samples_per_s"] / base, 3)
+                r["efficiency"] = round(r["scaling"] / max(1, r["world_size"] or 1), 3)
+    result["pods"] = {p["metadata"]["name"]: {**pod_timing(p), "node": p["spec"].get("nodeName")}
+                      for p in api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+                      if p["metadata"]["name"].startswith("gpu-node-ddp")}
+    write_json(args.out, "ddp.json", result)
+
+
 def every_step(args: argparse.Namespace) -> None:
     """sweep, local, faults and operator in turn, each on its own: one that fails leaves the others to run."""
     import traceback
 
-    steps = {"sweep": sweep, "local": local, "faults": faults, "operator": operator}
+    steps = {"sweep": sweep, "local": local, "faults": faults, "operator": operator, "shared": shared, "ddp": ddp}
     for name in args.steps:
         fn = steps[name]
         t0 = time.monotonic()
@@ -667,6 +851,8 @@ def main(argv: list[str] | None = None) -> int:
                            ("local", local, "there: the same spec on the local backend, same machine"),
                            ("faults", faults, "there: a CUDA OOM in a pod; an evicted trial resumes"),
                            ("operator", operator, "there: a smaller sweep through the operator (Sweep resource)"),
+                           ("shared", shared, "there: the same cells alone on the node and 4 at a time"),
+                           ("ddp", ddp, "there: DDP trials as pods: 1, 2, 4 GPUs in one pod; 2 pods x 2 GPUs"),
                            ("all", every_step, "there: sweep, local, faults and operator in turn")):
         sp = sub.add_parser(name, help=text)
         sp.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-node-out")))
@@ -674,8 +860,11 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--precisions", nargs="+", default=["bf16", "fp16"])
         sp.add_argument("--epochs", type=float, default=3, help="epochs of SST-2 per trial (3: the usual recipe)")
         sp.add_argument("--timeout", type=float, default=900)
+        sp.add_argument("--repeats", type=int, default=3, help="repeats of each cell alone (`shared`: twice as "
+                                                                "many side by side)")
+        sp.add_argument("--inference-batches", type=int, default=2000)
         if name == "all":
-            sp.add_argument("--steps", nargs="+", choices=["sweep", "local", "faults", "operator"],
+            sp.add_argument("--steps", nargs="+", choices=["sweep", "local", "faults", "operator", "shared", "ddp"],
                             default=["sweep", "local", "faults", "operator"], help="the steps, in this order")
         sp.set_defaults(fn=fn)
     args = p.parse_args(argv)

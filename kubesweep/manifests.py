@@ -175,9 +175,21 @@ def trial_volumes(sweep: Sweep) -> tuple[list[dict[str, Any]], list[dict[str, An
     return mounts, volumes
 
 
-def trial_placement(trial: Trial, catalog: Catalog) -> dict[str, Any]:
-    """Where the pod may run: a GPU trial on nodes of its exact GPU product, tolerating the GPU taint."""
+# The labels every trial pod of kubesweep carries; the namespace is the pod's own (no namespaceSelector), so one
+# namespace's sweeps cannot keep another namespace's pods off a node.
+ALONE_SELECTOR = ("app.kubernetes.io/component", "app.kubernetes.io/managed-by")
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def trial_placement(trial: Trial, catalog: Catalog, *, alone: bool = False) -> dict[str, Any]:
+    """Where the pod may run: a GPU trial on nodes of its exact GPU product, tolerating the GPU taint; `alone`
+    (spec.placement.alone): on a node where no other trial pod of the namespace runs, and none comes while it
+    runs (required anti-affinity is symmetric: the scheduler keeps other trials off a node this pod is on)."""
     placement: dict[str, Any] = {}
+    if alone:
+        trial_pods = {k: v for k, v in sweep_labels("").items() if k in ALONE_SELECTOR}
+        placement["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": trial_pods}, "topologyKey": HOSTNAME_LABEL}]}}
     if trial.gpu:
         placement["nodeSelector"] = {PRODUCT_LABEL: catalog[trial.gpu].product}
     if trial.gpus_per_trial:
@@ -291,7 +303,7 @@ def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None 
         "automountServiceAccountToken": False,
         "securityContext": restricted_pod_security(),
         **({"serviceAccountName": spec.service_account} if spec.service_account else {}),
-        **trial_placement(trial, catalog),
+        **trial_placement(trial, catalog, alone=spec.placement.alone),
         **rendezvous.pod,
     }
     job_spec: dict[str, Any] = {

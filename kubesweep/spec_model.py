@@ -129,6 +129,14 @@ class Concurrency(StrictModel):
                                                              "spec.queue: trial Jobs per GPU type)")
 
 
+class Placement(StrictModel):
+    """Whom a trial shares its node with while it is measured."""
+
+    alone: bool = Field(False, description="true: no other trial of the namespace's sweeps runs on a trial's node "
+                                           "while it runs (Kubernetes: pod anti-affinity per node; local: one "
+                                           "trial at a time, none preparing behind it)")
+
+
 class Tracking(StrictModel):
     experiment: str | None = Field(None, description="MLflow experiment (default: the sweep's name)")
     uri: str | None = Field(None, description="MLflow tracking URI (default: flag, env, or the local store)")
@@ -236,6 +244,7 @@ class SweepSpec(StrictModel):
     repeats: int = Field(1, ge=1, le=100)
     resources: Resources = Field(default_factory=Resources)
     concurrency: Concurrency = Field(default_factory=Concurrency)
+    placement: Placement = Field(default_factory=Placement)
     tracking: Tracking = Field(default_factory=Tracking)
     storage: Storage = Field(default_factory=Storage)
     service_account: str | None = Field(None, pattern=DNS1123_LABEL, description="ServiceAccount of trial pods")

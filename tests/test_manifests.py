@@ -39,6 +39,7 @@ CASES = {
     "cpu": {"matrix": {"batch_size": [8]}, "resources": {"gpus_per_trial": 0}},
     "volumes": {"storage": {"cache_claim": "hf-cache", "checkpoint_claim": "ckpt"}, "service_account": "trials"},
     "queued": {"queue": "team-a", "priority_class": "research-low"},
+    "alone": {"placement": {"alone": True}},
 }
 
 
@@ -81,6 +82,18 @@ def test_gpu_trial_targets_the_exact_product_label() -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert container["resources"]["requests"] == container["resources"]["limits"]
     assert pod(jobs[0])["tolerations"][0]["key"] == "nvidia.com/gpu"
+
+
+def test_a_trial_measured_alone_keeps_every_other_trial_pod_of_its_namespace_off_its_node() -> None:
+    term = {"labelSelector": {"matchLabels": {"app.kubernetes.io/component": "trial",
+                                              "app.kubernetes.io/managed-by": "kubesweep"}},
+            "topologyKey": "kubernetes.io/hostname"}
+    for job in rendered(placement={"alone": True}):
+        assert pod(job)["affinity"] == {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+        # its own pod carries the labels it selects: the rule holds both ways (the scheduler's anti-affinity is
+        # symmetric), and no namespaceSelector: another namespace's pods are not its to keep away
+        assert term["labelSelector"]["matchLabels"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert all("affinity" not in pod(job) for job in rendered())
 
 
 def test_restricted_pod_security() -> None:

@@ -291,14 +291,16 @@ class LocalBackend(Backend):
         if state is None or state.cancel_requested:
             return
         spec = state.spec["spec"]
-        max_parallel = int(spec["concurrency"]["max_parallel"])
+        alone = bool((spec.get("placement") or {}).get("alone"))  # one machine is one node: one trial at a time
+        max_parallel = 1 if alone else int(spec["concurrency"]["max_parallel"])
         per_type = spec["concurrency"].get("per_gpu_type")
         any_gpu = state.any_gpu or self.any_gpu
+        prestart = self.prestart and not alone  # a trial preparing behind another is its neighbour on the host
         for row in self.store.trials(sweep):
             if row.phase != Phase.PENDING:
                 continue
             active = [r for r in supervisor.running.values() if not r.staged]
-            if len(active) >= max_parallel and not (self.prestart and self.devices):
+            if len(active) >= max_parallel and not (prestart and self.devices):
                 break  # nothing more starts this step, early or not
             by_type = Counter(r.row.gpu for r in active)
             devices = None
@@ -307,7 +309,7 @@ class LocalBackend(Backend):
             if devices is not None:
                 self._start(sweep, supervisor, row, devices, state.job_argv)
                 continue
-            successor_of = self._stage_devices(supervisor, row, any_gpu)
+            successor_of = self._stage_devices(supervisor, row, any_gpu) if prestart else None
             if successor_of is not None:
                 self._start(sweep, supervisor, row, successor_of.devices, state.job_argv, after=successor_of)
 

@@ -83,6 +83,7 @@ def capture(devices: list[int]) -> dict[str, Any]:
                 "memory_total_bytes": int(props.total_memory),
                 "compute_capability": f"{props.major}.{props.minor}",
                 "uuid": str(getattr(props, "uuid", "")) or None,
+                **nvml_identity(index),
             }
         )
     if devices:
@@ -107,6 +108,7 @@ def capture(devices: list[int]) -> dict[str, Any]:
             "model": _cpu_model(),
             "logical_cores": os.cpu_count(),
             "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "affinity": cpu_list(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else None,
             "quota_cores": cpu_quota(),  # the pod's CPU limit, where a cgroup sets one
             "torch_threads": torch.get_num_threads(),
         },
@@ -123,6 +125,40 @@ def capture(devices: list[int]) -> dict[str, Any]:
         },
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
     }
+
+
+def nvml_identity(index: int) -> dict[str, str | None]:
+    """The device as NVML reads it inside this container: its UUID and PCI bus id, the two names that stay the
+    same whichever index CUDA_VISIBLE_DEVICES or the device plugin gave it (None where NVML cannot say)."""
+    try:
+        import pynvml
+
+        from kubesweep.jobs.metrics import nvml_handle
+
+        pynvml.nvmlInit()
+        handle = nvml_handle(index)
+        uuid = pynvml.nvmlDeviceGetUUID(handle)
+        bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
+    except Exception:
+        return {"nvml_uuid": None, "pci_bus_id": None}
+    return {"nvml_uuid": uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+            "pci_bus_id": bus.decode() if isinstance(bus, bytes) else str(bus)}
+
+
+def cpu_list(cpus: list[int]) -> str:
+    """CPUs in the kernel's list format (`0-3,8,10-11`), as /sys and cpuset.cpus write them."""
+    parts: list[str] = []
+    start = prev = None
+    for cpu in cpus:
+        if prev is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = cpu
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
 
 
 def _version(dist: str) -> str | None:

@@ -57,12 +57,15 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist,
     latencies: list[float] = []
     rows = tokens = padded = 0
     warmup_s = 0.0
+    measured_from: float | None = None
     total = cfg.warmup_batches + cfg.inference_batches
     meter = EnergyWindow(energy) if energy is not None else None
     if meter is not None and cfg.warmup_batches == 0:
         meter.mark()
     with torch.inference_mode():
         for i, batch in enumerate(islice(cycle(batches), total)):
+            if i == cfg.warmup_batches:
+                measured_from = time.time()
             t0 = time.perf_counter()
             logits = module(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
             if dist.cuda:
@@ -80,6 +83,7 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist,
             tokens += batch["n"]
             padded += shape[0] * shape[1]
     measured = sum(latencies)
+    measured_until = time.time()
     joules = None
     if meter is not None:
         meter.close(measured=True, samples=rows, seconds=measured)
@@ -96,6 +100,8 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist,
         "samples_per_s": rows / measured,
         "tokens_per_s": tokens / measured,
         "padded_tokens_per_s": padded / measured,
+        "measured_from": measured_from,
+        "measured_until": measured_until,
     }
     if dist.is_main:
         lat = stats["latency_s"]

@@ -92,6 +92,9 @@ class TrainStats(_Model):
     step_time_s: Percentiles | None
     final_loss: float | None
     resumed_from_step: int | None = None
+    measured_from: float | None = Field(None, description="Unix time the first measured step began (its "
+                                        "neighbours on the node are read against this window)")
+    measured_until: float | None = Field(None, description="Unix time the last measured step ended")
 
 
 class EvalPoint(_Model):
@@ -120,6 +123,9 @@ class InferenceStats(_Model):
     samples_per_s: float
     tokens_per_s: float = Field(description="non-padding tokens per second")
     padded_tokens_per_s: float
+    measured_from: float | None = Field(None, description="Unix time the first measured step began (its "
+                                        "neighbours on the node are read against this window)")
+    measured_until: float | None = Field(None, description="Unix time the last measured step ended")
 
 
 class EnergyStats(_Model):

@@ -83,6 +83,8 @@ class TrainOutcome:
     measured_tokens: int = 0
     measured_padded_tokens: int = 0
     measured_time_s: float = 0.0
+    measured_from: float | None = None  # Unix times: the first measured step's start, the last one's end
+    measured_until: float | None = None
     step_times: list[float] = field(default_factory=list)
     loss_curve: list[dict[str, Any]] = field(default_factory=list)
     eval_points: list[dict[str, Any]] = field(default_factory=list)
@@ -110,6 +112,8 @@ class TrainOutcome:
             "step_time_s": percentiles(self.step_times),
             "final_loss": self.loss_curve[-1]["loss"] if self.loss_curve else None,
             "resumed_from_step": self.resumed_from_step,
+            "measured_from": self.measured_from,
+            "measured_until": self.measured_until,
         }
 
 
@@ -431,6 +435,8 @@ class FineTuner:
                 out.warmup_steps += 1
                 out.warmup_time_s += dt_s
                 continue
+            if out.measured_from is None:  # this window's steps ran back to back, ending about now
+                out.measured_from = time.time() - sum(times)
             out.measured_steps += 1
             out.measured_time_s += dt_s
             out.measured_samples += meta.samples
@@ -439,6 +445,8 @@ class FineTuner:
             out.step_times.append(dt_s)
             window_samples += meta.samples
             window_time += dt_s
+        if window_time > 0:
+            out.measured_until = time.time()
         if self.energy is not None:  # after the window's host sync: its steps have run
             measured = len(metas) == n and not any(m.warmup for m in metas)
             self.energy.close(measured=measured, samples=int(window_samples), seconds=window_time)

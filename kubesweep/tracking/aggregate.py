@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.tracking import intervals
+from kubesweep.tracking import intervals, sharing
 from kubesweep.tracking.records import TrialRecord, dig
 
 GIB = 1024**3
@@ -330,6 +330,9 @@ class Cell:
             out.append(f"{share}chance accuracy ({accuracy:.2f})")
         if self.outcomes.get("succeeded") == 1:
             out.append("n=1")
+        moved = sharing.interference(self.trials)
+        if moved is not None and moved.flag():
+            out.append(str(moved.flag()))
         return out
 
     @property
@@ -359,6 +362,7 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
               catalog: Catalog | None = None, best_by: str = "samples_per_s") -> list[Cell]:
     """Cells in first-seen order, repeats merged, the best cell per (task, GPU type) marked."""
     catalog = catalog or load_catalog()
+    sharing.annotate(records)
     groups: dict[str, list[TrialRecord]] = {}
     for record in records:
         groups.setdefault(_cell_key(record, catalog), []).append(record)

@@ -41,6 +41,8 @@ class TrialRecord:
     results: dict[str, Any] | None = None
     reason: str = ""
     run_id: str | None = None
+    # the trials on its node while it was measured (kubesweep.tracking.sharing.annotate); None: not judged
+    neighbours: list[str] | None = None
 
 
 def _outcome_of(status: TrialStatus) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import figures as figs
-from kubesweep.tracking import intervals
+from kubesweep.tracking import intervals, sharing
 from kubesweep.tracking.aggregate import (
     METRICS,
     RANDOM_INIT,
@@ -480,6 +480,29 @@ def ddp_table(cells: list[Cell]) -> Table | None:
                                     "scaling", "epoch s", "$/epoch", "flags"], rows, note)
 
 
+def sharing_table(cells: list[Cell]) -> Table | None:
+    """Every GPU trial: its node and GPU (PCI bus id), and whether it was measured alone or beside other trials."""
+    trials = [t for c in cells for t in c.trials if (t.results or {}).get("device") == "cuda"]
+    rows = sharing.sharing_rows(trials)
+    if not rows:
+        return None
+    return Table("Measured alone or beside other trials", ["trial", "node", "GPU (PCI bus id)", "measured",
+                                                           "samples/s"], rows,
+                 "a neighbour is another trial whose process ran on the same node during this trial's measured "
+                 "steps; a cell whose shared repeats differ from its lone ones beyond their 95% intervals is "
+                 "flagged")
+
+
+def device_table(cells: list[Cell]) -> Table | None:
+    """The busy fraction of each GPU the sweep's trials ran on (only where they ran on more than one)."""
+    devices = sharing.device_busy([t for c in cells for t in c.trials])
+    if len(devices) < 2:
+        return None
+    return Table("GPU busy per device", ["node", "PCI bus id", "UUID", "trials", "measured training s", "busy"],
+                 sharing.busy_rows(devices), "measured training steps on that GPU over the sweep's wall time "
+                                             "(first trial's start to last results file)")
+
+
 # -- figures ---------------------------------------------------------------------------------------------------
 
 
@@ -557,7 +580,8 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
         ("GPU types at their best setting", lambda c: gpu_table(c, target)),
         ("time for N epochs at batch 16", epochs_table), ("torch.compile break-even", breakeven_table),
         ("inference latency", inference_table), ("one GPU vs DDP", ddp_table),
-        ("time to get a GPU (queue wait)", queue_table)]
+        ("time to get a GPU (queue wait)", queue_table), ("trials alone or beside others", sharing_table),
+        ("GPU busy per device", lambda c: None if merged else device_table(c))]
     for title, make in makers:
         table = make(cells)
         if table is None:

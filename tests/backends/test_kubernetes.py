@@ -148,3 +148,32 @@ def test_a_namespace_that_does_not_exist_is_named_not_a_traceback(k8s_cluster: A
                                            r"\(`kubectl create namespace no-such-namespace-kw`\)"):
         backend.submit(make_plan("nowhere", {"batch_size": [8]}, image=DIGEST), wait=False)
     backend.close()
+
+
+def test_trials_measured_alone_share_no_node(k8s_cluster: Any, k8s_namespace: str) -> None:
+    """spec.placement.alone on the kwok GPU nodes (two of each type, 8 GPUs each): three h100 trials at once fit
+    one node by GPUs, but the real scheduler places at most one per node and the third waits, named by its
+    reason, until a node is free; every trial then runs."""
+    backend = KubernetesBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client(),
+                                pod_annotations=lambda trial: {"kubesweep.io/test-duration": "3s"})
+    p = make_plan("alone", {"gpu": ["h100-80gb"], "batch_size": [8, 16, 32]}, image=DIGEST,
+                  resources={"gpus_per_trial": 1}, placement={"alone": True}, concurrency={"max_parallel": 3})
+    backend.submit(p)
+    waiting: list[str] = []
+
+    def note_waiting(status: Any) -> None:
+        waiting.extend(t.reason for t in status.trials if t.phase.value == "Unschedulable")
+
+    status = backend.wait(p.sweep.name, timeout=90, progress=note_waiting)
+    assert {t.outcome for t in status.trials} == {Outcome.SUCCEEDED}
+    assert any("anti-affinity" in reason for reason in waiting), waiting
+    pods = k8s_cluster.get_json("pods", "-l", "kubesweep.io/sweep=alone", namespace=k8s_namespace)["items"]
+    spans: dict[str, list[tuple[str, str]]] = {}
+    for pod in pods:
+        state = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+        spans.setdefault(pod["spec"]["nodeName"], []).append((state["startedAt"], state["finishedAt"]))
+    assert len(spans) == 2  # both h100 nodes used
+    for runs in spans.values():
+        runs.sort()
+        assert all(end <= start for (_, end), (start, _) in zip(runs, runs[1:], strict=False)), spans
+    backend.close()

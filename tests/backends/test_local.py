@@ -169,3 +169,20 @@ def test_two_submits_of_different_specs_under_one_name_never_merge(tmp_path: Pat
         second.submit(b)
     assert sorted(t.trial_id for t in first.status("s").trials) == sorted(t.id for t in a.trials)
     first.cancel("s")
+
+
+def test_trials_measured_alone_run_one_at_a_time_on_the_machine(harness: Harness) -> None:
+    """One machine is one node: spec.placement.alone runs its trials one after another, whatever max_parallel
+    allows (the same sweep without it runs them side by side: `test_respects_max_parallel`)."""
+    p = make_plan("alone-local", {"batch_size": [1, 2, 3]}, job={"max_steps": 5}, concurrency={"max_parallel": 3},
+                  placement={"alone": True})
+    peak = 0
+
+    def watch(status: SweepStatus) -> None:
+        nonlocal peak
+        peak = max(peak, sum(1 for t in status.trials if t.phase == Phase.RUNNING))
+
+    harness.backend.submit(p)
+    status = harness.backend.wait(p.sweep.name, timeout=harness.timeout, progress=watch, interval=0.05)
+    assert {t.outcome for t in status.trials} == {Outcome.SUCCEEDED}
+    assert peak == 1

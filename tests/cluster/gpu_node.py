@@ -7,7 +7,9 @@ It runs on a bare GPU machine from what `bench/gpu_node.py pack` brings to it (s
 - containerd 2.x with its runc shim and a static runc, CDI enabled (the device plugin's spec in /var/run/cdi);
 - the pod network: one bridge (``BRIDGE``) with ``POD_CIDR``, no masquerade and no Service proxy, so the node
   needs no iptables; pods reach the node's processes (MLflow) at the bridge's address, ``NODE_GATEWAY``;
-- the kubelet (cgroupfs driver; cgroup v2);
+- the kubelet (cgroupfs driver; cgroup v2), with the cluster's DNS at the node's address: CoreDNS as a host process
+  answers for ``cluster.local`` from the API (a multi-node trial's pods find pod 0 of their Indexed Job by name
+  under its headless Service), and for nothing else;
 - NVIDIA's k8s-device-plugin as a host process in CDI mode (``--device-list-strategy=cdi-cri``): it advertises
   ``nvidia.com/gpu`` to the kubelet and writes the CDI spec that gives a container the GPU's device nodes and the
   driver's libraries; its hooks are ``nvidia-cdi-hook``;
@@ -64,8 +66,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 NODE_LABEL = "kubesweep.io/gpu-node"
 # The order they start in; `down` stops them in reverse.
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "kubelet",
-              "nvidia-device-plugin")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "coredns", "containerd",
+              "kubelet", "nvidia-device-plugin")
+CLUSTER_DOMAIN = "cluster.local"
 # What the driver puts on a CUDA image's library path (NVIDIA's own CUDA images set the same).
 DRIVER_LIBRARY_PATH = "/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
 # The device plugin finds the driver's libraries through the linker cache (or the distributions' library
@@ -238,6 +241,7 @@ def kubelet_config(layout: Layout) -> dict[str, Any]:
         "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
         "resolvConf": str(layout.config / "resolv.conf"),
         "podCIDR": POD_CIDR, "maxPods": 30, "serializeImagePulls": False,
+        "clusterDNS": [node_ip()], "clusterDomain": CLUSTER_DOMAIN,
         # the job image is imported, not pulled (no registry is reachable), and may come after the kubelet
         # started: no pull may be asked of it to verify credentials that no image here has
         "imagePullCredentialsVerificationPolicy": "NeverVerify",
@@ -246,6 +250,21 @@ def kubelet_config(layout: Layout) -> dict[str, Any]:
         "nodeStatusReportFrequency": "10s", "nodeStatusUpdateFrequency": "5s",
         "rotateCertificates": False, "serverTLSBootstrap": False,
     }
+
+
+def corefile(layout: Layout) -> str:
+    """CoreDNS for the cluster's names alone, read from the API with the admin's kubeconfig; no forwarding."""
+    return f"""\
+{CLUSTER_DOMAIN}:53 {{
+    errors
+    kubernetes {CLUSTER_DOMAIN} {{
+        kubeconfig {layout.admin_kubeconfig}
+        pods insecure
+        ttl 5
+    }}
+    cache 5
+}}
+"""
 
 
 def component_commands(layout: Layout) -> dict[str, list[str]]:
@@ -277,6 +296,7 @@ def component_commands(layout: Layout) -> dict[str, list[str]]:
             "--kube-api-qps", "200", "--kube-api-burst", "400"],
         "kube-scheduler": [str(b / "kube-scheduler"), "--kubeconfig", admin, "--leader-elect=false",
                            "--bind-address", "127.0.0.1"],
+        "coredns": [str(b / "coredns"), "-conf", str(cfg / "Corefile")],
         "containerd": [str(b / "containerd"), "--config", str(cfg / "containerd.toml")],
         "kubelet": [str(b / "kubelet"), "--config", str(cfg / "kubelet.json"),
                     "--kubeconfig", str(cfg / "kubelet.kubeconfig"), "--hostname-override", NODE_NAME,
@@ -415,7 +435,8 @@ class GpuNode:
         (cfg / "cni" / "10-kubesweep-gpu.conflist").write_text(json.dumps(cni_conflist(self.layout), indent=2))
         (cfg / "containerd.toml").write_text(containerd_config(self.layout))
         (cfg / "kubelet.json").write_text(json.dumps(kubelet_config(self.layout), indent=2))
-        (cfg / "resolv.conf").write_text("# no nameserver: the node's pods need none\n")
+        (cfg / "resolv.conf").write_text("# no upstream nameserver: pods ask the cluster's DNS (clusterDNS) alone\n")
+        (cfg / "Corefile").write_text(corefile(self.layout))
         self.layout.admin_kubeconfig.write_text(json.dumps(kubeconfig(self.layout, "kubesweep-admin", "admin")))
         (cfg / "kubelet.kubeconfig").write_text(json.dumps(kubeconfig(self.layout, f"system:node:{NODE_NAME}",
                                                                       "kubelet")))
@@ -455,7 +476,7 @@ class GpuNode:
         self.spawn("containerd", cmds["containerd"])
         self.spawn("kube-apiserver", cmds["kube-apiserver"])
         self.wait("API server ready", lambda: _healthy(api), timeout, "kube-apiserver")
-        for c in ("kube-controller-manager", "kube-scheduler"):
+        for c in ("kube-controller-manager", "kube-scheduler", "coredns"):
             self.spawn(c, cmds[c])
         self.wait("containerd ready", self.layout.containerd_socket.exists, timeout, "containerd")
         self.import_pause()
