@@ -6,6 +6,7 @@ job would have produced (docs/testing.md), so the real API server, Job controlle
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections.abc import Iterator
@@ -175,5 +176,5 @@ def test_trials_measured_alone_share_no_node(k8s_cluster: Any, k8s_namespace: st
     assert len(spans) == 2  # both h100 nodes used
     for runs in spans.values():
         runs.sort()
-        assert all(end <= start for (_, end), (start, _) in zip(runs, runs[1:], strict=False)), spans
+        assert all(end <= start for (_, end), (start, _) in itertools.pairwise(runs)), spans
     backend.close()
