@@ -339,3 +339,46 @@ def test_a_sweep_author_cannot_give_trials_a_priority_the_operator_was_not_allow
     assert "spec.priority_class: 'ks-high' is not a priority class this operator may give trials" in status["message"]
     assert "allowed: ks-low" in status["message"]
     assert sweep_jobs(inst, "greedy") == []
+
+
+def test_a_multi_node_trial_is_admitted_as_one_workload_all_pods_or_none(queued: Installed,
+                                                                         tmp_path: Path) -> None:
+    """Two pods of two GPUs each (an Indexed Job) in the 4-GPU queue: Kueue admits the trial as one Workload of
+    both pods, and never one pod alone; a trial of two pods of four GPUs (8 > the queue's 4) is admitted never,
+    no pod of it is made, and its status says why."""
+    inst = queued
+    fits = queued_sweep(tmp_path, "mn-fits", [8], queue="solo", duration="1500ms")
+    too_big = queued_sweep(tmp_path, "mn-too-big", [8], queue="solo", duration="1500ms")
+    for path, gpus in ((fits, 2), (too_big, 4)):
+        doc = yaml.safe_load(path.read_text())
+        doc["spec"]["resources"] = {"gpus_per_trial": gpus, "num_nodes": 2, "retries": 0}
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    op = OperatorProcess(inst, tmp_path / "operator.log").start()
+    try:
+        kubectl_apply(inst, fits)
+        kubectl_apply(inst, too_big)
+        status = wait_phase(inst, "mn-fits", {"Succeeded", "Failed"}, timeout=180, op=op)
+
+        def unadmitted_reason() -> str | None:
+            shown = json.loads(cli(inst, "status", "mn-too-big", "-o", "json").stdout)
+            return next((t["reason"] for t in shown["trials"] if "nvidia.com/gpu" in t.get("reason", "")), None)
+
+        reason = _kwok().wait_until("the oversized trial's reason", unadmitted_reason, 60, 0.5)
+    finally:
+        op.kill(signal.SIGTERM)
+    assert status["phase"] == "Succeeded", status
+    workloads = inst.cluster.get_json("workloads", namespace=inst.namespace)["items"]
+    owned = {w["metadata"]["ownerReferences"][0]["name"]: w for w in workloads}
+    [fits_job] = sweep_jobs(inst, "mn-fits")
+    [big_job] = sweep_jobs(inst, "mn-too-big")
+    admitted = owned[fits_job["metadata"]["name"]]
+    assert [p["count"] for p in admitted["spec"]["podSets"]] == [2]  # one Workload holds both pods
+    assert [a["count"] for a in admitted["status"]["admission"]["podSetAssignments"]] == [2]
+    held = owned[big_job["metadata"]["name"]]
+    assert "admission" not in held.get("status", {})
+    assert big_job["spec"]["suspend"] is True
+    pods = inst.cluster.get_json("pods", "-l", f"batch.kubernetes.io/job-name={big_job['metadata']['name']}",
+                                 namespace=inst.namespace)["items"]
+    assert pods == []  # not one of its pods was made: nothing holds a GPU for a trial that cannot run
+    assert "nvidia.com/gpu" in reason, reason
+    inst.cluster.kubectl("delete", "sweep", "mn-too-big", "-n", inst.namespace, "--wait=false", check=False)
