@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubesweep.tracking.mlflow_logger import TRIAL_TAG
+from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
 from kubesweep.tracking.runs import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
 from kubesweep.tracking.view import experiment_tags
 
@@ -31,6 +31,7 @@ NAMESPACE_TAG = "kubesweep.namespace"  # an experiment the operator made for one
 
 _ERROR_CODE = re.compile(r"[A-Z][A-Z_]{0,63}")
 _TRIAL_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")  # what a trial id is made of (plan.make_trial); quoted as is
+_RUN_ID = re.compile(r"[A-Za-z0-9]{1,64}")  # MLflow's run ids (hex); quoted as is
 
 
 class MlflowError(RuntimeError):
@@ -222,16 +223,21 @@ class MlflowRest:
         return str(created["run"]["info"]["run_id"])
 
     def tag_trial_runs(self, parent_run_id: str, tags: Mapping[str, Mapping[str, str]]) -> list[str]:
-        """Set each trial's tags (trial id → tags) on its run in the parent run's experiment: the run its job made,
-        tagged `kubesweep.trial_id`. Returns the trials that have no run yet."""
+        """Set each trial's tags (trial id → tags) on its run under this parent run: the run its job made, tagged
+        `kubesweep.trial_id` and `mlflow.parentRunId` (a sweep deleted and created again under its name has a new
+        parent run in the same experiment; the old sweep's run of the same trial is left alone). Returns the
+        trials that have no run yet."""
         bad = next((tid for tid in tags if not _TRIAL_ID.fullmatch(tid)), None)
         if bad is not None:  # a trial id is quoted into a search filter: nothing else may get there
             raise MlflowError(f"not a trial id: {bad[:80]!r}")
+        if not _RUN_ID.fullmatch(parent_run_id):  # so is the parent run's id
+            raise MlflowError(f"not a run id: {parent_run_id[:80]!r}")
         experiment = self._call("GET", "runs/get", query={"run_id": parent_run_id})["run"]["info"]["experiment_id"]
         missing = []
         for tid, values in tags.items():
             found = self._call("POST", "runs/search", {"experiment_ids": [experiment], "max_results": 1,
-                                                       "filter": f"tags.`{TRIAL_TAG}` = '{tid}'"})
+                                                       "filter": f"tags.`{TRIAL_TAG}` = '{tid}' AND "
+                                                                 f"tags.`{PARENT_TAG}` = '{parent_run_id}'"})
             runs = found.get("runs") or []
             if not runs:
                 missing.append(tid)
