@@ -9,6 +9,9 @@ grant it team-a's experiment by naming it in a Sweep. Each is refused.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from kubesweep.operator.mlflow_rest import MlflowError
@@ -60,3 +63,29 @@ def test_a_namespace_no_longer_served_loses_its_user(mlflow_auth_server: AuthSer
         (server.users_dir / "ns-team-b-password").write_text(PASSWORDS["team-b"])
         server.fill_users()
 
+
+def test_users_made_by_hand_are_kept_with_their_grants(mlflow_auth_server: AuthServer) -> None:
+    """Under watch.allNamespaces, a namespace other than the release's is served by making its user by hand, as
+    admin (docs/operator.md). MLflow's pod restarting (the init script running again) keeps that user, and so its
+    grants; a user the script made for a namespace no longer served is still deleted."""
+    server = mlflow_auth_server
+    server.as_user("admin")._call("POST", "users/create", {"username": PREFIX + "team-c",
+                                                           "password": PASSWORDS["team-c"]})
+    operator = server.as_user("kubesweep-operator")
+    exp = operator.experiment_id("team-c/by-hand", "team-c")
+    operator.grant(exp, PREFIX + "team-c")
+    assert server.status("team-c", "POST", "runs/create", {"experiment_id": exp}) == 200
+    filled = server.fill_users()
+    assert f"user {PREFIX}team-c: kept" in filled and f"{PREFIX}team-c: deleted" not in filled, filled
+    assert server.status("team-c", "POST", "runs/create", {"experiment_id": exp}) == 200
+
+
+def test_the_first_run_with_a_record_takes_the_secrets_users_as_its_own(mlflow_auth_server: AuthServer) -> None:
+    """An MLflow whose users an earlier release of the chart made has no record of them: the first run takes the
+    Secret's namespace users that are there as its own (and deletes them once their namespace is no longer
+    served), never a user made by hand."""
+    server = mlflow_auth_server
+    record = Path(server.env["KUBESWEEP_MLFLOW_USERS_RECORD"])
+    record.unlink(missing_ok=True)
+    server.fill_users()
+    assert json.loads(record.read_text())["made"] == [PREFIX + "team-a", PREFIX + "team-b"]

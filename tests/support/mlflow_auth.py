@@ -25,7 +25,8 @@ USERS_SCRIPT = Path(__file__).resolve().parents[2] / "charts" / "kubesweep" / "f
 PREFIX = "kubesweep-ns-"
 OWNERSHIP_KEY = b"operator-ownership-key-0123456789"
 PASSWORDS = {"admin": "admin-pw-0123", "kubesweep-operator": "operator-pw-0123",
-             "team-a": "team-a-pw-0123", "team-b": "team-b-pw-0123"}
+             "team-a": "team-a-pw-0123", "team-b": "team-b-pw-0123",
+             "team-c": "team-c-pw-0123"}  # team-c: not in the Secret (its user made by hand)
 
 
 @dataclass
@@ -84,7 +85,7 @@ def mlflow_auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Aut
     env = {**os.environ, **quiet_mlflow_env(), "MLFLOW_AUTH_CONFIG_PATH": str(ini),
            "MLFLOW_AUTH_ADMIN_USERNAME": "admin", "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORDS["admin"],
            "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret-key-0123456789", "KUBESWEEP_NAMESPACE_USER_PREFIX": PREFIX,
-           "KUBESWEEP_MLFLOW_USERS_DIR": str(users)}
+           "KUBESWEEP_MLFLOW_USERS_DIR": str(users), "KUBESWEEP_MLFLOW_USERS_RECORD": str(root / "users.json")}
     port = free_port()
     auth = AuthServer(f"http://127.0.0.1:{port}", env, users)
     filled = auth.fill_users()
