@@ -11,10 +11,11 @@ import pytest
 from tests.support.cluster_fixtures import k8s_cluster, k8s_namespace, kueue
 from tests.support.image_fixtures import buildah, built_images, image_tools, registry, standin_bases
 from tests.support.job_fixtures import sst2, token_cache
+from tests.support.mlflow_auth import mlflow_auth_server
 from tests.support.mlflow_fixtures import marked_sweep, mlflow_server, tracked_sweep
 
 __all__ = ["buildah", "built_images", "image_tools", "k8s_cluster", "k8s_namespace", "kueue", "marked_sweep",
-           "mlflow_server", "registry", "sst2", "standin_bases", "token_cache", "tracked_sweep"]
+           "mlflow_auth_server", "mlflow_server", "registry", "sst2", "standin_bases", "token_cache", "tracked_sweep"]
 
 IMAGE_FIXTURES = {"buildah", "built_images", "image_tools", "registry", "standin_bases"}
 MLFLOW_FIXTURES = {"marked_sweep", "mlflow_server", "tracked_sweep"}
@@ -31,6 +32,8 @@ def xdist_group(item: pytest.Item) -> str | None:
         return "images"
     if "browser" in markers or fixtures & MLFLOW_FIXTURES:
         return "mlflow"
+    if "mlflow_auth_server" in fixtures:
+        return "mlflow-auth"
     return None
 
 

@@ -152,6 +152,13 @@ class KubernetesBackend(Backend):
         except SweepNotFound:
             return None
 
+    def parent_run_id(self, sweep: str) -> str | None:
+        """The MLflow parent run the sweep's trials log under, as recorded in its state (None: none yet)."""
+        try:
+            return self._load_state(sweep).parent_run_id
+        except SweepNotFound:
+            return None
+
     def _save_state(self, state: SweepState, *, outcomes: Mapping[str, Recorded] | None = None,
                     cancelled: bool | None = None, parent_run_id: str | None = None) -> None:
         """Record outcomes (the complete set: a trial left out is forgotten and runs again) and flags."""

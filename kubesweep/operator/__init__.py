@@ -6,6 +6,8 @@
 - `client.SweepClient`: what `sweep submit/status/... --backend kubernetes` uses when the CRD is installed;
 - `controller.SweepController`: one idempotent step per sweep (requests, reconcile, status);
 - `leader.LeaseElector`: a coordination.k8s.io Lease, so one replica acts at a time;
+- `mlflow_rest.MlflowRest`: the sweep's MLflow parent run, its namespace's experiment and grant, Kueue's tags;
+- `ownership`: the seal that says which namespace the operator made an experiment for (under its own key);
 - `handlers`, `__main__`: the kopf wiring (`python -m kubesweep.operator`).
 
 Only `handlers` and `__main__` import kopf.

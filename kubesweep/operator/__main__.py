@@ -17,7 +17,10 @@ import sys
 import uuid
 from pathlib import Path
 
+from kubesweep.operator.ownership import MIN_KEY_BYTES
 from kubesweep.plan import DEFAULT_MAX_TRIALS
+
+OWNERSHIP_KEY_ENV = "KUBESWEEP_MLFLOW_OWNERSHIP_KEY"
 
 DEFAULT_LEASE = "kubesweep-operator"
 USER_AGENT = "kubesweep-operator"
@@ -75,8 +78,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mlflow-namespace-user-prefix", metavar="PREFIX",
                    default=os.environ.get("KUBESWEEP_MLFLOW_NAMESPACE_USER_PREFIX") or None,
                    help="the default MLflow server has a user per namespace, PREFIX + NAMESPACE, which its trials log "
-                        "as: each sweep's experiment is made for its namespace and that user gets EDIT on it, and "
-                        "nothing else (env KUBESWEEP_MLFLOW_NAMESPACE_USER_PREFIX; the chart sets it)")
+                        "as: each sweep's experiment, NAMESPACE/EXPERIMENT, is made and sealed for its namespace and "
+                        "that user gets EDIT on it, and nothing else (env KUBESWEEP_MLFLOW_NAMESPACE_USER_PREFIX; the "
+                        "chart sets it). Needs the key that seals experiments, env KUBESWEEP_MLFLOW_OWNERSHIP_KEY "
+                        "(at least 16 bytes; the chart keeps it in a Secret only the operator reads)")
     p.add_argument("--tuner-image", default=os.environ.get("KUBESWEEP_TUNER_IMAGE") or None, metavar="IMAGE",
                    help="image the tuner Jobs of search sweeps run (env KUBESWEEP_TUNER_IMAGE; the chart sets the "
                         "operator's own image). The Sweep's image runs only the trials, which hold no token")
@@ -109,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     namespaces = args.namespace or ([] if args.all_namespaces else _env_list("KUBESWEEP_WATCH_NAMESPACES"))
     if not namespaces and not args.all_namespaces:
         sys.stderr.write("error: name the namespaces to watch (--namespace NS, repeatable) or --all-namespaces\n")
+        return 2
+    key = os.environ.get(OWNERSHIP_KEY_ENV, "").encode() or None
+    if args.mlflow_namespace_user_prefix and (key is None or len(key) < MIN_KEY_BYTES):
+        sys.stderr.write(f"error: --mlflow-namespace-user-prefix needs {OWNERSHIP_KEY_ENV}, the key that seals the "
+                         f"namespaces' experiments (at least {MIN_KEY_BYTES} bytes)\n")
         return 2
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = str(args.kubeconfig)  # read by kopf's login and by the client alike
@@ -153,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                            margin=min(2.0, args.lease_duration / 5))
     allowed = args.tracking_allowed_hosts or _env_list("KUBESWEEP_TRACKING_ALLOWED_HOSTS")
     tracking = TrackingPolicy(args.mlflow_uri or None, tuple(allowed), args.tracking_secret,
-                              namespace_user_prefix=args.mlflow_namespace_user_prefix)
+                              namespace_user_prefix=args.mlflow_namespace_user_prefix, ownership_key=key)
     cache = ClusterCache(api_client, None if args.all_namespaces else namespaces)
     controller = SweepController(api_client, may_write=elector.holding, lease_remaining=elector.remaining,
                                  faults=faults, tracking=tracking,

@@ -33,7 +33,7 @@ from kubesweep.backends.kubernetes import JobRefused, KubernetesBackend
 from kubesweep.manifests import LABEL_TRIAL, image_problem, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import testhooks
 from kubesweep.operator.cache import ClusterCache
-from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
+from kubesweep.operator.mlflow_rest import ExperimentRefused, MlflowError, MlflowRest, TrackingPolicy
 from kubesweep.operator.store import (
     ANNOTATION_CANCEL,
     ANNOTATION_RESUME,
@@ -307,13 +307,18 @@ class OperatorBackend(KubernetesBackend):
 
     def _tracking_for(self, state: SweepState) -> TrackingEnv | None:
         uri = state.sweep.spec.tracking.uri or self.tracking_policy.default_uri
-        return TrackingEnv(uri, state.sweep.experiment, state.parent_run_id,
-                           credentials_secret=self.tracking_policy.credentials_for(uri)) if uri else None
+        if not uri:
+            return None
+        experiment = self.tracking_policy.experiment_name(uri, self.namespace, state.sweep.experiment)
+        return TrackingEnv(uri, experiment, state.parent_run_id,
+                           credentials_secret=self.tracking_policy.credentials_for(uri))
 
     def _mlflow(self, uri: str) -> MlflowRest:
         """MLflow as the operator talks to it: its own credentials go to its own server only, never to a server
         a Sweep names."""
-        return MlflowRest(uri, environ=None if self.tracking_policy.is_default(uri) else {})
+        own = self.tracking_policy.is_default(uri)
+        return MlflowRest(uri, environ=None if own else {},
+                          owner_key=self.tracking_policy.ownership_key if own else None)
 
     def _evicted_by_kueue(self, state: SweepState,
                           evicted: Mapping[str, tuple[Mapping[str, Any], k8s_kueue.Admission]]) -> None:
@@ -409,8 +414,11 @@ class OperatorBackend(KubernetesBackend):
                 # with a user per namespace, the experiment is this namespace's and its user may edit it
                 user = self.tracking_policy.namespace_user(tracking.uri, self.namespace)
                 run_id = self._mlflow(tracking.uri).parent_run(
-                    state.sweep.experiment, name, body["metadata"]["uid"],
+                    tracking.experiment, name, body["metadata"]["uid"],
                     namespace=self.namespace if user else None, grant_to=user)
+            except ExperimentRefused as exc:  # not this namespace's experiment: nothing is granted, nothing starts
+                self._publish_message(name, "Invalid", f"spec.tracking.experiment: {exc}")
+                return None
             except MlflowError as exc:
                 self._publish_message(name, "Pending", f"waiting for MLflow (no trial starts without the "
                                                       f"sweep's parent run): {exc}")

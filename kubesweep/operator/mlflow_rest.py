@@ -10,9 +10,11 @@ into the Sweep's status creates no second one. It carries the tags every sweep's
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
+import secrets
 import time
 import urllib.error
 import urllib.parse
@@ -21,20 +23,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubesweep.tracking.mlflow_logger import TRIAL_TAG
+from kubesweep.operator import ownership
+from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
 from kubesweep.tracking.runs import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
 from kubesweep.tracking.view import experiment_tags
 
 TAG_UID = "kubesweep.sweep-uid"
-NAMESPACE_TAG = "kubesweep.namespace"  # an experiment the operator made for one namespace's sweeps
+NAMESPACE_TAG = ownership.NAMESPACE_TAG
+PENDING_PREFIX = "kubesweep-pending-"  # an experiment being made for a namespace, before it is sealed and named
 
 
 _ERROR_CODE = re.compile(r"[A-Z][A-Z_]{0,63}")
 _TRIAL_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")  # what a trial id is made of (plan.make_trial); quoted as is
+_RUN_ID = re.compile(r"[A-Za-z0-9]{1,64}")  # MLflow's run ids (hex); quoted as is
 
 
 class MlflowError(RuntimeError):
     pass
+
+
+class ExperimentRefused(MlflowError):
+    """The experiment a Sweep names is not its namespace's: the Sweep cannot use it (it is Invalid)."""
 
 
 def _host_port(uri: str) -> tuple[str, int] | None:
@@ -62,12 +71,19 @@ class TrackingPolicy:
     allowed_hosts: Sequence[str] = field(default_factory=tuple)
     credentials_secret: str | None = None
     namespace_user_prefix: str | None = None  # the chart's MLflow: namespace NS's trials log as PREFIX + NS
+    ownership_key: bytes | None = field(default=None, repr=False)  # seals the namespaces' experiments (`ownership`)
 
     def namespace_user(self, uri: str, namespace: str) -> str | None:
         """The MLflow user a namespace's trials log as on `uri`: on the chart's own server with per-namespace
         users, `namespace_user_prefix` + the namespace; else None (nothing to grant)."""
         return f"{self.namespace_user_prefix}{namespace}" if self.namespace_user_prefix and self.is_default(uri) \
             else None
+
+    def experiment_name(self, uri: str, namespace: str, experiment: str) -> str:
+        """The MLflow experiment a sweep of `namespace` naming `experiment` logs to on `uri`: on the chart's own
+        server with per-namespace users, `<namespace>/<experiment>`, so the sweeps of two namespaces never ask for
+        the same name; elsewhere `experiment` as it is."""
+        return f"{namespace}/{experiment}" if self.namespace_user(uri, namespace) else experiment
 
     def is_default(self, uri: str) -> bool:
         """`uri` is the operator's own server (scheme, host and port): the only one its credentials go to."""
@@ -120,11 +136,13 @@ class MlflowRest:
     auth) or `MLFLOW_TRACKING_TOKEN` (bearer), as for MLflow's own client. Errors carry the HTTP status and
     MLflow's error code only, never a response body: they end up in the Sweep's status."""
 
-    def __init__(self, uri: str, *, timeout: float = 10.0, environ: dict[str, str] | None = None):
+    def __init__(self, uri: str, *, timeout: float = 10.0, environ: dict[str, str] | None = None,
+                 owner_key: bytes | None = None):
         if not uri.startswith(("http://", "https://")):
             raise MlflowError(f"the operator logs to an MLflow tracking server (http[s]://...), not {uri!r}")
         self.uri = uri.rstrip("/")
         self.timeout = timeout
+        self.owner_key = owner_key  # seals the experiments the operator makes for namespaces (`ownership`)
         env = os.environ if environ is None else environ
         self.headers = {"Content-Type": "application/json"}
         if env.get("MLFLOW_TRACKING_USERNAME"):
@@ -161,34 +179,79 @@ class MlflowRest:
 
     def experiment_id(self, name: str, namespace: str | None = None) -> str:
         """The experiment's id, created when missing; either way tagged for the UI's training view
-        (`kubesweep.tracking.view`). With `namespace`, the experiment is that namespace's: created with the tag
-        `kubesweep.namespace`, and an existing one without that namespace's tag is refused (MlflowError), so a
-        Sweep of one namespace never gets rights on an experiment of another."""
-        tags = experiment_tags()
+        (`kubesweep.tracking.view`). With `namespace`, the experiment is that namespace's: one the operator made
+        for it and sealed (`kubesweep.operator.ownership`); any other of that name (made by someone else, made for
+        another namespace, renamed or retagged since) is refused (ExperimentRefused), so a Sweep of one namespace
+        never gets rights on an experiment of another, nor on one a user set up for it."""
         if namespace is not None:
-            tags[NAMESPACE_TAG] = namespace
-        try:
-            found = self._call("GET", "experiments/get-by-name", query={"experiment_name": name})["experiment"]
-        except MlflowError as exc:
-            if "RESOURCE_DOES_NOT_EXIST" not in str(exc):
-                raise
+            return self._namespace_experiment(name, namespace)
+        tags = experiment_tags()
+        found = self._by_name(name)
+        if found is None:
             try:
                 return str(self._call("POST", "experiments/create", {
                     "name": name, "tags": [{"key": k, "value": v} for k, v in tags.items()]})["experiment_id"])
-            except MlflowError as exc2:  # created meanwhile by someone else
-                if "RESOURCE_ALREADY_EXISTS" not in str(exc2):
+            except MlflowError as exc:  # created meanwhile by someone else
+                if "RESOURCE_ALREADY_EXISTS" not in str(exc):
                     raise
                 found = self._call("GET", "experiments/get-by-name", query={"experiment_name": name})["experiment"]
-        have = {t.get("key"): t.get("value") for t in found.get("tags") or []}
-        if namespace is not None and have.get(NAMESPACE_TAG) != namespace:
-            owner = have.get(NAMESPACE_TAG)
-            whose = f"the sweeps of namespace {owner}" if owner else "no namespace's sweeps (it was made elsewhere)"
-            raise MlflowError(f"experiment {name!r} belongs to {whose}: name another (spec.tracking.experiment)")
+        self._set_tags(found, tags)
+        return str(found["experiment_id"])
+
+    def _by_name(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", "experiments/get-by-name", query={"experiment_name": name})["experiment"]  # type: ignore[no-any-return]
+        except MlflowError as exc:
+            if "RESOURCE_DOES_NOT_EXIST" not in str(exc):
+                raise
+            return None
+
+    def _set_tags(self, experiment: Mapping[str, Any], tags: Mapping[str, str]) -> None:
+        have = {t.get("key"): t.get("value") for t in experiment.get("tags") or []}
         for key, value in tags.items():
             if have.get(key) != value:
-                self._call("POST", "experiments/set-experiment-tag", {"experiment_id": found["experiment_id"],
-                                                                     "key": key, "value": value})
-        return str(found["experiment_id"])
+                self._call("POST", "experiments/set-experiment-tag", {
+                    "experiment_id": experiment["experiment_id"], "key": key, "value": value})
+
+    def _namespace_experiment(self, name: str, namespace: str) -> str:
+        key = self.owner_key
+        if key is None:
+            raise MlflowError("the operator has no ownership key (KUBESWEEP_MLFLOW_OWNERSHIP_KEY): it makes no "
+                              "experiment for a namespace without one")
+        found = self._by_name(name) or self._make_sealed(name, namespace, key)
+        exp = str(found["experiment_id"])
+        have = {t.get("key"): t.get("value") for t in found.get("tags") or []}
+        if not ownership.sealed_for(key, exp, namespace, have):
+            mine = ownership.owner(key, exp, have)
+            whose = (f"belongs to the sweeps of namespace {mine}" if mine else
+                     f"was not made by the operator for namespace {namespace} (its name and tags are not proof)")
+            raise ExperimentRefused(f"experiment {name!r} {whose}: name another (spec.tracking.experiment)")
+        if found.get("lifecycle_stage") == "deleted":
+            raise ExperimentRefused(f"experiment {name!r} is deleted: an MLflow admin restores it, or name another "
+                                    "(spec.tracking.experiment)")
+        self._set_tags(found, {**experiment_tags(), ownership.NAMESPACE_TAG: namespace})
+        return exp
+
+    def _make_sealed(self, name: str, namespace: str, key: bytes) -> dict[str, Any]:
+        """Make the experiment for `namespace`, sealed before it bears its name: it is created under a name of its
+        own, sealed, then renamed (a process stopped on the way leaves an unnamed experiment, never an unsealed one
+        under the name). Another holding the name meanwhile is what this returns (checked by the caller)."""
+        tags = {**experiment_tags(), ownership.NAMESPACE_TAG: namespace}
+        pending = f"{PENDING_PREFIX}{secrets.token_hex(8)}"
+        exp = str(self._call("POST", "experiments/create", {
+            "name": pending, "tags": [{"key": k, "value": v} for k, v in tags.items()]})["experiment_id"])
+        self._call("POST", "experiments/set-experiment-tag", {
+            "experiment_id": exp, "key": ownership.SEAL_TAG, "value": ownership.seal(key, exp, namespace)})
+        try:
+            self._call("POST", "experiments/update", {"experiment_id": exp, "new_name": name})
+        except MlflowError:
+            taken = self._by_name(name)
+            if taken is None:
+                raise
+            with contextlib.suppress(MlflowError):
+                self._call("POST", "experiments/delete", {"experiment_id": exp})
+            return taken
+        return self._call("GET", "experiments/get", query={"experiment_id": exp})["experiment"]  # type: ignore[no-any-return]
 
     def grant(self, experiment_id: str, username: str, permission: str = "EDIT") -> None:
         """Give `username` `permission` on the experiment (MLflow's basic-auth app, its v3 grant; the caller needs
@@ -222,16 +285,21 @@ class MlflowRest:
         return str(created["run"]["info"]["run_id"])
 
     def tag_trial_runs(self, parent_run_id: str, tags: Mapping[str, Mapping[str, str]]) -> list[str]:
-        """Set each trial's tags (trial id → tags) on its run in the parent run's experiment: the run its job made,
-        tagged `kubesweep.trial_id`. Returns the trials that have no run yet."""
+        """Set each trial's tags (trial id → tags) on its run under this parent run: the run its job made, tagged
+        `kubesweep.trial_id` and `mlflow.parentRunId` (a sweep deleted and created again under its name has a new
+        parent run in the same experiment; the old sweep's run of the same trial is left alone). Returns the
+        trials that have no run yet."""
         bad = next((tid for tid in tags if not _TRIAL_ID.fullmatch(tid)), None)
         if bad is not None:  # a trial id is quoted into a search filter: nothing else may get there
             raise MlflowError(f"not a trial id: {bad[:80]!r}")
+        if not _RUN_ID.fullmatch(parent_run_id):  # so is the parent run's id
+            raise MlflowError(f"not a run id: {parent_run_id[:80]!r}")
         experiment = self._call("GET", "runs/get", query={"run_id": parent_run_id})["run"]["info"]["experiment_id"]
         missing = []
         for tid, values in tags.items():
             found = self._call("POST", "runs/search", {"experiment_ids": [experiment], "max_results": 1,
-                                                       "filter": f"tags.`{TRIAL_TAG}` = '{tid}'"})
+                                                       "filter": f"tags.`{TRIAL_TAG}` = '{tid}' AND "
+                                                                 f"tags.`{PARENT_TAG}` = '{parent_run_id}'"})
             runs = found.get("runs") or []
             if not runs:
                 missing.append(tid)

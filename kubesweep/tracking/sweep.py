@@ -85,6 +85,17 @@ def load_records(target: TrackingTarget, sweep: str, backend: Backend | None, *,
     if parent is not None:
         return Loaded(from_mlflow(runs, parent, backend, sweep),
                       f"MLflow {target.uri}, experiment {target.experiment!r}, parent run {parent}", "", parent)
+    # the backend's record of the sweep's parent run: where its experiment is not the name asked for (the
+    # operator's, on a server with a user per namespace, is `<namespace>/<experiment>`)
+    recorded = getattr(backend, "parent_run_id", None)
+    parent = recorded(sweep) if recorded is not None else None
+    if parent is not None and backend is not None:
+        try:
+            return Loaded(from_mlflow(runs, parent, backend, sweep),
+                          f"MLflow {target.uri}, parent run {parent} (the {backend.name} backend's record)", "",
+                          parent)
+        except TrackingError:  # a run this server does not have (the record names another server's)
+            pass
     missing = f"no MLflow parent run for sweep {sweep!r} in experiment {target.experiment!r} at {target.uri}"
     if source == "mlflow" or backend is None:
         raise SweepNotFound(f"sweep {sweep!r}: {missing}" + ("" if source == "mlflow" else

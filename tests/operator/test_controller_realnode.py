@@ -125,8 +125,9 @@ class Stack:
         return MlflowClient(tracking_uri=self.mlflow_host_uri)
 
     def child_runs(self, experiment: str) -> list[Any]:
+        """The trials' runs in the sweep's experiment: on the chart's MLflow, `<namespace>/<experiment>`."""
         client = self.mlflow()
-        exp = client.get_experiment_by_name(experiment)
+        exp = client.get_experiment_by_name(f"{self.namespace}/{experiment}")
         assert exp is not None, f"no MLflow experiment {experiment!r}"
         runs = client.search_runs([exp.experiment_id], max_results=500)
         return [r for r in runs if "kubesweep.trial_id" in r.data.tags]

@@ -9,100 +9,19 @@ grant it team-a's experiment by naming it in a Sweep. Each is refused.
 
 from __future__ import annotations
 
-import base64
 import json
-import os
-import subprocess
-import sys
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest
-from kubesweep.tracking.ui import free_port, mlflow_executable
-from tests.support.mlflow_fixtures import quiet_mlflow_env, stop, wait_http
+from kubesweep.operator.mlflow_rest import MlflowError
+from tests.support.mlflow_auth import PASSWORDS, PREFIX, AuthServer
 
 pytestmark = pytest.mark.slow
 
-USERS_SCRIPT = Path(__file__).resolve().parents[2] / "charts" / "kubesweep" / "files" / "mlflow-auth-users.py"
-PREFIX = "kubesweep-ns-"
-PASSWORDS = {"admin": "admin-pw-0123", "kubesweep-operator": "operator-pw-0123",
-             "team-a": "team-a-pw-0123", "team-b": "team-b-pw-0123"}
 
-
-@dataclass
-class AuthServer:
-    url: str
-    env: dict[str, str]
-    users_dir: Path
-
-    def as_user(self, who: str) -> MlflowRest:
-        username = who if who in ("admin", "kubesweep-operator") else PREFIX + who
-        return MlflowRest(self.url, environ={"MLFLOW_TRACKING_USERNAME": username,
-                                             "MLFLOW_TRACKING_PASSWORD": PASSWORDS[who]})
-
-    def status(self, who: str, method: str, path: str, body: dict[str, object], version: int = 2) -> int:
-        """The HTTP status MLflow answers, as `who` (a namespace name, or admin / kubesweep-operator)."""
-        username = who if who in ("admin", "kubesweep-operator") else PREFIX + who
-        request = urllib.request.Request(
-            f"{self.url}/api/{version}.0/mlflow/{path}", data=json.dumps(body).encode() if body else None,
-            method=method,
-            headers={"Content-Type": "application/json", "Authorization": "Basic " + base64.b64encode(
-                f"{username}:{PASSWORDS[who]}".encode()).decode()})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as resp:
-                return int(resp.status)
-        except urllib.error.HTTPError as exc:
-            return int(exc.code)
-
-    def fill_users(self) -> str:
-        """The chart's init container: the user store holds exactly the Secret's users."""
-        proc = subprocess.run([sys.executable, str(USERS_SCRIPT)], env=self.env, capture_output=True, text=True,
-                              timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer]:
-    root = tmp_path_factory.mktemp("mlflow-auth")
-    users = root / "users"  # the Secret <release>-kubesweep-mlflow-auth, as the init container mounts it
-    users.mkdir()
-    (users / "operator-username").write_text("kubesweep-operator")
-    (users / "operator-password").write_text(PASSWORDS["kubesweep-operator"])
-    for ns in ("team-a", "team-b"):
-        (users / f"ns-{ns}-password").write_text(PASSWORDS[ns])
-    ini = root / "basic_auth.ini"
-    ini.write_text(f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{root / 'auth.db'}\n"
-                   "admin_username = admin\nadmin_password = unused-the-init-sets-it\n"
-                   "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
-    env = {**os.environ, **quiet_mlflow_env(), "MLFLOW_AUTH_CONFIG_PATH": str(ini),
-           "MLFLOW_AUTH_ADMIN_USERNAME": "admin", "MLFLOW_AUTH_ADMIN_PASSWORD": PASSWORDS["admin"],
-           "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret-key-0123456789", "KUBESWEEP_NAMESPACE_USER_PREFIX": PREFIX,
-           "KUBESWEEP_MLFLOW_USERS_DIR": str(users)}
-    port = free_port()
-    auth = AuthServer(f"http://127.0.0.1:{port}", env, users)
-    filled = auth.fill_users()
-    assert f"user {PREFIX}team-a: created" in filled and "user kubesweep-operator: created" in filled, filled
-    log = root / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([*mlflow_executable(), "server", "--app-name", "basic-auth", "--host", "127.0.0.1",
-                                 "--port", str(port), "--workers", "1",
-                                 "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-                                 "--artifacts-destination", str(root / "artifacts")],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    try:
-        wait_http(f"{auth.url}/health", proc, log)
-        yield auth
-    finally:
-        stop(proc)
-
-
-def test_one_namespace_cannot_touch_another_namespaces_results(server: AuthServer) -> None:
+def test_one_namespace_cannot_touch_another_namespaces_results(mlflow_auth_server: AuthServer) -> None:
+    server = mlflow_auth_server
     operator = server.as_user("kubesweep-operator")
     parent_a = operator.parent_run("sweeps-a", "sweep-a", "uid-a", namespace="team-a", grant_to=PREFIX + "team-a")
     operator.parent_run("sweeps-b", "sweep-b", "uid-b", namespace="team-b", grant_to=PREFIX + "team-b")
@@ -135,10 +54,38 @@ def test_one_namespace_cannot_touch_another_namespaces_results(server: AuthServe
     assert server.status("team-b", "GET", f"experiments/get?experiment_id={exp_a}", {}) == 200
 
 
-def test_a_namespace_no_longer_served_loses_its_user(server: AuthServer) -> None:
+def test_a_namespace_no_longer_served_loses_its_user(mlflow_auth_server: AuthServer) -> None:
+    server = mlflow_auth_server
     (server.users_dir / "ns-team-b-password").unlink()
     try:
         assert f"user {PREFIX}team-b: deleted" in server.fill_users()
     finally:
         (server.users_dir / "ns-team-b-password").write_text(PASSWORDS["team-b"])
         server.fill_users()
+
+
+def test_users_made_by_hand_are_kept_with_their_grants(mlflow_auth_server: AuthServer) -> None:
+    """Under watch.allNamespaces, a namespace other than the release's is served by making its user by hand, as
+    admin (docs/operator.md). MLflow's pod restarting (the init script running again) keeps that user, and so its
+    grants; a user the script made for a namespace no longer served is still deleted."""
+    server = mlflow_auth_server
+    server.as_user("admin")._call("POST", "users/create", {"username": PREFIX + "team-c",
+                                                           "password": PASSWORDS["team-c"]})
+    operator = server.as_user("kubesweep-operator")
+    exp = operator.experiment_id("team-c/by-hand", "team-c")
+    operator.grant(exp, PREFIX + "team-c")
+    assert server.status("team-c", "POST", "runs/create", {"experiment_id": exp}) == 200
+    filled = server.fill_users()
+    assert f"user {PREFIX}team-c: kept" in filled and f"{PREFIX}team-c: deleted" not in filled, filled
+    assert server.status("team-c", "POST", "runs/create", {"experiment_id": exp}) == 200
+
+
+def test_the_first_run_with_a_record_takes_the_secrets_users_as_its_own(mlflow_auth_server: AuthServer) -> None:
+    """An MLflow whose users an earlier release of the chart made has no record of them: the first run takes the
+    Secret's namespace users that are there as its own (and deletes them once their namespace is no longer
+    served), never a user made by hand."""
+    server = mlflow_auth_server
+    record = Path(server.env["KUBESWEEP_MLFLOW_USERS_RECORD"])
+    record.unlink(missing_ok=True)
+    server.fill_users()
+    assert json.loads(record.read_text())["made"] == [PREFIX + "team-a", PREFIX + "team-b"]

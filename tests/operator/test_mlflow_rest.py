@@ -153,3 +153,28 @@ def test_kueues_words_are_tagged_on_the_trials_own_run(mlflow_server: Any) -> No
     with pytest.raises(MlflowError, match="not a trial id"):
         rest.tag_trial_runs(parent, {"x' OR tags.`kubesweep.trial_id` != '": tags})
     assert not any(k.startswith("kueue.") for k in client.get_run(other.info.run_id).data.tags)
+
+
+def test_a_sweep_made_again_under_its_name_gets_its_own_runs_tagged(mlflow_server: Any) -> None:
+    """Against a real `mlflow server`: a sweep deleted and created again under its name has a new parent run in the
+    same experiment, whose trials carry the same trial ids as the old sweep's. An eviction of the new sweep's trial
+    tags the new sweep's run, under its own parent run, and never the old one's."""
+    from mlflow.tracking import MlflowClient
+
+    rest = MlflowRest(mlflow_server.url, environ={})
+    client = MlflowClient(tracking_uri=mlflow_server.url)
+    old_parent = rest.parent_run("made-again", "made-again", "uid-first")
+    experiment = client.get_run(old_parent).info.experiment_id
+    old = client.create_run(experiment, tags={"kubesweep.trial_id": "a1b2c3", "mlflow.parentRunId": old_parent})
+    client.create_run(experiment, tags={"kubesweep.trial_id": "d4e5f6", "mlflow.parentRunId": old_parent})
+    new_parent = rest.parent_run("made-again", "made-again", "uid-second")
+    assert new_parent != old_parent and client.get_run(new_parent).info.experiment_id == experiment
+    new = client.create_run(experiment, tags={"kubesweep.trial_id": "a1b2c3", "mlflow.parentRunId": new_parent})
+    tags = {"kueue.evictions": "1", "kueue.last_eviction": "preempted by Kueue"}
+    assert rest.tag_trial_runs(new_parent, {"a1b2c3": tags}) == []
+    assert {k: v for k, v in client.get_run(new.info.run_id).data.tags.items() if k.startswith("kueue.")} == tags
+    assert not any(k.startswith("kueue.") for k in client.get_run(old.info.run_id).data.tags)
+    # a trial of the new sweep whose job made no run yet is reported, though the old sweep's trial had one
+    assert rest.tag_trial_runs(new_parent, {"d4e5f6": tags}) == ["d4e5f6"]
+    with pytest.raises(MlflowError, match="not a run id"):
+        rest.tag_trial_runs("x' OR '1' = '1", {"a1b2c3": tags})

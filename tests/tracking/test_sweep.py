@@ -257,3 +257,16 @@ def test_resubmit_and_resume_make_no_duplicate_runs(tracked_sweep: TrackedSweep)
     assert [p.info.run_id for p in parents(ts)] == [parent]
     after = {k.data.tags["kubesweep.trial_id"]: k.info.run_id for k in children(ts, parent)}
     assert after == before
+
+
+def test_results_from_mlflow_through_the_backends_record_of_the_parent_run(tracked_sweep: TrackedSweep) -> None:
+    """Where the sweep's experiment is not the name `sweep results` asks for (the operator's, on a server with a
+    user per namespace, is `<namespace>/<experiment>`), the backend's record of the sweep's parent run finds its
+    runs in MLflow all the same."""
+    ts = tracked_sweep
+    proc = ts.sweep("results", ts.name, "--format", "json", "--from", "mlflow", "--experiment", "team-a/elsewhere")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    parent = parents(ts)[0].info.run_id
+    assert out["source"] == f"MLflow {ts.server.url}, parent run {parent} (the local backend's record)", out["source"]
+    assert len(out["cells"]) == SWEEP_CELLS

@@ -75,7 +75,26 @@ seccompProfile:
 {{- define "kubesweep.mlflowAuthSecret" -}}{{ include "kubesweep.mlflowName" . }}-auth{{- end -}}
 {{- define "kubesweep.trialsSecret" -}}kubesweep-mlflow-trials{{- end -}}
 {{- define "kubesweep.mlflowAuth" -}}
-{{- if and .Values.mlflow.enabled .Values.mlflow.auth.enabled }}true{{ end -}}
+{{- if and .Values.mlflow.enabled .Values.mlflow.auth.enabled -}}
+{{- include "kubesweep.mlflowUsersApart" .Values.mlflow.auth -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* No namespace's MLflow user (namespaceUserPrefix + namespace) can be the operator's or the admin's: that
+namespace's trials would be given the operator's (or admin's) user, with its password, by the Secret
+kubesweep-mlflow-trials. A namespace may be served later (or its user made by hand), so no name beginning with the
+prefix is allowed, whatever is served now. */}}
+{{- define "kubesweep.mlflowUsersApart" -}}
+{{- range $key := list "operatorUsername" "adminUsername" -}}
+{{- $name := index $ $key -}}
+{{- if hasPrefix $.namespaceUserPrefix $name -}}
+{{- fail (printf "mlflow.auth.%s %q begins with mlflow.auth.namespaceUserPrefix %q: the MLflow user of namespace %q would be that user, and its trials would log with its password; choose a prefix no other user's name begins with" $key $name $.namespaceUserPrefix (trimPrefix $.namespaceUserPrefix $name)) -}}
+{{- end -}}
+{{- end -}}
+{{- if eq .operatorUsername .adminUsername -}}
+{{- fail (printf "mlflow.auth.operatorUsername and mlflow.auth.adminUsername are both %q: the operator would be MLflow's admin" .operatorUsername) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The image tuner Jobs run: tuner.image when set, else the operator's own. */}}
