@@ -34,6 +34,7 @@ from kubesweep.plan import DEFAULT_MAX_TRIALS
 from kubesweep.session import EXIT_BACKEND, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, Options, Session, error_code
 from kubesweep.session import Results as SweepResults
 from kubesweep.spec import Sweep, load_sweep_file
+from kubesweep.terminal_text import clean, plain
 
 if TYPE_CHECKING:
     from kubesweep.backends.base import ProgressCallback
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 
 def fail(message: str, code: int) -> NoReturn:
-    sys.stderr.write(("" if code == EXIT_USAGE else "error: ") + message.rstrip() + "\n")
+    sys.stderr.write(("" if code == EXIT_USAGE else "error: ") + clean(message).rstrip() + "\n")
     raise typer.Exit(code)
 
 
@@ -116,7 +117,7 @@ def session(backend: BackendName = BackendName.local, home: Path | None = None, 
             kubeconfig: Path | None = None, direct: bool = False, **more: Any) -> Session:
     """The session of one command; what it has to say goes to stdout, warnings and notes to stderr."""
     return Session(Options(backend.value, home, namespace, kubeconfig, direct, **more),
-                   notify=lambda message, warning: (err if warning else console).print(message))
+                   notify=lambda message, warning: (err if warning else console).print(plain(message)))
 
 
 def _watch(run: Callable[[ProgressCallback], Ended], interrupted: str) -> Ended:
@@ -124,7 +125,7 @@ def _watch(run: Callable[[ProgressCallback], Ended], interrupted: str) -> Ended:
     try:
         return views.watch(console, run)
     except KeyboardInterrupt:
-        err.print(interrupted)
+        err.print(plain(interrupted))
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
@@ -308,7 +309,7 @@ def delete(
 ) -> None:
     """Cancel a sweep and forget its state (local: its trial directories too)."""
     session(backend, home, namespace, kubeconfig, direct).backend.delete(name)
-    console.print(f"sweep {name!r} deleted")
+    console.print(plain(f"sweep {name!r} deleted"))
 
 
 @app.command()
@@ -393,7 +394,7 @@ def report(
             SweepRuns(r.target, name).log_report(r.loaded.parent_run_id, directory)
         except TrackingError as exc:
             fail(f"report written locally, but not logged to MLflow: {exc}", EXIT_BACKEND)
-        console.print(f"logged as artifacts report/ of MLflow run {r.loaded.parent_run_id} ({r.target.uri})")
+        console.print(plain(f"logged as artifacts report/ of MLflow run {r.loaded.parent_run_id} ({r.target.uri})"))
     elif upload:
         console.print("not logged to MLflow: the sweep has no parent run there", style="dim")
 
@@ -411,11 +412,12 @@ def ui(
     from kubesweep.tracking.target import URI_ENV, mlflow_installed
 
     if backend == BackendName.kubernetes:
-        console.print(ui_mod.cluster_directions(namespace or "kubesweep", tracking_uri or os.environ.get(URI_ENV)))
+        console.print(plain(ui_mod.cluster_directions(namespace or "kubesweep",
+                                                    tracking_uri or os.environ.get(URI_ENV))))
         return
     configured = tracking_uri or os.environ.get(URI_ENV)
     if configured and configured.startswith(("http://", "https://")):
-        console.print(f"tracking goes to the MLflow server at {configured}: open it in a browser")
+        console.print(plain(f"tracking goes to the MLflow server at {configured}: open it in a browser"))
         return
     if not mlflow_installed():
         fail("mlflow is not installed: pip install 'kubesweep[tracking]'", EXIT_USAGE)
@@ -428,7 +430,8 @@ def ui(
             known = None
         experiment = s.tracking_target(name, known).experiment
     home_dir = Options(home=home).home_dir
-    code = ui_mod.serve(home_dir, port, configured, say=console.print, sweep=name, experiment=experiment)
+    code = ui_mod.serve(home_dir, port, configured, say=lambda line: console.print(plain(line)), sweep=name,
+                        experiment=experiment)
     if code is None:
         err.print("stopped the MLflow UI")
     elif code != 0:

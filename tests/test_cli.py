@@ -406,3 +406,26 @@ def test_a_directory_with_a_damaged_results_file_is_a_usage_error(sweep, tmp_pat
     assert f"{damaged}: not a results file" in proc.stderr and "Traceback" not in proc.stderr
     proc = sweep("results", "./no-such-dir", str(tmp_path / "h100"), check=2)
     assert "no-such-dir: no such directory" in proc.stderr
+
+
+def test_text_a_trial_wrote_is_printed_as_text(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A trial's error with a CUDA assert's `[/path/file.cu:12]` (a closing tag to Rich markup) and escape sequences
+    (colour, window title), and a results field with them: every command prints them as literal text, without the
+    escape bytes, and none crashes."""
+    path = tmp_path / "hostile.yaml"
+    path.write_text("apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: hostile}\nspec:\n"
+                    "  job: {max_steps: 1}\n  matrix: {batch_size: [8], learning_rate: [0.456]}\n"
+                    "  resources: {gpus_per_trial: 0, retries: 0}\n")
+    outputs = [sweep("submit", str(path), check=1)]
+    outputs += [sweep(*args) for args in (["status"], ["status", "hostile"], ["results", "hostile"],
+                                          ["results", "hostile", "--per-trial"],
+                                          ["results", "hostile", "-f", "csv"], ["results", "hostile", "-f", "markdown"],
+                                          ["results", "hostile", "--per-trial", "-f", "csv"],
+                                          ["results", "hostile", "--per-trial", "-f", "markdown"])]
+    for proc in outputs:
+        printed = proc.stdout + proc.stderr
+        assert "Traceback" not in printed and "\x1b" not in printed and "\x07" not in printed, printed
+    assert "[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12]" in outputs[0].stdout  # the progress line's reason
+    assert "[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12]" in outputs[2].stdout  # the status table's
+    assert "fp32[/bold]" in outputs[3].stdout and "fp32[/bold]" in outputs[4].stdout  # a results field
+    assert json.loads(sweep("status", "hostile", "-o", "json").stdout)["trials"][0]["outcome"] == "failed"
