@@ -370,12 +370,15 @@ def report(
     """An HTML report with PNG figures (throughput, compile speed-up, peak memory, time-to-accuracy, $/epoch,
     energy, the matrix heatmap) and the comparison tables (GPU types, torch.compile break-even, inference),
     written locally and logged to the sweep's parent run. Several sweeps (or directories of results files, e.g.
-    the same sweep run on another machine) merge into one report."""
+    the same sweep run on another machine) merge into one report. --output DIR is made if missing; the report's
+    own files in it are replaced whole (written aside, then moved into place), other files are left alone; a
+    DIR that is a file or cannot be written is exit 2."""
     try:
         from kubesweep.tracking.report import build
     except ImportError as exc:  # pragma: no cover - depends on the install
         fail(f"the report needs matplotlib ({exc}): pip install 'kubesweep[tracking]'", EXIT_USAGE)
     from kubesweep.tracking.records import names_a_directory
+    from kubesweep.tracking.report_files import ReportPathError
     from kubesweep.tracking.runs import SweepRuns, TrackingError
 
     s = session(backend, home, namespace, kubeconfig, tracking_uri=tracking_uri, no_tracking=no_tracking)
@@ -386,9 +389,13 @@ def report(
     one_sweep = len(names) == 1 and not names_a_directory(names[0])
     default = (s.options.home_dir / "sweeps" / names[0] / "report" if one_sweep
                else s.options.home_dir / "reports" / "+".join(Path(n).name or "results" for n in names))
-    directory = (output or default).resolve()
-    views.print_report(console, build(r.cells, directory, sweep=name, source=r.loaded.source,
-                                      target=target_accuracy, best_by=best_by.value, merged=len(names) > 1))
+    directory = (output or default).expanduser().resolve()
+    try:
+        built = build(r.cells, directory, sweep=name, source=r.loaded.source, target=target_accuracy,
+                      best_by=best_by.value, merged=len(names) > 1)
+    except ReportPathError as exc:  # --output names a bad place: bad input; the home's own directory: the store's
+        fail(str(exc), EXIT_USAGE if output is not None else EXIT_BACKEND)
+    views.print_report(console, built)
     if upload and r.loaded.parent_run_id:
         try:
             SweepRuns(r.target, name).log_report(r.loaded.parent_run_id, directory)

@@ -429,3 +429,23 @@ def test_text_a_trial_wrote_is_printed_as_text(sweep, tmp_path: Path) -> None:  
     assert "[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12]" in outputs[2].stdout  # the status table's
     assert "fp32[/bold]" in outputs[3].stdout and "fp32[/bold]" in outputs[4].stdout  # a results field
     assert json.loads(sweep("status", "hostile", "-o", "json").stdout)["trials"][0]["outcome"] == "failed"
+
+
+def test_report_output_that_is_a_file_or_cannot_be_written_is_one_line_exit_2(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _copied_sweep(tmp_path / "h100", "NVIDIA-H100-80GB-HBM3", 1.0)
+    taken = tmp_path / "report.html"
+    taken.write_text("mine")
+    proc = sweep("report", str(tmp_path / "h100"), "-o", str(taken), "--no-upload", check=2)
+    assert proc.stderr == f"{taken}: exists and is not a directory (--output names the report's directory)\n"
+    assert taken.read_text() == "mine"
+    proc = sweep("report", str(tmp_path / "h100"), "-o", str(taken / "sub"), "--no-upload", check=2)
+    assert proc.stderr == f"{taken / 'sub'}: cannot write the report there: Not a directory\n"
+    # a directory that exists: the report's files are replaced, other files left alone, nothing staged is left
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("kept")
+    (out / "gpu_timeline.png").write_text("an old figure this report does not draw")
+    for _ in range(2):
+        sweep("report", str(tmp_path / "h100"), "-o", str(out), "--no-upload")
+    assert (out / "notes.txt").read_text() == "kept" and not (out / "gpu_timeline.png").exists()
+    assert (out / "report.html").stat().st_size > 0 and not [p for p in out.iterdir() if p.name.startswith(".")]
