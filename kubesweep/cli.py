@@ -117,7 +117,8 @@ def session(backend: BackendName = BackendName.local, home: Path | None = None, 
             kubeconfig: Path | None = None, direct: bool = False, **more: Any) -> Session:
     """The session of one command; what it has to say goes to stdout, warnings and notes to stderr."""
     return Session(Options(backend.value, home, namespace, kubeconfig, direct, **more),
-                   notify=lambda message, warning: (err if warning else console).print(plain(message)))
+                   notify=lambda message, warning: (err if warning else console).print(plain(message),
+                                                                                      soft_wrap=True))
 
 
 def _watch(run: Callable[[ProgressCallback], Ended], interrupted: str) -> Ended:
@@ -325,7 +326,8 @@ def results(
     """The sweep's results aggregated over repeats: mean ±95% interval of samples/s, step p50, peak memory,
     time-to-accuracy, accuracy, $/epoch and kWh/epoch per setting; OOM and GPU-mismatch cells as such; * marks
     the best setting per GPU type. Reads the trials' MLflow runs (the local results files when tracking is off).
-    Several sweeps (or directories of results files) merge into one comparison."""
+    Several sweeps (or directories of results files) merge into one comparison; a directory's results file that
+    is not valid is skipped, with one line naming it, its field and what was expected."""
     from kubesweep.tracking import aggregate as agg
 
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)

@@ -398,12 +398,35 @@ def test_report_merges_sweeps_run_on_two_machines(sweep, tmp_path: Path) -> None
     assert table.count("\n") == 5  # a header and 2 GPU types x 2 batch sizes
 
 
-def test_a_directory_with_a_damaged_results_file_is_a_usage_error(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    _copied_sweep(tmp_path / "h100", "NVIDIA-H100-80GB-HBM3", 1.0)
-    damaged = next((tmp_path / "h100" / "trials").iterdir()) / "results.json"
-    damaged.write_text('{"outcome": ')
-    proc = sweep("report", str(tmp_path / "h100"), "--no-upload", check=2)
-    assert f"{damaged}: not a results file" in proc.stderr and "Traceback" not in proc.stderr
+def test_a_directory_with_damaged_results_files_skips_each_in_one_line(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Each damaged or hostile results file is one line naming it, its field and what was expected; the report and
+    the table come whole from the rest. A GPU name with mathtext in it is drawn as text."""
+    _copied_sweep(tmp_path / "h100", r"$\frac{x$ GPU", 1.0)
+    files = sorted((tmp_path / "h100" / "trials").glob("*/results.json"))
+    good = json.loads(files[1].read_text())
+    files[0].write_text('{"outcome": ')
+    files[1].write_text(json.dumps({**good, "config": {**good["config"], "batch_size": "abc"}}))
+    files[2].write_text(json.dumps({**good, "train": {**good["train"], "samples_per_s": 1e308}}))
+    files[3].write_text("[" * 10_000 + "]" * 10_000)
+    files[4].write_text("[]")
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.html").write_text("the last report")
+    proc = sweep("report", str(tmp_path / "h100"), "--no-upload", "-o", str(out))
+    assert proc.stderr.splitlines() == [
+        f"warning: skipped {files[0]}: not JSON: EOF while parsing a value at line 1 column 12",
+        f"warning: skipped {files[1]}: config.batch_size: expected an integer, got 'abc' (kubesweep.io/results/v1, "
+        "docs/results-schema.md)",
+        f"warning: skipped {files[2]}: train.samples_per_s: expected a number within ±1e+15, got 1e+308",
+        f"warning: skipped {files[3]}: not JSON: recursion limit exceeded at line 1 column 202",
+        f"warning: skipped {files[4]}: expected a JSON object (a results file), got list"]
+    assert "report.html" in proc.stdout and r"$\frac{x$ GPU" in (out / "report.html").read_text()
+    table = sweep("results", str(tmp_path / "h100"), "-f", "json")
+    assert [c["n"] for c in json.loads(table.stdout)["cells"]] == [1]  # the one file left
+    files[5].write_text("{}")
+    proc = sweep("report", str(tmp_path / "h100"), "--no-upload", "-o", str(out), check=2)
+    assert proc.stderr.splitlines()[-1] == f"{tmp_path / 'h100'}: none of its 6 results files is valid (each " \
+        "skipped above)" and "Traceback" not in proc.stderr
     proc = sweep("results", "./no-such-dir", str(tmp_path / "h100"), check=2)
     assert "no-such-dir: no such directory" in proc.stderr
 
