@@ -29,7 +29,8 @@ MAX_AXIS_VALUES = 10_000  # values of one matrix axis; include and exclude cells
 MAX_CPU = 1024.0  # cores per pod
 MAX_SECONDS = 366 * 86400  # a trial's deadline, a finished Job's time to live: a year
 MAX_RETRIES = 100  # a trial's Job's backoffLimit
-MAX_TRIALS_AT_ONCE = 10_000  # the trial cap
+MAX_TRIALS_AT_ONCE = 10_000  # trials running at once (max_parallel, per_gpu_type, a tune search's max_concurrent)
+MAX_SEARCH_TRIALS = 10**7  # a search's budget; --max-trials (default 10,000) is the limit a sweep meets first
 MAX_SEARCH_VALUE = 1e15  # a search space's bounds and a constraint's value
 MAX_MEMORY = 64 * 2**40  # bytes per pod (64Ti), for memory and shm_size
 # Sizes as JSON. A Kubernetes object's annotations hold 256 KiB in all, an object 1.5 MiB (etcd's request limit).
@@ -174,7 +175,7 @@ class GridSearch(_SearchRule):
 
 class RandomSearch(_SearchRule):
     strategy: Literal["random"]
-    num_samples: int = Field(ge=1, le=MAX_TRIALS_AT_ONCE, description="cells drawn from the grid, without replacement")
+    num_samples: int = Field(ge=1, le=MAX_SEARCH_TRIALS, description="cells drawn from the grid, without replacement")
     seed: int = Field(0, ge=0, le=MAX_SEED)
 
 
@@ -201,7 +202,7 @@ class TuneSearch(_SearchRule):
     scheduler: Literal["asha", "median", "fifo"] = "asha"
     metric: str | list[str] = "samples_per_second"
     mode: Literal["max", "min"] | list[Literal["max", "min"]] = "max"
-    num_samples: int = Field(16, ge=1, le=MAX_TRIALS_AT_ONCE)
+    num_samples: int = Field(16, ge=1, le=MAX_SEARCH_TRIALS)
     max_concurrent: int = Field(4, ge=1, le=MAX_TRIALS_AT_ONCE)
     space: dict[str, Distribution] = Field(default_factory=dict)
     constraints: list[Constraint] = Field(default_factory=list)
