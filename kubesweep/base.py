@@ -12,7 +12,8 @@ MAX_STRING = 4096  # any one string of a document: a model id, a path, a referen
 
 class StrictModel(BaseModel):
     """Base for every spec model: unknown keys are errors, values are validated on assignment, no string is
-    longer than MAX_STRING (a Job's annotations, which carry a trial's settings, hold 256 KiB in all)."""
+    longer than MAX_STRING (a Job's annotations, which carry a trial's settings, hold 256 KiB in all), no number
+    is infinite or NaN (each numeric field has its own bounds besides)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True,
-                              str_max_length=MAX_STRING)
+                              str_max_length=MAX_STRING, allow_inf_nan=False)

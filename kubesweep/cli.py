@@ -34,6 +34,7 @@ from kubesweep.plan import DEFAULT_MAX_TRIALS
 from kubesweep.session import EXIT_BACKEND, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, Options, Session, error_code
 from kubesweep.session import Results as SweepResults
 from kubesweep.spec import Sweep, load_sweep_file
+from kubesweep.terminal_text import clean, plain
 
 if TYPE_CHECKING:
     from kubesweep.backends.base import ProgressCallback
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 
 def fail(message: str, code: int) -> NoReturn:
-    sys.stderr.write(("" if code == EXIT_USAGE else "error: ") + message.rstrip() + "\n")
+    sys.stderr.write(("" if code == EXIT_USAGE else "error: ") + clean(message).rstrip() + "\n")
     raise typer.Exit(code)
 
 
@@ -116,7 +117,8 @@ def session(backend: BackendName = BackendName.local, home: Path | None = None, 
             kubeconfig: Path | None = None, direct: bool = False, **more: Any) -> Session:
     """The session of one command; what it has to say goes to stdout, warnings and notes to stderr."""
     return Session(Options(backend.value, home, namespace, kubeconfig, direct, **more),
-                   notify=lambda message, warning: (err if warning else console).print(message))
+                   notify=lambda message, warning: (err if warning else console).print(plain(message),
+                                                                                      soft_wrap=True))
 
 
 def _watch(run: Callable[[ProgressCallback], Ended], interrupted: str) -> Ended:
@@ -124,7 +126,7 @@ def _watch(run: Callable[[ProgressCallback], Ended], interrupted: str) -> Ended:
     try:
         return views.watch(console, run)
     except KeyboardInterrupt:
-        err.print(interrupted)
+        err.print(plain(interrupted))
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
@@ -308,7 +310,7 @@ def delete(
 ) -> None:
     """Cancel a sweep and forget its state (local: its trial directories too)."""
     session(backend, home, namespace, kubeconfig, direct).backend.delete(name)
-    console.print(f"sweep {name!r} deleted")
+    console.print(plain(f"sweep {name!r} deleted"))
 
 
 @app.command()
@@ -324,7 +326,8 @@ def results(
     """The sweep's results aggregated over repeats: mean ±95% interval of samples/s, step p50, peak memory,
     time-to-accuracy, accuracy, $/epoch and kWh/epoch per setting; OOM and GPU-mismatch cells as such; * marks
     the best setting per GPU type. Reads the trials' MLflow runs (the local results files when tracking is off).
-    Several sweeps (or directories of results files) merge into one comparison."""
+    Several sweeps (or directories of results files) merge into one comparison; a directory's results file that
+    is not valid is skipped, with one line naming it, its field and what was expected."""
     from kubesweep.tracking import aggregate as agg
 
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
@@ -369,12 +372,15 @@ def report(
     """An HTML report with PNG figures (throughput, compile speed-up, peak memory, time-to-accuracy, $/epoch,
     energy, the matrix heatmap) and the comparison tables (GPU types, torch.compile break-even, inference),
     written locally and logged to the sweep's parent run. Several sweeps (or directories of results files, e.g.
-    the same sweep run on another machine) merge into one report."""
+    the same sweep run on another machine) merge into one report. --output DIR is made if missing; the report's
+    own files in it are replaced whole (written aside, then moved into place), other files are left alone; a
+    DIR that is a file or cannot be written is exit 2."""
     try:
         from kubesweep.tracking.report import build
     except ImportError as exc:  # pragma: no cover - depends on the install
         fail(f"the report needs matplotlib ({exc}): pip install 'kubesweep[tracking]'", EXIT_USAGE)
     from kubesweep.tracking.records import names_a_directory
+    from kubesweep.tracking.report_files import ReportPathError
     from kubesweep.tracking.runs import SweepRuns, TrackingError
 
     s = session(backend, home, namespace, kubeconfig, tracking_uri=tracking_uri, no_tracking=no_tracking)
@@ -385,15 +391,19 @@ def report(
     one_sweep = len(names) == 1 and not names_a_directory(names[0])
     default = (s.options.home_dir / "sweeps" / names[0] / "report" if one_sweep
                else s.options.home_dir / "reports" / "+".join(Path(n).name or "results" for n in names))
-    directory = (output or default).resolve()
-    views.print_report(console, build(r.cells, directory, sweep=name, source=r.loaded.source,
-                                      target=target_accuracy, best_by=best_by.value, merged=len(names) > 1))
+    directory = (output or default).expanduser().resolve()
+    try:
+        built = build(r.cells, directory, sweep=name, source=r.loaded.source, target=target_accuracy,
+                      best_by=best_by.value, merged=len(names) > 1)
+    except ReportPathError as exc:  # --output names a bad place: bad input; the home's own directory: the store's
+        fail(str(exc), EXIT_USAGE if output is not None else EXIT_BACKEND)
+    views.print_report(console, built)
     if upload and r.loaded.parent_run_id:
         try:
             SweepRuns(r.target, name).log_report(r.loaded.parent_run_id, directory)
         except TrackingError as exc:
             fail(f"report written locally, but not logged to MLflow: {exc}", EXIT_BACKEND)
-        console.print(f"logged as artifacts report/ of MLflow run {r.loaded.parent_run_id} ({r.target.uri})")
+        console.print(plain(f"logged as artifacts report/ of MLflow run {r.loaded.parent_run_id} ({r.target.uri})"))
     elif upload:
         console.print("not logged to MLflow: the sweep has no parent run there", style="dim")
 
@@ -411,11 +421,12 @@ def ui(
     from kubesweep.tracking.target import URI_ENV, mlflow_installed
 
     if backend == BackendName.kubernetes:
-        console.print(ui_mod.cluster_directions(namespace or "kubesweep", tracking_uri or os.environ.get(URI_ENV)))
+        console.print(plain(ui_mod.cluster_directions(namespace or "kubesweep",
+                                                    tracking_uri or os.environ.get(URI_ENV))))
         return
     configured = tracking_uri or os.environ.get(URI_ENV)
     if configured and configured.startswith(("http://", "https://")):
-        console.print(f"tracking goes to the MLflow server at {configured}: open it in a browser")
+        console.print(plain(f"tracking goes to the MLflow server at {configured}: open it in a browser"))
         return
     if not mlflow_installed():
         fail("mlflow is not installed: pip install 'kubesweep[tracking]'", EXIT_USAGE)
@@ -428,7 +439,8 @@ def ui(
             known = None
         experiment = s.tracking_target(name, known).experiment
     home_dir = Options(home=home).home_dir
-    code = ui_mod.serve(home_dir, port, configured, say=console.print, sweep=name, experiment=experiment)
+    code = ui_mod.serve(home_dir, port, configured, say=lambda line: console.print(plain(line)), sweep=name,
+                        experiment=experiment)
     if code is None:
         err.print("stopped the MLflow UI")
     elif code != 0:

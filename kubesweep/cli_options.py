@@ -157,7 +157,9 @@ ReverseOpt = Annotated[bool, typer.Option("--reverse", help="reverse the --sort 
 PerTrialOpt = Annotated[bool, typer.Option("--per-trial", help="one row per trial from the results files, "
                                            "not aggregated")]
 ReportDirOpt = Annotated[Path | None, typer.Option("--output", "-o", help="directory for report.html and the "
-                                                   "figures [default: <home>/sweeps/<sweep>/report]",
+                                                   "figures, made if missing; the report's files in it are "
+                                                   "replaced, others left alone [default: "
+                                                   "<home>/sweeps/<sweep>/report]",
                                                    show_default=False)]
 UploadOpt = Annotated[bool, typer.Option("--upload/--no-upload", help="log the report as artifacts of the "
                                          "sweep's MLflow parent run")]

@@ -345,7 +345,8 @@ class Session:
         first: Results | None = None
         for name in names:
             if names_a_directory(name):
-                parts.append(Loaded(from_results_dir(Path(name)), f"results files under {name}", ""))
+                records = from_results_dir(Path(name), skipped=lambda line: self.notify(f"warning: {line}", True))
+                parts.append(Loaded(records, f"results files under {name}", ""))
                 continue
             one = self.results(name, experiment=experiment, target_accuracy=target_accuracy, best_by=best_by,
                                source=source)

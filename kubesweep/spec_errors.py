@@ -63,6 +63,8 @@ def message(error: Mapping[str, Any], path: tuple[str | int, ...]) -> str:
         return f"expected an integer, got {short(value)}"
     if kind in ("float_parsing", "float_type"):
         return f"expected a number, got {short(value)}"
+    if kind == "finite_number":
+        return f"expected a finite number, got {short(value)}"
     if kind in ("bool_parsing", "bool_type"):
         return f"expected true or false, got {short(value)}"
     if kind == "string_type":

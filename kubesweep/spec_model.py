@@ -13,7 +13,7 @@ from pydantic import BeforeValidator, Field, PrivateAttr, create_model
 from pydantic.fields import FieldInfo
 
 from kubesweep.base import StrictModel
-from kubesweep.jobs.config import JobConfig, normalize_compile
+from kubesweep.jobs.config import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, JobConfig, normalize_compile
 from kubesweep.specfile import Problem as Problem
 from kubesweep.specfile import SpecError as SpecError
 
@@ -27,6 +27,11 @@ MAX_GPUS_PER_NODE = 16
 MAX_NODES = 512
 MAX_AXIS_VALUES = 10_000  # values of one matrix axis; include and exclude cells (the trial cap is 10,000 too)
 MAX_CPU = 1024.0  # cores per pod
+MAX_SECONDS = 366 * 86400  # a trial's deadline, a finished Job's time to live: a year
+MAX_RETRIES = 100  # a trial's Job's backoffLimit
+MAX_TRIALS_AT_ONCE = 10_000  # trials running at once (max_parallel, per_gpu_type, a tune search's max_concurrent)
+MAX_SEARCH_TRIALS = 10**7  # a search's budget; --max-trials (default 10,000) is the limit a sweep meets first
+MAX_SEARCH_VALUE = 1e15  # a search space's bounds and a constraint's value
 MAX_MEMORY = 64 * 2**40  # bytes per pod (64Ti), for memory and shm_size
 # Sizes as JSON. A Kubernetes object's annotations hold 256 KiB in all, an object 1.5 MiB (etcd's request limit).
 MAX_JOB_BYTES = 64 * 1024  # spec.job: each trial Job's annotation carries its settings
@@ -108,9 +113,11 @@ class Resources(StrictModel):
     memory: str = Field("32Gi", pattern=QUANTITY, max_length=32, description="memory per pod (at most 64Ti)")
     shm_size: str = Field("8Gi", pattern=QUANTITY, max_length=32,
                           description="/dev/shm size for DataLoader workers (at most 64Ti)")
-    deadline_seconds: int = Field(6 * 3600, ge=60, description="a trial running longer is stopped")
-    retries: int = Field(1, ge=0, description="re-runs of a failed trial (OOM and GPU mismatch never retry)")
-    ttl_seconds_after_finished: int = Field(7 * 86400, ge=0, description="finished Jobs are deleted after this")
+    deadline_seconds: int = Field(6 * 3600, ge=60, le=MAX_SECONDS, description="a trial running longer is stopped")
+    retries: int = Field(1, ge=0, le=MAX_RETRIES,
+                         description="re-runs of a failed trial (OOM and GPU mismatch never retry)")
+    ttl_seconds_after_finished: int = Field(7 * 86400, ge=0, le=MAX_SECONDS,
+                                            description="finished Jobs are deleted after this")
 
 
 class Storage(StrictModel):
@@ -123,10 +130,12 @@ class Storage(StrictModel):
 
 
 class Concurrency(StrictModel):
-    max_parallel: int = Field(8, ge=1, description="trials running at once in the sweep (with spec.queue: trial "
-                                                   "Jobs in the cluster at once, admitted or waiting in the queue)")
-    per_gpu_type: int | None = Field(None, ge=1, description="trials running at once per GPU type (with "
-                                                             "spec.queue: trial Jobs per GPU type)")
+    max_parallel: int = Field(8, ge=1, le=MAX_TRIALS_AT_ONCE,
+                              description="trials running at once in the sweep (with spec.queue: trial Jobs in the "
+                              "cluster at once, admitted or waiting in the queue)")
+    per_gpu_type: int | None = Field(None, ge=1, le=MAX_TRIALS_AT_ONCE,
+                                     description="trials running at once per GPU type (with spec.queue: trial Jobs "
+                                     "per GPU type)")
 
 
 class Placement(StrictModel):
@@ -174,8 +183,8 @@ class GridSearch(_SearchRule):
 
 class RandomSearch(_SearchRule):
     strategy: Literal["random"]
-    num_samples: int = Field(ge=1, description="cells drawn from the grid, without replacement")
-    seed: int = 0
+    num_samples: int = Field(ge=1, le=MAX_SEARCH_TRIALS, description="cells drawn from the grid, without replacement")
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
 
 class Distribution(StrictModel):
@@ -184,15 +193,15 @@ class Distribution(StrictModel):
 
     type: Literal["choice", "uniform", "loguniform", "randint", "quniform", "qloguniform"]
     values: list[Any] | None = Field(None, min_length=1, description="for choice")
-    low: float | None = None
-    high: float | None = None
-    q: float | None = Field(None, gt=0, description="step, for the quantized types")
+    low: float | None = Field(None, ge=-MAX_SEARCH_VALUE, le=MAX_SEARCH_VALUE)
+    high: float | None = Field(None, ge=-MAX_SEARCH_VALUE, le=MAX_SEARCH_VALUE)
+    q: float | None = Field(None, gt=0, le=MAX_SEARCH_VALUE, description="step, for the quantized types")
 
 
 class Constraint(StrictModel):
     metric: str
     op: Literal[">=", "<=", ">", "<"]
-    value: float
+    value: float = Field(ge=-MAX_SEARCH_VALUE, le=MAX_SEARCH_VALUE)
 
 
 class TuneSearch(_SearchRule):
@@ -201,13 +210,13 @@ class TuneSearch(_SearchRule):
     scheduler: Literal["asha", "median", "fifo"] = "asha"
     metric: str | list[str] = "samples_per_second"
     mode: Literal["max", "min"] | list[Literal["max", "min"]] = "max"
-    num_samples: int = Field(16, ge=1)
-    max_concurrent: int = Field(4, ge=1)
+    num_samples: int = Field(16, ge=1, le=MAX_SEARCH_TRIALS)
+    max_concurrent: int = Field(4, ge=1, le=MAX_TRIALS_AT_ONCE)
     space: dict[str, Distribution] = Field(default_factory=dict)
     constraints: list[Constraint] = Field(default_factory=list)
-    grace_period: int = Field(1, ge=1, description="reports before a scheduler may stop a trial")
-    reduction_factor: int = Field(2, ge=2, description="ASHA: a rung keeps the best 1/reduction_factor")
-    seed: int = 0
+    grace_period: int = Field(1, ge=1, le=MAX_STEPS, description="reports before a scheduler may stop a trial")
+    reduction_factor: int = Field(2, ge=2, le=1000, description="ASHA: a rung keeps the best 1/reduction_factor")
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
     @property
     def metrics(self) -> list[str]:
@@ -222,11 +231,11 @@ class MaxBatchSearch(_SearchRule):
     """Per GPU type and precision of the matrix, the largest batch size that fits, by bisection on OOM."""
 
     strategy: Literal["max_batch"]
-    low: int = Field(1, ge=1, description="smallest batch size tried")
-    high: int = Field(4096, ge=1, description="largest batch size tried")
-    step: int = Field(1, ge=1, description="answer is a multiple of step (8: 8, 16, 24, ...)")
+    low: int = Field(1, ge=1, le=MAX_BATCH_SIZE, description="smallest batch size tried")
+    high: int = Field(4096, ge=1, le=MAX_BATCH_SIZE, description="largest batch size tried")
+    step: int = Field(1, ge=1, le=MAX_BATCH_SIZE, description="answer is a multiple of step (8: 8, 16, 24, ...)")
     probes: int = Field(1, ge=1, le=8, description="batch sizes tried at once per cell (k-ary search)")
-    max_steps: int = Field(3, ge=1, description="optimizer steps a probe trial runs")
+    max_steps: int = Field(3, ge=1, le=MAX_STEPS, description="optimizer steps a probe trial runs")
 
 
 Search = Annotated[GridSearch | RandomSearch | TuneSearch | MaxBatchSearch, Field(discriminator="strategy")]

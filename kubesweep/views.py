@@ -19,6 +19,7 @@ from rich.text import Text
 from kubesweep.backends.base import Backend, Phase, ProgressCallback, SweepStatus, TrialStatus
 from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, rows_for
+from kubesweep.terminal_text import clean, plain
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -38,6 +39,16 @@ PHASE_STYLE = {
     Phase.CANCELLED: "magenta",
     Phase.STOPPED: "blue",
 }
+
+
+def _row(table: Table, *cells: Any, style: str | None = None) -> None:
+    """A table row whose cells are literal text (`kubesweep.terminal_text.plain`), never markup."""
+    table.add_row(*(cell if isinstance(cell, Text) else plain(cell) for cell in cells), style=style)
+
+
+def _say(console: Console, line: Any, style: str = "") -> None:
+    """One line with text from a trial, a results file, Kubernetes or MLflow in it, printed as literal text."""
+    console.print(plain(line, style=style))
 
 
 def _fmt(value: Any) -> str:
@@ -85,7 +96,7 @@ def _more(console: Console, hidden: int, what: str) -> None:
 
 def print_plan(console: Console, plan: Plan, *, limit: int | None = TABLE_ROWS) -> None:
     axes = list(dict.fromkeys(k for t in plan.trials for k in t.axes))
-    table = Table(title=f"sweep {plan.sweep.name}: {len(plan.trials):,} trials", title_justify="left")
+    table = Table(title=plain(f"sweep {plan.sweep.name}: {len(plan.trials):,} trials"), title_justify="left")
     table.add_column("#", justify="right", style="dim")
     table.add_column("trial")
     table.add_column("id", style="dim")
@@ -97,7 +108,7 @@ def print_plan(console: Console, plan: Plan, *, limit: int | None = TABLE_ROWS) 
         cells = [str(i), t.name, t.id, *(_fmt(t.axes.get(a)) for a in axes)]
         if plan.sweep.spec.repeats > 1:
             cells.append(str(t.repeat))
-        table.add_row(*cells)
+        _row(table, *cells)
     console.print(table)
     _more(console, len(plan.trials) - len(plan.trials[:limit]), "trials")
     if plan.dropped:
@@ -105,11 +116,11 @@ def print_plan(console: Console, plan: Plan, *, limit: int | None = TABLE_ROWS) 
         dropped.add_column("cell")
         dropped.add_column("reason")
         for d in plan.dropped[:limit]:
-            dropped.add_row(" ".join(f"{k}={_fmt(v)}" for k, v in d.axes.items()), d.reason)
+            _row(dropped, " ".join(f"{k}={_fmt(v)}" for k, v in d.axes.items()), d.reason)
         console.print(dropped)
         _more(console, len(plan.dropped) - len(plan.dropped[:limit]), "dropped cells")
     for note in plan.notes:
-        console.print(f"note: {note}")
+        _say(console, f"note: {note}")
 
 
 # -- commands ---------------------------------------------------------------------------------------------
@@ -117,7 +128,7 @@ def print_plan(console: Console, plan: Plan, *, limit: int | None = TABLE_ROWS) 
 
 def print_warnings(err: Console, warnings: Sequence[str]) -> None:
     for warning in warnings:
-        err.print(f"warning: {warning}", markup=False, soft_wrap=True)
+        err.print(plain(f"warning: {warning}"), soft_wrap=True)
 
 
 def warn_if_large(err: Console, plan: Plan, confirm_over: int) -> None:
@@ -129,42 +140,42 @@ def warn_if_large(err: Console, plan: Plan, confirm_over: int) -> None:
 
 
 def print_valid(console: Console, file: Path, plan: Plan, backend: str) -> None:
-    console.print(f"{file}: valid for the {backend} backend — sweep {plan.sweep.name!r}, {len(plan.trials)} trials, "
+    _say(console, f"{file}: valid for the {backend} backend — sweep {plan.sweep.name!r}, {len(plan.trials)} trials, "
                   f"{len(plan.dropped)} cells dropped")
 
 
 def print_submitted(console: Console, file: Path, plan: Plan, backend: str, message: str) -> None:
-    console.print(f"sweep {plan.sweep.name!r}: {len(plan.trials)} trials on the {backend} backend ({message})")
+    _say(console, f"sweep {plan.sweep.name!r}: {len(plan.trials)} trials on the {backend} backend ({message})")
     if plan.dropped:
-        console.print(f"{len(plan.dropped)} cells dropped (see `sweep plan {file}`)")
+        _say(console, f"{len(plan.dropped)} cells dropped (see `sweep plan {file}`)")
 
 
 def print_search_detached(console: Console, sweep: Sweep) -> None:
-    console.print(f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search detached; follow with "
+    _say(console, f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search detached; follow with "
                   f"`sweep status {sweep.name}`")
 
 
 def print_search_start(console: Console, sweep: Sweep, backend: str, storage: Path) -> None:
-    console.print(f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search on the {backend} backend "
+    _say(console, f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search on the {backend} backend "
                   f"(state in {storage})")
 
 
 def print_detached(console: Console, name: str) -> None:
-    console.print(f"detached; follow with `sweep status {name}`, results with `sweep results {name}`")
+    _say(console, f"detached; follow with `sweep status {name}`, results with `sweep results {name}`")
 
 
 def print_cancelled(console: Console, name: str, cancelled: bool, status: SweepStatus) -> None:
     if cancelled:
-        console.print(f"sweep {name!r} cancelled: {counts_text(status)}")
+        _say(console, f"sweep {name!r} cancelled: {counts_text(status)}")
     else:
-        console.print(f"sweep {name!r} has already ended ({status.phase}): nothing to cancel; {counts_text(status)}")
+        _say(console, f"sweep {name!r} has already ended ({status.phase}): nothing to cancel; {counts_text(status)}")
 
 
 def print_report(console: Console, built: Any) -> None:
     """What `sweep report` wrote (a `kubesweep.tracking.report` build)."""
-    console.print(f"report: {built.html_path} ({len(built.figures)} figures, {len(built.tables)} comparison tables)")
+    _say(console, f"report: {built.html_path} ({len(built.figures)} figures, {len(built.tables)} comparison tables)")
     for note in built.skipped + built.table_notes:
-        console.print(f"  {note}", style="dim")
+        _say(console, f"  {note}", style="dim")
 
 
 # -- status ----------------------------------------------------------------------------------------------
@@ -193,7 +204,7 @@ def print_sweeps(console: Console, statuses: Sequence[SweepStatus]) -> None:
     for column in ("sweep", "phase", "trials"):
         table.add_column(column)
     for s in statuses:
-        table.add_row(s.name, s.phase, counts_text(s))
+        _row(table, s.name, s.phase, counts_text(s))
     console.print(table)
 
 
@@ -212,6 +223,10 @@ def status_json(status: SweepStatus) -> dict[str, Any]:
     }
 
 
+def _title(status: SweepStatus) -> Text:
+    return plain(f"sweep {status.name} [{status.phase}] {counts_text(status)}")
+
+
 def _elapsed(t: TrialStatus) -> str:
     if t.started_at is None:
         return ""
@@ -224,7 +239,7 @@ _FIRST = (Phase.RUNNING, Phase.UNSCHEDULABLE, Phase.FAILED)
 
 def status_table(status: SweepStatus, only_active: bool = False, limit: int | None = None) -> Table:
     """The sweep's trials; with `limit`, running, unschedulable and failed trials come first."""
-    table = Table(title=f"sweep {status.name} [{status.phase}] {counts_text(status)}", title_justify="left")
+    table = Table(title=_title(status), title_justify="left")
     for column in ("trial", "cell", "phase", "outcome", "time", "reason"):
         table.add_column(column, overflow="fold" if column == "reason" else "ellipsis")
     trials = [t for t in status.trials if t.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)] if only_active else (
@@ -232,8 +247,8 @@ def status_table(status: SweepStatus, only_active: bool = False, limit: int | No
     if limit is not None and len(trials) > limit:
         trials = sorted(trials, key=lambda t: t.phase not in _FIRST)[:limit]
     for t in trials:
-        table.add_row(t.name, t.label, Text(t.phase.value, style=PHASE_STYLE[t.phase]),
-                      t.outcome.value if t.outcome else "", _elapsed(t), t.reason)
+        _row(table, t.name, t.label, Text(t.phase.value, style=PHASE_STYLE[t.phase]),
+             t.outcome.value if t.outcome else "", _elapsed(t), t.reason)
     return table
 
 
@@ -241,19 +256,19 @@ def print_status(console: Console, status: SweepStatus, *, limit: int | None = T
     console.print(status_table(status, limit=limit))
     _more(console, len(status.trials) - min(len(status.trials), limit or len(status.trials)), "trials")
     if status.message:
-        console.print(status.message, style="dim")
+        _say(console, status.message, style="dim")
 
 
 def print_trial_list(console: Console, status: SweepStatus) -> None:
     """`sweep logs NAME`: the sweep's trials (name, phase, outcome) and how to ask for one's log."""
-    table = Table(title=f"sweep {status.name} [{status.phase}] {counts_text(status)}", title_justify="left")
+    table = Table(title=_title(status), title_justify="left")
     for column in ("trial", "phase", "outcome"):
         table.add_column(column)
     for t in status.trials:
-        table.add_row(t.name, Text(t.phase.value, style=PHASE_STYLE[t.phase]), t.outcome.value if t.outcome else "")
+        _row(table, t.name, Text(t.phase.value, style=PHASE_STYLE[t.phase]), t.outcome.value if t.outcome else "")
     console.print(table)
     example = status.trials[0].name if status.trials else "TRIAL"
-    console.print(f"a trial's log: `sweep logs {status.name} TRIAL [--follow]`, TRIAL a name or id above or a "
+    _say(console, f"a trial's log: `sweep logs {status.name} TRIAL [--follow]`, TRIAL a name or id above or a "
                   f"unique prefix of one (e.g. `sweep logs {status.name} {example}`)")
 
 
@@ -297,7 +312,7 @@ class ProgressView:
             detail = f" {t.outcome.value}" if t.outcome and t.outcome.value != t.phase.value.lower() else ""
             reason = f" ({t.reason})" if t.reason and t.phase != Phase.SUCCEEDED else ""
             took = f" in {_elapsed(t)}" if t.phase.terminal and t.started_at else ""
-            self.console.print(f"[{done}/{total}] {t.name}: {t.phase.value}{detail}{took}{reason}")
+            _say(self.console, f"[{done}/{total}] {t.name}: {t.phase.value}{detail}{took}{reason}")
 
     def stop(self) -> None:
         if self.live is not None:
@@ -320,7 +335,7 @@ def _bar(status: SweepStatus) -> Text:
     width = 30
     filled = int(width * done / total)
     return Text.assemble(("█" * filled, "green"), ("░" * (width - filled), "dim"),
-                         f" {done}/{len(status.trials)}  {counts_text(status)}")
+                         plain(f" {done}/{len(status.trials)}  {counts_text(status)}"))
 
 
 # -- results ---------------------------------------------------------------------------------------------
@@ -347,12 +362,12 @@ def result_rows(backend: Backend, sweep: str) -> list[ResultRow]:
 
 
 def print_results(console: Console, sweep: str, rows: Sequence[ResultRow]) -> None:
-    table = Table(title=f"sweep {sweep}: results", title_justify="left")
+    table = Table(title=plain(f"sweep {sweep}: results"), title_justify="left")
     for _, header in RESULT_COLUMNS:
         justify = "right" if header not in ("trial", "gpu", "precision", "compile", "outcome") else "left"
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for row in rows:
-        table.add_row(*(_fmt(getattr(row, key)) for key, _ in RESULT_COLUMNS))
+        _row(table, *(_fmt(getattr(row, key)) for key, _ in RESULT_COLUMNS))
     console.print(table)
 
 
@@ -363,14 +378,14 @@ def show_trial_rows(console: Console, backend: Backend, sweep: str, fmt: str) ->
         print_results(console, sweep, rows)
         print_files_hint(console, backend, sweep)
     else:
-        sys.stdout.write(format_rows(rows, fmt))
+        sys.stdout.write(format_rows(rows, fmt))  # text exports: cleaned in format_rows
 
 
 def print_files_hint(console: Console, backend: Backend, sweep: str) -> None:
     """Where the trials' results files are, when they are on this machine."""
     where = backend.trial_dir(sweep, "")
     if where is not None:
-        console.print(f"results files: {where.resolve()}/<trial>/results.json")
+        _say(console, f"results files: {where.resolve()}/<trial>/results.json")
 
 
 def print_cells(console: Console, sweep: str, cells: list[Any], source: str, target: float,
@@ -378,14 +393,14 @@ def print_cells(console: Console, sweep: str, cells: list[Any], source: str, tar
     """The settings aggregated over repeats (`kubesweep.tracking.aggregate`), the best per GPU type in bold."""
     from kubesweep.tracking import aggregate as agg
 
-    table = Table(title=f"sweep {sweep}: {len(cells)} settings", title_justify="left")
+    table = Table(title=plain(f"sweep {sweep}: {len(cells)} settings"), title_justify="left")
     for header in agg.headers(cells):
         table.add_column(header, justify="left" if header in ("task", "gpu", "precision", "compile", "status")
                          else "right")
     for cell, row in zip(cells, agg.text_rows(cells), strict=True):
-        table.add_row(*row, style="bold" if cell.best else None)
+        _row(table, *row, style="bold" if cell.best else None)
     console.print(table)
-    console.print(f"mean ± the 95% interval's half-width over repeats; TTA = training time to dev accuracy >= "
+    _say(console, f"mean ± the 95% interval's half-width over repeats; TTA = training time to dev accuracy >= "
                   f"{target:g}; * best {agg.METRICS[best_by][0]} per GPU type; from {source}", style="dim")
 
 
@@ -395,7 +410,7 @@ def print_busy(console: Console, records: Sequence[Any]) -> None:
 
     busy = gpu_busy(list(records))
     if busy is not None:
-        console.print(busy_text(busy))
+        _say(console, busy_text(busy))
 
 
 def print_ended(console: Console, backend: Backend, sweep: str) -> None:
@@ -423,9 +438,9 @@ def print_aggregated(console: Console, fmt: str, sweep: str, cells: Sequence[Any
             doc["search"] = found
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     elif fmt == "csv":
-        sys.stdout.write(agg.to_csv(list(cells)))
+        sys.stdout.write(clean(agg.to_csv(list(cells))))
     elif fmt == "markdown":
-        sys.stdout.write(agg.to_markdown(list(cells)))
+        sys.stdout.write(clean(agg.to_markdown(list(cells))))
     else:
         print_cells(console, sweep, list(cells), source, target, best_by)
         print_busy(console, records)
@@ -435,23 +450,23 @@ def print_aggregated(console: Console, fmt: str, sweep: str, cells: Sequence[Any
 
 def print_search(console: Console, summary: dict[str, Any]) -> None:
     for line in search_lines(summary):
-        console.print(line)
+        _say(console, line)
 
 
 def format_rows(rows: Sequence[ResultRow], fmt: str) -> str:
     dicts = [row.as_dict() for row in rows]
     if fmt == "json":
-        return json.dumps(dicts, indent=2) + "\n"
+        return json.dumps(dicts, indent=2) + "\n"  # control characters as JSON escapes
     keys = [key for key, _ in RESULT_COLUMNS] + ["reason"]
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(dicts)
-        return buf.getvalue()
+        return clean(buf.getvalue())
     headers = [header for _, header in RESULT_COLUMNS] + ["reason"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(_fmt(d.get(k)) for k in keys) + " |" for d in dicts]
+    lines += ["| " + " | ".join(clean(_fmt(d.get(k)), keep_lines=False) for k in keys) + " |" for d in dicts]
     return "\n".join(lines) + "\n"
 
 

@@ -398,11 +398,77 @@ def test_report_merges_sweeps_run_on_two_machines(sweep, tmp_path: Path) -> None
     assert table.count("\n") == 5  # a header and 2 GPU types x 2 batch sizes
 
 
-def test_a_directory_with_a_damaged_results_file_is_a_usage_error(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    _copied_sweep(tmp_path / "h100", "NVIDIA-H100-80GB-HBM3", 1.0)
-    damaged = next((tmp_path / "h100" / "trials").iterdir()) / "results.json"
-    damaged.write_text('{"outcome": ')
-    proc = sweep("report", str(tmp_path / "h100"), "--no-upload", check=2)
-    assert f"{damaged}: not a results file" in proc.stderr and "Traceback" not in proc.stderr
+def test_a_directory_with_damaged_results_files_skips_each_in_one_line(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Each damaged or hostile results file is one line naming it, its field and what was expected; the report and
+    the table come whole from the rest. A GPU name with mathtext in it is drawn as text."""
+    _copied_sweep(tmp_path / "h100", r"$\frac{x$ GPU", 1.0)
+    files = sorted((tmp_path / "h100" / "trials").glob("*/results.json"))
+    good = json.loads(files[1].read_text())
+    files[0].write_text('{"outcome": ')
+    files[1].write_text(json.dumps({**good, "config": {**good["config"], "batch_size": "abc"}}))
+    files[2].write_text(json.dumps({**good, "train": {**good["train"], "samples_per_s": 1e308}}))
+    files[3].write_text("[" * 10_000 + "]" * 10_000)
+    files[4].write_text("[]")
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.html").write_text("the last report")
+    proc = sweep("report", str(tmp_path / "h100"), "--no-upload", "-o", str(out))
+    assert proc.stderr.splitlines() == [
+        f"warning: skipped {files[0]}: not JSON: EOF while parsing a value at line 1 column 12",
+        f"warning: skipped {files[1]}: config.batch_size: expected an integer, got 'abc' (kubesweep.io/results/v1, "
+        "docs/results-schema.md)",
+        f"warning: skipped {files[2]}: train.samples_per_s: expected a number within ±1e+15, got 1e+308",
+        f"warning: skipped {files[3]}: not JSON: recursion limit exceeded at line 1 column 202",
+        f"warning: skipped {files[4]}: expected a JSON object (a results file), got list"]
+    assert "report.html" in proc.stdout and r"$\frac{x$ GPU" in (out / "report.html").read_text()
+    table = sweep("results", str(tmp_path / "h100"), "-f", "json")
+    assert [c["n"] for c in json.loads(table.stdout)["cells"]] == [1]  # the one file left
+    files[5].write_text("{}")
+    proc = sweep("report", str(tmp_path / "h100"), "--no-upload", "-o", str(out), check=2)
+    assert proc.stderr.splitlines()[-1] == f"{tmp_path / 'h100'}: none of its 6 results files is valid (each " \
+        "skipped above)" and "Traceback" not in proc.stderr
     proc = sweep("results", "./no-such-dir", str(tmp_path / "h100"), check=2)
     assert "no-such-dir: no such directory" in proc.stderr
+
+
+def test_text_a_trial_wrote_is_printed_as_text(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A trial's error with a CUDA assert's `[/path/file.cu:12]` (a closing tag to Rich markup) and escape sequences
+    (colour, window title), and a results field with them: every command prints them as literal text, without the
+    escape bytes, and none crashes."""
+    path = tmp_path / "hostile.yaml"
+    path.write_text("apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: hostile}\nspec:\n"
+                    "  job: {max_steps: 1}\n  matrix: {batch_size: [8], learning_rate: [0.456]}\n"
+                    "  resources: {gpus_per_trial: 0, retries: 0}\n")
+    outputs = [sweep("submit", str(path), check=1)]
+    outputs += [sweep(*args) for args in (["status"], ["status", "hostile"], ["results", "hostile"],
+                                          ["results", "hostile", "--per-trial"],
+                                          ["results", "hostile", "-f", "csv"], ["results", "hostile", "-f", "markdown"],
+                                          ["results", "hostile", "--per-trial", "-f", "csv"],
+                                          ["results", "hostile", "--per-trial", "-f", "markdown"])]
+    for proc in outputs:
+        printed = proc.stdout + proc.stderr
+        assert "Traceback" not in printed and "\x1b" not in printed and "\x07" not in printed, printed
+    assert "[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12]" in outputs[0].stdout  # the progress line's reason
+    assert "[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12]" in outputs[2].stdout  # the status table's
+    assert "fp32[/bold]" in outputs[3].stdout and "fp32[/bold]" in outputs[4].stdout  # a results field
+    assert json.loads(sweep("status", "hostile", "-o", "json").stdout)["trials"][0]["outcome"] == "failed"
+
+
+def test_report_output_that_is_a_file_or_cannot_be_written_is_one_line_exit_2(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _copied_sweep(tmp_path / "h100", "NVIDIA-H100-80GB-HBM3", 1.0)
+    taken = tmp_path / "report.html"
+    taken.write_text("mine")
+    proc = sweep("report", str(tmp_path / "h100"), "-o", str(taken), "--no-upload", check=2)
+    assert proc.stderr == f"{taken}: exists and is not a directory (--output names the report's directory)\n"
+    assert taken.read_text() == "mine"
+    proc = sweep("report", str(tmp_path / "h100"), "-o", str(taken / "sub"), "--no-upload", check=2)
+    assert proc.stderr == f"{taken / 'sub'}: cannot write the report there: Not a directory\n"
+    # a directory that exists: the report's files are replaced, other files left alone, nothing staged is left
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("kept")
+    (out / "gpu_timeline.png").write_text("an old figure this report does not draw")
+    for _ in range(2):
+        sweep("report", str(tmp_path / "h100"), "-o", str(out), "--no-upload")
+    assert (out / "notes.txt").read_text() == "kept" and not (out / "gpu_timeline.png").exists()
+    assert (out / "report.html").stat().st_size > 0 and not [p for p in out.iterdir() if p.name.startswith(".")]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -102,9 +103,9 @@ def test_a_limited_status_table_puts_running_unschedulable_and_failed_trials_fir
     trials += [trial("crashed", Phase.FAILED, Outcome.FAILED, reason="exit 1"), trial("busy", Phase.RUNNING),
                trial("stuck", Phase.UNSCHEDULABLE, reason="no node")]
     table = views.status_table(status(*trials), limit=4)
-    names = list(table.columns[0].cells)
+    names = [str(c) for c in table.columns[0].cells]
     assert names[:3] == ["crashed", "busy", "stuck"] and names[3].startswith("done")
-    assert list(views.status_table(status(*trials), only_active=True).columns[0].cells) == ["busy", "stuck"]
+    assert [str(c) for c in views.status_table(status(*trials), only_active=True).columns[0].cells] == ["busy", "stuck"]
     assert len(list(views.status_table(status(*trials)).columns[0].cells)) == 8  # no limit: every trial, in order
 
 
@@ -206,3 +207,45 @@ def test_search_lines_for_a_tune_search_give_counts_the_best_trial_and_the_paret
     ]
     assert views.search_lines({"trials": [{"outcome": "failed"}], "metrics": ["samples_per_s"], "modes": ["max"]})[
         1] == "best: none (no trial succeeded within the constraints)"
+
+
+# -- text from outside: a trial, a results file, Kubernetes, MLflow ---------------------------------------------
+
+HOSTILE = "[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12] \x1b[31mAssertion failed\x1b[0m\x1b]0;title\x07 [bold]"
+SHOWN = "[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12] Assertion failed [bold]"
+
+
+def _shows_it_as_text(out: str) -> None:
+    assert SHOWN in out and "\x1b" not in out and "\x07" not in out and "title" not in out, out
+
+
+def test_a_reason_with_markup_and_escape_sequences_is_printed_as_text_in_every_view() -> None:
+    s = status(trial("crashed", Phase.FAILED, Outcome.FAILED, reason=HOSTILE), message=HOSTILE)
+    c = console()
+    views.print_status(c, s)
+    views.print_trial_list(c, s)
+    views.print_sweeps(c, [s])
+    views.print_cancelled(c, "s", False, s)
+    _shows_it_as_text(printed(c))
+    pipe = console()
+    views.ProgressView(pipe).update(s)  # the line `sweep submit` prints on a pipe
+    _shows_it_as_text(printed(pipe))
+    assert f"crashed: Failed ({SHOWN})" in printed(pipe)
+    done = console()
+    p = plan(parse_sweep(sweep_doc()))
+    views.print_submitted(done, Path("s.yaml"), p, "local", HOSTILE)
+    views.print_warnings(done, [HOSTILE])
+    _shows_it_as_text(printed(done))
+
+
+def test_results_fields_with_markup_and_escape_sequences_are_printed_as_text_in_every_format() -> None:
+    row = ResultRow(trial="t", gpu=HOSTILE, batch_size=8, precision=HOSTILE, compile=False, repeat=0,
+                    outcome="failed", reason=HOSTILE)
+    c = console()
+    views.print_results(c, "s", [row])
+    views.print_search(c, {"cells": [{"gpu": HOSTILE, "precision": "fp16", "max_batch": 8, "probes": 3}]})
+    _shows_it_as_text(printed(c))
+    for fmt in ("csv", "markdown"):
+        out = views.format_rows([row], fmt)
+        assert "\x1b" not in out and "\x07" not in out and "Assertion failed" in out
+    assert json.loads(views.format_rows([row], "json"))[0]["reason"] == HOSTILE  # JSON escapes it, keeps it whole

@@ -26,6 +26,13 @@ Engine = Literal["kubesweep", "hf-trainer"]
 ExportFormat = Literal["weights", "onnx", "torchscript"]
 
 TRIAL_SCHEMA = "kubesweep.io/trial/v1"
+# Bounds of the numeric settings: far beyond any real run, so a typo or a hostile number is an error at validation
+MAX_BATCH_SIZE = 1 << 20  # per device; the max-batch search's bounds too
+MAX_ROWS = 10**9  # train_samples, eval_samples
+MAX_STEPS = 10**9  # max_steps, checkpoint_every
+MAX_EPOCHS = 10_000.0
+MAX_EVERY = 10**6  # log_every, measure_skip_steps, warm-up and measured batches
+MAX_SEED = 2**32 - 1  # numpy's seed range
 # Settings that may name a local path: a directory of GLUE TSVs, a Hugging Face model or tokenizer directory.
 PATH_SETTINGS: tuple[str, ...] = ("dataset", "model", "tokenizer")
 
@@ -83,18 +90,19 @@ class JobConfig(StrictModel):
         description="config attributes set before building a random-init model, e.g. num_hidden_layers: 2",
     )
     dataset: str = Field("glue/sst2", description="`datasets` name (glue/sst2) or a directory of GLUE TSVs")
-    train_samples: int | None = Field(None, ge=1, description="use only the first N training rows")
-    eval_samples: int | None = Field(None, ge=1, description="use only the first N dev rows")
-    epochs: float = Field(3.0, gt=0)
-    max_steps: int | None = Field(None, ge=1, description="stop after N optimizer steps (overrides epochs)")
-    batch_size: int = Field(32, ge=1, description="per-device batch size")
-    eval_batch_size: int | None = Field(None, ge=1)
+    train_samples: int | None = Field(None, ge=1, le=MAX_ROWS, description="use only the first N training rows")
+    eval_samples: int | None = Field(None, ge=1, le=MAX_ROWS, description="use only the first N dev rows")
+    epochs: float = Field(3.0, gt=0, le=MAX_EPOCHS)
+    max_steps: int | None = Field(None, ge=1, le=MAX_STEPS,
+                                  description="stop after N optimizer steps (overrides epochs)")
+    batch_size: int = Field(32, ge=1, le=MAX_BATCH_SIZE, description="per-device batch size")
+    eval_batch_size: int | None = Field(None, ge=1, le=MAX_BATCH_SIZE)
     max_seq_len: int = Field(128, ge=8, le=4096)
-    learning_rate: float = Field(2e-5, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    learning_rate: float = Field(2e-5, gt=0, le=10.0)
+    weight_decay: float = Field(0.0, ge=0, le=10.0)
     warmup_ratio: float = Field(0.0, ge=0, le=1, description="learning-rate warm-up, fraction of steps")
-    max_grad_norm: float | None = Field(1.0, gt=0, description="gradient clipping (HF Trainer's default)")
-    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
+    max_grad_norm: float | None = Field(1.0, gt=0, le=1e6, description="gradient clipping (HF Trainer's default)")
+    grad_accum: int = Field(1, ge=1, le=65_536, description="gradient accumulation steps")
     precision: Precision = "fp32"
     compile: bool | str = Field(False, description="false, true, or default | reduce-overhead | max-autotune")
     compile_scope: CompileScope = Field(
@@ -113,18 +121,18 @@ class JobConfig(StrictModel):
         "gradient accumulation",
     )
     padding: Padding = Field("max_length", description="max_length (run_glue's recipe), dynamic or bucketed")
-    bucket_multiple: int = Field(16, ge=1, description="bucketed padding: lengths round up to this multiple")
-    num_workers: int = Field(2, ge=0, description="DataLoader workers")
+    bucket_multiple: int = Field(16, ge=1, le=4096, description="bucketed padding: lengths round up to this multiple")
+    num_workers: int = Field(2, ge=0, le=256, description="DataLoader workers")
     pin_memory: bool = True
-    seed: int = 42
+    seed: int = Field(42, ge=0, le=MAX_SEED)
     eval_every_epoch: bool = True
-    log_every: int = Field(20, ge=1, description="read losses and log metrics every N optimizer steps")
+    log_every: int = Field(20, ge=1, le=MAX_EVERY, description="read losses and log metrics every N optimizer steps")
     measure_skip_steps: int = Field(
-        3, ge=0, description="first N optimizer steps are warm-up: timed apart, not in samples/s"
+        3, ge=0, le=MAX_EVERY, description="first N optimizer steps are warm-up: timed apart, not in samples/s"
     )
-    checkpoint_every: int | None = Field(None, ge=1, description="checkpoint every N optimizer steps")
+    checkpoint_every: int | None = Field(None, ge=1, le=MAX_STEPS, description="checkpoint every N optimizer steps")
     checkpoint_dir: str | None = Field(None, description="default: OUTPUT_DIR/checkpoints")
-    keep_checkpoints: int = Field(2, ge=1, description="newest checkpoints kept on disk")
+    keep_checkpoints: int = Field(2, ge=1, le=1000, description="newest checkpoints kept on disk")
     resume: bool = Field(
         True, description="resume from the newest checkpoint in checkpoint_dir if there is one"
     )
@@ -137,10 +145,10 @@ class JobConfig(StrictModel):
         None, description="tokenization cache; default $KUBESWEEP_CACHE_DIR or ~/.cache/kubesweep"
     )
     compile_cache_dir: str | None = Field(None, description="torch.compile (Inductor) cache, shareable")
-    nvml_interval_s: float = Field(1.0, gt=0, description="GPU sampler period")
+    nvml_interval_s: float = Field(1.0, ge=0.01, le=3600.0, description="GPU sampler period")
     # inference task
-    inference_batches: int = Field(100, ge=1, description="measured batches for the inference task")
-    warmup_batches: int = Field(10, ge=0, description="warm-up batches, reported apart")
+    inference_batches: int = Field(100, ge=1, le=MAX_EVERY, description="measured batches for the inference task")
+    warmup_batches: int = Field(10, ge=0, le=MAX_EVERY, description="warm-up batches, reported apart")
 
     @field_validator("compile", mode="before")
     @classmethod

@@ -55,6 +55,8 @@ def _figure(height: float, width: float = WIDTH) -> Any:
     import matplotlib
 
     matplotlib.use("Agg", force=True)
+    # names from results files (a GPU's, a setting's) are text: `$x^2$` is not mathtext, nothing goes to LaTeX
+    matplotlib.rcParams.update({"text.parse_math": False, "text.usetex": False})
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), dpi=DPI, layout="constrained")

@@ -10,11 +10,16 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from kubesweep.backends.base import Backend, BackendError, TrialStatus
+from kubesweep.jobs.results import RESULTS_SCHEMA, Results
 
 # params the job logs that are not job settings
 _TRIAL_PARAMS = frozenset({"sweep", "trial_id", "repeat", "gpu", "gpus_per_trial"})
@@ -160,7 +165,11 @@ MAX_RESULTS_BYTES = 64 * 2**20  # one results file; a trial's loss curve of a lo
 
 
 class ResultsDirError(ValueError):
-    """A directory of results files that cannot be read: the file and what is wrong with it."""
+    """A directory of results files that cannot be read at all: no such directory, too many files, none valid."""
+
+
+class ResultsFileError(ValueError):
+    """One results file that is not valid: the file, the field path and what was expected, in one line."""
 
 
 def names_a_directory(name: str) -> bool:
@@ -169,10 +178,88 @@ def names_a_directory(name: str) -> bool:
     return "/" in name or name.startswith((".", "~"))
 
 
-def from_results_dir(directory: Path) -> list[TrialRecord]:
+_EXPECTED = {"int_type": "expected an integer", "float_type": "expected a number",
+             "string_type": "expected a string", "bool_type": "expected true or false",
+             "model_type": "expected an object", "dict_type": "expected an object", "list_type": "expected a list",
+             "missing": "required, missing", "extra_forbidden": f"not a field of {RESULTS_SCHEMA}",
+             "enum": "not one of the outcomes", "literal_error": "not one of the values allowed"}
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(the document)"
+
+
+# no measurement of a trial comes near this (bytes of memory, joules, seconds, samples): a number beyond it is damage,
+# and would overflow the sums and the figures' axes
+MAX_MAGNITUDE = 1e15
+_FREE_FORM = ("environment", "model")  # not read as numbers
+
+
+def _finite(data: Any, loc: tuple[int | str, ...] = ()) -> Any:
+    """`data` with each infinite or NaN number as None (a diverged run's loss); `ResultsFileError` args
+    (path, value) for a number beyond ±MAX_MAGNITUDE (outside the free-form parts)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, (int, float)) and not isinstance(data, bool) and abs(data) > MAX_MAGNITUDE:
+        raise ResultsFileError(_field_path(loc), data)
+    if isinstance(data, dict):
+        return {k: v if not loc and k in _FREE_FORM else _finite(v, (*loc, k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_finite(v, (*loc, i)) for i, v in enumerate(data)]
+    return data
+
+
+def read_results_file(path: Path) -> dict[str, Any]:
+    """A results file, validated against its schema (`kubesweep.jobs.results.Results`, from which
+    docs/results.schema.json is generated) and the free-form fields the views read; its values as the schema types
+    them (only the fields the file has; an infinite or NaN number, which JSON cannot hold, as null).
+    `ResultsFileError`: the first thing wrong with it, in one line."""
+    size = path.stat().st_size
+    if size > MAX_RESULTS_BYTES:
+        raise ResultsFileError(f"{path}: {size:,} bytes, more than a results file has ({MAX_RESULTS_BYTES:,})")
+    try:
+        results = Results.model_validate_json(path.read_bytes(), strict=True)
+    except OSError as exc:
+        raise ResultsFileError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        if error["type"] == "json_invalid":
+            raise ResultsFileError(f"{path}: not JSON: {error['msg'].removeprefix('Invalid JSON: ')}") from None
+        if not error["loc"] and error["type"] == "model_type":
+            raise ResultsFileError(f"{path}: expected a JSON object (a results file), got "
+                                   f"{type(error['input']).__name__}") from None
+        expected = _EXPECTED.get(error["type"], error["msg"])
+        got = "" if error["type"] in ("missing", "extra_forbidden") else f", got {_short(error.get('input'))}"
+        raise ResultsFileError(f"{path}: {_field_path(error['loc'])}: {expected}{got} ({RESULTS_SCHEMA}, "
+                               "docs/results-schema.md)") from None
+    if results.schema_ != RESULTS_SCHEMA:
+        raise ResultsFileError(f"{path}: schema: {results.schema_!r} is not {RESULTS_SCHEMA}, the version read here")
+    gpus = results.environment.get("gpus", [])
+    if not isinstance(gpus, list) or not all(isinstance(gpu, dict) for gpu in gpus):
+        raise ResultsFileError(f"{path}: environment.gpus: expected a list of objects, got {_short(gpus)}")
+    try:
+        data: dict[str, Any] = _finite(results.model_dump(mode="json", by_alias=True, exclude_unset=True))
+    except ResultsFileError as exc:
+        where, value = exc.args
+        raise ResultsFileError(f"{path}: {where}: expected a number within ±{MAX_MAGNITUDE:g}, "
+                               f"got {_short(value)}") from None
+    return data
+
+
+def from_results_dir(directory: Path, skipped: Callable[[str], None] | None = None) -> list[TrialRecord]:
     """Records from every `results.json` under `directory` (a local sweep's directory, a whole home, or results
     copied from another machine), in path order. The cell of each comes from the file alone: its `trial` block
-    and its `config`. Symbolic links are not followed out of the directory."""
+    and its `config`. Symbolic links are not followed out of the directory. A file that is not a valid results
+    file is left out and told to `skipped` in one line (without `skipped`: `ResultsFileError`); none valid of
+    several is a `ResultsDirError`."""
     root = directory.expanduser().resolve()
     if not root.is_dir():
         raise ResultsDirError(f"{directory}: no such directory (a name with a '/' is read as a directory of results "
@@ -183,23 +270,19 @@ def from_results_dir(directory: Path) -> list[TrialRecord]:
         raise ResultsDirError(f"{directory}: {len(files):,} results files, more than {MAX_RESULTS_FILES:,}")
     out = []
     for path in files:
-        if path.stat().st_size > MAX_RESULTS_BYTES:
-            raise ResultsDirError(f"{path}: {path.stat().st_size:,} bytes, more than a results file has "
-                                  f"({MAX_RESULTS_BYTES:,})")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise ResultsDirError(f"{path}: not a results file: {exc}") from None
-        trial = data.get("trial") if isinstance(data, dict) else None
-        if not isinstance(trial, dict) or not isinstance(data.get("config"), dict):
-            raise ResultsDirError(f"{path}: not a results file: expected the keys 'trial' and 'config' "
-                                  "(docs/results-schema.md)")
-        gpus = trial.get("gpus_per_trial")
-        repeat = trial.get("repeat")
+            data = read_results_file(path)
+        except ResultsFileError as exc:
+            if skipped is None:
+                raise
+            skipped(f"skipped {exc}")
+            continue
+        trial, error = data["trial"], data.get("error")
         out.append(TrialRecord(
-            trial_id=str(trial.get("trial_id") or path.parent.name), name=str(trial.get("name") or path.parent.name),
-            repeat=repeat if isinstance(repeat, int) else 0,
-            gpu=str(trial["gpu"]) if trial.get("gpu") else None, gpus=gpus if isinstance(gpus, int) else 1,
-            outcome=str(data.get("outcome") or "failed"), job=dict(data["config"]), results=data,
-            reason=str((data.get("error") or {}).get("message") or "") if isinstance(data.get("error"), dict) else ""))
+            trial_id=trial["trial_id"] or path.parent.name, name=trial["name"] or path.parent.name,
+            repeat=trial["repeat"], gpu=trial["gpu"] or None, gpus=trial["gpus_per_trial"],
+            outcome=data["outcome"], job=dict(data["config"]), results=data,
+            reason=error["message"] if isinstance(error, dict) else ""))
+    if files and not out:
+        raise ResultsDirError(f"{directory}: none of its {len(files):,} results files is valid (each skipped above)")
     return out

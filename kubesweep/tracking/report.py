@@ -50,6 +50,7 @@ from kubesweep.tracking.figures import finetune as _finetune
 from kubesweep.tracking.figures import gpu_label as _gpu_label
 from kubesweep.tracking.figures import other_settings as _other_settings
 from kubesweep.tracking.records import dig
+from kubesweep.tracking.report_files import publish, staged
 from kubesweep.tracking.report_page import ANCHORS, LEGEND, html_page
 
 SEED_BATCH = 16
@@ -538,10 +539,28 @@ def _figure_gap(name: str, cells: list[Cell], target: float, merged: bool = Fals
 def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target: float, best_by: str,
           catalog: Catalog | None = None, merged: bool = False) -> Report:
     """Write report.html, the figures, report.md and summary.json into `directory`. `merged`: the cells come from
-    several sweeps (machines, at other times): no GPU-busy figure or timeline, which need one sweep's wall time."""
+    several sweeps (machines, at other times): no GPU-busy figure or timeline, which need one sweep's wall time.
+
+    The files are written into a staging directory first and then each moved into place (a rename), report.html
+    last: a build that fails leaves the report that was there as it was, never half of a new one. Other files in
+    `directory` are left alone. `report_files.ReportPathError`: `directory` cannot be made or written."""
     catalog = catalog or load_catalog()
-    directory.mkdir(parents=True, exist_ok=True)
-    report = Report(sweep, directory)
+    with staged(directory) as staging:
+        report = _write(cells, staging, sweep=sweep, source=source, target=target, best_by=best_by,
+                        catalog=catalog, merged=merged)
+        publish(staging, directory, [*FIGURES, "summary.json", "report.md", "report.html"])
+    report.directory = directory
+    return report
+
+
+FIGURES = ("throughput.png", "compile_speedup.png", "peak_memory.png", "time_to_accuracy.png", "cost_per_epoch.png",
+           "energy_per_epoch.png", "heatmap.png", "gpu_timeline.png")
+
+
+def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target: float, best_by: str,
+           catalog: Catalog, merged: bool) -> Report:
+    """The report's files, written into `staging` (the report's directory until they are moved into place)."""
+    report = Report(sweep, staging)
 
     def memory_line(gpu: str) -> float | None:
         return catalog[gpu].memory_gib if gpu in catalog else None
@@ -568,8 +587,7 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
          "runs after warm-up)", lambda: None if merged else figs.timeline(cells)),
     ]
     for name, caption, draw in drawings:
-        path = directory / name
-        path.unlink(missing_ok=True)
+        path = staging / name
         drawn = draw()
         if drawn is not None:
             figs.save(drawn, path)
@@ -606,12 +624,12 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
                        for b in best_settings(cells, target)]
     summary["tables"] = [{"title": t.title, "headers": t.headers, "rows": t.rows} for t in report.tables]
     summary["figures"] = [name for name, _ in report.figures]
-    (directory / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    (staging / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     md = [f"# Sweep {sweep}: report", "", LEGEND, "", "## The answer", ""]
     md += [f"- {line}" for line in report.answer] + ["", report.best.markdown()]
     md += [t.markdown() for t in report.tables]
     md += ["## All results", "", to_markdown(cells)]
     md += [f"![{cap}]({name})" for name, cap in report.figures]
-    (directory / "report.md").write_text("\n".join(md) + "\n")
-    report.html_path.write_text(html_page(report, full, source, target))
+    (staging / "report.md").write_text("\n".join(md) + "\n")
+    (staging / "report.html").write_text(html_page(report, full, source, target))
     return report

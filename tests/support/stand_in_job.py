@@ -5,6 +5,7 @@ documented exit codes — and decides its outcome from the trial's settings, so 
 quickly:
   job.batch_size >= 256       -> outcome oom, exit 3
   job.learning_rate == 0.123  -> crashes with exit 1 and no results file
+  job.learning_rate == 0.456  -> fails with exit 1: a CUDA assert, with terminal escape sequences, as its error
   job.max_steps (if set)      -> sleeps max_steps / 10 seconds first (0.2 s by default)
 Each start appends a line to DIR/../../starts.log so tests can count how often a trial ran.
 With KUBESWEEP_TEST_STAND_IN_LINGER_S=N it stays N seconds after writing its results file, as the real job does
@@ -21,6 +22,9 @@ import time
 from pathlib import Path
 
 LINGER_ENV = "KUBESWEEP_TEST_STAND_IN_LINGER_S"
+# what a trial may write: Rich markup look-alikes and escape sequences (colour, window title), to be shown as text
+CUDA_ASSERT = ("[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12] \x1b[31mAssertion `t >= 0` failed\x1b[0m"
+               "\x1b]0;title\x07 [bold]")
 
 
 def main() -> int:
@@ -39,12 +43,18 @@ def main() -> int:
         print("simulated crash", file=sys.stderr, flush=True)
         return 1
     outcome, code = ("oom", 3) if job["batch_size"] >= 256 else ("succeeded", 0)
-    results = {
+    if job.get("learning_rate") == 0.456:
+        outcome, code = "failed", 1
+    results: dict[str, object] = {
         "schema": "kubesweep.io/results/v1",
         "outcome": outcome,
         "trial": {"id": trial["trial_id"], "name": trial["name"], "repeat": trial["repeat"]},
         "config": job,
     }
+    if code == 1:
+        results["error"] = {"type": "RuntimeError", "message": CUDA_ASSERT}
+        results["config"] = {**job, "precision": "\x1b]0;owned\x07fp32[/bold]"}
+        print(CUDA_ASSERT, file=sys.stderr, flush=True)
     if outcome == "succeeded":
         results["train"] = {"samples_per_s": 100.0 * job["batch_size"]}
     (out / "results.json").write_text(json.dumps(results))

@@ -13,18 +13,22 @@ import pytest
 
 from kubesweep.backends.base import Phase, TrialStatus
 from kubesweep.backends.local import LocalBackend
+from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.outcomes import Outcome
 from kubesweep.tracking.records import (
     ResultsDirError,
+    ResultsFileError,
     dig,
     from_backend,
     from_mlflow,
     from_results_dir,
+    read_results_file,
     record_from_child,
     record_from_status,
 )
 from kubesweep.tracking.runs import ChildRun
 from tests.backends.contract import CRASH_LR, make_plan
+from tests.support.tracked_job import build as stand_in
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
 
@@ -178,14 +182,20 @@ def test_from_mlflow_adds_the_trials_without_a_run_from_the_backend_in_plan_orde
 # -- a directory of results files (a sweep run on another machine) -------------------------------------------------
 
 
+def _results(trial_id: str, product: str, rate: float = 1000.0) -> dict[str, Any]:
+    """A whole results file as the job writes it (the stand-in's), of a trial that took any GPU."""
+    trial = TrialConfig(sweep="s", trial_id=trial_id, name=f"s-{trial_id}", repeat=1, gpu="h100-80gb",
+                        job=JobConfig(batch_size=64))
+    results, _ = stand_in(trial, "2026-11-26T00:00:00+00:00")
+    results["trial"]["gpu"] = None
+    results["environment"] = {"gpus": [{"product": product}]}
+    results["train"]["samples_per_s"] = rate
+    return results
+
+
 def _results_file(path: Path, trial_id: str, product: str, rate: float = 1000.0) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    (path / "results.json").write_text(json.dumps({
-        "outcome": "succeeded", "device": "cuda",
-        "trial": {"sweep": "s", "trial_id": trial_id, "name": f"s-{trial_id}", "repeat": 1, "gpu": None,
-                  "gpu_product": None, "gpus_per_trial": 1},
-        "config": {"task": "finetune", "batch_size": 64}, "environment": {"gpus": [{"product": product}]},
-        "train": {"samples_per_s": rate}}))
+    (path / "results.json").write_text(json.dumps(_results(trial_id, product, rate)))
 
 
 def test_records_from_a_directory_of_results_files(tmp_path: Path) -> None:
@@ -193,11 +203,11 @@ def test_records_from_a_directory_of_results_files(tmp_path: Path) -> None:
     _results_file(tmp_path / "sweeps" / "s" / "trials" / "a", "a", "NVIDIA-H200")
     (tmp_path / "sweeps" / "s" / "trials" / "a" / "trial.json").write_text("{}")  # other files: not read
     records = from_results_dir(tmp_path)
-    assert [(r.trial_id, r.repeat, r.gpu, r.gpus, r.outcome, r.job) for r in records] == [
-        ("a", 1, None, 1, "succeeded", {"task": "finetune", "batch_size": 64}),
-        ("b", 1, None, 1, "succeeded", {"task": "finetune", "batch_size": 64})]
-    assert from_results_dir(tmp_path / "sweeps" / "s" / "trials" / "a")[0].results["train"] == {  # type: ignore[index]
-        "samples_per_s": 1000.0}
+    assert [(r.trial_id, r.repeat, r.gpu, r.gpus, r.outcome, r.job["batch_size"]) for r in records] == [
+        ("a", 1, None, 1, "succeeded", 64), ("b", 1, None, 1, "succeeded", 64)]
+    assert records[0].job == JobConfig(batch_size=64).model_dump(mode="json")
+    assert from_results_dir(tmp_path / "sweeps" / "s" / "trials" / "a")[0].results["train"][  # type: ignore[index]
+        "samples_per_s"] == 1000.0
 
 
 def test_a_directory_does_not_reach_out_through_links_and_names_the_file_it_cannot_read(tmp_path: Path) -> None:
@@ -212,8 +222,73 @@ def test_a_directory_does_not_reach_out_through_links_and_names_the_file_it_cann
 
     (mine / "t4").mkdir()
     (mine / "t4" / "results.json").write_text("{not json")
-    with pytest.raises(ResultsDirError, match=r"t4/results.json: not a results file"):
+    with pytest.raises(ResultsFileError, match=r"t4/results.json: not JSON: key must be a string"):
         from_results_dir(mine)
     (mine / "t4" / "results.json").write_text('{"outcome": "succeeded"}')
-    with pytest.raises(ResultsDirError, match=r"t4/results.json: not a results file: expected the keys"):
+    with pytest.raises(ResultsFileError, match=r"t4/results.json: exit_code: required, missing"):
         from_results_dir(mine)
+
+
+def _damaged(edit: Any) -> str:
+    return edit(_results("t", "NVIDIA-H200")) if callable(edit) else str(edit)
+
+
+def _set(path: tuple[str | int, ...], value: Any) -> Any:
+    def edit(results: dict[str, Any]) -> str:
+        where: Any = results
+        for key in path[:-1]:
+            where = where[key]
+        where[path[-1]] = value
+        return json.dumps(results)
+    return edit
+
+
+@pytest.mark.parametrize(("body", "line"), [
+    ("[1, 2]", "expected a JSON object (a results file), got list"),
+    ('"results"', "expected a JSON object (a results file), got str"),
+    ('{"outcome": ', "not JSON: EOF while parsing a value at line 1 column 12"),
+    ("[" * 5000 + "]" * 5000, "not JSON: recursion limit exceeded"),
+    (_set(("environment", "deep"), json.loads("[" * 300 + "]" * 300)), "not JSON: recursion limit exceeded"),
+    (_set(("config", "batch_size"), "abc"), "config.batch_size: expected an integer, got 'abc'"),
+    (_set(("config", "batch_size"), [32]), "config.batch_size: expected an integer, got [32]"),
+    (_set(("config", "batch_size"), "32"), "config.batch_size: expected an integer, got '32'"),
+    (_set(("trial", "gpu"), 7), "trial.gpu: expected a string, got 7"),
+    (_set(("train", "samples_per_s"), 1e308), "train.samples_per_s: expected a number within ±1e+15, got 1e+308"),
+    (_set(("eval", 0, "accuracy"), -1e300), "eval[0].accuracy: expected a number within ±1e+15, got -1e+300"),
+    (_set(("train", "surprise"), 1), "train.surprise: not a field of kubesweep.io/results/v1"),
+    (_set(("outcome",), "exploded"), "outcome: not one of the outcomes, got 'exploded'"),
+    (_set(("schema",), "kubesweep.io/results/v9"), "schema: 'kubesweep.io/results/v9' is not kubesweep.io/results/v1"),
+    (_set(("environment", "gpus"), {"0": {"product": "x"}}), "environment.gpus: expected a list of objects"),
+])
+def test_a_damaged_results_file_is_one_line_naming_the_file_and_the_field(tmp_path: Path, body: Any,
+                                                                          line: str) -> None:
+    path = tmp_path / "t" / "results.json"
+    path.parent.mkdir()
+    path.write_text(_damaged(body))
+    with pytest.raises(ResultsFileError) as info:
+        read_results_file(path)
+    assert str(info.value).startswith(f"{path}: {line}"), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_directory_skips_each_damaged_file_in_one_line_and_reads_the_rest(tmp_path: Path) -> None:
+    _results_file(tmp_path / "a", "a", "NVIDIA-H200")
+    _results_file(tmp_path / "c", "c", "NVIDIA-H200")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "results.json").write_text(_damaged(_set(("config", "batch_size"), "abc")))
+    said: list[str] = []
+    assert [r.trial_id for r in from_results_dir(tmp_path, skipped=said.append)] == ["a", "c"]
+    assert said == [f"skipped {tmp_path / 'b' / 'results.json'}: config.batch_size: expected an integer, got 'abc' "
+                    "(kubesweep.io/results/v1, docs/results-schema.md)"]
+    for name in ("a", "c"):
+        (tmp_path / name / "results.json").write_text("[]")
+    with pytest.raises(ResultsDirError, match="none of its 3 results files is valid"):
+        from_results_dir(tmp_path, skipped=said.append)
+
+
+def test_an_infinite_or_nan_number_is_read_as_null(tmp_path: Path) -> None:
+    results = _results("t", "NVIDIA-H200")
+    results["train"]["final_loss"] = float("nan")  # a diverged run's loss, as the job writes it
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    assert read_results_file(path)["train"]["final_loss"] is None

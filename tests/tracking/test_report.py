@@ -5,6 +5,7 @@ page looks like in a browser is tests/tracking/test_report_browser.py."""
 from __future__ import annotations
 
 import datetime as dt
+import html
 import json
 import re
 import struct
@@ -14,6 +15,7 @@ from typing import Any
 
 from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep_text
+from kubesweep.tracking import figures as figs
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.tracking.report import ANCHORS, build
@@ -374,3 +376,20 @@ def test_queued_trials_show_their_wait_per_gpu_type(tmp_path: Path) -> None:
     assert rows["l40s"][1:] == ["10.00 ±0%", "10.00", "10.00", "6"]
     _, _, unqueued = report(tmp_path, records(GPU_SPEC))
     assert "time to get a GPU (queue wait)" not in {t["title"] for t in unqueued["tables"]}
+
+
+def test_names_with_mathtext_are_drawn_as_literal_text(tmp_path: Path) -> None:
+    """A GPU name from a results file with `$...$` in it is text in the figures, not mathtext (a bad expression
+    would stop the report; a good one would show something other than the name)."""
+    recs = records(CPU_SPEC)
+    for r in recs:
+        r.gpu = r"$\notacommand{x^2}$"
+        r.gpus = 1
+    built, page, _ = report(tmp_path, recs)
+    assert "throughput.png" in [name for name, _ in built.figures]
+    assert r"$\notacommand{x^2}$" in html.unescape(page)
+    cells = aggregate(recs, target=0.9)
+    fig = figs.per_gpu_lines(cells, "samples_per_s", "samples/s", "t")
+    texts = [t.get_text() for ax in fig.axes for t in ax.findobj(lambda o: hasattr(o, "get_text"))]
+    assert any(r"$\notacommand{x^2}$" in t for t in texts), texts
+    figs.save(fig, tmp_path / "f.png")

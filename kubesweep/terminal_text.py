@@ -1,0 +1,34 @@
+"""Text from outside the CLI (a trial's error, a results file, Kubernetes, MLflow) made safe to print on a terminal.
+
+Such text is data: it is never read as Rich markup (a CUDA assert's `[/pytorch/aten/...cu:12]` is not a closing
+tag), and its control characters are removed (escape sequences that recolour the terminal, set its title or move
+the cursor; C0 and C1 control codes; a carriage return that overwrites the line). Newlines and tabs are kept where
+`keep_lines` says so; otherwise they become spaces. Every line the CLI prints with such text in it goes through
+`plain` (a `rich.text.Text`) or, for text written straight to a stream, `clean`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rich.text import Text
+
+# ESC sequences: CSI (ESC [ ... final byte), OSC/DCS/SOS/PM/APC strings (ended by BEL or ST), other two-byte ones
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b[\s\S]?", re.DOTALL)
+# C1 introducers of the same sequences, as single code points (U+009B CSI, U+009D OSC, ...)
+_C1_STRINGS = re.compile(r"\x9b[0-?]*[ -/]*[@-~]?|[\x90\x98\x9d\x9e\x9f].*?(?:\x07|\x9c|\x1b\\|$)", re.DOTALL)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_LINES = re.compile(r"[\t\n]")
+
+
+def clean(value: Any, *, keep_lines: bool = True) -> str:
+    """`str(value)` without escape sequences and control characters (newline and tab kept with `keep_lines`, else
+    spaces)."""
+    text = _CONTROL.sub("", _C1_STRINGS.sub("", _ESCAPES.sub("", str(value))))
+    return text if keep_lines else _LINES.sub(" ", text)
+
+
+def plain(value: Any, *, style: str = "", keep_lines: bool = True) -> Text:
+    """`value` as literal text for Rich: cleaned, never parsed as markup."""
+    return Text(clean(value, keep_lines=keep_lines), style=style)

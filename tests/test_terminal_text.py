@@ -1,0 +1,37 @@
+"""Text from outside the CLI as literal, clean text: escape sequences and control characters go, markup stays text."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from kubesweep.terminal_text import clean, plain
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("\x1b[31mred\x1b[0m", "red"),  # colour (CSI)
+    ("a\x1b]0;title\x07b", "ab"),  # window title (OSC ended by BEL)
+    ("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b", "alinkb"),  # hyperlink (OSC ended by ST)
+    ("a\x1bPq#0\x1b\\b", "ab"),  # DCS (sixel)
+    ("a\x9b2Jb\x9d0;t\x9cc", "abc"),  # C1 CSI and OSC
+    ("a\x1b[2J\x1b[Hb", "ab"),  # clear screen, cursor home
+    ("a\x00b\x7fc\x08d\re\x85f", "abcdef"),  # NUL, DEL, backspace, carriage return, NEL
+    ("unterminated \x1b]0;title", "unterminated "),
+    ("end\x1b", "end"),
+    ("[/pytorch/aten/foo.cu:12] [bold]x[/]", "[/pytorch/aten/foo.cu:12] [bold]x[/]"),  # markup: left as it is
+])
+def test_clean_removes_escape_sequences_and_control_characters(raw: str, shown: str) -> None:
+    assert clean(raw) == shown
+
+
+def test_newlines_and_tabs_are_kept_or_made_spaces() -> None:
+    assert clean("a\nb\tc") == "a\nb\tc"
+    assert clean("a\nb\tc", keep_lines=False) == "a b c"
+
+
+def test_plain_is_printed_literally_by_rich() -> None:
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    console.print(plain("[/pytorch/aten/foo.cu:12] \x1b[31m[red]boom[/red]"))
+    assert console.file.getvalue() == "[/pytorch/aten/foo.cu:12] [red]boom[/red]\n"  # type: ignore[attr-defined]
