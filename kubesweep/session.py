@@ -46,14 +46,14 @@ def exit_code(status: SweepStatus) -> int:
 
 def error_code(exc: BaseException) -> int | None:
     """The exit code that reports `exc`: 2 for bad input (an invalid spec or GPU catalog, an ambiguous trial
-    reference), 3 for a sweep or trial not found, 4 for a backend or tracking server that failed; None for
-    anything else."""
+    reference, a sqlite MLflow store file that cannot be read), 3 for a sweep or trial not found, 4 for a
+    backend or tracking server that failed; None for anything else."""
     from kubesweep.backends.base import AmbiguousTrial, BackendError, SweepNotFound
     from kubesweep.gpus import CatalogError
     from kubesweep.spec import SpecError
-    from kubesweep.tracking.runs import TrackingError
+    from kubesweep.tracking.runs import TrackingError, UnusableStore
 
-    if isinstance(exc, AmbiguousTrial | SpecError | CatalogError):
+    if isinstance(exc, AmbiguousTrial | SpecError | CatalogError | UnusableStore):
         return EXIT_USAGE
     if isinstance(exc, SweepNotFound):
         return EXIT_NOT_FOUND

@@ -406,3 +406,16 @@ def test_a_directory_with_a_damaged_results_file_is_a_usage_error(sweep, tmp_pat
     assert f"{damaged}: not a results file" in proc.stderr and "Traceback" not in proc.stderr
     proc = sweep("results", "./no-such-dir", str(tmp_path / "h100"), check=2)
     assert "no-such-dir: no such directory" in proc.stderr
+
+
+def test_a_damaged_mlflow_store_is_one_line_exit_2_and_nothing_runs(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "mlflow.db").write_bytes(os.urandom(5000))
+    started = time.monotonic()
+    proc = sweep("submit", str(spec(tmp_path, batches="[8]")), check=2, env={"KUBESWEEP_NO_TRACKING": ""})
+    assert time.monotonic() - started < 30
+    assert proc.stderr.splitlines() == [
+        f"the MLflow store {home / 'mlflow.db'} cannot be read (file is not a database): move it aside to start an "
+        "empty one (runs recorded in it are lost to kubesweep), or pass --tracking-uri or --no-tracking"]
+    assert not (home / "sweeps").exists()
