@@ -113,6 +113,18 @@ def _quiet(message: str, warning: bool) -> None:
     pass
 
 
+def _continuing(unfinished: list[TrialStatus]) -> list[str]:
+    """What `resume` does with the trials that have not ended: `continuing 2 not yet run, 1 still running`."""
+    from collections import Counter
+
+    if not unfinished:
+        return []
+    running = Counter(t.phase.value == "Running" for t in unfinished)
+    parts = [f"{running[False]} not yet run"] if running[False] else []
+    parts += [f"{running[True]} still running (followed to its end, not run again)"] if running[True] else []
+    return [f"continuing {', '.join(parts)}"]
+
+
 def _tally(trials: list[TrialStatus], *, rerun: bool = False) -> str:
     """`2 succeeded, 1 oom`: trials by outcome. Among trials to rerun, a succeeded one is there because its
     results file is missing: `1 results missing`."""
@@ -247,19 +259,18 @@ class Session:
             raise SweepNotFound(f"no {self.options.backend} sweep named {name!r}")
         before = self.backend.status(name)
         rerun = self.backend.to_rerun(before)
-        if not sweep.spec.search.adaptive and not rerun:
-            unfinished = sum(1 for t in before.trials if not t.phase.terminal)
-            if not unfinished:
-                self.notify(f"sweep {name!r}: nothing to rerun: every trial has ended with an answer "
-                            f"({_tally(before.trials)})", False)
-                return sweep, before
-            self.notify(f"sweep {name!r}: nothing to rerun; {unfinished} trials have not ended yet", False)
+        unfinished = [t for t in before.trials if not t.phase.terminal]
+        if not sweep.spec.search.adaptive and not rerun and not unfinished:
+            self.notify(f"sweep {name!r}: nothing to rerun: every trial has ended with an answer "
+                        f"({_tally(before.trials)})", False)
+            return sweep, before
         self.open_tracking(sweep, len(before.trials))
         if self.search_runs_here(sweep):
             return sweep, None
-        if rerun:
-            self.notify(f"sweep {name!r}: rerunning {len(rerun)} of {len(before.trials)} trials "
-                        f"({_tally(rerun, rerun=True)})", False)
+        if rerun or unfinished:
+            what = [f"rerunning {len(rerun)} of {len(before.trials)} trials ({_tally(rerun, rerun=True)})"] if \
+                rerun else ["no failed or cancelled trial to rerun"]
+            self.notify(f"sweep {name!r}: {'; '.join(what + _continuing(unfinished))}", False)
         return sweep, self.backend.resume(name)
 
     def follow(self, name: str, progress: ProgressCallback | None = None) -> Ended:

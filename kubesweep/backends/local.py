@@ -34,12 +34,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kubesweep.backends._local_store import SpecMismatch, Store, TrialRow
+from kubesweep.backends._local_driver import DriverStopped, StopRequest, running, stop_signals
+from kubesweep.backends._local_driver import me as this_driver
+from kubesweep.backends._local_driver import process_start as _started
+from kubesweep.backends._local_store import SpecMismatch, Store, SweepRow, TrialRow
 from kubesweep.backends.base import (
     SETTLED_OUTCOMES,
     Backend,
     BackendError,
     Phase,
+    ProgressCallback,
     SweepConflict,
     SweepNotFound,
     SweepStatus,
@@ -114,14 +118,6 @@ def _alive(pid: int | None) -> bool:
         return True
 
 
-def _started(pid: int) -> int | None:
-    """When the process started (clock ticks after boot, /proc/<pid>/stat field 22); None when it is gone."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _is_trial(row: TrialRow) -> bool:
     """The recorded process still runs and is the trial's: its pid has not been reused by another process since
     (pid and start time together name one process; a row recorded before start times were kept has pid only)."""
@@ -176,6 +172,7 @@ class LocalBackend(Backend):
         self.forkserver = _forkserver_wanted() if forkserver is None else forkserver
         self._servers: dict[str, forkserver_mod.Handle] = {}  # per sweep this process drives
         self._supervisors: dict[str, _Supervisor] = {}
+        self._stop: StopRequest | None = None  # while `wait` drives: a stop signal that came
 
     # -- submit ------------------------------------------------------------------------------------
 
@@ -233,18 +230,75 @@ class LocalBackend(Backend):
             raise SweepNotFound(f"no local sweep named {sweep!r} (known: {known}) in {self.store.home}")
 
     def _status_impl(self, sweep: str) -> SweepStatus:
-        self._require(sweep)
-        rows = self.store.trials(sweep)
-        return SweepStatus(sweep, self.name, [self.store.to_status(sweep, r) for r in rows],
-                           message=f"state in {self.store.home}")
+        state = self.store.get_sweep(sweep)
+        if state is None:
+            self._require(sweep)
+        assert state is not None
+        gone = self._driver_gone(state)
+        if gone:  # nothing reaps its trials: the ones that ended are read from their results files here
+            for row in self.store.trials(sweep):
+                if row.phase == Phase.RUNNING and not _is_trial(row):
+                    self._finish(sweep, row, None)
+        trials = [self.store.to_status(sweep, r) for r in self.store.trials(sweep)]
+        message, interrupted = f"state in {self.store.home}", ""
+        if gone and not all(t.phase.terminal for t in trials):
+            how = f", {state.driver_stop}" if state.driver_stop else ""
+            interrupted = f"driver gone (pid {state.driver_pid}{how})"
+            message = f"Interrupted: {interrupted}: `sweep resume {sweep}` picks it up; {message}"
+        return SweepStatus(sweep, self.name, trials, message=message, interrupted=interrupted)
+
+    def _driver_gone(self, state: SweepRow) -> bool:
+        """A driver was recorded for the sweep and no longer runs (this process drives what it drives)."""
+        if state.name in self._supervisors or state.driver_pid is None:
+            return False
+        return bool(state.driver_stop) or not running(state.driver_pid, state.driver_start)
 
     def _list_impl(self) -> list[str]:
         return self.store.list_sweeps()
 
     # -- driving a sweep -------------------------------------------------------------------------------
 
+    def wait(self, sweep: str, *, timeout: float | None = None, progress: ProgressCallback | None = None,
+             interval: float = 0.5) -> SweepStatus:
+        """Drive the sweep (or observe it, when another process drives it) to its end. SIGTERM and SIGHUP stop
+        the driver between steps: `DriverStopped`, after its state is recorded (`_interrupted`)."""
+        with stop_signals() as stop:
+            self._stop = stop
+            try:
+                return super().wait(sweep, timeout=timeout, progress=progress, interval=interval)
+            except BaseException as exc:
+                self._interrupted(sweep, exc)
+                raise
+            finally:
+                self._stop = None
+
+    def _interrupted(self, sweep: str, exc: BaseException) -> None:
+        """This driver stops before the sweep has ended: it records so (how, for `sweep status`), notes on its
+        pending trials that they wait for `sweep resume`, and lets the sweep's lock go. Its running trials run on
+        to their results (the fork server ends once they have); whoever looks next reads them from there."""
+        supervisor = self._supervisors.pop(sweep, None)
+        if supervisor is None:
+            return
+        why = f"stopped by {exc}" if isinstance(exc, DriverStopped) else (
+            "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped by an error: {type(exc).__name__}")
+        for row in self.store.trials(sweep):
+            if row.phase == Phase.PENDING:
+                self.store.update(sweep, row.trial_id, only_if=Phase.PENDING,
+                                  reason=f"interrupted: the driver {why}; `sweep resume {sweep}` starts it")
+        for run in supervisor.running.values():
+            if run.log:
+                run.log.close()
+        pid, start = this_driver()
+        self.store.set_driver(sweep, pid, start, why)
+        for server in self._servers.values():
+            server.stop()  # it ends once the trials it runs have
+        fcntl.flock(supervisor.lock, fcntl.LOCK_UN)
+        supervisor.lock.close()
+
     def _wait_step(self, sweep: str, interval: float) -> SweepStatus:
         self._require(sweep)
+        if self._stop is not None:
+            self._stop.check()
         supervisor = self._supervisors.get(sweep) or self._acquire(sweep)
         if supervisor is not None:
             self._advance(sweep, supervisor)
@@ -273,6 +327,7 @@ class LocalBackend(Backend):
         handle.flush()
         supervisor = _Supervisor(lock=handle)
         self._supervisors[sweep] = supervisor
+        self.store.set_driver(sweep, *this_driver())
         return supervisor
 
     def _release(self, sweep: str) -> None:
@@ -280,6 +335,7 @@ class LocalBackend(Backend):
         if sweep in self._servers:  # the sweep has ended: nothing of it runs on its fork server
             self._end_servers(sweep)
         if supervisor is not None:
+            self.store.set_driver(sweep, None, None)
             fcntl.flock(supervisor.lock, fcntl.LOCK_UN)
             supervisor.lock.close()
         if not self._supervisors:
@@ -473,7 +529,16 @@ class LocalBackend(Backend):
                 return
 
     def _finish(self, sweep: str, row: TrialRow, code: int | None) -> None:
-        results = _read_results(self.store.trial_dir(sweep, row.name) / "results.json")
+        """Record how the trial ended (`code`: its exit code; None for a trial this process did not start, whose
+        end is its results file's time, else its log's: the trial's own run time, not when it was noticed)."""
+        trial_dir = self.store.trial_dir(sweep, row.name)
+        results = _read_results(trial_dir / "results.json")
+        finished = time.time()
+        if code is None:
+            for last in (trial_dir / "results.json", trial_dir / "log.txt"):
+                with contextlib.suppress(OSError):
+                    finished = min(finished, last.stat().st_mtime)
+                    break
         if results and results.get("outcome"):
             outcome = Outcome(results["outcome"])
             reason = str(results.get("error") or results.get("reason") or "")
@@ -489,7 +554,7 @@ class LocalBackend(Backend):
             return
         phase = Phase.SUCCEEDED if outcome == Outcome.SUCCEEDED else Phase.FAILED
         self.store.update(sweep, row.trial_id, only_if=Phase.RUNNING, phase=phase, outcome=outcome,
-                          reason=reason[-500:], exit_code=code, finished=time.time(), pid=None)
+                          reason=reason[-500:], exit_code=code, finished=finished, pid=None)
 
     # -- cancel / resume / delete --------------------------------------------------------------------
 
