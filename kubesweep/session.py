@@ -79,7 +79,7 @@ class Options:
 
     @property
     def home_dir(self) -> Path:
-        from kubesweep.backends.local import default_home
+        from kubesweep.backends.local_machine import default_home
 
         return (self.home or default_home()).expanduser()
 

@@ -22,7 +22,6 @@ import contextlib
 import fcntl
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -49,7 +48,16 @@ from kubesweep.backends.base import (
     SweepStatus,
     TrialStatus,
 )
-from kubesweep.gpus import load_catalog, product_from_device_name
+from kubesweep.backends.local_machine import (
+    JOB_COMMAND_ENV,
+    Device,
+    default_home,
+    detect_gpus,
+    forkserver_wanted,
+    parse_command,
+    prestart_depth,
+)
+from kubesweep.gpus import load_catalog
 from kubesweep.jobs import forkserver as forkserver_mod
 from kubesweep.jobs.command import JOB_MODULE, job_argv
 from kubesweep.jobs.config import PATH_SETTINGS, local_path
@@ -58,49 +66,9 @@ from kubesweep.outcomes import Outcome, outcome_for_exit
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import Sweep, parse_sweep
 
-HOME_ENV = "KUBESWEEP_HOME"
-JOB_COMMAND_ENV = "KUBESWEEP_JOB_COMMAND"
-GPUS_ENV = "KUBESWEEP_LOCAL_GPUS"
-PRESTART_ENV = "KUBESWEEP_LOCAL_PRESTART"
-FORKSERVER_ENV = "KUBESWEEP_LOCAL_FORKSERVER"
 TRACKING_FILE = "tracking.json"
 FORKSERVER_RECORD = "forkserver.json"  # the sweep's fork server while it runs: pid and socket
 TERM_GRACE_S = 10.0
-
-
-def default_home() -> Path:
-    return Path(os.environ.get(HOME_ENV) or Path.home() / ".kubesweep").expanduser()
-
-
-@dataclass(frozen=True)
-class Device:
-    index: int
-    product: str
-
-
-def detect_gpus() -> list[Device]:
-    """This machine's NVIDIA GPUs, from nvidia-smi (no CUDA library is loaded here).
-
-    `KUBESWEEP_LOCAL_GPUS` overrides detection with a JSON list of device names, e.g.
-    `["NVIDIA H100 80GB HBM3"]`, or `[]` for none.
-    """
-    override = os.environ.get(GPUS_ENV)
-    if override is not None:
-        names = json.loads(override) if override.strip() else []
-        return [Device(i, product_from_device_name(n)) for i, n in enumerate(names)]
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run([smi, "--query-gpu=index,name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20, check=True).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    devices = []
-    for line in out.strip().splitlines():
-        index, _, name = line.partition(",")
-        devices.append(Device(int(index), product_from_device_name(name.strip())))
-    return devices
 
 
 def _alive(pid: int | None) -> bool:
@@ -163,13 +131,13 @@ class LocalBackend(Backend):
         self.tracking = tracking
         self.store = Store(Path(home).expanduser() if home else default_home())
         if job_command is None and os.environ.get(JOB_COMMAND_ENV):
-            job_command = _parse_command(os.environ[JOB_COMMAND_ENV])
+            job_command = parse_command(os.environ[JOB_COMMAND_ENV])
         self.job_command = job_command
         self.cpu_slots = max(1, cpu_slots)
         self.any_gpu = any_gpu
         self.devices = detect_gpus() if devices is None else devices
-        self.prestart = _prestart_depth() if prestart is None else max(0, int(prestart))
-        self.forkserver = _forkserver_wanted() if forkserver is None else forkserver
+        self.prestart = prestart_depth() if prestart is None else max(0, int(prestart))
+        self.forkserver = forkserver_wanted() if forkserver is None else forkserver
         self._servers: dict[str, forkserver_mod.Handle] = {}  # per sweep this process drives
         self._supervisors: dict[str, _Supervisor] = {}
         self._stop: StopRequest | None = None  # while `wait` drives: a stop signal that came
@@ -266,8 +234,10 @@ class LocalBackend(Backend):
             self._stop = stop
             try:
                 return super().wait(sweep, timeout=timeout, progress=progress, interval=interval)
-            except BaseException as exc:
-                self._interrupted(sweep, exc)
+            except TimeoutError:
+                raise  # the caller's timeout: this process drives on when it waits again
+            except (KeyboardInterrupt, OSError) as exc:  # OSError: the terminal it shows progress on is gone
+                self._interrupted(sweep, DriverStopped(stop.signum) if stop.signum is not None else exc)
                 raise
             finally:
                 self._stop = None
@@ -280,7 +250,7 @@ class LocalBackend(Backend):
         if supervisor is None:
             return
         why = f"stopped by {exc}" if isinstance(exc, DriverStopped) else (
-            "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped by an error: {type(exc).__name__}")
+            "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped by an error: {exc}"[:200])
         for row in self.store.trials(sweep):
             if row.phase == Phase.PENDING:
                 self.store.update(sweep, row.trial_id, only_if=Phase.PENDING,
@@ -290,7 +260,8 @@ class LocalBackend(Backend):
                 run.log.close()
         pid, start = this_driver()
         self.store.set_driver(sweep, pid, start, why)
-        for server in self._servers.values():
+        server = self._servers.pop(sweep, None)
+        if server is not None:
             server.stop()  # it ends once the trials it runs have
         fcntl.flock(supervisor.lock, fcntl.LOCK_UN)
         supervisor.lock.close()
@@ -724,39 +695,6 @@ def _reruns(phase: Phase, outcome: Outcome | None, has_results: bool) -> bool:
     if phase in (Phase.FAILED, Phase.CANCELLED):
         return outcome not in (Outcome.OOM, Outcome.GPU_MISMATCH)
     return phase == Phase.SUCCEEDED and not has_results
-
-
-def _forkserver_wanted() -> bool:
-    text = os.environ.get(FORKSERVER_ENV, "1").strip().lower()
-    if text in ("1", "true", "yes", "on", ""):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise BackendError(f"{FORKSERVER_ENV} must be 1 or 0, got {text!r}")
-
-
-def _prestart_depth() -> int:
-    """`KUBESWEEP_LOCAL_PRESTART`: how many trials may start early behind each running GPU trial (default 2)."""
-    text = os.environ.get(PRESTART_ENV, "").strip().lower()
-    if not text:
-        return 2
-    if text in ("false", "no", "off"):
-        return 0
-    try:
-        return max(0, int(text))
-    except ValueError:
-        raise BackendError(f"{PRESTART_ENV} must be a number of trials (0 turns prestart off), got {text!r}") from None
-
-
-def _parse_command(text: str) -> list[str]:
-    """`KUBESWEEP_JOB_COMMAND`: a JSON list or a shell-like string replacing `python -m kubesweep.jobs`."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = shlex.split(text)
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise BackendError(f"{JOB_COMMAND_ENV} must be a command line or a JSON list of strings, got {text!r}")
-    return value
 
 
 def _read_results(path: Path) -> dict[str, Any] | None:

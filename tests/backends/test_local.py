@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kubesweep.backends.base import Phase, SweepStatus
-from kubesweep.backends.local import JOB_COMMAND_ENV, LocalBackend, _alive
+from kubesweep.backends.local import LocalBackend, _alive
+from kubesweep.backends.local_machine import JOB_COMMAND_ENV
 from kubesweep.jobs import forkserver
 from kubesweep.outcomes import Outcome
 from tests.backends.contract import BackendContract, Harness, make_plan
