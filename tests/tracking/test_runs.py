@@ -85,8 +85,8 @@ def test_two_processes_open_a_fresh_home_at_once_twenty_times(tmp_path: Path,
     procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(tmp_path), me, "20"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for me in ("a", "b")]
     outs = [p.communicate(timeout=300) for p in procs]
-    for proc, (out, errors) in zip(procs, outs, strict=True):
-        assert proc.returncode == 0 and out.strip() == "ok", errors[-3000:]
+    said = "\n---\n".join(errors[-2000:] for _, errors in outs)
+    assert [(p.returncode, out.strip()) for p, (out, _) in zip(procs, outs, strict=True)] == [(0, "ok")] * 2, said
     for i in range(20):
         runs = SweepRuns(resolve(experiment="exp", home=tmp_path / f"home-{i}"), "sweep-a")
         assert runs.find_parent() is not None
