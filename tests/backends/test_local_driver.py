@@ -74,6 +74,8 @@ def test_a_stopped_driver_leaves_an_interrupted_sweep_that_resume_finishes_once(
     assert f"Interrupted: driver gone (pid {driver.pid}{how}): `sweep resume drv` picks it up" in out
     code, listing, _ = run(home, "status")
     assert "Interrupted" in listing and "Running" not in listing
+    shown = json.loads(run(home, "status", "drv", "-o", "json")[1])
+    assert (shown["phase"], shown["interrupted"]) == ("Interrupted", f"driver gone (pid {driver.pid}{how})")
     rows = Store(home).trials("drv")
     assert [r.phase for r in rows] == [Phase.SUCCEEDED, Phase.PENDING, Phase.PENDING]
     assert rows[0].finished is not None and rows[0].started is not None
