@@ -10,7 +10,7 @@ Exit codes:
   2  bad input: an invalid spec, flag or argument
   3  not found: no such sweep or trial
   4  backend error: the cluster, the state store or a process could not do what was asked
-  130 interrupted (Ctrl-C); running trials are left to finish or are cancelled as the message says
+  130 interrupted (Ctrl-C, SIGTERM, SIGHUP); running trials are left to finish or are cancelled as the message says
 """
 
 from __future__ import annotations
@@ -292,8 +292,9 @@ def resume(
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
-    """Run again only the trials that failed, were cancelled or are missing (into the same MLflow runs); a search
-    continues from its saved state."""
+    """Run again only the trials that failed, were cancelled or are missing (into the same MLflow runs), and
+    continue those not ended (pending ones start, running ones are followed); a search continues from its saved
+    state."""
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
     sweep, resumed = s.resume(name)
     if resumed is None:

@@ -26,7 +26,7 @@ def driver_log(home: Path, name: str) -> Path:
 
 def spawn_driver(name: str, home: Path | None) -> Path:
     """`sweep _drive NAME`: the supervisor of a local sweep, which starts its trials until every one has ended."""
-    from kubesweep.backends.local import default_home
+    from kubesweep.backends.local_machine import default_home
 
     home_path = home or default_home()
     log = driver_log(home_path, name)
@@ -37,7 +37,7 @@ def spawn_driver(name: str, home: Path | None) -> Path:
 def spawn_search(file: Path, name: str, options: Options, *, allow_unpinned: bool, max_trials: int) -> Path:
     """`sweep submit` of the same spec (sweep `name`) with the same options: the search runs on after this shell
     returns. The size of the sweep was confirmed here already (--yes)."""
-    from kubesweep.backends.local import default_home
+    from kubesweep.backends.local_machine import default_home
 
     home_path = options.home or default_home()
     argv = [sys.executable, "-m", "kubesweep", "submit", str(file.resolve()), "--home", str(home_path),

@@ -27,7 +27,7 @@ from kubesweep.jobs.config import PATH_SETTINGS, is_local_path, local_path
 from kubesweep.spec import Problem, SpecError, set_axes
 
 if TYPE_CHECKING:
-    from kubesweep.backends.local import Device
+    from kubesweep.backends.local_machine import Device
     from kubesweep.plan import Plan
     from kubesweep.spec import Sweep
 
@@ -41,7 +41,7 @@ class NotRunnable(SpecError):
 def check(plan: Plan, backend: str, *, any_gpu: bool = False, allow_unpinned: bool = False,
           devices: Sequence[Device] | None = None) -> None:
     """Raise `NotRunnable` with every problem that keeps `backend` from running the plan (see the module).
-    `devices`: this machine's GPUs (default: detected, `backends.local.detect_gpus`)."""
+    `devices`: this machine's GPUs (default: detected, `backends.local_machine.detect_gpus`)."""
     sweep = plan.sweep
     problems = list(_no_trials(plan))
     if not problems and backend == "local":
@@ -145,7 +145,7 @@ def _no_gpu_here(plan: Plan, any_gpu: bool, devices: Sequence[Device] | None) ->
     if not types:
         return
     if devices is None:
-        from kubesweep.backends.local import detect_gpus
+        from kubesweep.backends.local_machine import detect_gpus
 
         devices = detect_gpus()
     catalog = load_catalog()

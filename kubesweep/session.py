@@ -46,14 +46,14 @@ def exit_code(status: SweepStatus) -> int:
 
 def error_code(exc: BaseException) -> int | None:
     """The exit code that reports `exc`: 2 for bad input (an invalid spec or GPU catalog, an ambiguous trial
-    reference), 3 for a sweep or trial not found, 4 for a backend or tracking server that failed; None for
-    anything else."""
+    reference, a sqlite MLflow store file that cannot be read), 3 for a sweep or trial not found, 4 for a
+    backend or tracking server that failed; None for anything else."""
     from kubesweep.backends.base import AmbiguousTrial, BackendError, SweepNotFound
     from kubesweep.gpus import CatalogError
     from kubesweep.spec import SpecError
-    from kubesweep.tracking.runs import TrackingError
+    from kubesweep.tracking.runs import TrackingError, UnusableStore
 
-    if isinstance(exc, AmbiguousTrial | SpecError | CatalogError):
+    if isinstance(exc, AmbiguousTrial | SpecError | CatalogError | UnusableStore):
         return EXIT_USAGE
     if isinstance(exc, SweepNotFound):
         return EXIT_NOT_FOUND
@@ -79,7 +79,7 @@ class Options:
 
     @property
     def home_dir(self) -> Path:
-        from kubesweep.backends.local import default_home
+        from kubesweep.backends.local_machine import default_home
 
         return (self.home or default_home()).expanduser()
 
@@ -111,6 +111,18 @@ class Results:
 
 def _quiet(message: str, warning: bool) -> None:
     pass
+
+
+def _continuing(unfinished: list[TrialStatus]) -> list[str]:
+    """What `resume` does with the trials that have not ended: `continuing 2 not yet run, 1 still running`."""
+    from collections import Counter
+
+    if not unfinished:
+        return []
+    running = Counter(t.phase.value == "Running" for t in unfinished)
+    parts = [f"{running[False]} not yet run"] if running[False] else []
+    parts += [f"{running[True]} still running (followed to its end, not run again)"] if running[True] else []
+    return [f"continuing {', '.join(parts)}"]
 
 
 def _tally(trials: list[TrialStatus], *, rerun: bool = False) -> str:
@@ -247,19 +259,18 @@ class Session:
             raise SweepNotFound(f"no {self.options.backend} sweep named {name!r}")
         before = self.backend.status(name)
         rerun = self.backend.to_rerun(before)
-        if not sweep.spec.search.adaptive and not rerun:
-            unfinished = sum(1 for t in before.trials if not t.phase.terminal)
-            if not unfinished:
-                self.notify(f"sweep {name!r}: nothing to rerun: every trial has ended with an answer "
-                            f"({_tally(before.trials)})", False)
-                return sweep, before
-            self.notify(f"sweep {name!r}: nothing to rerun; {unfinished} trials have not ended yet", False)
+        unfinished = [t for t in before.trials if not t.phase.terminal]
+        if not sweep.spec.search.adaptive and not rerun and not unfinished:
+            self.notify(f"sweep {name!r}: nothing to rerun: every trial has ended with an answer "
+                        f"({_tally(before.trials)})", False)
+            return sweep, before
         self.open_tracking(sweep, len(before.trials))
         if self.search_runs_here(sweep):
             return sweep, None
-        if rerun:
-            self.notify(f"sweep {name!r}: rerunning {len(rerun)} of {len(before.trials)} trials "
-                        f"({_tally(rerun, rerun=True)})", False)
+        if rerun or unfinished:
+            what = [f"rerunning {len(rerun)} of {len(before.trials)} trials ({_tally(rerun, rerun=True)})"] if \
+                rerun else ["no failed or cancelled trial to rerun"]
+            self.notify(f"sweep {name!r}: {'; '.join(what + _continuing(unfinished))}", False)
         return sweep, self.backend.resume(name)
 
     def follow(self, name: str, progress: ProgressCallback | None = None) -> Ended:

@@ -213,6 +213,7 @@ def status_json(status: SweepStatus) -> dict[str, Any]:
         "sweep": status.name,
         "backend": status.backend,
         "phase": status.phase,
+        "interrupted": status.interrupted or None,
         "counts": dict(status.counts()),
         "trials": [
             {"id": t.trial_id, "name": t.name, "label": t.label, "phase": t.phase.value,

@@ -472,3 +472,16 @@ def test_report_output_that_is_a_file_or_cannot_be_written_is_one_line_exit_2(sw
         sweep("report", str(tmp_path / "h100"), "-o", str(out), "--no-upload")
     assert (out / "notes.txt").read_text() == "kept" and not (out / "gpu_timeline.png").exists()
     assert (out / "report.html").stat().st_size > 0 and not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_a_damaged_mlflow_store_is_one_line_exit_2_and_nothing_runs(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "mlflow.db").write_bytes(os.urandom(5000))
+    started = time.monotonic()
+    proc = sweep("submit", str(spec(tmp_path, batches="[8]")), check=2, env={"KUBESWEEP_NO_TRACKING": ""})
+    assert time.monotonic() - started < 30
+    assert proc.stderr.splitlines() == [
+        f"the MLflow store {home / 'mlflow.db'} cannot be read (file is not a database): move it aside to start an "
+        "empty one (runs recorded in it are lost to kubesweep), or pass --tracking-uri or --no-tracking"]
+    assert not (home / "sweeps").exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubesweep.backends.local import Device
+from kubesweep.backends.local_machine import Device
 from kubesweep.images import DEFAULT_LOCK
 from kubesweep.plan import plan
 from kubesweep.preflight import NotRunnable, check

@@ -27,7 +27,10 @@ CREATE TABLE IF NOT EXISTS sweeps (
     job_argv TEXT NOT NULL,
     any_gpu INTEGER NOT NULL DEFAULT 0,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    driver_pid INTEGER,
+    driver_start INTEGER,
+    driver_stop TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS trials (
     sweep TEXT NOT NULL REFERENCES sweeps(name) ON DELETE CASCADE,
@@ -53,6 +56,11 @@ CREATE TABLE IF NOT EXISTS trials (
 """
 
 
+# columns added since the first stores were made: (table, column, type)
+ADDED_COLUMNS = [("trials", "pid_start", "INTEGER"), ("sweeps", "driver_pid", "INTEGER"),
+                 ("sweeps", "driver_start", "INTEGER"), ("sweeps", "driver_stop", "TEXT NOT NULL DEFAULT ''")]
+
+
 class StoreError(BackendError):
     """The store cannot be opened or read (not a database, damaged, locked)."""
 
@@ -69,6 +77,9 @@ class SweepRow:
     job_argv: list[str]
     any_gpu: bool
     cancel_requested: bool
+    driver_pid: int | None = None  # the process driving the sweep (its supervisor), while one does
+    driver_start: int | None = None  # its start time (/proc stat, clock ticks): pid and start name it
+    driver_stop: str = ""  # how the last driver stopped before the sweep ended (a signal), when it could say
 
 
 @dataclass
@@ -113,9 +124,10 @@ class Store:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")  # kept in the file: later connections need not ask again
             db.executescript(SCHEMA)
-            if "pid_start" not in {r[1] for r in db.execute("PRAGMA table_info(trials)")}:  # a store made before it
-                with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
-                    db.execute("ALTER TABLE trials ADD COLUMN pid_start INTEGER")
+            for table, column, kind in ADDED_COLUMNS:  # a store made before them
+                if column not in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}:
+                    with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -152,7 +164,8 @@ class Store:
         if row is None:
             return None
         return SweepRow(row["name"], json.loads(row["spec"]), row["source"], json.loads(row["job_argv"]),
-                        bool(row["any_gpu"]), bool(row["cancel_requested"]))
+                        bool(row["any_gpu"]), bool(row["cancel_requested"]), row["driver_pid"],
+                        row["driver_start"], row["driver_stop"])
 
     def add_sweep(self, name: str, spec: dict[str, Any], source: str, job_argv: list[str], any_gpu: bool,
                   trials: list[dict[str, Any]]) -> int:
@@ -188,6 +201,12 @@ class Store:
     def set_cancel(self, name: str, flag: bool) -> None:
         with self._connect() as db:
             db.execute("UPDATE sweeps SET cancel_requested = ? WHERE name = ?", (int(flag), name))
+
+    def set_driver(self, name: str, pid: int | None, start: int | None, stop: str = "") -> None:
+        """Record the process driving the sweep (None: none drives it, it ended), and how it stopped."""
+        with self._connect() as db:
+            db.execute("UPDATE sweeps SET driver_pid = ?, driver_start = ?, driver_stop = ? WHERE name = ?",
+                       (pid, start, stop, name))
 
     def delete_sweep(self, name: str) -> None:
         with self._connect() as db:

@@ -88,6 +88,7 @@ class SweepStatus:
     backend: str
     trials: list[TrialStatus]
     message: str = ""
+    interrupted: str = ""  # not done and nothing drives it any more (why: its driver is gone)
 
     def counts(self) -> Counter[str]:
         return Counter(t.phase.value for t in self.trials)
@@ -107,6 +108,8 @@ class SweepStatus:
         if not self.trials:
             return "Empty"
         if not self.done:
+            if self.interrupted:
+                return "Interrupted"
             return "Running" if counts[Phase.RUNNING] else "Pending"
         if counts[Phase.CANCELLED]:
             return "Cancelled"

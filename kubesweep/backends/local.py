@@ -22,7 +22,6 @@ import contextlib
 import fcntl
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -34,18 +33,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kubesweep.backends._local_store import SpecMismatch, Store, TrialRow
+from kubesweep.backends._local_driver import DriverStopped, StopRequest, running, stop_signals
+from kubesweep.backends._local_driver import me as this_driver
+from kubesweep.backends._local_driver import process_start as _started
+from kubesweep.backends._local_store import SpecMismatch, Store, SweepRow, TrialRow
 from kubesweep.backends.base import (
     SETTLED_OUTCOMES,
     Backend,
     BackendError,
     Phase,
+    ProgressCallback,
     SweepConflict,
     SweepNotFound,
     SweepStatus,
     TrialStatus,
 )
-from kubesweep.gpus import load_catalog, product_from_device_name
+from kubesweep.backends.local_machine import (
+    JOB_COMMAND_ENV,
+    Device,
+    default_home,
+    detect_gpus,
+    forkserver_wanted,
+    parse_command,
+    prestart_depth,
+)
+from kubesweep.gpus import load_catalog
 from kubesweep.jobs import forkserver as forkserver_mod
 from kubesweep.jobs.command import JOB_MODULE, job_argv
 from kubesweep.jobs.config import PATH_SETTINGS, local_path
@@ -54,49 +66,9 @@ from kubesweep.outcomes import Outcome, outcome_for_exit
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import Sweep, parse_sweep
 
-HOME_ENV = "KUBESWEEP_HOME"
-JOB_COMMAND_ENV = "KUBESWEEP_JOB_COMMAND"
-GPUS_ENV = "KUBESWEEP_LOCAL_GPUS"
-PRESTART_ENV = "KUBESWEEP_LOCAL_PRESTART"
-FORKSERVER_ENV = "KUBESWEEP_LOCAL_FORKSERVER"
 TRACKING_FILE = "tracking.json"
 FORKSERVER_RECORD = "forkserver.json"  # the sweep's fork server while it runs: pid and socket
 TERM_GRACE_S = 10.0
-
-
-def default_home() -> Path:
-    return Path(os.environ.get(HOME_ENV) or Path.home() / ".kubesweep").expanduser()
-
-
-@dataclass(frozen=True)
-class Device:
-    index: int
-    product: str
-
-
-def detect_gpus() -> list[Device]:
-    """This machine's NVIDIA GPUs, from nvidia-smi (no CUDA library is loaded here).
-
-    `KUBESWEEP_LOCAL_GPUS` overrides detection with a JSON list of device names, e.g.
-    `["NVIDIA H100 80GB HBM3"]`, or `[]` for none.
-    """
-    override = os.environ.get(GPUS_ENV)
-    if override is not None:
-        names = json.loads(override) if override.strip() else []
-        return [Device(i, product_from_device_name(n)) for i, n in enumerate(names)]
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run([smi, "--query-gpu=index,name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20, check=True).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    devices = []
-    for line in out.strip().splitlines():
-        index, _, name = line.partition(",")
-        devices.append(Device(int(index), product_from_device_name(name.strip())))
-    return devices
 
 
 def _alive(pid: int | None) -> bool:
@@ -112,14 +84,6 @@ def _alive(pid: int | None) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return True
-
-
-def _started(pid: int) -> int | None:
-    """When the process started (clock ticks after boot, /proc/<pid>/stat field 22); None when it is gone."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _is_trial(row: TrialRow) -> bool:
@@ -167,15 +131,16 @@ class LocalBackend(Backend):
         self.tracking = tracking
         self.store = Store(Path(home).expanduser() if home else default_home())
         if job_command is None and os.environ.get(JOB_COMMAND_ENV):
-            job_command = _parse_command(os.environ[JOB_COMMAND_ENV])
+            job_command = parse_command(os.environ[JOB_COMMAND_ENV])
         self.job_command = job_command
         self.cpu_slots = max(1, cpu_slots)
         self.any_gpu = any_gpu
         self.devices = detect_gpus() if devices is None else devices
-        self.prestart = _prestart_depth() if prestart is None else max(0, int(prestart))
-        self.forkserver = _forkserver_wanted() if forkserver is None else forkserver
+        self.prestart = prestart_depth() if prestart is None else max(0, int(prestart))
+        self.forkserver = forkserver_wanted() if forkserver is None else forkserver
         self._servers: dict[str, forkserver_mod.Handle] = {}  # per sweep this process drives
         self._supervisors: dict[str, _Supervisor] = {}
+        self._stop: StopRequest | None = None  # while `wait` drives: a stop signal that came
 
     # -- submit ------------------------------------------------------------------------------------
 
@@ -233,18 +198,78 @@ class LocalBackend(Backend):
             raise SweepNotFound(f"no local sweep named {sweep!r} (known: {known}) in {self.store.home}")
 
     def _status_impl(self, sweep: str) -> SweepStatus:
-        self._require(sweep)
-        rows = self.store.trials(sweep)
-        return SweepStatus(sweep, self.name, [self.store.to_status(sweep, r) for r in rows],
-                           message=f"state in {self.store.home}")
+        state = self.store.get_sweep(sweep)
+        if state is None:
+            self._require(sweep)
+        assert state is not None
+        gone = self._driver_gone(state)
+        if gone:  # nothing reaps its trials: the ones that ended are read from their results files here
+            for row in self.store.trials(sweep):
+                if row.phase == Phase.RUNNING and not _is_trial(row):
+                    self._finish(sweep, row, None)
+        trials = [self.store.to_status(sweep, r) for r in self.store.trials(sweep)]
+        message, interrupted = f"state in {self.store.home}", ""
+        if gone and not all(t.phase.terminal for t in trials):
+            how = f", {state.driver_stop}" if state.driver_stop else ""
+            interrupted = f"driver gone (pid {state.driver_pid}{how})"
+            message = f"Interrupted: {interrupted}: `sweep resume {sweep}` picks it up; {message}"
+        return SweepStatus(sweep, self.name, trials, message=message, interrupted=interrupted)
+
+    def _driver_gone(self, state: SweepRow) -> bool:
+        """A driver was recorded for the sweep and no longer runs (this process drives what it drives)."""
+        if state.name in self._supervisors or state.driver_pid is None:
+            return False
+        return bool(state.driver_stop) or not running(state.driver_pid, state.driver_start)
 
     def _list_impl(self) -> list[str]:
         return self.store.list_sweeps()
 
     # -- driving a sweep -------------------------------------------------------------------------------
 
+    def wait(self, sweep: str, *, timeout: float | None = None, progress: ProgressCallback | None = None,
+             interval: float = 0.5) -> SweepStatus:
+        """Drive the sweep (or observe it, when another process drives it) to its end. SIGTERM and SIGHUP stop
+        the driver between steps: `DriverStopped`, after its state is recorded (`_interrupted`)."""
+        with stop_signals() as stop:
+            self._stop = stop
+            try:
+                return super().wait(sweep, timeout=timeout, progress=progress, interval=interval)
+            except TimeoutError:
+                raise  # the caller's timeout: this process drives on when it waits again
+            except (KeyboardInterrupt, OSError) as exc:  # OSError: the terminal it shows progress on is gone
+                self._interrupted(sweep, DriverStopped(stop.signum) if stop.signum is not None else exc)
+                raise
+            finally:
+                self._stop = None
+
+    def _interrupted(self, sweep: str, exc: BaseException) -> None:
+        """This driver stops before the sweep has ended: it records so (how, for `sweep status`), notes on its
+        pending trials that they wait for `sweep resume`, and lets the sweep's lock go. Its running trials run on
+        to their results (the fork server ends once they have); whoever looks next reads them from there."""
+        supervisor = self._supervisors.pop(sweep, None)
+        if supervisor is None:
+            return
+        why = f"stopped by {exc}" if isinstance(exc, DriverStopped) else (
+            "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped by an error: {exc}"[:200])
+        for row in self.store.trials(sweep):
+            if row.phase == Phase.PENDING:
+                self.store.update(sweep, row.trial_id, only_if=Phase.PENDING,
+                                  reason=f"interrupted: the driver {why}; `sweep resume {sweep}` starts it")
+        for run in supervisor.running.values():
+            if run.log:
+                run.log.close()
+        pid, start = this_driver()
+        self.store.set_driver(sweep, pid, start, why)
+        server = self._servers.pop(sweep, None)
+        if server is not None:
+            server.stop()  # it ends once the trials it runs have
+        fcntl.flock(supervisor.lock, fcntl.LOCK_UN)
+        supervisor.lock.close()
+
     def _wait_step(self, sweep: str, interval: float) -> SweepStatus:
         self._require(sweep)
+        if self._stop is not None:
+            self._stop.check()
         supervisor = self._supervisors.get(sweep) or self._acquire(sweep)
         if supervisor is not None:
             self._advance(sweep, supervisor)
@@ -273,6 +298,7 @@ class LocalBackend(Backend):
         handle.flush()
         supervisor = _Supervisor(lock=handle)
         self._supervisors[sweep] = supervisor
+        self.store.set_driver(sweep, *this_driver())
         return supervisor
 
     def _release(self, sweep: str) -> None:
@@ -280,6 +306,7 @@ class LocalBackend(Backend):
         if sweep in self._servers:  # the sweep has ended: nothing of it runs on its fork server
             self._end_servers(sweep)
         if supervisor is not None:
+            self.store.set_driver(sweep, None, None)
             fcntl.flock(supervisor.lock, fcntl.LOCK_UN)
             supervisor.lock.close()
         if not self._supervisors:
@@ -475,7 +502,16 @@ class LocalBackend(Backend):
                 return
 
     def _finish(self, sweep: str, row: TrialRow, code: int | None) -> None:
-        results = _read_results(self.store.trial_dir(sweep, row.name) / "results.json")
+        """Record how the trial ended (`code`: its exit code; None for a trial this process did not start, whose
+        end is its results file's time, else its log's: the trial's own run time, not when it was noticed)."""
+        trial_dir = self.store.trial_dir(sweep, row.name)
+        results = _read_results(trial_dir / "results.json")
+        finished = time.time()
+        if code is None:
+            for last in (trial_dir / "results.json", trial_dir / "log.txt"):
+                with contextlib.suppress(OSError):
+                    finished = min(finished, last.stat().st_mtime)
+                    break
         if results and results.get("outcome"):
             outcome = Outcome(results["outcome"])
             reason = str(results.get("error") or results.get("reason") or "")
@@ -491,7 +527,7 @@ class LocalBackend(Backend):
             return
         phase = Phase.SUCCEEDED if outcome == Outcome.SUCCEEDED else Phase.FAILED
         self.store.update(sweep, row.trial_id, only_if=Phase.RUNNING, phase=phase, outcome=outcome,
-                          reason=reason[-500:], exit_code=code, finished=time.time(), pid=None)
+                          reason=reason[-500:], exit_code=code, finished=finished, pid=None)
 
     # -- cancel / resume / delete --------------------------------------------------------------------
 
@@ -661,39 +697,6 @@ def _reruns(phase: Phase, outcome: Outcome | None, has_results: bool) -> bool:
     if phase in (Phase.FAILED, Phase.CANCELLED):
         return outcome not in (Outcome.OOM, Outcome.GPU_MISMATCH)
     return phase == Phase.SUCCEEDED and not has_results
-
-
-def _forkserver_wanted() -> bool:
-    text = os.environ.get(FORKSERVER_ENV, "1").strip().lower()
-    if text in ("1", "true", "yes", "on", ""):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise BackendError(f"{FORKSERVER_ENV} must be 1 or 0, got {text!r}")
-
-
-def _prestart_depth() -> int:
-    """`KUBESWEEP_LOCAL_PRESTART`: how many trials may start early behind each running GPU trial (default 2)."""
-    text = os.environ.get(PRESTART_ENV, "").strip().lower()
-    if not text:
-        return 2
-    if text in ("false", "no", "off"):
-        return 0
-    try:
-        return max(0, int(text))
-    except ValueError:
-        raise BackendError(f"{PRESTART_ENV} must be a number of trials (0 turns prestart off), got {text!r}") from None
-
-
-def _parse_command(text: str) -> list[str]:
-    """`KUBESWEEP_JOB_COMMAND`: a JSON list or a shell-like string replacing `python -m kubesweep.jobs`."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = shlex.split(text)
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise BackendError(f"{JOB_COMMAND_ENV} must be a command line or a JSON list of strings, got {text!r}")
-    return value
 
 
 def _read_results(path: Path) -> dict[str, Any] | None:

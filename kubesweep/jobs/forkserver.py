@@ -58,6 +58,8 @@ from typing import Any, NamedTuple, NoReturn
 from kubesweep.jobs.command import LAUNCHED_ENV
 
 JOB_MODULE = "kubesweep.jobs"
+DIR_PREFIX = "kubesweep-fs-"  # the directory a Handle makes for its server's socket
+DIR_MARKER = "kubesweep-forkserver"  # and marks as its own
 # Environment read by torch, transformers, tokenizers or the interpreter when they are imported: a trial whose
 # environment differs from the server's in one of these runs in a fresh interpreter instead.
 IMPORT_ENV_PREFIXES = ("TORCH", "PYTORCH_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TRITON_",
@@ -540,7 +542,8 @@ class Handle:
         self.env = env
         self.log = log
         self.record = record
-        self.dir = tempfile.mkdtemp(prefix="kubesweep-fs-")  # mode 0700: only this user reaches the socket
+        self.dir = tempfile.mkdtemp(prefix=DIR_PREFIX)  # mode 0700: only this user reaches the socket
+        Path(self.dir, DIR_MARKER).touch()  # what `end_recorded` checks before it removes anything
         self.socket = os.path.join(self.dir, "socket")
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
@@ -550,7 +553,8 @@ class Handle:
         if record is not None:
             record.parent.mkdir(parents=True, exist_ok=True)
             partial = record.with_name(record.name + ".tmp")
-            partial.write_text(json.dumps({"pid": self.proc.pid, "socket": self.socket}) + "\n")
+            partial.write_text(json.dumps({"pid": self.proc.pid, "start": _start_time(self.proc.pid),
+                                           "socket": self.socket}) + "\n")
             partial.replace(record)
         deadline = time.monotonic() + 30  # the socket is bound before the imports
         while not os.path.exists(self.socket) and self.proc.poll() is None and time.monotonic() < deadline:
@@ -601,36 +605,70 @@ class Handle:
 def end_recorded(record: Path, grace: float = TERMINATE_GRACE_S) -> bool:
     """End the server named in `record` (a `Handle`'s record file, written by another process): SIGTERM, and
     SIGKILL after `grace` seconds; the record is removed. False when it names no running fork server (gone
-    already, or its pid now belongs to another process)."""
-    import shutil
-
+    already, or its pid now belongs to another process). A process is signalled only when it is the recorded
+    server: a fork server serving the recorded socket, started when the record says; of the files, only the
+    socket and the marker of a directory a `Handle` made are removed, and that directory once it is empty."""
     try:
         data = json.loads(record.read_text())
         pid, path = int(data["pid"]), str(data["socket"])
+        start = None if data.get("start") is None else int(data["start"])
     except (OSError, ValueError, KeyError, TypeError):
         return False
     ended = False
-    if _serves(pid, path):
+    if _serves(pid, path, start):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while _running(pid) and time.monotonic() < deadline:
             time.sleep(0.02)
-        if _serves(pid, path):
+        if _serves(pid, path, start):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         ended = True
-    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    _remove_socket_dir(path)
     with contextlib.suppress(OSError):
         record.unlink()
     return ended
 
 
-def _serves(pid: int, path: str) -> bool:
-    """`pid` is a live fork server serving `path` (not another process that got its pid since)."""
+def _remove_socket_dir(path: str) -> None:
+    """Remove what a `Handle` made for the socket `path`: the socket and the marker in a directory of its
+    making (named `kubesweep-fs-*`, owned by this user, holding the marker), then the directory if that left it
+    empty. Anything else a record names stays as it is."""
+    folder = Path(path).parent
+    try:
+        info = folder.lstat()
+    except OSError:
+        return
+    import stat
+
+    if Path(path).name != "socket" or not folder.name.startswith(DIR_PREFIX) or not stat.S_ISDIR(info.st_mode) \
+            or info.st_uid != os.getuid() or not (folder / DIR_MARKER).is_file():
+        return
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK((folder / "socket").lstat().st_mode):
+            (folder / "socket").unlink()
+    with contextlib.suppress(OSError):
+        (folder / DIR_MARKER).unlink()
+        folder.rmdir()  # only when nothing else is in it
+
+
+def _start_time(pid: int) -> int | None:
+    """When the process started (clock ticks after boot, /proc/<pid>/stat field 22); None when it is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _serves(pid: int, path: str, start: int | None = None) -> bool:
+    """`pid` is a live fork server serving `path` (not another process that got its pid since), started at
+    `start` when that is given."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
+        return False
+    if start is not None and _start_time(pid) != start:
         return False
     return _running(pid) and b"kubesweep.jobs.forkserver" in argv and b"serve" in argv and path.encode() in argv
 

@@ -14,9 +14,11 @@ mlflow is imported inside the functions here, never at module import.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
+import sqlite3
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
-from kubesweep.tracking.target import TrackingTarget, artifact_dir
+from kubesweep.tracking.target import TrackingTarget, artifact_dir, sqlite_path
 from kubesweep.tracking.view import experiment_tags
 
 SWEEP_TAG = "kubesweep.sweep"
@@ -38,6 +40,43 @@ PAGE = 1000
 
 class TrackingError(RuntimeError):
     """MLflow could not do what was asked; the message names the server and the cause."""
+
+
+class UnusableStore(TrackingError):
+    """The sqlite database a tracking URI names is not one SQLite can read (damaged, or another kind of file)."""
+
+
+def check_sqlite(db: Path) -> None:
+    """Raise `UnusableStore` when `db` exists and SQLite cannot read it: one line naming the file and what to do,
+    before MLflow fails on it somewhere inside its schema set-up."""
+    if not db.exists() or db.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=30)) as conn:
+            conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        if "locked" in str(exc):
+            return  # another process writes it: a database
+        raise UnusableStore(f"the MLflow store {db} cannot be read ({exc}): move it aside to start an empty one "
+                            "(runs recorded in it are lost to kubesweep), or pass --tracking-uri or "
+                            "--no-tracking") from None
+
+
+@contextlib.contextmanager
+def schema_lock(db: Path | None) -> Iterator[None]:
+    """Hold `<db>.lock` (an exclusive file lock) while MLflow opens the sqlite database `db`: MLflow makes or
+    migrates its schema on the first open and does not guard it against another process doing the same at once
+    (a fresh home that two `sweep submit` open together). Nothing for a URI that is not a sqlite file."""
+    if db is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -90,13 +129,17 @@ class SweepRuns:
     @property
     def client(self) -> Any:
         if self._client is None:
+            db = sqlite_path(self.uri)
+            if db is not None:
+                check_sqlite(db)  # before importing MLflow: a damaged file is said at once
             quiet()
             try:
                 from mlflow.tracking import MlflowClient
             except ImportError as exc:
                 raise TrackingError(f"mlflow is not installed ({exc}): pip install 'kubesweep[tracking]'") from None
             quiet()  # importing mlflow sets its loggers' levels: set them again
-            self._client = MlflowClient(tracking_uri=self.uri)
+            with schema_lock(db):  # the client opens the store, making its schema when it is new
+                self._client = self._call("open the store", MlflowClient, tracking_uri=self.uri)
         return self._client
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:

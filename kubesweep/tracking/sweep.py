@@ -23,14 +23,17 @@ class Opened:
 
 def open_parent(target: TrackingTarget, sweep: str, *, backend: str, trials: int,
                 spec: dict[str, Any] | None) -> Opened:
-    """Find or create the sweep's parent run; the env its trials need. Never raises for tracking trouble."""
-    from kubesweep.tracking.runs import SweepRuns, TrackingError
+    """Find or create the sweep's parent run; the env its trials need. Tracking trouble turns tracking off
+    (said in the message), except a sqlite store file that cannot be read (`UnusableStore`), which is raised."""
+    from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
 
     if not target.enabled:
         return Opened(None, target.describe(), warning=target.source != "off" or "installed" in target.off_reason)
     assert target.uri is not None
     try:
         run_id, created = SweepRuns(target, sweep).ensure_parent(backend=backend, trials=trials, spec=spec)
+    except UnusableStore:
+        raise  # a damaged store file is the user's to move aside: every trial would fail on it
     except TrackingError as exc:
         return Opened(None, f"tracking: off for this run: {exc}", warning=True)
     state = "created" if created else "found"

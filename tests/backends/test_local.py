@@ -4,6 +4,7 @@ the smoke sweep test, and here where the fork server is what is tested: it serve
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kubesweep.backends.base import Phase, SweepStatus
-from kubesweep.backends.local import JOB_COMMAND_ENV, LocalBackend, _alive
+from kubesweep.backends.local import LocalBackend, _alive
+from kubesweep.backends.local_machine import JOB_COMMAND_ENV
 from kubesweep.jobs import forkserver
 from kubesweep.outcomes import Outcome
 from tests.backends.contract import BackendContract, Harness, make_plan
@@ -186,3 +188,51 @@ def test_trials_measured_alone_run_one_at_a_time_on_the_machine(harness: Harness
     status = harness.backend.wait(p.sweep.name, timeout=harness.timeout, progress=watch, interval=0.05)
     assert {t.outcome for t in status.trials} == {Outcome.SUCCEEDED}
     assert peak == 1
+
+
+def test_cancel_removes_and_kills_nothing_a_forged_fork_server_record_names(tmp_path: Path) -> None:
+    """The sweep's `forkserver.json` is rewritten (by accident or on purpose) to name a directory of someone's
+    files and a process that is no fork server, or a fork server's pid with another start time. `sweep cancel`
+    removes nothing of the directory and signals no process: it ends only the server it recorded, and removes
+    only the socket directory a fork server's handle made."""
+    import signal
+    import subprocess
+
+    from kubesweep.backends.local import FORKSERVER_RECORD, _started
+
+    backend = LocalBackend(tmp_path / "home", job_command=[sys.executable, str(STAND_IN)], cpu_slots=1, devices=[])
+    p = make_plan("forged", {"batch_size": [8]}, job={"max_steps": 600})
+    backend.submit(p)
+    record = tmp_path / "home" / "sweeps" / "forged" / FORKSERVER_RECORD
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    (precious / "socket").write_text("a file called socket")
+    lookalike = tmp_path / "kubesweep-fs-lookalike"  # the name a handle gives its directory, with no marker
+    lookalike.mkdir()
+    (lookalike / "data").write_text("keep me too")
+    # a process that is no fork server, and one that looks like the recorded server but started at another time
+    bystanders = [subprocess.Popen(["setsid", "sleep", "60"]),
+                  subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", forkserver.__name__, "serve",
+                                    str(precious / "socket")], start_new_session=True)]
+    try:
+        starts = []
+        for b in bystanders:
+            start = None
+            while start is None or b"sleep" not in Path(f"/proc/{b.pid}/cmdline").read_bytes():
+                start = _started(b.pid)  # once it runs its own command line
+            starts.append(start)
+        for pid, pid_start, path in ((bystanders[0].pid, starts[0], precious / "socket"),
+                                     (bystanders[0].pid, None, lookalike / "socket"),
+                                     (bystanders[1].pid, starts[1] - 100, precious / "socket")):
+            record.write_text(json.dumps({"pid": pid, "start": pid_start, "socket": str(path)}))
+            LocalBackend(tmp_path / "home", devices=[]).cancel("forged")
+            assert [b.poll() for b in bystanders] == [None, None]  # neither was signalled
+            assert sorted(q.name for q in precious.iterdir()) == ["notes.txt", "socket"]
+            assert (lookalike / "data").read_text() == "keep me too"
+            backend.resume("forged")
+    finally:
+        for b in bystanders:
+            b.send_signal(signal.SIGKILL)
+            b.wait()
+        LocalBackend(tmp_path / "home", devices=[]).cancel("forged")

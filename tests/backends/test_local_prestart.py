@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from kubesweep.backends.base import Phase, SweepStatus
-from kubesweep.backends.local import Device, LocalBackend
+from kubesweep.backends.local import LocalBackend
+from kubesweep.backends.local_machine import Device
 from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep_text

@@ -170,7 +170,8 @@ def test_terminate_ends_the_server_with_its_spare_and_its_trial_at_once(
     record = tmp_path / "forkserver.json"
     env = {**os.environ, **PLAIN}
     importing = forkserver.Handle(sys.executable, env, tmp_path / "importing.log", record=record)
-    assert json.loads(record.read_text()) == {"pid": importing.proc.pid, "socket": importing.socket}
+    assert json.loads(record.read_text()) == {"pid": importing.proc.pid, "socket": importing.socket,
+                                              "start": forkserver._start_time(importing.proc.pid)}
     start = time.monotonic()
     importing.terminate()
     assert time.monotonic() - start < 2.0 and importing.proc.returncode is not None

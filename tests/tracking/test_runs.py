@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("mlflow")
 
 from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
-from kubesweep.tracking.runs import ROLE_TAG, SWEEP_TAG, SweepRuns, TrackingError, trial_id_of
+from kubesweep.tracking.runs import ROLE_TAG, SWEEP_TAG, SweepRuns, TrackingError, UnusableStore, trial_id_of
 from kubesweep.tracking.target import resolve
 
 
@@ -48,3 +48,54 @@ def test_no_uri_and_an_unreachable_server_are_tracking_errors(tmp_path: Path) ->
     runs = SweepRuns(resolve(experiment="e", home=tmp_path, flag="http://127.0.0.1:9"), "s")
     with pytest.raises(TrackingError, match=r"MLflow at http://127\.0\.0\.1:9: cannot read the experiment"):
         runs.find_parent()
+
+
+OPENER = """
+import sys, time
+from pathlib import Path
+from kubesweep.backends._local_store import Store
+from kubesweep.tracking.runs import SweepRuns
+from kubesweep.tracking.target import resolve
+
+root, me, rounds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+import mlflow.tracking  # imported before the rounds: each round is the opening alone
+for i in range(rounds):
+    home = root / f"home-{i}"
+    (root / f"ready-{i}-{me}").touch()
+    deadline = time.monotonic() + 60
+    while len(list(root.glob(f"ready-{i}-*"))) < 2:
+        if time.monotonic() > deadline:
+            sys.exit(f"round {i}: the other process did not come")
+        time.sleep(0.001)
+    Store(home)
+    SweepRuns(resolve(experiment="exp", home=home), f"sweep-{me}").ensure_parent(backend="local", trials=1)
+print("ok", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_open_a_fresh_home_at_once_twenty_times(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes (two `sweep submit` at once) make the state store and MLflow's sqlite schema of one fresh
+    home together, twenty homes in a row: neither fails, and each finds or makes its parent run."""
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(tmp_path), me, "20"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for me in ("a", "b")]
+    outs = [p.communicate(timeout=300) for p in procs]
+    said = "\n---\n".join(errors[-2000:] for _, errors in outs)
+    assert [(p.returncode, out.strip()) for p, (out, _) in zip(procs, outs, strict=True)] == [(0, "ok")] * 2, said
+    for i in range(20):
+        runs = SweepRuns(resolve(experiment="exp", home=tmp_path / f"home-{i}"), "sweep-a")
+        assert runs.find_parent() is not None
+        assert SweepRuns(resolve(experiment="exp", home=tmp_path / f"home-{i}"), "sweep-b").find_parent() is not None
+
+
+def test_a_damaged_store_file_is_one_error_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "mlflow.db").write_bytes(b"not a database" * 400)
+    with pytest.raises(UnusableStore, match=f"the MLflow store {tmp_path / 'mlflow.db'} cannot be read "
+                                            r"\(file is not a database\): move it aside"):
+        SweepRuns(resolve(experiment="exp", home=tmp_path), "s").find_parent()
