@@ -134,6 +134,7 @@ def test_multi_node_is_an_indexed_job_with_a_headless_service() -> None:
     assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == 2
     assert pod(job)["subdomain"] == service["metadata"]["name"]
     assert any(a.startswith("--rdzv_endpoint=") for a in pod(job)["containers"][0]["command"])
+    assert pod(job)["containers"][0]["command"][:3] == ["python", "-m", "kubesweep.jobs.rendezvous"]
 
 
 def test_failure_policy_never_retries_oom_and_ignores_disruptions() -> None:

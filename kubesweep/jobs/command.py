@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 JOB_MODULE = "kubesweep.jobs"
+RENDEZVOUS_MODULE = "kubesweep.jobs.rendezvous"
 # Set in a trial's environment by the fork server: when its client started, where the trial's start-up time begins.
 LAUNCHED_ENV = "KUBESWEEP_LAUNCHED_AT"
 # Set on a queued trial's Job (spec.queue): epoch seconds of its creation; the job's queue wait is measured from it.
@@ -23,7 +24,9 @@ def job_argv(config_path: str, output_dir: str, *, python: str = "python", gpus:
     if num_nodes > 1:
         if not rdzv_endpoint:
             raise ValueError("a multi-node trial needs a rendezvous endpoint")
-        launcher += [f"--nnodes={num_nodes}", "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv_endpoint}"]
+        # torchrun through kubesweep.jobs.rendezvous: pod 0 of the Indexed Job hosts the store by its index
+        launcher = [python, "-m", RENDEZVOUS_MODULE, f"--nproc_per_node={max(gpus, 1)}", f"--nnodes={num_nodes}",
+                    "--rdzv_backend=c10d", f"--rdzv_endpoint={rdzv_endpoint}"]
     else:
         launcher += ["--standalone"]
     return [*launcher, "-m", JOB_MODULE, *args]

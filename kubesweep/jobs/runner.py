@@ -134,6 +134,9 @@ class TrialRun:
         model: Any = None
         try:
             # the GPU's identity from NVML, and then the host-only preparation: another trial may hold the GPU
+            # PyTorch's threads within the pod's CPU limit from the start (tokenization and the model build too),
+            # so the environment records the threads the trial ran with
+            runtime.limit_threads()
             mismatch = env.check_gpu(self.trial.gpu_product, env.gpu_names(env.local_devices()))
             # Under a GPU lease another trial may be measuring on this machine: prepare on a few cores.
             with runtime.few_threads() if self.lease.path is not None else contextlib.nullcontext():

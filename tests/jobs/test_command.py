@@ -29,7 +29,7 @@ def test_several_gpus_run_under_standalone_torchrun() -> None:
 def test_several_nodes_meet_at_the_rendezvous() -> None:
     argv = job_argv("/t/trial.json", "/out", gpus=2, num_nodes=3, rdzv_endpoint="trial-0.svc:29500")
     assert argv == [
-        "python", "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=3", "--rdzv_backend=c10d",
+        "python", "-m", "kubesweep.jobs.rendezvous", "--nproc_per_node=2", "--nnodes=3", "--rdzv_backend=c10d",
         "--rdzv_endpoint=trial-0.svc:29500", "-m", JOB_MODULE, *ARGS,
     ]  # fmt: skip
     assert "--nproc_per_node=1" in job_argv("/t/trial.json", "/out", gpus=0, num_nodes=2, rdzv_endpoint="h:1")
@@ -45,3 +45,13 @@ def test_the_argv_launches_the_job(tmp_path: Path) -> None:
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == ExitCode.USAGE, proc.stderr
     assert "error: invalid settings: precision" in proc.stderr
+
+
+def test_pod_0_of_a_multi_node_trial_hosts_the_rendezvous_by_its_index_not_by_dns() -> None:
+    from kubesweep.jobs.rendezvous import torchrun_argv
+
+    args = ["--nnodes=2", "--rdzv_endpoint=t-0.t:29500", "-m", JOB_MODULE]
+    assert torchrun_argv(args, "0", python="py") == [
+        "py", "-m", "torch.distributed.run", "--rdzv_conf=is_host=1", *args]
+    assert torchrun_argv(args, "1", python="py")[3] == "--rdzv_conf=is_host=0"
+    assert torchrun_argv(args, None, python="py") == ["py", "-m", "torch.distributed.run", *args]
