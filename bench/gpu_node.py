@@ -792,7 +792,8 @@ def ddp(args: argparse.Namespace) -> None:
     two_pods = sweep_spec("gpu-node-ddp-2x2", image, gpu, args, **best)
     two_pods["spec"]["matrix"] = {"gpu": [gpu], "precision": ["bf16"]}
     two_pods["spec"]["resources"].update(cpu="16", memory="96Gi", gpus_per_trial=2, num_nodes=2)
-    for spec in (one_pod, two_pods) if gpus >= 4 else (one_pod,):
+    cases = {"one-pod": one_pod, "two-pods": two_pods}
+    for spec in (cases[c] for c in args.ddp_cases if c == "one-pod" or gpus >= 4):
         run = submit_on_node(args, spec, env, uri)
         rows = []
         for name, res in sorted(run.pop("results").items()):
@@ -810,7 +811,8 @@ def ddp(args: argparse.Namespace) -> None:
         result[spec["metadata"]["name"]] = run
         log(f"{spec['metadata']['name']}: exit {run['exit']}: "
             + ", ".join(f"{r['world_size']} GPUs {r['samples_per_s'] or 0:,.0f}/s" for r in rows))
-    base = next((r["samples_per_s"] for r in result["gpu-node-ddp"]["rows"] if r["world_size"] == 1), None)
+    base = next((r["samples_per_s"] for r in result.get("gpu-node-ddp", {}).get("rows", []) if r["world_size"] == 1),
+                None)
     for run in (v for v in result.values() if isinstance(v, dict) and "rows" in v):
         for r in run["rows"]:
             if base and r["samples_per_s"]:
@@ -863,6 +865,8 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--repeats", type=int, default=3, help="repeats of each cell alone (`shared`: twice as "
                                                                 "many side by side)")
         sp.add_argument("--inference-batches", type=int, default=2000)
+        sp.add_argument("--ddp-cases", nargs="+", choices=["one-pod", "two-pods"], default=["one-pod", "two-pods"],
+                        help="ddp: 1, 2, 4 GPUs in one pod; 2 pods x 2 GPUs")
         if name == "all":
             sp.add_argument("--steps", nargs="+", choices=["sweep", "local", "faults", "operator", "shared", "ddp"],
                             default=["sweep", "local", "faults", "operator"], help="the steps, in this order")
