@@ -241,7 +241,7 @@ def kubelet_config(layout: Layout) -> dict[str, Any]:
         "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
         "resolvConf": str(layout.config / "resolv.conf"),
         "podCIDR": POD_CIDR, "maxPods": 30, "serializeImagePulls": False,
-        "clusterDNS": [node_ip()], "clusterDomain": CLUSTER_DOMAIN,
+        "clusterDNS": [NODE_GATEWAY], "clusterDomain": CLUSTER_DOMAIN,  # pods route to the bridge alone
         # the job image is imported, not pulled (no registry is reachable), and may come after the kubelet
         # started: no pull may be asked of it to verify credentials that no image here has
         "imagePullCredentialsVerificationPolicy": "NeverVerify",

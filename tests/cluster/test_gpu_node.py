@@ -77,6 +77,24 @@ def test_kubelet_and_device_plugin_commands(tmp_path: Path) -> None:
     assert kubelet_cmd[kubelet_cmd.index("--node-ip") + 1] == gpu_node.node_ip()
 
 
+def test_pods_ask_the_clusters_dns_at_the_one_address_they_can_route_to(tmp_path: Path) -> None:
+    """The pod network has the bridge's subnet and no default route (no masquerade, nothing beyond the node): the
+    cluster's DNS must be the bridge's gateway address, not the node's own (on the GPU machine a pod's query to
+    the node's address was `Network is unreachable`, bench/results/gpu_node-4gpu-h100/dnsprobe-before-fix.txt)."""
+    import ipaddress
+
+    layout = gpu_node.Layout(tmp_path)
+    kubelet = gpu_node.kubelet_config(layout)
+    [dns] = kubelet["clusterDNS"]
+    assert ipaddress.ip_address(dns) in ipaddress.ip_network(gpu_node.POD_CIDR)
+    assert dns == gpu_node.cni_conflist(layout)["plugins"][0]["ipam"]["ranges"][0][0]["gateway"]
+    assert kubelet["clusterDomain"] == gpu_node.CLUSTER_DOMAIN
+    corefile = gpu_node.corefile(layout)
+    # the cluster's names alone, from the API with the admin's credentials; nothing forwarded anywhere
+    assert corefile.startswith(f"{gpu_node.CLUSTER_DOMAIN}:53 {{") and "forward" not in corefile
+    assert f"kubeconfig {layout.admin_kubeconfig}" in corefile
+
+
 def _layer(path: Path, files: dict[str, bytes]) -> Path:
     import io
 
