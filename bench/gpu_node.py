@@ -799,8 +799,7 @@ def ddp(args: argparse.Namespace) -> None:
         for name, res in sorted(run.pop("results").items()):
             train = res.get("train") or {}
             rows.append({"trial": name, "outcome": res.get("outcome"), "world_size": res.get("world_size"),
-                         "nodes": res["trial"].get("gpus_per_trial") and res.get("world_size", 1)
-                         // max(1, res["trial"]["gpus_per_trial"]),
+                         "nodes": res.get("world_size", 1) // max(1, res["trial"].get("gpus_per_trial") or 1),
                          "samples_per_s": train.get("samples_per_s"),
                          "step_p50_s": (train.get("step_time_s") or {}).get("p50"),
                          "measured_steps": train.get("measured_steps"),

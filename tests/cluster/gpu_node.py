@@ -7,7 +7,7 @@ It runs on a bare GPU machine from what `bench/gpu_node.py pack` brings to it (s
 - containerd 2.x with its runc shim and a static runc, CDI enabled (the device plugin's spec in /var/run/cdi);
 - the pod network: one bridge (``BRIDGE``) with ``POD_CIDR``, no masquerade and no Service proxy, so the node
   needs no iptables; pods reach the node's processes (MLflow) at the bridge's address, ``NODE_GATEWAY``;
-- the kubelet (cgroupfs driver; cgroup v2), with the cluster's DNS at the node's address: CoreDNS as a host process
+- the kubelet (cgroupfs driver; cgroup v2), with the cluster's DNS at the bridge's gateway: CoreDNS as a host process
   answers for ``cluster.local`` from the API (a multi-node trial's pods find pod 0 of their Indexed Job by name
   under its headless Service), and for nothing else;
 - NVIDIA's k8s-device-plugin as a host process in CDI mode (``--device-list-strategy=cdi-cri``): it advertises
