@@ -315,25 +315,12 @@ def start_mlflow(env: dict[str, str]) -> str:
 
 def trial_timings(uri: str, experiment: str) -> dict[str, Any]:
     """Each trial's own split of its wall time (results.json `timings`), its compile cache and its GPU, from MLflow."""
-    import tempfile
-
-    from mlflow import MlflowClient
-
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return {}
     out: dict[str, Any] = {}
-    for run in client.search_runs([exp.experiment_id], max_results=500):
-        if "kubesweep.trial_id" not in run.data.tags:
+    for name, res in results_files(uri, experiment).items():
+        if "error" in res and "trial" not in res:  # a trial that ended before writing one (an OOM, say)
+            out[name] = res
             continue
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                res = json.loads(Path(client.download_artifacts(run.info.run_id, "results.json", tmp)).read_text())
-            except Exception as exc:  # a trial that ended before writing one (an OOM, say)
-                out[run.data.tags.get("mlflow.runName", run.info.run_id)] = {"error": str(exc)[:200]}
-                continue
-        out[res["trial"]["name"]] = {
+        out[name] = {
             "outcome": res.get("outcome"), "timings": res.get("timings"), "compile_cache": res.get("compile_cache"),
             "measured_train_s": (res.get("train") or {}).get("measured_time_s"),
             "gpus": [g.get("name") for g in (res.get("environment") or {}).get("gpus") or []],

@@ -3,6 +3,7 @@ over its wall time (`sweep results`, the report's answer and its GPU timeline)."
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kubesweep.tracking.records import TrialRecord, dig
@@ -27,6 +28,17 @@ def trial_span(results: dict[str, Any]) -> tuple[float, float] | None:
     return start - float(dig(results, "timings", "startup_s") or 0.0), end
 
 
+def gpu_trials(records: Iterable[TrialRecord]) -> Iterator[tuple[dict[str, Any], tuple[float, float]]]:
+    """The results and process span of every GPU trial that has both."""
+    for record in records:
+        res = record.results
+        if not res or res.get("device") != "cuda":
+            continue
+        span = trial_span(res)
+        if span is not None:
+            yield res, span
+
+
 def gpu_busy(records: list[TrialRecord]) -> dict[str, Any] | None:
     """How much of the sweep's wall time its GPUs spent in measured training steps.
 
@@ -41,14 +53,7 @@ def gpu_busy(records: list[TrialRecord]) -> dict[str, Any] | None:
     devices: set[tuple[str, str]] = set()
     widest = 0
     trials = 0
-    for record in records:
-        res = record.results
-        if not res or res.get("device") != "cuda":
-            continue
-        span = trial_span(res)
-        if span is None:
-            continue
-        start, end = span
+    for res, (start, end) in gpu_trials(records):
         starts.append(start)
         ends.append(end)
         world = int(res.get("world_size") or 1)

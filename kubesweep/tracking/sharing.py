@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubesweep.tracking import intervals
-from kubesweep.tracking.busy import trial_span
+from kubesweep.tracking.busy import gpu_trials, trial_span
 from kubesweep.tracking.records import TrialRecord, dig
 
 
@@ -121,13 +121,7 @@ def device_busy(records: Iterable[TrialRecord]) -> list[dict[str, Any]]:
     devices: dict[tuple[str, str], dict[str, Any]] = {}
     starts: list[float] = []
     ends: list[float] = []
-    for record in records:
-        res = record.results
-        if not res or res.get("device") != "cuda":
-            continue
-        span = trial_span(res)
-        if span is None:
-            continue
+    for res, span in gpu_trials(records):
         starts.append(span[0])
         ends.append(span[1])
         measured = _float(dig(res, "train", "measured_time_s")) or 0.0
