@@ -15,6 +15,7 @@ results) is judged by its whole process span.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -57,10 +58,16 @@ def annotate(records: Iterable[TrialRecord]) -> None:
             continue
         spans.append((record, node, span))
         judged.append((record, node, window))
+    by_node: dict[str, list[tuple[float, float, TrialRecord]]] = {}
+    for other, other_node, (s, e) in spans:
+        by_node.setdefault(other_node, []).append((s, e, other))
+    for node_spans in by_node.values():
+        node_spans.sort(key=lambda span: span[0])
+    starts = {node: [span[0] for span in node_spans] for node, node_spans in by_node.items()}
     for record, node, (start, end) in judged:
-        record.neighbours = sorted(
-            other.name for other, other_node, (s, e) in spans
-            if other is not record and other_node == node and s < end and start < e)
+        # only the spans of its node that start before its window ends (sorted by start: one bisect)
+        candidates = by_node[node][:bisect.bisect_left(starts[node], end)]
+        record.neighbours = sorted(other.name for s, e, other in candidates if other is not record and start < e)
 
 
 def measured_text(record: TrialRecord) -> str:
