@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kubesweep.backends._local_trials import alive
 from kubesweep.backends.base import Phase, SweepStatus
-from kubesweep.backends.local import LocalBackend, _alive
+from kubesweep.backends.local import LocalBackend
 from kubesweep.backends.local_machine import JOB_COMMAND_ENV
 from kubesweep.jobs import forkserver, forkserver_warm
 from kubesweep.outcomes import Outcome
@@ -39,7 +40,7 @@ def processes_gone(home: Path) -> object:
     def gone(sweep: str, trial_id: str) -> bool:
         log = home / "sweeps" / sweep / "starts.log"
         pids = [int(line.split()[1]) for line in log.read_text().splitlines() if line.split()[0] == trial_id]
-        return bool(pids) and not any(_alive(pid) for pid in pids)
+        return bool(pids) and not any(alive(pid) for pid in pids)
 
     return gone
 
@@ -72,9 +73,9 @@ def fork_servers() -> list[int]:
 
 def gone_within(pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return not _alive(pid)
+    return not alive(pid)
 
 
 @pytest.mark.slow
@@ -130,7 +131,7 @@ def test_cancel_and_stop_never_signal_a_process_that_reused_a_trials_pid(tmp_pat
     import signal
     import subprocess
 
-    from kubesweep.backends.local import _started
+    from kubesweep.backends._local_driver import process_start
 
     backend = LocalBackend(tmp_path, job_command=[sys.executable, str(STAND_IN)], cpu_slots=1, devices=[])
     p = make_plan("reuse", {"batch_size": [8, 16]})
@@ -142,7 +143,7 @@ def test_cancel_and_stop_never_signal_a_process_that_reused_a_trials_pid(tmp_pat
         for trial, other in zip(p.trials, bystanders, strict=True):
             start = None
             while start is None:
-                start = _started(other.pid)
+                start = process_start(other.pid)
             # the trial that had this pid started earlier than the process holding it now
             backend.store.update("reuse", trial.id, pid=other.pid, pid_start=start - 100, started=time.time())
         backend.stop_trial("reuse", p.trials[1].id, "stopped by the scheduler")
@@ -198,7 +199,8 @@ def test_cancel_removes_and_kills_nothing_a_forged_fork_server_record_names(tmp_
     import signal
     import subprocess
 
-    from kubesweep.backends.local import FORKSERVER_RECORD, _started
+    from kubesweep.backends._local_driver import process_start
+    from kubesweep.backends._local_files import FORKSERVER_RECORD
 
     backend = LocalBackend(tmp_path / "home", job_command=[sys.executable, str(STAND_IN)], cpu_slots=1, devices=[])
     p = make_plan("forged", {"batch_size": [8]}, job={"max_steps": 600})
@@ -220,7 +222,7 @@ def test_cancel_removes_and_kills_nothing_a_forged_fork_server_record_names(tmp_
         for b in bystanders:
             start = None
             while start is None or b"sleep" not in Path(f"/proc/{b.pid}/cmdline").read_bytes():
-                start = _started(b.pid)  # once it runs its own command line
+                start = process_start(b.pid)  # once it runs its own command line
             starts.append(start)
         for pid, pid_start, path in ((bystanders[0].pid, starts[0], precious / "socket"),
                                      (bystanders[0].pid, None, lookalike / "socket"),
