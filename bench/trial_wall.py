@@ -31,7 +31,7 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from job_vs_hf import BEST, MINILM_BEST, environment, run_job, spread  # noqa: E402
 
-from kubesweep.jobs import forkserver  # noqa: E402
+from kubesweep.jobs.forkserver_handle import Handle  # noqa: E402
 
 GOALS = {"bert-best": {"warm_wall_s": 20.0, "cold_warmup_s": 15.0}, "minilm": {"warm_wall_s": 10.0}}
 SPLIT = ("startup_s", "model_s", "data_s", "compile_warmup_s", "train_s", "eval_s", "export_s", "total_s")
@@ -70,7 +70,7 @@ def case(name: str, settings: dict[str, Any], *, repeats: int, cold: bool, log_d
     server = None
     out: dict[str, Any] = {"settings": settings}
     if launch == "forkserver":
-        server = forkserver.Handle(sys.executable, {**os.environ, **env}, log_dir / f"{name}-forkserver.log")
+        server = Handle(sys.executable, {**os.environ, **env}, log_dir / f"{name}-forkserver.log")
         out["server_ready_s"] = round(server.wait_ready(), 2)
         print(f"  fork server ready in {out['server_ready_s']:.1f}s (once per sweep)", flush=True)
     launcher = server.argv([]) if server else None

@@ -29,7 +29,7 @@ from kubesweep import cli_options as opts
 from kubesweep import views
 from kubesweep.cli_options import CONFIRM_OVER, BackendName, MetricName, PlanFormat, ResultsFormat, ResultsSource
 from kubesweep.gpus import load_catalog
-from kubesweep.images import app as images_app
+from kubesweep.images_cli import app as images_app
 from kubesweep.plan import DEFAULT_MAX_TRIALS
 from kubesweep.session import EXIT_BACKEND, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, Options, Session, error_code
 from kubesweep.session import Results as SweepResults

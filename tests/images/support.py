@@ -36,7 +36,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from kubesweep.images import EXTRAS, find_uv
+from kubesweep.image_build import EXTRAS, find_uv
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KUBESWEEP_IMAGES_CACHE", Path.home() / ".cache" / "kubesweep-images"))

@@ -1,4 +1,4 @@
-"""The fork server (kubesweep/jobs/forkserver.py): trials forked from one interpreter that imported the job.
+"""The fork server (kubesweep/jobs/forkserver*.py): trials forked from one interpreter that imported the job.
 
 The real job runs, on the CPU (the tiny random-init BERT of tests/support/job_fixtures.py). What is compared is
 what a trial computes and reports; how long it takes is measured in bench/trial_wall.py, not here.
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.jobs import forkserver
+from kubesweep.jobs import forkserver_handle, forkserver_warm
+from kubesweep.jobs.forkserver_handle import Handle
 from kubesweep.jobs.runtime import CRASH_HOOK_ENV
 from kubesweep.outcomes import ExitCode
 from tests.support.job_fixtures import REPO, JobRun, run_job, tiny_args
@@ -28,14 +29,14 @@ pytestmark = pytest.mark.slow
 
 # A host "with a GPU": CI has none, so the device node the server looks for is pointed at a file that exists. The
 # spares then prepare as on a GPU host (compile workers, the compiler's imports). `plain` turns that off.
-PREPARING = {forkserver.WARM_ENV: "1", forkserver.GPU_NODE_ENV: "/dev/null"}
-PLAIN = {forkserver.WARM_ENV: "0"}
+PREPARING = {forkserver_warm.WARM_ENV: "1", forkserver_warm.GPU_NODE_ENV: "/dev/null"}
+PLAIN = {forkserver_warm.WARM_ENV: "0"}
 
 
 @pytest.fixture
-def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[forkserver.Handle]:
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Handle]:
     env = {**os.environ, **(PREPARING if getattr(request, "param", "plain") == "preparing" else PLAIN)}
-    handle = forkserver.Handle(sys.executable, env, tmp_path / "forkserver.log")
+    handle = Handle(sys.executable, env, tmp_path / "forkserver.log")
     yield handle
     handle.stop()
     handle.proc.wait(timeout=60)
@@ -53,7 +54,7 @@ def forkserver_prepared(tmp_path: Path) -> dict[int, str]:
     return {int(pid): cuda for pid, cuda in re.findall(r"forkserver: spare (\d+) prepared for (.*?) in ", log)}
 
 
-def client(server: forkserver.Handle, args: list[str], output_dir: Path, env: dict[str, str] | None = None,
+def client(server: Handle, args: list[str], output_dir: Path, env: dict[str, str] | None = None,
            **popen: object) -> subprocess.Popen[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "KUBESWEEP_TEST_"))}
     return subprocess.Popen(server.argv(["--output-dir", str(output_dir), *args]), cwd=REPO,
@@ -61,7 +62,7 @@ def client(server: forkserver.Handle, args: list[str], output_dir: Path, env: di
                             text=True, **popen)  # type: ignore[call-overload]
 
 
-def through(server: forkserver.Handle, args: list[str], output_dir: Path,
+def through(server: Handle, args: list[str], output_dir: Path,
             env: dict[str, str] | None = None) -> JobRun:
     proc = client(server, args, output_dir, env)
     out, _ = proc.communicate(timeout=600)
@@ -71,7 +72,7 @@ def through(server: forkserver.Handle, args: list[str], output_dir: Path,
 
 @pytest.mark.parametrize("server", ["plain", "preparing"], indirect=True)
 def test_a_trial_after_another_computes_what_a_fresh_process_computes(
-    server: forkserver.Handle, sst2: Path, token_cache: Path, tmp_path: Path
+    server: Handle, sst2: Path, token_cache: Path, tmp_path: Path
 ) -> None:
     """Trial B forked after trial A (other seed, batch, precision, attention kernels, learning rate) reports
     exactly what B reports in an interpreter of its own: every logged loss, the evaluation, the step count; also
@@ -89,12 +90,12 @@ def test_a_trial_after_another_computes_what_a_fresh_process_computes(
     assert got["final_accuracy"] == want["final_accuracy"] and got["train"]["steps"] == want["train"]["steps"]
     assert got["eval"] == want["eval"] and got["train"]["final_loss"] == want["train"]["final_loss"]
     assert got["outcome"] == "succeeded" and got["timings"]["startup_s"] >= 0
-    if server.env.get(forkserver.WARM_ENV) == "1":
+    if server.env.get(forkserver_warm.WARM_ENV) == "1":
         assert set(forkserver_prepared(tmp_path)) >= set(forked_trials(tmp_path))
 
 
 def test_exit_codes_and_signals_pass_through_the_client(
-    server: forkserver.Handle, sst2: Path, token_cache: Path, tmp_path: Path
+    server: Handle, sst2: Path, token_cache: Path, tmp_path: Path
 ) -> None:
     """The client exits as its trial did; SIGTERM to the client reaches the trial, which records itself cancelled;
     a client killed outright takes its trial with it; the server serves the next trial after each."""
@@ -125,11 +126,11 @@ def test_exit_codes_and_signals_pass_through_the_client(
 
 
 def test_without_a_server_or_with_another_import_environment_the_job_runs_in_the_client(
-    server: forkserver.Handle, tmp_path: Path
+    server: Handle, tmp_path: Path
 ) -> None:
     """Nothing is lost when the server cannot take a trial: the client runs the job itself (here a usage error,
     which the job reports before importing torch) and says why."""
-    elsewhere = forkserver.Handle.__new__(forkserver.Handle)
+    elsewhere = Handle.__new__(Handle)
     elsewhere.python, elsewhere.socket = sys.executable, str(tmp_path / "absent" / "socket")
     for handle, env, why in ((elsewhere, None, "cannot reach"),
                              (server, {"PYTORCH_NO_SUCH_SETTING": "1"}, "PYTORCH_NO_SUCH_SETTING")):
@@ -141,7 +142,7 @@ def test_without_a_server_or_with_another_import_environment_the_job_runs_in_the
 
 
 def test_each_trial_is_taken_by_a_spare_forked_before_it_and_a_lost_spare_is_replaced(
-    server: forkserver.Handle, tmp_path: Path
+    server: Handle, tmp_path: Path
 ) -> None:
     """The server keeps one child waiting: a trial runs in the spare that was there before its request, the next
     spare is forked then, and a spare killed while it waits is reaped and replaced without losing a trial."""
@@ -169,15 +170,15 @@ def test_terminate_ends_the_server_with_its_spare_and_its_trial_at_once(
     record are removed."""
     record = tmp_path / "forkserver.json"
     env = {**os.environ, **PLAIN}
-    importing = forkserver.Handle(sys.executable, env, tmp_path / "importing.log", record=record)
+    importing = Handle(sys.executable, env, tmp_path / "importing.log", record=record)
     assert json.loads(record.read_text()) == {"pid": importing.proc.pid, "socket": importing.socket,
-                                              "start": forkserver._start_time(importing.proc.pid)}
+                                              "start": forkserver_handle._start_time(importing.proc.pid)}
     start = time.monotonic()
     importing.terminate()
     assert time.monotonic() - start < 2.0 and importing.proc.returncode is not None
     assert not os.path.exists(importing.dir) and not record.exists()
 
-    serving = forkserver.Handle(sys.executable, env, tmp_path / "forkserver.log", record=record)
+    serving = Handle(sys.executable, env, tmp_path / "forkserver.log", record=record)
     serving.wait_ready()
     long_run = tiny_args(sst2, token_cache, "--max-steps", "100000", "--train-samples", "4096")
     trial = client(serving, long_run, tmp_path / "run")
@@ -186,13 +187,13 @@ def test_terminate_ends_the_server_with_its_spare_and_its_trial_at_once(
     processes = [serving.proc.pid, *_children(serving.proc.pid)]  # the server, its trial and its spare
     assert trial_pid in processes and len(processes) == 3
     start = time.monotonic()
-    assert forkserver.end_recorded(record)
+    assert forkserver_handle.end_recorded(record)
     assert time.monotonic() - start < 2.0
-    assert [pid for pid in processes if forkserver._running(pid)] == []
+    assert [pid for pid in processes if forkserver_handle._running(pid)] == []
     out, _ = trial.communicate(timeout=30)
     assert trial.returncode == 1 and "the server went away" in out
     assert not os.path.exists(serving.dir) and not record.exists()
-    assert not forkserver.end_recorded(record)  # nothing left to end
+    assert not forkserver_handle.end_recorded(record)  # nothing left to end
     serving.proc.wait(timeout=10)
 
 
@@ -201,7 +202,7 @@ def test_a_preparing_spare_takes_only_a_trial_of_the_cuda_environment_it_prepare
     another is taken by a spare forked for it on the spot, which prepares nothing, and the next spare prepares
     for the new environment."""
     env = {**os.environ, **PREPARING, "CUDA_VISIBLE_DEVICES": "0"}
-    server = forkserver.Handle(sys.executable, env, tmp_path / "forkserver.log")
+    server = Handle(sys.executable, env, tmp_path / "forkserver.log")
     try:
         server.wait_ready()
         first = through(server, ["--batch-size", "0"], tmp_path / "a", env={"CUDA_VISIBLE_DEVICES": "0"})
@@ -218,14 +219,14 @@ def test_a_preparing_spare_takes_only_a_trial_of_the_cuda_environment_it_prepare
     log = server.log.read_text()
     assert re.search(r"spare \d+ prepared for CUDA_VISIBLE_DEVICES=0; the trial has CUDA_VISIBLE_DEVICES=1: "
                      r"a spare is forked for it", log), log
-    assert f"{len(forkserver.WARM_IMPORTS)} of {len(forkserver.WARM_IMPORTS)} modules imported" in log
+    assert f"{len(forkserver_warm.WARM_IMPORTS)} of {len(forkserver_warm.WARM_IMPORTS)} modules imported" in log
 
 
 WARM_PROBE = r"""
 import json, os, sys, time, torch
-from kubesweep.jobs import forkserver
+from kubesweep.jobs import forkserver_protocol, forkserver_warm
 os.environ["CUDA_VISIBLE_DEVICES"] = "3"
-forkserver._prepare({"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+forkserver_warm.prepare({"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
 from torch._inductor.async_compile import AsyncCompile
 sidecar = AsyncCompile.process_pool().process.pid
 deadline = time.monotonic() + 60
@@ -233,8 +234,8 @@ while not AsyncCompile.use_process_pool() and time.monotonic() < deadline:
     time.sleep(0.05)
 print(json.dumps({"ready": AsyncCompile.use_process_pool(), "sidecar_nice": os.getpriority(os.PRIO_PROCESS, sidecar),
                   "cuda_initialized": torch.cuda.is_initialized(),
-                  "imported": all(name in sys.modules for name in forkserver.WARM_IMPORTS),
-                  "cuda_env": forkserver.cuda_env(dict(os.environ))}))
+                  "imported": all(name in sys.modules for name in forkserver_warm.WARM_IMPORTS),
+                  "cuda_env": forkserver_protocol.cuda_env(dict(os.environ))}))
 """
 
 

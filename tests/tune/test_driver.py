@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kubesweep.backends.local import LocalBackend, _alive
+from kubesweep.backends._local_trials import alive
+from kubesweep.backends.local import LocalBackend
 from kubesweep.outcomes import Outcome
 from kubesweep.tune.driver import pareto_front
 from tests.support.mlflow_fixtures import MlflowServer
@@ -88,7 +89,7 @@ def test_optuna_asha_search_stops_trials_and_resumes_after_a_kill(mlflow_server:
     assert {t.outcome for t in status.trials} <= {Outcome.SUCCEEDED, Outcome.STOPPED}
     rows = {r.trial_id: r for r in backend.store.trials(NAME)}
     for t in stopped:
-        assert rows[t.trial_id].pid and not _alive(rows[t.trial_id].pid), t.name
+        assert rows[t.trial_id].pid and not alive(rows[t.trial_id].pid), t.name
         trial_log = (home / "sweeps" / NAME / "trials" / t.name / "log.txt").read_text()
         assert "succeeded (exit 0)" not in trial_log, t.name  # ended mid-run, not after
         # the stop's SIGTERM ended the job mid-run, and the job said so (or had not started yet)
