@@ -34,7 +34,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from kubesweep import __version__
-from kubesweep.base import StrictModel
+from kubesweep.wire.base import StrictModel
 
 LOCK_ENV = "KUBESWEEP_IMAGES_LOCK"
 DEFAULT_LOCK = Path(__file__).parent / "data" / "images.lock.yaml"

@@ -25,10 +25,10 @@ import yaml
 
 from kubesweep.gpus import GPU_RESOURCE, PRODUCT_LABEL, Catalog, load_catalog
 from kubesweep.jobs.command import PRIORITY_CLASS_ENV, QUEUE_ENV, QUEUED_AT_ENV, job_argv
-from kubesweep.outcomes import ExitCode
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import DIGEST_RE, Sweep
-from kubesweep.tracking.env import TrackingEnv as TrackingEnv  # re-exported: callers import it from here too
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import ExitCode
 
 GROUP = "kubesweep.io"
 LABEL_SWEEP = f"{GROUP}/sweep"

@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from kubesweep.backends.base import Backend, ProgressCallback, SweepStatus, TrialStatus
     from kubesweep.plan import Plan
     from kubesweep.spec import Sweep
-    from kubesweep.tracking.env import TrackingEnv
     from kubesweep.tracking.sweep import Loaded
     from kubesweep.tracking.target import TrackingTarget
+    from kubesweep.wire.env import TrackingEnv
 
 # Exit codes of `sweep` (and of the tuner, `python -m kubesweep.tune`)
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PrivateAttr, create_model
 from pydantic.fields import FieldInfo
 
-from kubesweep.base import StrictModel
 from kubesweep.jobs.config import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, JobConfig, normalize_compile
 from kubesweep.specfile import Problem as Problem
 from kubesweep.specfile import SpecError as SpecError
+from kubesweep.wire.base import StrictModel
 
 API_VERSION = "kubesweep.io/v1alpha1"
 KIND = "Sweep"

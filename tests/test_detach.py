@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from kubesweep import detach
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import plan
 from kubesweep.session import Options, Session
 from kubesweep.spec import parse_sweep
+from kubesweep.wire.outcomes import Outcome
 
 STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"
 

@@ -61,10 +61,10 @@ from kubesweep.gpus import load_catalog
 from kubesweep.jobs import forkserver as forkserver_mod
 from kubesweep.jobs.command import JOB_MODULE, job_argv
 from kubesweep.jobs.config import PATH_SETTINGS, local_path
-from kubesweep.manifests import TrackingEnv
-from kubesweep.outcomes import Outcome, outcome_for_exit
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import Sweep, parse_sweep
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome, outcome_for_exit
 
 TRACKING_FILE = "tracking.json"
 FORKSERVER_RECORD = "forkserver.json"  # the sweep's fork server while it runs: pid and socket

@@ -29,10 +29,10 @@ from kubesweep.jobs.energy import EnergyMeter, energy_metrics
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.jobs.metrics import NvmlSampler, host_peak_rss_bytes, system_metrics, torch_memory_peaks
+from kubesweep.jobs.mlflow_logger import MlflowTrialLogger, NullLogger
 from kubesweep.jobs.results import Results
 from kubesweep.jobs.train import FineTuner, TrainOutcome
-from kubesweep.outcomes import ExitCode, Outcome
-from kubesweep.tracking.mlflow_logger import MlflowTrialLogger, NullLogger
+from kubesweep.wire.outcomes import ExitCode, Outcome
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubesweep.jobs.mlflow_logger import PARENT_TAG, TRIAL_TAG
 from kubesweep.operator import ownership
-from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
 from kubesweep.tracking.runs import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
 from kubesweep.tracking.view import experiment_tags
 

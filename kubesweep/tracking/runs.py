@@ -4,7 +4,7 @@ Layout (docs/tracking.md):
 - experiment: the spec's `tracking.experiment`, default the sweep's name;
 - parent run: tags `kubesweep.sweep=<name>`, `kubesweep.role=parent`, run name = the sweep's name; created by
   `sweep submit`, found again by those two tags on every later submit or resume (never a second one);
-- child runs (made by the job's `kubesweep.tracking.mlflow_logger`): tag `mlflow.parentRunId=<parent>`,
+- child runs (made by the job's `kubesweep.jobs.mlflow_logger`): tag `mlflow.parentRunId=<parent>`,
   `kubesweep.trial_id`, `kubesweep.sweep`, cell tags, and the trial's `results.json` artifact;
 - the report: artifacts `report/` of the parent run.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
+from kubesweep.jobs.mlflow_logger import PARENT_TAG, TRIAL_TAG
 from kubesweep.tracking.target import TrackingTarget, artifact_dir, sqlite_path
 from kubesweep.tracking.view import experiment_tags
 

@@ -6,9 +6,9 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tracking.records import TrialRecord, from_backend, from_mlflow
 from kubesweep.tracking.target import TrackingTarget
+from kubesweep.wire.env import TrackingEnv
 
 if TYPE_CHECKING:
     from kubesweep.backends.base import Backend

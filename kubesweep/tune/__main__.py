@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from kubesweep.backends import BackendError, make_backend
     from kubesweep.session import EXIT_BACKEND, EXIT_USAGE, exit_code
-    from kubesweep.tracking.env import TRACKING_SECRET_ENV, TrackingEnv
     from kubesweep.tune.dispatch import NoSearch, run_search
+    from kubesweep.wire.env import TRACKING_SECRET_ENV, TrackingEnv
 
     try:
         text = read_spec_text(args.spec)  # within the size limit of a spec file

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import Backend, BackendError, SweepStatus
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import make_trial, plan
 from kubesweep.spec import Sweep, TuneSearch
-from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tune import metrics as m
 from kubesweep.tune.space import axes_from_config
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class _Driver:
         """The trials' MLflow child runs: KILLED, tag kubesweep.outcome=stopped (their jobs were ended mid-run)."""
         if self.tracking is None or not self.tracking.parent_run_id:
             return
-        from kubesweep.tracking.mlflow_logger import TRIAL_TAG
+        from kubesweep.jobs.mlflow_logger import TRIAL_TAG
         from kubesweep.tracking.runs import OUTCOME_TAG, quiet
 
         quiet()

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import Backend, SweepStatus
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import Trial, cells, drop_reason, make_trial, plan
 from kubesweep.spec import MaxBatchSearch, Sweep
-from kubesweep.tracking.env import TrackingEnv
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome
 
 SUMMARY = "max_batch.json"
 

@@ -126,7 +126,7 @@ class RunPoller:
 
     def find_run(self) -> str | None:
         if self.run_id is None:
-            from kubesweep.tracking.mlflow_logger import TRIAL_TAG
+            from kubesweep.jobs.mlflow_logger import TRIAL_TAG
 
             runs = self.client().search_runs([self.experiment_id],
                                              filter_string=f"tags.`{TRIAL_TAG}` = '{self.trial_id}'",

@@ -17,7 +17,7 @@ from kubesweep.backends.base import Phase, SweepStatus
 from kubesweep.backends.local import LocalBackend, _alive
 from kubesweep.backends.local_machine import JOB_COMMAND_ENV
 from kubesweep.jobs import forkserver
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 from tests.backends.contract import BackendContract, Harness, make_plan
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("mlflow")
 
-from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
+from kubesweep.jobs.mlflow_logger import PARENT_TAG, TRIAL_TAG
 from kubesweep.tracking.runs import ROLE_TAG, SWEEP_TAG, SweepRuns, TrackingError, UnusableStore, trial_id_of
 from kubesweep.tracking.target import resolve
 

@@ -33,12 +33,12 @@ from kubernetes.client.exceptions import ApiException
 from mlflow.tracking import MlflowClient
 
 from kubesweep.backends.kubernetes import KubernetesBackend
+from kubesweep.jobs.mlflow_logger import TRIAL_TAG, MlflowTrialLogger
 from kubesweep.manifests import ANNOTATION_CONFIG, LABEL_SWEEP, LABEL_TRIAL
-from kubesweep.outcomes import Outcome
-from kubesweep.tracking.mlflow_logger import TRIAL_TAG, MlflowTrialLogger
 from kubesweep.tracking.runs import OUTCOME_TAG
 from kubesweep.tracking.sweep import open_parent
 from kubesweep.tracking.target import resolve
+from kubesweep.wire.outcomes import Outcome
 from tests.cluster.kwok_cluster import ANNOTATION_DURATION, ANNOTATION_OUTCOME
 from tests.support.mlflow_fixtures import ROOT, MlflowServer, quiet_mlflow_env
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from kubesweep.backends.local import LocalBackend
-from kubesweep.outcomes import Outcome
 from kubesweep.tune.maxbatch import candidates, next_probes
+from kubesweep.wire.outcomes import Outcome
 from tests.support.mlflow_fixtures import MlflowServer
 from tests.tune.support import SST2, search_env, sweep_argv, tiny_job
 
