@@ -290,15 +290,15 @@ class Session:
     def detach(self, name: str) -> None:
         """Leave the sweep to run without this process: a local sweep gets a driver process of its own."""
         if self.options.backend == "local":
-            from kubesweep.detach import spawn_driver
-
             spawn_driver(name, self.options.home)
 
     def detach_search(self, file: Path, name: str, *, allow_unpinned: bool, max_trials: int) -> Path:
         """Run the search of the spec `file` in a process of its own; its log file."""
-        from kubesweep.detach import spawn_search
-
-        return spawn_search(file, name, self.options, allow_unpinned=allow_unpinned, max_trials=max_trials)
+        o = self.options
+        return spawn_search(file, name, home=o.home, backend=o.backend, parallel=o.parallel, max_trials=max_trials,
+                            allow_unpinned=allow_unpinned, any_gpu=o.any_gpu, tracking_uri=o.tracking_uri,
+                            no_tracking=o.no_tracking, namespace=o.namespace, kubeconfig=o.kubeconfig,
+                            direct=o.direct)
 
     def cancel(self, name: str) -> tuple[bool, SweepStatus]:
         """Stop the sweep's running trials and start no new ones: (True, its status after). (False, its status)
