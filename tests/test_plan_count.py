@@ -22,11 +22,11 @@ from kubesweep.gpus import default_catalog
 from kubesweep.plan import (
     DEFAULT_MAX_TRIALS,
     SweepTooLarge,
+    candidates,
     cells,
     check_size,
     count_cells,
     count_trials,
-    candidates,
     max_batch_probes,
     next_probes,
     plan,

@@ -8,6 +8,7 @@ rank 0 writes; every rank restores the same state (DDP keeps replicas identical)
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import re
 import shutil
@@ -85,8 +86,6 @@ def load(path: Path) -> dict[str, Any]:
     """The checkpoint's state, read with `weights_only`: tensors, numbers, strings and containers, nothing that
     runs code when unpickled. A checkpoint directory is shared (a claim every trial of a sweep mounts, and others
     may name it too), so a planted `state.pt` must not run code in the trial that resumes from it."""
-    import pickle
-
     import torch
 
     try:

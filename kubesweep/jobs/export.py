@@ -9,6 +9,7 @@ Verification runs on the CPU in fp32 with a probe batch of real dev sentences (p
 
 from __future__ import annotations
 
+import copy
 import logging
 import warnings
 from pathlib import Path
@@ -41,8 +42,6 @@ def export_all(
     model: Any, tokenizer: Any, probe: dict[str, Any], out_dir: Path, formats: list[str]
 ) -> list[dict[str, Any]]:
     """Export to `out_dir`; returns one record per format (failures are recorded, not raised)."""
-    import copy
-
     import torch
 
     cpu_model = copy.deepcopy(model).to(device="cpu", dtype=torch.float32).eval()

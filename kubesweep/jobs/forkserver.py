@@ -41,14 +41,20 @@ from __future__ import annotations
 
 import array
 import contextlib
+import ctypes
 import importlib
 import json
 import os
+import random
 import selectors
+import shutil
 import signal
 import socket
+import stat
 import struct
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -498,8 +504,6 @@ def fork_safe() -> bool:
 
 def _die_with_parent() -> None:
     """A trial outlives neither its server nor, through the server, its client (PR_SET_PDEATHSIG)."""
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
@@ -509,8 +513,6 @@ def _die_with_parent() -> None:
 
 def _reseed() -> None:
     """The random states a fresh interpreter seeds from the OS would otherwise be the server's, in every child."""
-    import random
-
     random.seed()
     numpy = sys.modules.get("numpy")
     if numpy is not None:
@@ -535,9 +537,6 @@ class Handle:
     end it (`end_recorded`)."""
 
     def __init__(self, python: str, env: dict[str, str], log: Path, record: Path | None = None) -> None:
-        import subprocess
-        import tempfile
-
         self.python = python
         self.env = env
         self.log = log
@@ -583,9 +582,6 @@ class Handle:
     def terminate(self, grace: float = TERMINATE_GRACE_S) -> None:
         """End the server now, with its spare and any trial it runs (SIGTERM; SIGKILL after `grace` seconds),
         and forget its record."""
-        import shutil
-        import subprocess
-
         self.stop()
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -640,8 +636,6 @@ def _remove_socket_dir(path: str) -> None:
         info = folder.lstat()
     except OSError:
         return
-    import stat
-
     if Path(path).name != "socket" or not folder.name.startswith(DIR_PREFIX) or not stat.S_ISDIR(info.st_mode) \
             or info.st_uid != os.getuid() or not (folder / DIR_MARKER).is_file():
         return

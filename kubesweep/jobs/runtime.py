@@ -10,6 +10,7 @@ Test hooks (environment variables, for tests only; documented in docs/job.md):
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import sys
@@ -240,8 +241,6 @@ def free_device_memory(model: Any, *, keep: bool) -> Any:
     is dropped; then the caching allocator returns what it holds. Returns the model (None when dropped)."""
     if "torch" not in sys.modules:
         return model if keep else None
-    import gc
-
     import torch
 
     if model is not None and keep:

@@ -11,6 +11,7 @@ under `reduce-overhead` or `step_graph`, seen only once (its CUDA graph is recor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -496,8 +497,6 @@ class FineTuner:
         return energy_stats(joules, self.energy.seconds, self.energy.samples, len(self.train_data))
 
     def _forward_backward(self, batch: dict[str, Any], *, sync: bool) -> Any:
-        import contextlib
-
         cfg = self.cfg
         inputs = {
             k: batch[k].to(self.device, non_blocking=self.pin)

@@ -31,6 +31,7 @@ from kubesweep.backends.base import Backend, BackendError, SweepStatus
 from kubesweep.plan import make_trial, plan
 from kubesweep.spec import Sweep, TuneSearch
 from kubesweep.tracking.runs import quiet
+from kubesweep.tune import _ray
 from kubesweep.tune import metrics as m
 from kubesweep.tune.space import axes_from_config
 from kubesweep.wire import tags
@@ -205,7 +206,6 @@ def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trackin
 
     from ray import tune
 
-    from kubesweep.tune import _ray
     from kubesweep.tune.space import ray_space
 
     ctx = _ray.Context(sweep_doc=sweep.to_document(), snapshot=str(storage / m.SNAPSHOT),
