@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import Backend, BackendError
+from kubesweep.backends.local import LocalBackend
 
 BACKENDS = ("local", "kubernetes")
 
@@ -19,8 +20,6 @@ def make_backend(name: str, *, home: Path | None = None, **options: Any) -> Back
     the state in a ConfigMap (`kubesweep.backends.kubernetes`).
     """
     if name == "local":
-        from kubesweep.backends.local import LocalBackend
-
         return LocalBackend(home, any_gpu=bool(options.get("any_gpu")), cpu_slots=int(options.get("cpu_slots", 1)),
                             tracking=options.get("tracking"))
     if name == "kubernetes":

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.errors import UsageError
+from kubesweep.jobs.model import resolve
 from kubesweep.wire.outcomes import ExitCode
 
 # Set by the rendered Job when the sweep names a checkpoint claim: the trial's directory on it. The job keeps its
@@ -148,8 +149,6 @@ def resolve_trial(args: argparse.Namespace) -> TrialConfig:
 
 def preflight(job: JobConfig) -> None:
     """Reject local references that cannot work before the heavy imports (UsageError, exit code 2)."""
-    from kubesweep.jobs.model import resolve
-
     resolve(job.model)
     if job.tokenizer:
         resolve(job.tokenizer)

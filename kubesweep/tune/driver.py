@@ -31,9 +31,8 @@ from kubesweep.backends.base import Backend, BackendError, SweepStatus
 from kubesweep.plan import make_trial, plan
 from kubesweep.spec import Sweep, TuneSearch
 from kubesweep.tracking.runs import quiet
-from kubesweep.tune import _ray
 from kubesweep.tune import metrics as m
-from kubesweep.tune.space import axes_from_config
+from kubesweep.tune.space import axes_from_config, ray_space
 from kubesweep.wire import tags
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
@@ -206,7 +205,7 @@ def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trackin
 
     from ray import tune
 
-    from kubesweep.tune.space import ray_space
+    from kubesweep.tune import _ray
 
     ctx = _ray.Context(sweep_doc=sweep.to_document(), snapshot=str(storage / m.SNAPSHOT),
                        tracking_uri=tracking.uri if tracking else None, experiment_id=experiment_id(tracking),
