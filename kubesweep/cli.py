@@ -28,13 +28,21 @@ from typer.core import TyperGroup
 from kubesweep import cli_options as opts
 from kubesweep import views
 from kubesweep.cli_options import CONFIRM_OVER, BackendName, MetricName, PlanFormat, ResultsFormat, ResultsSource
+from kubesweep.crd import crd_yaml
 from kubesweep.gpus import load_catalog
 from kubesweep.images_cli import app as images_app
-from kubesweep.plan import DEFAULT_MAX_TRIALS
+from kubesweep.manifests import RenderError, render_plan, to_yaml
+from kubesweep.plan import DEFAULT_MAX_TRIALS, check_size, plan
 from kubesweep.session import EXIT_BACKEND, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, Options, Session, error_code
 from kubesweep.session import Results as SweepResults
-from kubesweep.spec import Sweep, load_sweep_file
+from kubesweep.spec import SpecError, Sweep, load_sweep_file
 from kubesweep.terminal_text import clean, plain
+from kubesweep.tracking import aggregate as agg
+from kubesweep.tracking import ui as ui_mod
+from kubesweep.tracking.records import ResultsDirError, names_a_directory
+from kubesweep.tracking.report_files import ReportPathError
+from kubesweep.tracking.runs import SweepRuns, TrackingError
+from kubesweep.tracking.target import URI_ENV, mlflow_installed
 
 if TYPE_CHECKING:
     from kubesweep.backends.base import ProgressCallback
@@ -107,8 +115,6 @@ def confirm_large(p: Plan, confirm_over: int, yes: bool) -> None:
 
 def make_plan(sweep: Sweep, max_trials: int = DEFAULT_MAX_TRIALS) -> Plan:
     """The sweep's plan, after its size is checked against `max_trials` (over it: exit 2, nothing expanded)."""
-    from kubesweep.plan import check_size, plan
-
     check_size(sweep, max_trials)
     return plan(sweep, max_trials=max_trials)
 
@@ -187,8 +193,6 @@ def render(
 ) -> None:
     """Print the Kubernetes manifests (a YAML stream) the spec's trials run as (after the checks `submit
     --backend kubernetes` runs); a search sweep's tuner Job as the operator runs it, in --tuner-image."""
-    from kubesweep.manifests import RenderError, render_plan, to_yaml
-
     p = make_plan(load(file, allow_unpinned), max_trials)
     session(BackendName.kubernetes, allow_unpinned=allow_unpinned).check(p)
     try:
@@ -201,8 +205,6 @@ def render(
 @app.command()
 def crd() -> None:
     """Print the Sweep CustomResourceDefinition (generated from the spec model) as YAML."""
-    from kubesweep.crd import crd_yaml
-
     sys.stdout.write(crd_yaml())
 
 
@@ -329,8 +331,6 @@ def results(
     the best setting per GPU type. Reads the trials' MLflow runs (the local results files when tracking is off).
     Several sweeps (or directories of results files) merge into one comparison; a directory's results file that
     is not valid is skipped, with one line naming it, its field and what was expected."""
-    from kubesweep.tracking import aggregate as agg
-
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
     name = " + ".join(names)
     if per_trial:
@@ -352,8 +352,6 @@ def results(
 def _merged(s: Session, names: list[str], experiment: str | None, target: float, best_by: str,
             source: str) -> SweepResults:
     """`Session.merged_results`; a directory with a file that is not a results file is a usage error."""
-    from kubesweep.tracking.records import ResultsDirError
-
     try:
         return s.merged_results(names, experiment=experiment, target_accuracy=target, best_by=best_by,
                                 source=source)
@@ -380,10 +378,6 @@ def report(
         from kubesweep.tracking.report import build
     except ImportError as exc:  # pragma: no cover - depends on the install
         fail(f"the report needs matplotlib ({exc}): pip install 'kubesweep[tracking]'", EXIT_USAGE)
-    from kubesweep.tracking.records import names_a_directory
-    from kubesweep.tracking.report_files import ReportPathError
-    from kubesweep.tracking.runs import SweepRuns, TrackingError
-
     s = session(backend, home, namespace, kubeconfig, tracking_uri=tracking_uri, no_tracking=no_tracking)
     name = " + ".join(names)
     r = _merged(s, names, experiment, target_accuracy, best_by.value, source.value)
@@ -417,10 +411,6 @@ def ui(
     """Start the MLflow UI over the local store (127.0.0.1), or print how to reach the cluster's. Its URL is
     printed once it answers: NAME's runs view, or a link to each sweep's. The server's output goes to
     <home>/ui.log."""
-    from kubesweep.spec import SpecError
-    from kubesweep.tracking import ui as ui_mod
-    from kubesweep.tracking.target import URI_ENV, mlflow_installed
-
     if backend == BackendName.kubernetes:
         console.print(plain(ui_mod.cluster_directions(namespace or "kubesweep",
                                                     tracking_uri or os.environ.get(URI_ENV))))

@@ -7,10 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from kubesweep.session import Options
+from kubesweep.backends.local_machine import default_home
 
 
 def _spawn(argv: list[str], log: Path) -> None:
@@ -26,29 +24,29 @@ def driver_log(home: Path, name: str) -> Path:
 
 def spawn_driver(name: str, home: Path | None) -> Path:
     """`sweep _drive NAME`: the supervisor of a local sweep, which starts its trials until every one has ended."""
-    from kubesweep.backends.local_machine import default_home
-
     home_path = home or default_home()
     log = driver_log(home_path, name)
     _spawn([sys.executable, "-m", "kubesweep", "_drive", name, "--home", str(home_path)], log)
     return log
 
 
-def spawn_search(file: Path, name: str, options: Options, *, allow_unpinned: bool, max_trials: int) -> Path:
-    """`sweep submit` of the same spec (sweep `name`) with the same options: the search runs on after this shell
-    returns. The size of the sweep was confirmed here already (--yes)."""
-    from kubesweep.backends.local_machine import default_home
-
-    home_path = options.home or default_home()
+def spawn_search(file: Path, name: str, *, home: Path | None, backend: str, parallel: int, max_trials: int,
+                 allow_unpinned: bool = False, any_gpu: bool = False, tracking_uri: str | None = None,
+                 no_tracking: bool = False, namespace: str | None = None, kubeconfig: Path | None = None,
+                 direct: bool = False) -> Path:
+    """`sweep submit` of the same spec (sweep `name`) with the same options (the `sweep` flags of the same
+    names): the search runs on after this shell returns. The size of the sweep was confirmed here already
+    (--yes)."""
+    home_path = home or default_home()
     argv = [sys.executable, "-m", "kubesweep", "submit", str(file.resolve()), "--home", str(home_path),
-            "--backend", options.backend, "--parallel", str(options.parallel), "--max-trials", str(max_trials)]
+            "--backend", backend, "--parallel", str(parallel), "--max-trials", str(max_trials)]
     argv += ["--allow-unpinned"] if allow_unpinned else []
-    argv += ["--any-gpu"] if options.any_gpu else []
-    argv += ["--tracking-uri", options.tracking_uri] if options.tracking_uri else []
-    argv += ["--no-tracking"] if options.no_tracking else []
-    argv += ["--namespace", options.namespace] if options.namespace else []
-    argv += ["--kubeconfig", str(options.kubeconfig)] if options.kubeconfig else []
-    argv += ["--direct"] if options.direct else []
+    argv += ["--any-gpu"] if any_gpu else []
+    argv += ["--tracking-uri", tracking_uri] if tracking_uri else []
+    argv += ["--no-tracking"] if no_tracking else []
+    argv += ["--namespace", namespace] if namespace else []
+    argv += ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
+    argv += ["--direct"] if direct else []
     argv += ["--yes"]
     log = driver_log(home_path, name)
     _spawn(argv, log)

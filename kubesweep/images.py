@@ -28,7 +28,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
-from kubesweep.base import StrictModel
+from kubesweep.wire.base import StrictModel
 
 LOCK_ENV = "KUBESWEEP_IMAGES_LOCK"
 DEFAULT_LOCK = Path(__file__).parent / "data" / "images.lock.yaml"

@@ -24,11 +24,12 @@ from typing import Any
 import yaml
 
 from kubesweep.gpus import GPU_RESOURCE, PRODUCT_LABEL, Catalog, load_catalog
+from kubesweep.images import LockError, lock_keys
 from kubesweep.jobs.command import PRIORITY_CLASS_ENV, QUEUE_ENV, QUEUED_AT_ENV, job_argv
-from kubesweep.outcomes import ExitCode
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import DIGEST_RE, Sweep
-from kubesweep.tracking.env import TrackingEnv as TrackingEnv  # re-exported: callers import it from here too
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import ExitCode
 
 GROUP = "kubesweep.io"
 LABEL_SWEEP = f"{GROUP}/sweep"
@@ -81,8 +82,6 @@ def trial_labels(trial: Trial) -> dict[str, str]:
 def image_problem(sweep: Sweep, *, allow_unpinned: bool = False) -> str | None:
     """Why the sweep's trials have no image to run as on Kubernetes (the problem is at `spec.image`), or None: no
     image named, a key of the image lock that is not built yet, a reference not pinned by digest."""
-    from kubesweep.images import LockError, lock_keys
-
     try:
         image = sweep.image_reference()
     except LockError as exc:  # a key of the lock without a confirmed digest: not built (and pushed) yet

@@ -230,13 +230,29 @@ def _budget(sweep: Sweep, n_cells: int) -> int:
     return n_cells * repeats
 
 
-def max_batch_probes(search: MaxBatchSearch) -> int:
-    """The most probe trials one cell's bisection can run: over every sequence of outcomes of
-    `tune.maxbatch.next_probes`, counted on the gap between the known fit and the known OOM."""
-    from kubesweep.tune.maxbatch import next_probes
-
+def candidates(search: MaxBatchSearch) -> list[int]:
+    """Batch sizes a max_batch search's answer may be: multiples of `step` within [low, high] (low itself when
+    step is 1)."""
     start = search.low if search.step == 1 else max(search.step, -(-search.low // search.step) * search.step)
-    n = max(0, (search.high - start) // search.step + 1)  # len(tune.maxbatch.candidates(search))
+    return list(range(start, search.high + 1, search.step))
+
+
+def next_probes(fit: int, oom: int, k: int) -> list[int]:
+    """The bisection's next probes: up to k indices spread evenly strictly between `fit` (largest index known to
+    fit, -1: none) and `oom` (smallest index known not to fit, len: none)."""
+    gap = oom - fit - 1
+    if gap <= 0:
+        return []
+    k = min(k, gap)
+    picks = sorted({fit + max(1, min(gap, round((j + 1) * (oom - fit) / (k + 1)))) for j in range(k)})
+    return picks
+
+
+def max_batch_probes(search: MaxBatchSearch) -> int:
+    """The most probe trials one cell's bisection can run: over every sequence of outcomes of `next_probes`,
+    counted on the gap between the known fit and the known OOM."""
+    start = search.low if search.step == 1 else max(search.step, -(-search.low // search.step) * search.step)
+    n = max(0, (search.high - start) // search.step + 1)  # len(candidates(search)), without making the list
     worst: dict[int, int] = {}
 
     def probes(gap: int) -> int:  # the most probes to close a gap of `gap` open candidates

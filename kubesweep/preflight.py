@@ -22,8 +22,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kubesweep.backends.local_machine import detect_gpus
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.jobs.config import PATH_SETTINGS, is_local_path, local_path
+from kubesweep.manifests import image_problem
 from kubesweep.spec import Problem, SpecError, set_axes
 
 if TYPE_CHECKING:
@@ -48,8 +50,6 @@ def check(plan: Plan, backend: str, *, any_gpu: bool = False, allow_unpinned: bo
         problems += _missing_paths(plan)
         problems += _no_gpu_here(plan, any_gpu, devices)
     if not problems and backend == "kubernetes":
-        from kubesweep.manifests import image_problem
-
         problem = image_problem(sweep, allow_unpinned=allow_unpinned)
         if problem is not None:
             problems.append(sweep.problem(("spec", "image"), problem))
@@ -145,8 +145,6 @@ def _no_gpu_here(plan: Plan, any_gpu: bool, devices: Sequence[Device] | None) ->
     if not types:
         return
     if devices is None:
-        from kubesweep.backends.local_machine import detect_gpus
-
         devices = detect_gpus()
     catalog = load_catalog()
     here = {d.product for d in devices}

@@ -20,18 +20,35 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from kubesweep.backends.base import Backend, ProgressCallback, SweepStatus, TrialStatus
-    from kubesweep.plan import Plan
-    from kubesweep.spec import Sweep
-    from kubesweep.tracking.env import TrackingEnv
-    from kubesweep.tracking.sweep import Loaded
-    from kubesweep.tracking.target import TrackingTarget
+from kubesweep.backend_factory import make_backend
+from kubesweep.backends.base import (
+    AmbiguousTrial,
+    Backend,
+    BackendError,
+    ProgressCallback,
+    SweepNotFound,
+    SweepStatus,
+    TrialStatus,
+)
+from kubesweep.backends.local_machine import default_home
+from kubesweep.detach import spawn_driver, spawn_search
+from kubesweep.gpus import CatalogError
+from kubesweep.plan import Plan
+from kubesweep.preflight import check
+from kubesweep.spec import SpecError, Sweep
+from kubesweep.tracking.aggregate import aggregate
+from kubesweep.tracking.records import from_results_dir, names_a_directory
+from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
+from kubesweep.tracking.sweep import Loaded, finish_parent, load_records, open_parent
+from kubesweep.tracking.target import TrackingTarget, resolve
+from kubesweep.tune.dispatch import run_search, summary_names
+from kubesweep.wire.env import TrackingEnv
 
 # Exit codes of `sweep` (and of the tuner, `python -m kubesweep.tune`)
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -48,11 +65,6 @@ def error_code(exc: BaseException) -> int | None:
     """The exit code that reports `exc`: 2 for bad input (an invalid spec or GPU catalog, an ambiguous trial
     reference, a sqlite MLflow store file that cannot be read), 3 for a sweep or trial not found, 4 for a
     backend or tracking server that failed; None for anything else."""
-    from kubesweep.backends.base import AmbiguousTrial, BackendError, SweepNotFound
-    from kubesweep.gpus import CatalogError
-    from kubesweep.spec import SpecError
-    from kubesweep.tracking.runs import TrackingError, UnusableStore
-
     if isinstance(exc, AmbiguousTrial | SpecError | CatalogError | UnusableStore):
         return EXIT_USAGE
     if isinstance(exc, SweepNotFound):
@@ -79,8 +91,6 @@ class Options:
 
     @property
     def home_dir(self) -> Path:
-        from kubesweep.backends.local_machine import default_home
-
         return (self.home or default_home()).expanduser()
 
     @property
@@ -115,8 +125,6 @@ def _quiet(message: str, warning: bool) -> None:
 
 def _continuing(unfinished: list[TrialStatus]) -> list[str]:
     """What `resume` does with the trials that have not ended: `continuing 2 not yet run, 1 still running`."""
-    from collections import Counter
-
     if not unfinished:
         return []
     running = Counter(t.phase.value == "Running" for t in unfinished)
@@ -128,8 +136,6 @@ def _continuing(unfinished: list[TrialStatus]) -> list[str]:
 def _tally(trials: list[TrialStatus], *, rerun: bool = False) -> str:
     """`2 succeeded, 1 oom`: trials by outcome. Among trials to rerun, a succeeded one is there because its
     results file is missing: `1 results missing`."""
-    from collections import Counter
-
     def word(t: TrialStatus) -> str:
         if rerun and t.phase.value == "Succeeded":
             return "results missing"
@@ -155,8 +161,6 @@ class Session:
     def backend(self) -> Backend:
         """The backend, made on first use (with the tracking env, when tracking was opened first)."""
         if self._backend is None:
-            from kubesweep.backends import make_backend
-
             o = self.options
             self._backend = make_backend(o.backend, home=o.home, any_gpu=o.any_gpu, cpu_slots=o.parallel,
                                          namespace=o.namespace, kubeconfig=o.kubeconfig, direct=o.direct,
@@ -166,8 +170,6 @@ class Session:
     def searches(self, name: str, *, unknown: bool) -> bool:
         """The sweep `name` is a search (its trials are made while it runs); `unknown` when the backend does not
         know it. A stored spec that no longer validates may be a search's."""
-        from kubesweep.spec import SpecError
-
         try:
             sweep = self.backend.sweep_of(name)
         except SpecError:
@@ -189,8 +191,6 @@ class Session:
     def tracking_target(self, name: str, sweep: Sweep | None, *, experiment: str | None = None,
                         disabled: bool | None = None) -> TrackingTarget:
         """Where the sweep is tracked: flag, env, spec, else the local store (kubesweep.tracking.target)."""
-        from kubesweep.tracking.target import resolve
-
         tracking = sweep.spec.tracking if sweep is not None else None
         return resolve(experiment=experiment or (tracking.experiment if tracking else None) or name,
                        home=self.options.home_dir, flag=self.options.tracking_uri,
@@ -200,8 +200,6 @@ class Session:
     def open_tracking(self, sweep: Sweep, trials: int) -> TrackingEnv | None:
         """Find or create the sweep's parent run (said through `notify`); off is not an error. A backend made
         already starts its trials with the new env from now on."""
-        from kubesweep.tracking.sweep import open_parent
-
         target = self.tracking_target(sweep.name, sweep)
         opened = open_parent(target, sweep.name, backend=self.options.backend, trials=trials,
                              spec=sweep.to_document())
@@ -217,8 +215,6 @@ class Session:
     def _ended(self, name: str, status: SweepStatus, found: dict[str, Any] | None = None) -> Ended:
         code = exit_code(status)
         if self.target is not None:
-            from kubesweep.tracking.sweep import finish_parent
-
             finish_parent(self.tracking, self.target, name, failed=code != EXIT_OK)
         return Ended(status, code, found)
 
@@ -227,8 +223,6 @@ class Session:
     def check(self, plan: Plan) -> None:
         """What this session's backend needs of the plan before anything of it runs (`kubesweep.preflight`): raises
         `NotRunnable` (exit 2) with every problem. `submit` runs it first; `sweep validate` runs it alone."""
-        from kubesweep.preflight import check
-
         o = self.options
         check(plan, o.backend, any_gpu=o.any_gpu, allow_unpinned=o.allow_unpinned)
         self._checked = plan
@@ -252,8 +246,6 @@ class Session:
         (`notify`). (The sweep, None) when its search runs in this process: `run_search` continues it from its
         saved state. A sweep whose every trial has ended with an answer is left as it is, tracking included,
         and comes back done: nothing to rerun."""
-        from kubesweep.backends.base import SweepNotFound
-
         sweep = self.backend.sweep_of(name)
         if sweep is None:
             raise SweepNotFound(f"no {self.options.backend} sweep named {name!r}")
@@ -281,8 +273,6 @@ class Session:
     def run_search(self, sweep: Sweep, progress: ProgressCallback | None = None) -> Ended:
         """Run (or continue) the sweep's search to its end, then finish its parent run; `found` says what it
         found."""
-        from kubesweep.tune.dispatch import run_search
-
         found = run_search(sweep, self.backend, storage=self.search_storage(sweep.name), tracking=self.tracking,
                            progress=progress)
         return self._ended(sweep.name, self.backend.status(sweep.name), found)
@@ -290,15 +280,15 @@ class Session:
     def detach(self, name: str) -> None:
         """Leave the sweep to run without this process: a local sweep gets a driver process of its own."""
         if self.options.backend == "local":
-            from kubesweep.detach import spawn_driver
-
             spawn_driver(name, self.options.home)
 
     def detach_search(self, file: Path, name: str, *, allow_unpinned: bool, max_trials: int) -> Path:
         """Run the search of the spec `file` in a process of its own; its log file."""
-        from kubesweep.detach import spawn_search
-
-        return spawn_search(file, name, self.options, allow_unpinned=allow_unpinned, max_trials=max_trials)
+        o = self.options
+        return spawn_search(file, name, home=o.home, backend=o.backend, parallel=o.parallel, max_trials=max_trials,
+                            allow_unpinned=allow_unpinned, any_gpu=o.any_gpu, tracking_uri=o.tracking_uri,
+                            no_tracking=o.no_tracking, namespace=o.namespace, kubeconfig=o.kubeconfig,
+                            direct=o.direct)
 
     def cancel(self, name: str) -> tuple[bool, SweepStatus]:
         """Stop the sweep's running trials and start no new ones: (True, its status after). (False, its status)
@@ -315,11 +305,6 @@ class Session:
         """The sweep's trials aggregated over repeats: from the backend's results files or MLflow
         (`kubesweep.tracking.sweep.load_records`). A backend that cannot be made is a note: MLflow may still
         know the sweep."""
-        from kubesweep.backends.base import BackendError
-        from kubesweep.spec import SpecError
-        from kubesweep.tracking.aggregate import aggregate
-        from kubesweep.tracking.sweep import load_records
-
         backend: Backend | None
         sweep: Sweep | None = None
         try:
@@ -345,10 +330,6 @@ class Session:
         """Several sweeps' trials in one comparison: each NAME a sweep of this session's backend and tracking, or a
         directory of results files (another machine's sweep, copied here). Trials meet in one cell when they ran
         the same settings on the same GPU type. One name: `results`."""
-        from kubesweep.tracking.aggregate import aggregate
-        from kubesweep.tracking.records import from_results_dir, names_a_directory
-        from kubesweep.tracking.sweep import Loaded
-
         if len(names) == 1 and not names_a_directory(names[0]):
             return self.results(names[0], experiment=experiment, target_accuracy=target_accuracy, best_by=best_by,
                                 source=source)
@@ -373,8 +354,6 @@ class Session:
     def search_found(self, name: str, sweep: Sweep | None, parent_run_id: str | None) -> dict[str, Any] | None:
         """What a search found: its file under the search storage, else the parent run's artifact in MLflow
         (`<strategy>/<strategy>.json`); any strategy's when the sweep is not known here."""
-        from kubesweep.tune.dispatch import summary_names
-
         names = summary_names(sweep.spec.search.strategy if sweep is not None else None)
         storage = self.search_storage(name)
         for _, file in names:
@@ -386,8 +365,6 @@ class Session:
                 return data
         if parent_run_id is None:
             return None
-        from kubesweep.tracking.runs import SweepRuns
-
         runs = SweepRuns(self.tracking_target(name, None, disabled=False), name)
         for folder, file in names:
             with tempfile.TemporaryDirectory(prefix="kubesweep-search-") as tmp:

@@ -6,13 +6,15 @@ every document it parses.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from kubesweep.gpus import Catalog
+from kubesweep.images import LockError, load_lock, lock_keys
 from kubesweep.spec_errors import message, short
 from kubesweep.spec_model import (
     AXES,
@@ -167,8 +169,6 @@ def semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> I
     if isinstance(spec.search, MaxBatchSearch):
         yield from _max_batch_problems(spec.search, matrix_axes)
     if spec.image:
-        from kubesweep.images import LockError, load_lock, lock_keys
-
         if spec.image not in spec.images and is_image_key(spec.image):
             try:  # a key of the image lock; whether it is built yet is checked where an image is needed
                 if spec.image in load_lock().images:
@@ -242,12 +242,9 @@ def _tune_problems(search: TuneSearch, matrix_axes: Mapping[str, Any], catalog: 
             if dist.type != "choice":
                 yield Problem((*base, "space", axis, "type"),
                               f"algorithm grid needs choice distributions, got {dist.type!r}")
-    if search.algorithm == "hyperopt":
-        import importlib.util
-
-        if importlib.util.find_spec("hyperopt") is None:
-            yield Problem((*base, "algorithm"), "hyperopt is not installed (pip install hyperopt); "
-                                                "use optuna, random or grid")
+    if search.algorithm == "hyperopt" and importlib.util.find_spec("hyperopt") is None:
+        yield Problem((*base, "algorithm"), "hyperopt is not installed (pip install hyperopt); "
+                                            "use optuna, random or grid")
 
 
 def _distribution_problems(path: tuple[str | int, ...], axis: str, dist: Distribution,
@@ -260,8 +257,6 @@ def _distribution_problems(path: tuple[str | int, ...], axis: str, dist: Distrib
             if getattr(dist, extra) is not None:
                 yield Problem((*path, extra), f"choice takes values, not {extra}")
         annotation, _ = AXIS_TYPES[axis]
-        from pydantic import TypeAdapter
-
         adapter: TypeAdapter[Any] = TypeAdapter(annotation)
         for i, value in enumerate(dist.values):
             try:

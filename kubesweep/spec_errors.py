@@ -10,10 +10,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubesweep.base import StrictModel
 from kubesweep.spec_model import DNS1123_LABEL, QUANTITY, Sweep
 from kubesweep.specfile import Problem as Problem
 from kubesweep.specfile import SpecError as SpecError
+from kubesweep.wire.base import StrictModel
 
 
 def short(value: Any) -> str:

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PrivateAttr, create_model
 from pydantic.fields import FieldInfo
 
-from kubesweep.base import StrictModel
+from kubesweep.images import locked_reference
 from kubesweep.jobs.config import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, JobConfig, normalize_compile
 from kubesweep.specfile import Problem as Problem
 from kubesweep.specfile import SpecError as SpecError
+from kubesweep.wire.base import StrictModel
 
 API_VERSION = "kubesweep.io/v1alpha1"
 KIND = "Sweep"
@@ -309,8 +310,6 @@ class Sweep(StrictModel):
         if not image or image in self.spec.images:
             return self.spec.images.get(image, image) if image else None
         if is_image_key(image):
-            from kubesweep.images import locked_reference
-
             return locked_reference(image) or image
         return image
 

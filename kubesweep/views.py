@@ -20,6 +20,10 @@ from kubesweep.backends.base import Backend, Phase, ProgressCallback, SweepStatu
 from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, rows_for
 from kubesweep.terminal_text import clean, plain
+from kubesweep.tracking import aggregate as agg
+from kubesweep.tracking.aggregate import aggregate
+from kubesweep.tracking.busy import busy_text, gpu_busy
+from kubesweep.tracking.records import from_backend
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -392,8 +396,6 @@ def print_files_hint(console: Console, backend: Backend, sweep: str) -> None:
 def print_cells(console: Console, sweep: str, cells: list[Any], source: str, target: float,
                 best_by: str) -> None:
     """The settings aggregated over repeats (`kubesweep.tracking.aggregate`), the best per GPU type in bold."""
-    from kubesweep.tracking import aggregate as agg
-
     table = Table(title=plain(f"sweep {sweep}: {len(cells)} settings"), title_justify="left")
     for header in agg.headers(cells):
         table.add_column(header, justify="left" if header in ("task", "gpu", "precision", "compile", "status")
@@ -407,8 +409,6 @@ def print_cells(console: Console, sweep: str, cells: list[Any], source: str, tar
 
 def print_busy(console: Console, records: Sequence[Any]) -> None:
     """How busy the sweep kept its GPUs (nothing for a sweep without GPU trials)."""
-    from kubesweep.tracking.busy import busy_text, gpu_busy
-
     busy = gpu_busy(list(records))
     if busy is not None:
         _say(console, busy_text(busy))
@@ -416,9 +416,6 @@ def print_busy(console: Console, records: Sequence[Any]) -> None:
 
 def print_ended(console: Console, backend: Backend, sweep: str) -> None:
     """After a sweep ends: the aggregated table from the backend's own files (no MLflow round trip)."""
-    from kubesweep.tracking.aggregate import aggregate
-    from kubesweep.tracking.records import from_backend
-
     records = from_backend(backend, sweep)
     print_cells(console, sweep, aggregate(records), f"results files ({backend.name} backend)", 0.90,
                 "samples_per_s")
@@ -429,9 +426,6 @@ def print_ended(console: Console, backend: Backend, sweep: str) -> None:
 def print_aggregated(console: Console, fmt: str, sweep: str, cells: Sequence[Any], records: Sequence[Any], *,
                      source: str, target: float, best_by: str, found: dict[str, Any] | None) -> None:
     """`sweep results` in one of its formats (table, json, csv, markdown), with what a search found (`found`)."""
-    from kubesweep.tracking import aggregate as agg
-    from kubesweep.tracking.busy import gpu_busy
-
     if fmt == "json":
         doc = agg.to_json(list(cells), sweep=sweep, source=source, target=target, best_by=best_by,
                           busy=gpu_busy(list(records)))

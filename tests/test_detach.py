@@ -1,6 +1,6 @@
 """Detached processes (`kubesweep.detach`): a real `sweep _drive` of a tiny local sweep, started in a session of
-its own, runs the sweep to its end and writes its log where `driver_log` says; `spawn_search` passes the
-options on."""
+its own, runs the sweep to its end and writes its log where `driver_log` says; a session's `detach_search`
+passes its options on to `spawn_search`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from kubesweep import detach
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import plan
 from kubesweep.session import Options, Session
 from kubesweep.spec import parse_sweep
+from kubesweep.wire.outcomes import Outcome
 
 STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"
 
@@ -46,14 +46,14 @@ def test_a_detached_search_is_the_same_submit_with_the_same_options(tmp_path: Pa
     spec = tmp_path / "search.yaml"
     options = Options(home=tmp_path / "home", backend="kubernetes", parallel=3, any_gpu=True,
                       tracking_uri="http://mlflow:5000", namespace="team", kubeconfig=tmp_path / "kc", direct=True)
-    log = detach.spawn_search(spec, "srch", options, allow_unpinned=True, max_trials=50)
+    log = Session(options).detach_search(spec, "srch", allow_unpinned=True, max_trials=50)
     ((argv, spawned_log),) = started
     assert log == spawned_log == tmp_path / "home" / "sweeps" / "srch" / "driver.log"
     assert argv == [sys.executable, "-m", "kubesweep", "submit", str(spec.resolve()), "--home", str(tmp_path / "home"),
                     "--backend", "kubernetes", "--parallel", "3", "--max-trials", "50", "--allow-unpinned",
                     "--any-gpu", "--tracking-uri", "http://mlflow:5000", "--namespace", "team", "--kubeconfig",
                     str(tmp_path / "kc"), "--direct", "--yes"]
-    detach.spawn_search(spec, "srch", Options(home=tmp_path / "home", no_tracking=True), allow_unpinned=False,
-                        max_trials=5)
+    Session(Options(home=tmp_path / "home", no_tracking=True)).detach_search(spec, "srch", allow_unpinned=False,
+                                                                             max_trials=5)
     assert started[1][0][4:] == [str(spec.resolve()), "--home", str(tmp_path / "home"), "--backend", "local",
                                  "--parallel", str(Options().parallel), "--max-trials", "5", "--no-tracking", "--yes"]

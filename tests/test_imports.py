@@ -1,7 +1,23 @@
 """The package's imports point one way (docs/architecture.md): the import graph of kubesweep's modules, read from
 their source (imports inside functions and `if TYPE_CHECKING:` blocks included: a cycle for the type checker is one
 for a reader too), has no cycle besides the ones still to break, listed here; a new one fails this test, and so
-does a listed one that is gone (strike it from the list)."""
+does a listed one that is gone (strike it from the list).
+
+Every module stands on a floor (`FLOORS`) and imports only modules on its own floor or below: an import that runs
+up a floor fails the test, naming the importing file, the module it imports and both floors, and so does a module
+no floor holds. The floors, from the bottom:
+
+0. the contracts (`wire`): what the job, the backends, the operator and the reports agree on; nothing of theirs.
+1. the documents and the job: the spec and its parts, the GPU catalog, the image lock, the CLI's option table,
+   terminal text, and `jobs`, which runs in a trial's pod with the `job` extra only.
+2. the planner and the renderers: a `Sweep` into trials, Jobs and the CRD, pure functions of the documents.
+3. the backends: where a plan's trials run.
+4. tracking and results: what ran, read back from MLflow, results files and a backend's status.
+5. what drives the backends: the operator, the searches (`tune`) and the factory that makes a backend by name
+   (a kubernetes backend may be the operator's client).
+6. one command's work: the session, the checks before a submit, detached drivers.
+7. the front: what the CLI shows and the CLI itself, and every `__main__` (an entry point, which nothing imports).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +26,56 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kubesweep"
 STILL_TO_BREAK = [
-    {"kubesweep.backends.base", "kubesweep.plan", "kubesweep.tune.maxbatch"},
-    {"kubesweep.detach", "kubesweep.session"},
     {"kubesweep.tracking.report", "kubesweep.tracking.report_page"},
 ]
+# Each module's floor: its own entry, else its package's (the longest entry that is a prefix of it, at a dot).
+FLOORS: dict[str, int] = {
+    "kubesweep": 0,  # the package's version only
+    "kubesweep.wire": 0,
+    "kubesweep.jobs": 1,
+    "kubesweep.spec": 1,
+    "kubesweep.spec_model": 1,
+    "kubesweep.spec_checks": 1,
+    "kubesweep.spec_errors": 1,
+    "kubesweep.specfile": 1,
+    "kubesweep.gpus": 1,
+    "kubesweep.images": 1,
+    "kubesweep.image_build": 1,
+    "kubesweep.images_cli": 1,
+    "kubesweep.cli_options": 1,
+    "kubesweep.terminal_text": 1,
+    "kubesweep.plan": 2,
+    "kubesweep.manifests": 2,
+    "kubesweep.crd": 2,
+    "kubesweep.backends": 3,
+    "kubesweep.tracking": 4,
+    "kubesweep.results": 4,
+    "kubesweep.operator": 5,
+    "kubesweep.tune": 5,
+    "kubesweep.backend_factory": 5,
+    "kubesweep.session": 6,
+    "kubesweep.preflight": 6,
+    "kubesweep.detach": 6,
+    "kubesweep.views": 7,
+    "kubesweep.cli": 7,
+    "kubesweep.__main__": 7,
+    "kubesweep.jobs.__main__": 7,
+    "kubesweep.operator.__main__": 7,
+    "kubesweep.tune.__main__": 7,
+}
+# Imports that still run up a floor, each to go: (importer, imported). A listed one that is gone fails the test.
+STILL_UPWARD = {
+    ("kubesweep.jobs.runner", "kubesweep.tracking.aggregate"),  # the comparison metrics the job logs
+}
 
 
-def _name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def _name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = {_name(p): p for p in PACKAGE.rglob("*.py")}
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    modules = {_name(p, package): p for p in package.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         deps: set[str] = set()
@@ -78,11 +131,6 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
-def test_the_cycle_finder_finds_a_cycle_and_only_a_cycle() -> None:
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
-    assert cycles({"a": {"b"}, "b": set()}) == []
-
-
 def test_no_import_cycle_but_those_still_to_break() -> None:
     found = cycles(import_graph())
     new = [sorted(c) for c in found if c not in STILL_TO_BREAK]
@@ -96,3 +144,75 @@ def test_the_job_runs_without_the_fork_server_or_the_cli() -> None:
     graph = import_graph()
     assert not [c for c in cycles(graph) if any(m.startswith("kubesweep.jobs") for m in c)]
     assert not [m for m in graph["kubesweep.jobs.runner"] if m.startswith("kubesweep.jobs.forkserver")]
+
+
+def floor_of(module: str, floors: dict[str, int] = FLOORS) -> int | None:
+    """The module's floor: its own entry, else that of the longest entry it lies under (the package itself,
+    `kubesweep`, holds only its `__init__`); None when none holds it."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        floor = floors.get(".".join(parts[:n]))
+        if floor is not None and (n > 1 or n == len(parts)):
+            return floor
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]], floors: dict[str, int] = FLOORS,
+                   package: Path = PACKAGE) -> list[str]:
+    """One line per import that runs up a floor: the importing file, the module it imports, both floors."""
+    found = []
+    for module in sorted(graph):
+        here = floor_of(module, floors)
+        for dep in sorted(graph[module]):
+            there = floor_of(dep, floors)
+            if here is not None and there is not None and there > here:
+                found.append(f"{_file(module, package)} (floor {here}) imports {dep} (floor {there})")
+    return found
+
+
+def _file(module: str, package: Path) -> str:
+    path = package.parent.joinpath(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    return str(path.relative_to(package.parent))
+
+
+def test_the_cycle_finder_finds_a_cycle_and_only_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_module_has_a_floor() -> None:
+    assert [m for m in sorted(import_graph()) if floor_of(m) is None] == []
+    assert floor_of("kubesweep.wire.tags") == 0 and floor_of("kubesweep.jobs.__main__") == 7
+    assert floor_of("kubesweep.specs") is None  # a prefix counts at a dot only
+    assert floor_of("kubesweep.new_module") is None and floor_of("kubesweep") == 0
+
+
+def test_no_import_runs_up_a_floor() -> None:
+    graph = import_graph()
+    without_listed = {m: {d for d in deps if (m, d) not in STILL_UPWARD} for m, deps in graph.items()}
+    up = upward_imports(without_listed)
+    assert not up, "imports that run up a floor (docs/architecture.md, \"Imports point one way\"):\n" + "\n".join(up)
+    gone = sorted((m, d) for m, d in STILL_UPWARD
+                  if d not in graph.get(m, set()) or (floor_of(d) or 0) <= (floor_of(m) or 0))
+    assert not gone, f"upward imports gone, still listed in STILL_UPWARD: {gone}"
+
+
+def test_the_floor_check_names_a_planted_upward_import(tmp_path: Path) -> None:
+    """A module of a small package on floor 0 that imports one on floor 2, inside a function: named, with its
+    file and both floors; the same import downward is not."""
+    package = tmp_path / "kubesweep"
+    (package / "wire").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "wire" / "__init__.py").write_text("")
+    (package / "wire" / "tags.py").write_text("def late() -> None:\n    import kubesweep.cli\n")
+    (package / "cli.py").write_text("from kubesweep.wire import tags\n")
+    floors = {"kubesweep": 0, "kubesweep.wire": 0, "kubesweep.cli": 2}
+    graph = import_graph(package)
+    assert graph["kubesweep.wire.tags"] == {"kubesweep.cli"} and graph["kubesweep.cli"] == {"kubesweep.wire.tags"}
+    assert upward_imports(graph, floors, package) == [
+        "kubesweep/wire/tags.py (floor 0) imports kubesweep.cli (floor 2)"]
+    (package / "wire" / "tags.py").write_text(  # for the type checker only: it counts all the same
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from kubesweep import cli\n")
+    assert upward_imports(import_graph(package), floors, package) == [
+        "kubesweep/wire/tags.py (floor 0) imports kubesweep.cli (floor 2)"]

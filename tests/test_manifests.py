@@ -146,7 +146,7 @@ def test_failure_policy_never_retries_oom_and_ignores_disruptions() -> None:
 
 
 def test_tracking_env_never_sets_the_run_id() -> None:
-    from kubesweep.tracking.env import TrackingEnv
+    from kubesweep.wire.env import TrackingEnv
 
     p = plan(parse_sweep(sweep_doc()))
     job = render_plan(p, tracking=TrackingEnv("http://mlflow:5000", "exp", "parent123"))[0]
@@ -201,7 +201,7 @@ def test_tuner_job_manifest_is_a_valid_job() -> None:
     assert parse_sweep(doc).to_document() == sweep.to_document()
     assert len(tuner_name("x" * 63)) <= 63
     # with the sweep's MLflow parent run: each variable once (a duplicate is refused by server-side apply)
-    from kubesweep.tracking.env import TrackingEnv
+    from kubesweep.wire.env import TrackingEnv
 
     tracked = render_tuner_job(sweep, image="img@sha256:" + "1" * 64, namespace="ns",
                                tracking=TrackingEnv("http://mlflow:5000", "t", "run123"))

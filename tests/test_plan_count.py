@@ -22,15 +22,16 @@ from kubesweep.gpus import default_catalog
 from kubesweep.plan import (
     DEFAULT_MAX_TRIALS,
     SweepTooLarge,
+    candidates,
     cells,
     check_size,
     count_cells,
     count_trials,
     max_batch_probes,
+    next_probes,
     plan,
 )
 from kubesweep.spec import MaxBatchSearch, SpecError, Sweep, parse_sweep, set_axes
-from kubesweep.tune.maxbatch import candidates, next_probes
 
 ROOT = Path(__file__).parents[1]
 GPUS = default_catalog().names
@@ -329,6 +330,17 @@ def test_max_batch_budget_is_the_worst_bisection(low: int, high: int, step: int,
             oom = min([oom, *(i for i in picks if i >= threshold)])
         worst = max(worst, ran)
     assert max_batch_probes(search) == worst
+
+
+def test_bisection_probes() -> None:
+    assert candidates(MaxBatchSearch(strategy="max_batch", low=8, high=64, step=8)) == [8, 16, 24, 32, 40, 48,
+                                                                                         56, 64]
+    assert candidates(MaxBatchSearch(strategy="max_batch", low=3, high=6)) == [3, 4, 5, 6]
+    assert next_probes(-1, 8, 2) == [2, 5]
+    assert next_probes(2, 5, 2) == [3, 4]
+    assert next_probes(4, 5, 2) == []
+    assert next_probes(-1, 8, 1) == [3]
+    assert next_probes(-1, 1, 3) == [0]
 
 
 def test_max_batch_counts_probes_per_cell() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 from kubesweep.backends.base import Phase, TrialStatus
 from kubesweep.backends.local import LocalBackend
-from kubesweep.outcomes import Outcome
 from kubesweep.results import GIB, row_from, rows_for
+from kubesweep.wire.outcomes import Outcome
 from tests.backends.contract import CRASH_LR, make_plan
 
 STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"

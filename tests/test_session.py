@@ -22,7 +22,6 @@ from kubesweep.backends.base import (
     TrialStatus,
 )
 from kubesweep.gpus import CatalogError
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import plan
 from kubesweep.preflight import NotRunnable
 from kubesweep.session import (
@@ -37,8 +36,9 @@ from kubesweep.session import (
     exit_code,
 )
 from kubesweep.spec import SpecError, Sweep, parse_sweep
-from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tracking.runs import TrackingError
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome
 
 STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"
 

@@ -13,10 +13,10 @@ from rich.console import Console
 
 from kubesweep import views
 from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import plan
 from kubesweep.results import ResultRow
 from kubesweep.spec import parse_sweep
+from kubesweep.wire.outcomes import Outcome
 
 
 def console() -> Console:

@@ -28,7 +28,7 @@ from kubesweep.backends.base import Phase
 from kubesweep.jobs.command import JOB_MODULE, job_argv
 from kubesweep.jobs.forkserver_handle import Handle, end_recorded
 from kubesweep.jobs.forkserver_protocol import cuda_env
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 
 
 class Launcher:

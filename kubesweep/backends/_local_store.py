@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, TrialStatus
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sweeps (

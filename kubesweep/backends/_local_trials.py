@@ -23,7 +23,7 @@ from kubesweep.backends._local_driver import process_start
 from kubesweep.backends._local_files import LOG_FILE, RESULTS_FILE, read_results
 from kubesweep.backends._local_store import Store, TrialRow
 from kubesweep.backends.base import SETTLED_OUTCOMES, Phase
-from kubesweep.outcomes import Outcome, outcome_for_exit
+from kubesweep.wire.outcomes import Outcome, outcome_for_exit
 
 TERM_GRACE_S = 10.0
 

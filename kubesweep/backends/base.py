@@ -16,10 +16,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import Sweep
-from kubesweep.tracking.env import TrackingEnv
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome
 
 
 class Phase(StrEnum):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +98,6 @@ def unreachable(exc: BaseException, host: str) -> str:
 
 
 def _unreachable_reason(exc: BaseException) -> str:
-    import socket
-    import ssl
-
     from urllib3 import exceptions as u3
 
     if isinstance(exc, u3.MaxRetryError) and exc.reason is not None:

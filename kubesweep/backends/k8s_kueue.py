@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from kubesweep.backends.k8s_status import job_finished
+from kubesweep.wire import tags
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta2"
@@ -26,8 +27,6 @@ REFRESH_S = 5.0  # seconds between reads of every waiting trial's Workload (Queu
 PASSING_S = 1.0  # seconds between reads of those that started waiting or were read in passing
 SELECT = 50  # Job UIDs per label selector when reading their Workloads
 EVICTIONS_NOTED = "kubesweep.io/kueue-evictions"  # on a trial Job: the evictions its MLflow run is tagged with
-TAG_EVICTIONS = "kueue.evictions"  # MLflow tags of a trial's run: how often Kueue evicted it,
-TAG_LAST_EVICTION = "kueue.last_eviction"  # and the last time's words
 _UIDS = re.compile(r"\s*\((?:UID|JobUID): [^)]*\)")
 
 
@@ -94,7 +93,7 @@ def not_noted(admissions: Mapping[str, Admission], jobs: Mapping[str | None, Map
 
 def eviction_tags(admission: Admission) -> dict[str, str]:
     """The MLflow tags that carry Kueue's word on an evicted trial to its run."""
-    return {TAG_EVICTIONS: str(admission.evictions), TAG_LAST_EVICTION: admission.reason[:5000]}
+    return {tags.KUEUE_EVICTIONS: str(admission.evictions), tags.KUEUE_LAST_EVICTION: admission.reason[:5000]}
 
 
 def _transitional(workload: Mapping[str, Any] | None) -> bool:

@@ -27,8 +27,8 @@ from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, SweepNotFound
 from kubesweep.manifests import FIELD_MANAGER, LABEL_SWEEP, sweep_labels
-from kubesweep.outcomes import Outcome
 from kubesweep.spec import SpecError, Sweep, parse_sweep
+from kubesweep.wire.outcomes import Outcome
 
 SLICE_SIZE = 500
 REASON_BYTES = 240  # an entry's reason is cut to this many bytes (UTF-8): a slice's size is bounded

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from kubesweep.backends.base import Phase
-from kubesweep.outcomes import ExitCode, Outcome
+from kubesweep.wire.outcomes import ExitCode, Outcome
 
 
 @dataclass(frozen=True)

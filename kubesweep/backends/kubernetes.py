@@ -64,10 +64,10 @@ from kubesweep.manifests import (
     resolve_image,
     sweep_labels,
 )
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import Plan, Trial, make_trial, plan
 from kubesweep.spec import Sweep
-from kubesweep.tracking.env import TrackingEnv
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome
 
 SEARCH_SUFFIX = "-search"  # ConfigMap of the trials a search added while the sweep runs
 APPLY = "application/apply-patch+yaml"

@@ -65,10 +65,10 @@ from kubesweep.backends.local_machine import (
 )
 from kubesweep.gpus import load_catalog
 from kubesweep.jobs.command import JOB_MODULE
-from kubesweep.manifests import TrackingEnv
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import Sweep, parse_sweep
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome
 
 
 class LocalBackend(Backend):

@@ -8,6 +8,7 @@ rank 0 writes; every rank restores the same state (DDP keeps replicas identical)
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import re
 import shutil
@@ -16,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 STATE_FILE = "state.pt"
 
 
 def rng_state() -> dict[str, Any]:
-    import torch
-
     name, keys, pos, has_gauss, cached = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
@@ -37,8 +37,6 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    import torch
-
     random.setstate(_tuples(state["python"]))
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
@@ -61,8 +59,6 @@ def latest(directory: Path) -> Path | None:
 
 def save(directory: Path, step: int, state: dict[str, Any], keep: int) -> Path:
     """Write `state` atomically as the checkpoint of `step`; keep the newest `keep` checkpoints."""
-    import torch
-
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"step-{step:08d}"
     tmp = directory / f".tmp-step-{step:08d}-{os.getpid()}-{uuid.uuid4().hex[:12]}"  # pods all run as pid 1
@@ -85,10 +81,6 @@ def load(path: Path) -> dict[str, Any]:
     """The checkpoint's state, read with `weights_only`: tensors, numbers, strings and containers, nothing that
     runs code when unpickled. A checkpoint directory is shared (a claim every trial of a sweep mounts, and others
     may name it too), so a planted `state.pt` must not run code in the trial that resumes from it."""
-    import pickle
-
-    import torch
-
     try:
         state: dict[str, Any] = torch.load(path / STATE_FILE, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:

@@ -4,7 +4,7 @@
 file (JobConfig), JSON or YAML. Every JobConfig field is also a flag (`batch_size` → `--batch-size`;
 booleans as `--random-init/--no-random-init`; `--export onnx,torchscript`;
 `--model-overrides num_hidden_layers=2,...` or JSON; `none` clears an optional field); flags override the
-file. Exit codes: kubesweep.outcomes.ExitCode.
+file. Exit codes: kubesweep.wire.outcomes.ExitCode.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from pydantic import ValidationError
 
 from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.errors import UsageError
-from kubesweep.outcomes import ExitCode
+from kubesweep.jobs.model import resolve
+from kubesweep.wire.outcomes import ExitCode
 
 # Set by the rendered Job when the sweep names a checkpoint claim: the trial's directory on it. The job keeps its
 # checkpoints there (unless the settings name a checkpoint_dir), and with them the MLflow spool and step record, so
@@ -148,8 +149,6 @@ def resolve_trial(args: argparse.Namespace) -> TrialConfig:
 
 def preflight(job: JobConfig) -> None:
     """Reject local references that cannot work before the heavy imports (UsageError, exit code 2)."""
-    from kubesweep.jobs.model import resolve
-
     resolve(job.model)
     if job.tokenizer:
         resolve(job.tokenizer)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kubesweep.wire import tags
+
 JOB_MODULE = "kubesweep.jobs"
 RENDEZVOUS_MODULE = "kubesweep.jobs.rendezvous"
 # Set in a trial's environment by the fork server: when its client started, where the trial's start-up time begins.
@@ -11,7 +13,7 @@ QUEUED_AT_ENV = "KUBESWEEP_QUEUED_AT"
 # ... and its Kueue LocalQueue and priority class, which the job tags its MLflow run with (`QUEUE_TAGS`)
 QUEUE_ENV = "KUBESWEEP_QUEUE"
 PRIORITY_CLASS_ENV = "KUBESWEEP_PRIORITY_CLASS"
-QUEUE_TAGS = {QUEUE_ENV: "kueue.queue", PRIORITY_CLASS_ENV: "kueue.priority_class"}
+QUEUE_TAGS = {QUEUE_ENV: tags.KUEUE_QUEUE, PRIORITY_CLASS_ENV: tags.KUEUE_PRIORITY_CLASS}
 
 
 def job_argv(config_path: str, output_dir: str, *, python: str = "python", gpus: int = 1,

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kubesweep.base import StrictModel
+from kubesweep.wire.base import StrictModel
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import torch
+from torch.utils.data import DataLoader
 
 from kubesweep.jobs.config import JobConfig, is_local_path
 from kubesweep.jobs.errors import UsageError
@@ -257,8 +259,6 @@ class BatchDataset:
         return len(self.batches)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        import torch
-
         index = self.batches[i]
         starts, ends = self.data.offsets[index], self.data.offsets[index + 1]
         lengths = ends - starts
@@ -284,9 +284,6 @@ def loader(
     pin_memory: bool,
     workers: int | None = None,
 ) -> Iterator[dict[str, Any]]:
-    import torch
-    from torch.utils.data import DataLoader
-
     dataset = BatchDataset(data, batches, cfg.padding, cfg.max_seq_len, cfg.bucket_multiple)
     n_workers = cfg.num_workers if workers is None else workers
     return iter(

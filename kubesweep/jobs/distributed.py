@@ -7,6 +7,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+import torch.distributed as td
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -31,9 +34,6 @@ class Dist:
         """Sum a few numbers over ranks (one collective); identity when not distributed."""
         if not self.enabled:
             return values
-        import torch
-        import torch.distributed as td
-
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         td.all_reduce(tensor)
         return [float(v) for v in tensor.tolist()]
@@ -41,9 +41,6 @@ class Dist:
     def all_max(self, values: list[float]) -> list[float]:
         if not self.enabled:
             return values
-        import torch
-        import torch.distributed as td
-
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         td.all_reduce(tensor, op=td.ReduceOp.MAX)
         return [float(v) for v in tensor.tolist()]
@@ -51,16 +48,12 @@ class Dist:
     def gather_objects(self, obj: Any) -> list[Any]:
         if not self.enabled:
             return [obj]
-        import torch.distributed as td
-
         out: list[Any] = [None] * self.world_size
         td.all_gather_object(out, obj)
         return out
 
     def barrier(self) -> None:
         if self.enabled:
-            import torch.distributed as td
-
             td.barrier()
 
 
@@ -72,29 +65,21 @@ def identity() -> Dist:
 
 def init() -> Dist:
     """Join the torchrun process group if there is one; pick this process's device."""
-    import torch
-
     ident = identity()
     world, rank, local = ident.world_size, ident.rank, ident.local_rank
     cuda = torch.cuda.is_available()
     device = f"cuda:{local % torch.cuda.device_count()}" if cuda else "cpu"
     if cuda:
         torch.cuda.set_device(device)
-    if world > 1:
-        import torch.distributed as td
-
-        if not td.is_initialized():
-            td.init_process_group(
-                backend="nccl" if cuda else "gloo",
-                timeout=dt.timedelta(minutes=30),
-                device_id=torch.device(device) if cuda else None,
-            )
+    if world > 1 and not td.is_initialized():
+        td.init_process_group(
+            backend="nccl" if cuda else "gloo",
+            timeout=dt.timedelta(minutes=30),
+            device_id=torch.device(device) if cuda else None,
+        )
     return Dist(rank=rank, world_size=world, local_rank=local, device=device)
 
 
 def shutdown(dist: Dist) -> None:
-    if dist.enabled:
-        import torch.distributed as td
-
-        if td.is_initialized():
-            td.destroy_process_group()
+    if dist.enabled and td.is_initialized():
+        td.destroy_process_group()

@@ -19,6 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pynvml
+
+from kubesweep.jobs.metrics import nvml_handle
+
 log = logging.getLogger(__name__)
 
 JOULES_PER_KWH = 3.6e6
@@ -36,10 +40,6 @@ class EnergyMeter:
         if not devices:
             return None
         try:
-            import pynvml
-
-            from kubesweep.jobs.metrics import nvml_handle
-
             pynvml.nvmlInit()
             meter = cls([nvml_handle(i) for i in devices])
         except Exception as err:  # no driver, no NVML: the run goes on without energy figures
@@ -51,8 +51,6 @@ class EnergyMeter:
         return meter
 
     def read_j(self) -> float | None:
-        import pynvml
-
         try:
             return sum(float(pynvml.nvmlDeviceGetTotalEnergyConsumption(h)) for h in self.handles) / 1000.0
         except Exception:  # NVMLError_NotSupported on boards without the counter

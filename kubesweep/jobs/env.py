@@ -16,6 +16,12 @@ import socket
 from importlib import metadata
 from typing import Any
 
+import pynvml
+import torch
+
+from kubesweep.jobs.metrics import nvml_handle
+from kubesweep.jobs.runtime import cpu_quota
+
 TEST_GPU_NAME_ENV = "KUBESWEEP_TEST_GPU_NAME"
 
 
@@ -26,8 +32,6 @@ def product_label(nvml_name: str) -> str:
 
 def local_devices() -> list[int]:
     """CUDA device indices this process uses (its LOCAL_RANK's device under torchrun)."""
-    import torch
-
     if not torch.cuda.is_available():
         return []
     return [int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()]
@@ -40,16 +44,10 @@ def gpu_names(devices: list[int]) -> list[str]:
     names = []
     for index in devices:
         try:
-            import pynvml
-
-            from kubesweep.jobs.metrics import nvml_handle
-
             pynvml.nvmlInit()
             name = pynvml.nvmlDeviceGetName(nvml_handle(index))
             names.append(name.decode() if isinstance(name, bytes) else str(name))
         except Exception:
-            import torch
-
             names.append(torch.cuda.get_device_name(index))
     return names
 
@@ -67,10 +65,6 @@ def check_gpu(requested_product: str | None, names: list[str]) -> str | None:
 
 
 def capture(devices: list[int]) -> dict[str, Any]:
-    import torch
-
-    from kubesweep.jobs.runtime import cpu_quota
-
     gpus: list[dict[str, Any]] = []
     driver = None
     for index, name in zip(devices, gpu_names(devices), strict=False):
@@ -88,8 +82,6 @@ def capture(devices: list[int]) -> dict[str, Any]:
         )
     if devices:
         try:
-            import pynvml
-
             pynvml.nvmlInit()
             raw = pynvml.nvmlSystemGetDriverVersion()
             driver = raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -131,10 +123,6 @@ def nvml_identity(index: int) -> dict[str, str | None]:
     """The device as NVML reads it inside this container: its UUID and PCI bus id, the two names that stay the
     same whichever index CUDA_VISIBLE_DEVICES or the device plugin gave it (None where NVML cannot say)."""
     try:
-        import pynvml
-
-        from kubesweep.jobs.metrics import nvml_handle
-
         pynvml.nvmlInit()
         handle = nvml_handle(index)
         uuid = pynvml.nvmlDeviceGetUUID(handle)
@@ -189,8 +177,6 @@ def _mem_total() -> int | None:
 
 
 def _nccl_version() -> str | None:
-    import torch
-
     try:
         if torch.cuda.is_available():
             nccl: Any = torch.cuda.nccl

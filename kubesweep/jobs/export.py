@@ -9,10 +9,14 @@ Verification runs on the CPU in fp32 with a probe batch of real dev sentences (p
 
 from __future__ import annotations
 
+import copy
 import logging
 import warnings
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +28,6 @@ class _Logits:
 
     @staticmethod
     def wrap(model: Any) -> Any:
-        import torch
-
         class LogitsModule(torch.nn.Module):
             def __init__(self, inner: Any) -> None:
                 super().__init__()
@@ -41,10 +43,6 @@ def export_all(
     model: Any, tokenizer: Any, probe: dict[str, Any], out_dir: Path, formats: list[str]
 ) -> list[dict[str, Any]]:
     """Export to `out_dir`; returns one record per format (failures are recorded, not raised)."""
-    import copy
-
-    import torch
-
     cpu_model = copy.deepcopy(model).to(device="cpu", dtype=torch.float32).eval()
     wrapped = _Logits.wrap(cpu_model)
     ids, mask = probe["input_ids"].cpu(), probe["attention_mask"].cpu()
@@ -95,8 +93,6 @@ def _guard(fmt: str, path: Path, fn: Any) -> dict[str, Any]:
 
 
 def _weights(model: Any, tokenizer: Any, path: Path, ids: Any, mask: Any, expected: Any) -> float:
-    import numpy as np
-    import torch
     from transformers import AutoModelForSequenceClassification
 
     model.save_pretrained(path, safe_serialization=True)
@@ -108,10 +104,7 @@ def _weights(model: Any, tokenizer: Any, path: Path, ids: Any, mask: Any, expect
 
 
 def _onnx(wrapped: Any, path: Path, ids: Any, mask: Any, expected: Any) -> float:
-    import numpy as np
     import onnxruntime as ort
-    import torch
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -130,9 +123,6 @@ def _onnx(wrapped: Any, path: Path, ids: Any, mask: Any, expected: Any) -> float
 
 
 def _torchscript(wrapped: Any, path: Path, ids: Any, mask: Any, expected: Any) -> float:
-    import numpy as np
-    import torch
-
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(wrapped, (ids, mask), check_trace=False)  # type: ignore[no-untyped-call]

@@ -13,6 +13,8 @@ import time
 from itertools import cycle, islice
 from typing import Any
 
+import torch
+
 from kubesweep.jobs import data, runtime
 from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.data import TokenizedSplit
@@ -28,8 +30,6 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist,
     """The measured batches' figures (`Results.inference`) and their GPU energy (`Results.energy`, None without
     a meter). The energy counter is read after the warm-up batches and after the last measured one, each
     synchronized."""
-    import torch
-
     device = torch.device(dist.device)
     runtime.limit_threads()
     runtime.setup_precision(cfg)

@@ -14,6 +14,8 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
+import pynvml
+import torch
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +35,6 @@ class StepClock:
 
     def mark(self) -> None:
         if self.cuda:
-            import torch
-
             event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             event.record()
             self._marks.append(event)
@@ -74,8 +74,6 @@ def host_peak_rss_bytes() -> int:
 
 
 def torch_memory_peaks() -> dict[str, int | None]:
-    import torch
-
     if not torch.cuda.is_available():
         return {"torch_peak_allocated_bytes": None, "torch_peak_reserved_bytes": None}
     return {
@@ -115,8 +113,6 @@ class NvmlSampler:
         if not self.devices:
             return False
         try:
-            import pynvml
-
             pynvml.nvmlInit()
             self._handles = [(i, nvml_handle(i)) for i in self.devices]
         except Exception as err:  # no driver, no NVML: the run goes on without GPU samples
@@ -138,8 +134,6 @@ class NvmlSampler:
             self._sample()
 
     def _sample(self) -> None:
-        import pynvml
-
         now = time.time()
         batch: list[GpuSample] = []
         for index, handle in self._handles:
@@ -199,9 +193,6 @@ class NvmlSampler:
 
 def nvml_handle(cuda_index: int) -> Any:
     """The NVML handle of a CUDA device index, matched by UUID (CUDA_VISIBLE_DEVICES may renumber devices)."""
-    import pynvml
-    import torch
-
     uuid = getattr(torch.cuda.get_device_properties(cuda_index), "uuid", None)
     if uuid is not None:
         try:
@@ -212,8 +203,6 @@ def nvml_handle(cuda_index: int) -> Any:
 
 
 def _process_memory(handle: Any) -> int | None:
-    import pynvml
-
     try:
         procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
     except pynvml.NVMLError:
@@ -226,14 +215,10 @@ def _process_memory(handle: Any) -> int | None:
 
 
 def _power_w(handle: Any) -> float:
-    import pynvml
-
     return float(pynvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0
 
 
 def _temperature_c(handle: Any) -> float:
-    import pynvml
-
     return float(pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from kubesweep.jobs.config import JobConfig
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 
 RESULTS_SCHEMA = "kubesweep.io/results/v1"
 

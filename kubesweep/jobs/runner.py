@@ -29,10 +29,11 @@ from kubesweep.jobs.energy import EnergyMeter, energy_metrics
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.jobs.metrics import NvmlSampler, host_peak_rss_bytes, system_metrics, torch_memory_peaks
+from kubesweep.jobs.mlflow_logger import MlflowTrialLogger, NullLogger
 from kubesweep.jobs.results import Results
 from kubesweep.jobs.train import FineTuner, TrainOutcome
-from kubesweep.outcomes import ExitCode, Outcome
-from kubesweep.tracking.mlflow_logger import MlflowTrialLogger, NullLogger
+from kubesweep.wire import tags
+from kubesweep.wire.outcomes import ExitCode, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -370,20 +371,20 @@ class TrialRun:
 
     def _tracker(self) -> MlflowTrialLogger | NullLogger:
         cfg, trial = self.cfg, self.trial
-        tags = {
-            "kubesweep.sweep": trial.sweep,
-            "kubesweep.trial": trial.name,
-            "kubesweep.gpu": trial.gpu or "any",
-            "kubesweep.precision": cfg.precision,
-            "kubesweep.compile": str(cfg.compile),
-            "kubesweep.batch_size": str(cfg.batch_size),
-            "kubesweep.repeat": str(trial.repeat),
-            "kubesweep.engine": cfg.engine,
-            "kubesweep.task": cfg.task,
+        run_tags = {
+            tags.SWEEP: trial.sweep,
+            tags.TRIAL: trial.name,
+            tags.GPU: trial.gpu or "any",
+            tags.PRECISION: cfg.precision,
+            tags.COMPILE: str(cfg.compile),
+            tags.BATCH_SIZE: str(cfg.batch_size),
+            tags.REPEAT: str(trial.repeat),
+            tags.ENGINE: cfg.engine,
+            tags.TASK: cfg.task,
             **{tag: os.environ[env] for env, tag in QUEUE_TAGS.items() if os.environ.get(env)},
         }
         tracker = MlflowTrialLogger.from_env(
-            trial.trial_id, trial.name, tags, self.state_dir() / "mlflow-spool.jsonl"
+            trial.trial_id, trial.name, run_tags, self.state_dir() / "mlflow-spool.jsonl"
         )
         params: dict[str, Any] = {}
         for key, value in cfg.model_dump(mode="json").items():
@@ -466,7 +467,7 @@ class TrialRun:
                     tracker.log_artifact(self.output_dir / self.artifacts[key])
             if (self.output_dir / "export").is_dir():
                 tracker.log_artifact(self.output_dir / "export", "export")
-            tracker.set_tags({"kubesweep.outcome": self.outcome.value})
+            tracker.set_tags({tags.OUTCOME: self.outcome.value})
             self._log_comparison(results)
             tracker.close("FINISHED" if self.outcome == Outcome.SUCCEEDED else "FAILED")
         t = self.timings

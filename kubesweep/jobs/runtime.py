@@ -10,12 +10,16 @@ Test hooks (environment variables, for tests only; documented in docs/job.md):
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kubesweep.jobs.config import CUDA_ONLY_SDPA, JobConfig
 from kubesweep.jobs.errors import UsageError
@@ -49,8 +53,6 @@ def limit_threads(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     threads than the quota, the CFS throttles the whole process for part of each period, and the thread that
     launches the GPU's kernels waits with the others: a launch-bound step (a small batch) ran at half speed in a
     pod of 8 CPUs on a 16-core node. Returns the thread count in use."""
-    import torch
-
     quota = cpu_quota(cgroup)
     if quota is not None and torch.get_num_threads() > max(1, int(quota)):
         torch.set_num_threads(max(1, int(quota)))
@@ -67,8 +69,6 @@ def few_threads(n: int = PREPARE_THREADS) -> Iterator[None]:
     the host) while another trial's measured steps run on the same machine leaves that trial's host thread the
     cores; a launch-bound step (eager, small batch) waits on that thread. Without it each preparing trial
     initialized bert-base's weights on every core."""
-    import torch
-
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, min(n, before)))
     try:
@@ -79,16 +79,12 @@ def few_threads(n: int = PREPARE_THREADS) -> Iterator[None]:
 
 def setup_precision(cfg: JobConfig) -> None:
     """TF32 only where asked for: `fp32` is strict IEEE fp32 matmuls, `tf32` allows TF32 tensor cores."""
-    import torch
-
     tf32 = cfg.precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
 
 
 def autocast_dtype(cfg: JobConfig) -> Any:
-    import torch
-
     return {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.precision)
 
 
@@ -96,8 +92,6 @@ def autocast(
     cfg: JobConfig, device_type: str, *, cache_enabled: bool = True
 ) -> contextlib.AbstractContextManager[Any]:
     """Autocast for bf16/fp16 (nothing otherwise); under CUDA graph capture its weight-cast cache must be off."""
-    import torch
-
     dtype = autocast_dtype(cfg)
     if dtype is None:
         return contextlib.nullcontext()
@@ -124,23 +118,17 @@ def attention_kernels(cfg: JobConfig) -> contextlib.AbstractContextManager[Any]:
     """
     if cfg.sdpa_backend == "auto":
         return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     return sdpa_kernel([getattr(SDPBackend, SDPA_BACKENDS[cfg.sdpa_backend])])
 
 
 def eager() -> contextlib.AbstractContextManager[Any]:
     """Run compiled modules' original code (evaluation, export): no compilation of their own."""
-    import torch
-
     stance: contextlib.AbstractContextManager[Any] = torch.compiler.set_stance("force_eager")
     return stance
 
 
 def repeated_blocks(module: Any) -> Any:
     """The model's stack of identical layers: its longest ModuleList whose children share one class."""
-    import torch
-
     stacks = [
         child
         for child in module.modules()
@@ -162,8 +150,6 @@ def compile_model(module: Any, cfg: JobConfig) -> Any:
     """
     if not cfg.compile:
         return module
-    import torch
-
     if cfg.compile_cache_dir:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(os.path.expanduser(cfg.compile_cache_dir))
     dynamo_config: Any = torch._dynamo.config
@@ -186,8 +172,6 @@ def compile_model(module: Any, cfg: JobConfig) -> Any:
 def oom_hook(batch_size: int) -> None:
     limit = os.environ.get(OOM_HOOK_ENV)
     if limit is not None and batch_size > int(limit):
-        import torch
-
         raise torch.OutOfMemoryError(
             f"test hook {OOM_HOOK_ENV}={limit}: batch {batch_size} does not fit (simulated CUDA OOM)"
         )
@@ -203,8 +187,6 @@ def crash_hook(step: int) -> None:
 
 
 def is_oom(err: BaseException) -> bool:
-    import torch
-
     if isinstance(err, torch.OutOfMemoryError):
         return True
     return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
@@ -240,10 +222,6 @@ def free_device_memory(model: Any, *, keep: bool) -> Any:
     is dropped; then the caching allocator returns what it holds. Returns the model (None when dropped)."""
     if "torch" not in sys.modules:
         return model if keep else None
-    import gc
-
-    import torch
-
     if model is not None and keep:
         model = model.to("cpu")
     elif not keep:

@@ -37,6 +37,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+import torch.distributed as td
+
 from kubesweep.jobs import runtime
 from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.errors import UsageError
@@ -51,8 +54,6 @@ def check_supported(*, cuda: bool) -> None:
 
 def sync_from_rank0(module: Any) -> None:
     """Give every rank rank 0's parameters and buffers (what DistributedDataParallel does when it wraps)."""
-    import torch.distributed as td
-
     for tensor in [*module.parameters(), *module.buffers()]:
         td.broadcast(tensor.data, src=0)
 
@@ -62,8 +63,6 @@ class StepGraphs:
 
     def __init__(self, cfg: JobConfig, module: Any, params: list[Any], optimizer: Any, device: Any,
                  world_size: int = 1) -> None:
-        import torch
-
         self.cfg = cfg
         self.module = module
         self.params = params
@@ -98,14 +97,10 @@ class StepGraphs:
 
     def _all_reduce(self) -> None:
         """Average the gradients over the ranks: one collective on the flat buffer, on the current stream."""
-        import torch.distributed as td
-
         td.all_reduce(self.flat, op=td.ReduceOp.AVG)
 
     def _update(self) -> None:
         """Clip, AdamW, zero the gradients; eager or under capture, the same kernels."""
-        import torch
-
         if self.cfg.max_grad_norm is not None:  # clip_grad_norm_'s arithmetic, on the one buffer
             norm = torch.linalg.vector_norm(self.flat)
             self.flat.mul_(torch.clamp(self.cfg.max_grad_norm / (norm + 1e-6), max=1.0))
@@ -120,8 +115,6 @@ class StepGraphs:
 
     def _capture(self, work: Any, *, pool: Any) -> tuple[Any, Any]:
         """Capture `work()` as a CUDA graph on the capture stream; its result's tensors are the graph's."""
-        import torch
-
         graph = torch.cuda.CUDAGraph()
         # thread_local: the DataLoader's pin-memory thread keeps calling CUDA (pinned allocations, event
         # queries) while this thread captures; in the default global mode those calls void the capture.
@@ -138,8 +131,6 @@ class StepGraphs:
 
     def step(self, batch: dict[str, Any], *, non_blocking: bool) -> Any:
         """Run one optimizer step on `batch` (host tensors); returns the loss as a device tensor."""
-        import torch
-
         shape = tuple(batch["input_ids"].shape)
         static = self.inputs.get(shape)
         if static is None:

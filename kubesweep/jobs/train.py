@@ -11,6 +11,7 @@ under `reduce-overhead` or `step_graph`, seen only once (its CUDA graph is recor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,6 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from kubesweep.jobs import checkpoint, data, runtime, step_graph
 from kubesweep.jobs.config import JobConfig
@@ -154,8 +158,6 @@ class FineTuner:
         sink: MetricSink,
         energy: EnergyMeter | None = None,
     ) -> None:
-        import torch
-
         self.cfg = cfg
         self.dist = dist
         self.device = torch.device(dist.device)
@@ -195,8 +197,6 @@ class FineTuner:
             # No DDP wrapper: the step graphs average the flat gradient buffer themselves (step_graph.py).
             step_graph.sync_from_rank0(self.raw)
         elif dist.enabled:
-            from torch.nn.parallel import DistributedDataParallel
-
             self.train_module = DistributedDataParallel(
                 self.raw,
                 device_ids=[self.device.index] if dist.cuda else None,
@@ -243,8 +243,6 @@ class FineTuner:
         return [p for p in self.raw.parameters() if p.requires_grad]
 
     def _optimizer(self) -> Any:
-        import torch
-
         decay: list[Any] = []
         no_decay: list[Any] = []
         for name, param in self.raw.named_parameters():
@@ -277,8 +275,6 @@ class FineTuner:
         return max(0.0, (self.target_steps - step) / max(1, self.target_steps - warmup))
 
     def _restore(self, state: dict[str, Any]) -> None:
-        import torch
-
         self.optimizer.load_state_dict(state["optimizer"])
         if self.cfg.step_graph:  # a checkpoint of an eager run holds the learning rates as numbers
             for group in self.optimizer.param_groups:
@@ -321,8 +317,6 @@ class FineTuner:
     # ------------------------------------------------------------------------------------------------ loop
 
     def run(self) -> TrainOutcome:
-        import torch
-
         cfg, out = self.cfg, self.out
         window = LogWindow(StepClock(self.dist.cuda), torch.zeros(cfg.log_every, device=self.device), out.steps)
         # Under compile a new shape compiles; under CUDA graphs (reduce-overhead, step_graph) its second step
@@ -414,8 +408,6 @@ class FineTuner:
     def _flush(self, window: LogWindow) -> None:
         """Read the window: one host sync for its losses, the clock's step times into warm-up or measured steps,
         each step's metrics to the sink, and a progress line at most every 5 s (and at the end)."""
-        import torch
-
         out = self.out
         n = out.steps - window.start
         if n <= 0:
@@ -488,16 +480,12 @@ class FineTuner:
             return None
         joules = self.energy.joules
         if self.dist.enabled:
-            import torch
-
             total = torch.tensor([joules], dtype=torch.float64, device=self.device)
             torch.distributed.all_reduce(total)
             joules = float(total.item())
         return energy_stats(joules, self.energy.seconds, self.energy.samples, len(self.train_data))
 
     def _forward_backward(self, batch: dict[str, Any], *, sync: bool) -> Any:
-        import contextlib
-
         cfg = self.cfg
         inputs = {
             k: batch[k].to(self.device, non_blocking=self.pin)
@@ -517,8 +505,6 @@ class FineTuner:
         return loss.detach().float()
 
     def _optimizer_step(self) -> None:
-        import torch
-
         if self.cfg.max_grad_norm is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.raw.parameters(), self.cfg.max_grad_norm)
@@ -531,8 +517,6 @@ class FineTuner:
     # ------------------------------------------------------------------------------------------------ eval
 
     def _evaluate(self) -> None:
-        import torch
-
         cfg, out = self.cfg, self.out
         t0 = time.perf_counter()
         plan = data.plan_batches(

@@ -17,7 +17,15 @@ import sys
 import uuid
 from pathlib import Path
 
+from kubesweep.backends.base import BackendError
+from kubesweep.backends.k8s_client import load_config
+from kubesweep.operator import testhooks
+from kubesweep.operator.cache import ClusterCache
+from kubesweep.operator.controller import SweepController
+from kubesweep.operator.leader import LeaseElector
+from kubesweep.operator.mlflow_rest import TrackingPolicy
 from kubesweep.operator.ownership import MIN_KEY_BYTES
+from kubesweep.operator.runtime import Runtime, Supervisor
 from kubesweep.plan import DEFAULT_MAX_TRIALS
 
 OWNERSHIP_KEY_ENV = "KUBESWEEP_MLFLOW_OWNERSHIP_KEY"
@@ -126,14 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     import kopf
     import kubernetes
 
-    from kubesweep.backends.base import BackendError
-    from kubesweep.backends.k8s_client import load_config
-    from kubesweep.operator import handlers, testhooks  # noqa: F401  (handlers registers the handlers)
-    from kubesweep.operator.cache import ClusterCache
-    from kubesweep.operator.controller import SweepController
-    from kubesweep.operator.leader import LeaseElector
-    from kubesweep.operator.mlflow_rest import TrackingPolicy
-    from kubesweep.operator.runtime import Runtime, Supervisor
+    from kubesweep.operator import handlers  # noqa: F401  (importing it registers the kopf handlers)
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.PLAIN)
     try:

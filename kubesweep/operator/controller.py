@@ -44,10 +44,10 @@ from kubesweep.operator.store import (
     epoch,
     status_view,
 )
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import SweepTooLarge, Trial, check_size
 from kubesweep.spec import Sweep
-from kubesweep.tracking.env import TrackingEnv
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome
 
 log = logging.getLogger("kubesweep.operator")
 # A write is sent only with at least this much Lease validity left (it is the write's request timeout).

@@ -24,12 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.operator import ownership
-from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
-from kubesweep.tracking.runs import PARENT_ROLE, ROLE_TAG, SWEEP_TAG
 from kubesweep.tracking.view import experiment_tags
+from kubesweep.wire import tags
 
-TAG_UID = "kubesweep.sweep-uid"
-NAMESPACE_TAG = ownership.NAMESPACE_TAG
 PENDING_PREFIX = "kubesweep-pending-"  # an experiment being made for a namespace, before it is sealed and named
 
 
@@ -229,19 +226,19 @@ class MlflowRest:
         if found.get("lifecycle_stage") == "deleted":
             raise ExperimentRefused(f"experiment {name!r} is deleted: an MLflow admin restores it, or name another "
                                     "(spec.tracking.experiment)")
-        self._set_tags(found, {**experiment_tags(), ownership.NAMESPACE_TAG: namespace})
+        self._set_tags(found, {**experiment_tags(), tags.NAMESPACE: namespace})
         return exp
 
     def _make_sealed(self, name: str, namespace: str, key: bytes) -> dict[str, Any]:
         """Make the experiment for `namespace`, sealed before it bears its name: it is created under a name of its
         own, sealed, then renamed (a process stopped on the way leaves an unnamed experiment, never an unsealed one
         under the name). Another holding the name meanwhile is what this returns (checked by the caller)."""
-        tags = {**experiment_tags(), ownership.NAMESPACE_TAG: namespace}
+        made_tags = {**experiment_tags(), tags.NAMESPACE: namespace}
         pending = f"{PENDING_PREFIX}{secrets.token_hex(8)}"
         exp = str(self._call("POST", "experiments/create", {
-            "name": pending, "tags": [{"key": k, "value": v} for k, v in tags.items()]})["experiment_id"])
+            "name": pending, "tags": [{"key": k, "value": v} for k, v in made_tags.items()]})["experiment_id"])
         self._call("POST", "experiments/set-experiment-tag", {
-            "experiment_id": exp, "key": ownership.SEAL_TAG, "value": ownership.seal(key, exp, namespace)})
+            "experiment_id": exp, "key": tags.OWNER_SEAL, "value": ownership.seal(key, exp, namespace)})
         try:
             self._call("POST", "experiments/update", {"experiment_id": exp, "new_name": name})
         except MlflowError:
@@ -273,33 +270,33 @@ class MlflowRest:
         if grant_to:
             self.grant(exp, grant_to)
         found = self._call("POST", "runs/search", {"experiment_ids": [exp], "max_results": 1,
-                                                   "filter": f"tags.`{TAG_UID}` = '{uid}'"})
+                                                   "filter": f"tags.`{tags.SWEEP_UID}` = '{uid}'"})
         runs = found.get("runs") or []
         if runs:
             return str(runs[0]["info"]["run_id"])
         created = self._call("POST", "runs/create", {
             "experiment_id": exp, "run_name": sweep, "start_time": int(time.time() * 1000),
-            "tags": [{"key": SWEEP_TAG, "value": sweep}, {"key": ROLE_TAG, "value": PARENT_ROLE},
-                     {"key": TAG_UID, "value": uid},
-                     {"key": "mlflow.runName", "value": sweep}]})
+            "tags": [{"key": tags.SWEEP, "value": sweep}, {"key": tags.ROLE, "value": tags.PARENT_ROLE},
+                     {"key": tags.SWEEP_UID, "value": uid},
+                     {"key": tags.RUN_NAME, "value": sweep}]})
         return str(created["run"]["info"]["run_id"])
 
-    def tag_trial_runs(self, parent_run_id: str, tags: Mapping[str, Mapping[str, str]]) -> list[str]:
+    def tag_trial_runs(self, parent_run_id: str, trial_tags: Mapping[str, Mapping[str, str]]) -> list[str]:
         """Set each trial's tags (trial id → tags) on its run under this parent run: the run its job made, tagged
         `kubesweep.trial_id` and `mlflow.parentRunId` (a sweep deleted and created again under its name has a new
         parent run in the same experiment; the old sweep's run of the same trial is left alone). Returns the
         trials that have no run yet."""
-        bad = next((tid for tid in tags if not _TRIAL_ID.fullmatch(tid)), None)
+        bad = next((tid for tid in trial_tags if not _TRIAL_ID.fullmatch(tid)), None)
         if bad is not None:  # a trial id is quoted into a search filter: nothing else may get there
             raise MlflowError(f"not a trial id: {bad[:80]!r}")
         if not _RUN_ID.fullmatch(parent_run_id):  # so is the parent run's id
             raise MlflowError(f"not a run id: {parent_run_id[:80]!r}")
         experiment = self._call("GET", "runs/get", query={"run_id": parent_run_id})["run"]["info"]["experiment_id"]
         missing = []
-        for tid, values in tags.items():
+        for tid, values in trial_tags.items():
             found = self._call("POST", "runs/search", {"experiment_ids": [experiment], "max_results": 1,
-                                                       "filter": f"tags.`{TRIAL_TAG}` = '{tid}' AND "
-                                                                 f"tags.`{PARENT_TAG}` = '{parent_run_id}'"})
+                                                       "filter": f"tags.`{tags.TRIAL_ID}` = '{tid}' AND "
+                                                                 f"tags.`{tags.PARENT_RUN}` = '{parent_run_id}'"})
             runs = found.get("runs") or []
             if not runs:
                 missing.append(tid)

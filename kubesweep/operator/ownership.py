@@ -16,8 +16,8 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-SEAL_TAG = "kubesweep.owner-seal"
-NAMESPACE_TAG = "kubesweep.namespace"  # for people and the UI only: the seal says whose an experiment is
+from kubesweep.wire import tags
+
 MIN_KEY_BYTES = 16
 
 
@@ -37,12 +37,12 @@ def seal(key: bytes, experiment_id: str, namespace: str) -> str:
     return hmac.new(check_key(key), message, hashlib.sha256).hexdigest()
 
 
-def sealed_for(key: bytes, experiment_id: str, namespace: str, tags: Mapping[str, str | None]) -> bool:
+def sealed_for(key: bytes, experiment_id: str, namespace: str, experiment_tags: Mapping[str, str | None]) -> bool:
     """Whether the experiment's tags carry the operator's seal for `namespace`."""
-    return hmac.compare_digest(tags.get(SEAL_TAG) or "", seal(key, experiment_id, namespace))
+    return hmac.compare_digest(experiment_tags.get(tags.OWNER_SEAL) or "", seal(key, experiment_id, namespace))
 
 
-def owner(key: bytes, experiment_id: str, tags: Mapping[str, str | None]) -> str | None:
+def owner(key: bytes, experiment_id: str, experiment_tags: Mapping[str, str | None]) -> str | None:
     """The namespace the operator made the experiment for, or None: the namespace tag, if the seal confirms it."""
-    claimed = tags.get(NAMESPACE_TAG)
-    return claimed if claimed and sealed_for(key, experiment_id, claimed, tags) else None
+    claimed = experiment_tags.get(tags.NAMESPACE)
+    return claimed if claimed and sealed_for(key, experiment_id, claimed, experiment_tags) else None

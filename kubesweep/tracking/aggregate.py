@@ -47,6 +47,7 @@ from typing import Any
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import intervals, sharing
 from kubesweep.tracking.records import TrialRecord, dig
+from kubesweep.wire import tags
 
 GIB = 1024**3
 DEFAULT_TARGET_ACCURACY = 0.90
@@ -171,8 +172,6 @@ COMPARISON_METRICS = ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epo
 # samples_per_s of a run that may rank among the best: absent where its accuracy stayed at chance, so the runs
 # view, sorted by it, lists such a run after every run that learned (with OOM and mismatched runs)
 RANK_METRIC = "ranked_samples_per_s"
-FLAGS_TAG = "kubesweep.flags"  # a trial's flags (`trial_flags`), to search by
-NOTE_TAG = "mlflow.note.content"  # the run's description: the same flags, in the runs view's Description column
 
 
 def comparison_metrics(results: dict[str, Any], *, gpu: str | None, gpus: int,
@@ -188,10 +187,10 @@ def comparison_metrics(results: dict[str, Any], *, gpu: str | None, gpus: int,
 
 
 def comparison_tags(results: dict[str, Any]) -> dict[str, str]:
-    """One trial's flags joined by `; ` as `FLAGS_TAG` and as its run's description (`NOTE_TAG`), empty when
+    """One trial's flags joined by `; ` as `tags.FLAGS` and as its run's description (`tags.NOTE`), empty when
     it has none (a retried trial that now learned clears what an earlier attempt set)."""
     flags = "; ".join(trial_flags(str(results.get("outcome")), results))
-    return {FLAGS_TAG: flags, NOTE_TAG: flags}
+    return {tags.FLAGS: flags, tags.NOTE: flags}
 
 
 CHANCE_ACCURACY = 0.5  # SST-2: two balanced classes

@@ -3,6 +3,7 @@ over its wall time (`sweep results`, the report's answer and its GPU timeline)."
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -10,8 +11,6 @@ from kubesweep.tracking.records import TrialRecord, dig
 
 
 def _unix(iso: Any) -> float | None:
-    import datetime as dt
-
     if not isinstance(iso, str):
         return None
     try:

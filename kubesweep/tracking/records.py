@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from kubesweep.backends.base import Backend, BackendError, TrialStatus
 from kubesweep.jobs.results import RESULTS_SCHEMA, Results
+from kubesweep.wire import tags
 
 # params the job logs that are not job settings
 _TRIAL_PARAMS = frozenset({"sweep", "trial_id", "repeat", "gpu", "gpus_per_trial"})
@@ -112,26 +113,26 @@ def _parse_param(value: str) -> Any:
 
 def record_from_child(child: Any, results: dict[str, Any] | None) -> TrialRecord:
     """A record from an MLflow child run (`runs.ChildRun`) and its results.json (if it has one)."""
-    tags, params = child.tags, child.params
-    trial_id = tags.get("kubesweep.trial_id") or params.get("trial_id") or child.run_id
+    run_tags, params = child.tags, child.params
+    trial_id = run_tags.get(tags.TRIAL_ID) or params.get("trial_id") or child.run_id
     info = (results or {}).get("trial") or {}
     job = dict(results["config"]) if results and isinstance(results.get("config"), dict) else {
         k: _parse_param(v) for k, v in params.items() if k not in _TRIAL_PARAMS}
-    gpu = info.get("gpu", tags.get("kubesweep.gpu"))
+    gpu = info.get("gpu", run_tags.get(tags.GPU))
     gpu = None if gpu in (None, "", "any", "None") else str(gpu)
     gpus = info.get("gpus_per_trial", _parse_param(params.get("gpus_per_trial", "1")))
-    repeat = info.get("repeat", _parse_param(tags.get("kubesweep.repeat", params.get("repeat", "0"))))
+    repeat = info.get("repeat", _parse_param(run_tags.get(tags.REPEAT, params.get("repeat", "0"))))
     if results and results.get("outcome"):
         outcome = str(results["outcome"])
-    elif tags.get("kubesweep.outcome"):
-        outcome = tags["kubesweep.outcome"]
+    elif run_tags.get(tags.OUTCOME):
+        outcome = run_tags[tags.OUTCOME]
     else:
         outcome = {"RUNNING": "running", "SCHEDULED": "pending", "FINISHED": "succeeded", "KILLED": "cancelled"}.get(
             child.status, "failed")
     reason = ""
     if results and isinstance(results.get("error"), dict) and outcome != "succeeded":
         reason = str(results["error"].get("message") or "")
-    return TrialRecord(trial_id=trial_id, name=tags.get("kubesweep.trial") or child.name, repeat=int(repeat or 0),
+    return TrialRecord(trial_id=trial_id, name=run_tags.get(tags.TRIAL) or child.name, repeat=int(repeat or 0),
                        gpu=gpu, gpus=int(gpus if isinstance(gpus, int) else 1), outcome=outcome, job=job,
                        results=results, reason=reason, run_id=child.run_id)
 

@@ -4,7 +4,7 @@ Layout (docs/tracking.md):
 - experiment: the spec's `tracking.experiment`, default the sweep's name;
 - parent run: tags `kubesweep.sweep=<name>`, `kubesweep.role=parent`, run name = the sweep's name; created by
   `sweep submit`, found again by those two tags on every later submit or resume (never a second one);
-- child runs (made by the job's `kubesweep.tracking.mlflow_logger`): tag `mlflow.parentRunId=<parent>`,
+- child runs (made by the job's `kubesweep.jobs.mlflow_logger`): tag `mlflow.parentRunId=<parent>`,
   `kubesweep.trial_id`, `kubesweep.sweep`, cell tags, and the trial's `results.json` artifact;
 - the report: artifacts `report/` of the parent run.
 
@@ -25,14 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
 from kubesweep.tracking.target import TrackingTarget, artifact_dir, sqlite_path
 from kubesweep.tracking.view import experiment_tags
+from kubesweep.wire import tags
 
-SWEEP_TAG = "kubesweep.sweep"
-ROLE_TAG = "kubesweep.role"
-PARENT_ROLE = "parent"
-OUTCOME_TAG = "kubesweep.outcome"
 REPORT_ARTIFACTS = "report"
 RESULTS_ARTIFACT = "results.json"
 PAGE = 1000
@@ -183,7 +179,7 @@ class SweepRuns:
             return None
         runs = self._call(
             "search runs", self.client.search_runs, [experiment],
-            filter_string=f"tags.`{SWEEP_TAG}` = '{self.sweep}' and tags.`{ROLE_TAG}` = '{PARENT_ROLE}'",
+            filter_string=f"tags.`{tags.SWEEP}` = '{self.sweep}' and tags.`{tags.ROLE}` = '{tags.PARENT_ROLE}'",
             order_by=["attributes.start_time ASC"], max_results=10,
         )
         return str(runs[0].info.run_id) if runs else None
@@ -195,9 +191,10 @@ class SweepRuns:
             self._call("update the parent run", self.client.update_run, found, status="RUNNING")
             return found, False
         experiment = self.experiment_id(create=True)
-        tags = {SWEEP_TAG: self.sweep, ROLE_TAG: PARENT_ROLE, "kubesweep.backend": backend,
-                "kubesweep.trials": str(trials)}
-        run = self._call("create the parent run", self.client.create_run, experiment, tags=tags, run_name=self.sweep)
+        run_tags = {tags.SWEEP: self.sweep, tags.ROLE: tags.PARENT_ROLE, tags.BACKEND: backend,
+                    tags.TRIALS: str(trials)}
+        run = self._call("create the parent run", self.client.create_run, experiment, tags=run_tags,
+                         run_name=self.sweep)
         run_id = str(run.info.run_id)
         if spec is not None:
             body = spec.get("spec", {})
@@ -222,7 +219,7 @@ class SweepRuns:
         token = None
         while True:
             page = self._call("search child runs", self.client.search_runs, [experiment],
-                              filter_string=f"tags.`{PARENT_TAG}` = '{parent_run_id}'", max_results=PAGE,
+                              filter_string=f"tags.`{tags.PARENT_RUN}` = '{parent_run_id}'", max_results=PAGE,
                               page_token=token)
             for run in page:
                 out.append(ChildRun(
@@ -262,4 +259,4 @@ class SweepRuns:
 
 
 def trial_id_of(child: ChildRun) -> str | None:
-    return child.tags.get(TRIAL_TAG)
+    return child.tags.get(tags.TRIAL_ID)

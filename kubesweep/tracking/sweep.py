@@ -6,9 +6,11 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kubesweep.tracking.env import TrackingEnv
+from kubesweep.backends.base import SweepNotFound
 from kubesweep.tracking.records import TrialRecord, from_backend, from_mlflow
+from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
 from kubesweep.tracking.target import TrackingTarget
+from kubesweep.wire.env import TrackingEnv
 
 if TYPE_CHECKING:
     from kubesweep.backends.base import Backend
@@ -25,8 +27,6 @@ def open_parent(target: TrackingTarget, sweep: str, *, backend: str, trials: int
                 spec: dict[str, Any] | None) -> Opened:
     """Find or create the sweep's parent run; the env its trials need. Tracking trouble turns tracking off
     (said in the message), except a sqlite store file that cannot be read (`UnusableStore`), which is raised."""
-    from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
-
     if not target.enabled:
         return Opened(None, target.describe(), warning=target.source != "off" or "installed" in target.off_reason)
     assert target.uri is not None
@@ -42,8 +42,6 @@ def open_parent(target: TrackingTarget, sweep: str, *, backend: str, trials: int
 
 
 def finish_parent(env: TrackingEnv | None, target: TrackingTarget, sweep: str, failed: bool) -> None:
-    from kubesweep.tracking.runs import SweepRuns, TrackingError
-
     if env is None or env.parent_run_id is None:
         return
     with contextlib.suppress(TrackingError):  # the trials' runs are what matter; the parent's end state is cosmetic
@@ -66,9 +64,6 @@ def load_records(target: TrackingTarget, sweep: str, backend: Backend | None, *,
     Raises `runs.TrackingError` when MLflow is asked for but cannot be read, and `BackendError` (`SweepNotFound`)
     when what is asked for does not know the sweep.
     """
-    from kubesweep.backends.base import SweepNotFound
-    from kubesweep.tracking.runs import SweepRuns, TrackingError
-
     keeps_files = backend is not None and getattr(backend, "results", None) is not None
     if source == "files" or (source == "auto" and (keeps_files or not target.enabled)):
         off = "" if target.enabled else f"{target.describe()}; reading the backend's results files"

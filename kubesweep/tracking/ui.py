@@ -22,8 +22,9 @@ from pathlib import Path
 from types import FrameType
 
 from kubesweep.backends.base import SweepNotFound
-from kubesweep.tracking.runs import TrackingError
+from kubesweep.tracking.runs import TrackingError, quiet
 from kubesweep.tracking.target import LOCAL_ARTIFACTS, local_store_uri
+from kubesweep.tracking.view import VIEW_TAG, runs_url
 
 CLUSTER_SERVICE = "kubesweep-mlflow"
 CLUSTER_PORT = 5000
@@ -202,8 +203,6 @@ def experiment_view(store_uri: str, experiment: str, base: str) -> str | None:
     """The runs view URL of the experiment named `experiment` in the store; None when there is none."""
     from mlflow.tracking import MlflowClient
 
-    from kubesweep.tracking.runs import quiet
-    from kubesweep.tracking.view import runs_url
 
     quiet()
     try:
@@ -217,8 +216,6 @@ def sweep_views(store_uri: str, base: str) -> list[tuple[str, str]]:
     """(experiment name, its runs view URL) for each experiment in the store that kubesweep tagged."""
     from mlflow.tracking import MlflowClient
 
-    from kubesweep.tracking.runs import quiet
-    from kubesweep.tracking.view import VIEW_TAG, runs_url
 
     quiet()
 

@@ -15,8 +15,14 @@ import os
 import sys
 from pathlib import Path
 
+from kubesweep.backend_factory import make_backend
+from kubesweep.backends.base import BackendError
+from kubesweep.session import EXIT_BACKEND, EXIT_USAGE, exit_code
 from kubesweep.spec import SpecError, parse_sweep, parse_sweep_text
 from kubesweep.specfile import read_spec_text
+from kubesweep.tune.dispatch import NoSearch, run_search
+from kubesweep.views import search_lines
+from kubesweep.wire.env import TRACKING_SECRET_ENV, TrackingEnv
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,11 +33,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storage", type=Path, required=True, help="search state directory")
     parser.add_argument("--home", type=Path, default=None, help="local backend state directory")
     args = parser.parse_args(argv)
-
-    from kubesweep.backends import BackendError, make_backend
-    from kubesweep.session import EXIT_BACKEND, EXIT_USAGE, exit_code
-    from kubesweep.tracking.env import TRACKING_SECRET_ENV, TrackingEnv
-    from kubesweep.tune.dispatch import NoSearch, run_search
 
     try:
         text = read_spec_text(args.spec)  # within the size limit of a spec file
@@ -60,8 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     except BackendError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BACKEND
-    from kubesweep.views import search_lines
-
     for line in search_lines(summary):
         print(line)
     return exit_code(status)

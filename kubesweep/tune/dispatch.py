@@ -20,7 +20,7 @@ from kubesweep.spec import SEARCH_RUNNERS
 if TYPE_CHECKING:
     from kubesweep.backends.base import Backend, SweepStatus
     from kubesweep.spec import Sweep
-    from kubesweep.tracking.env import TrackingEnv
+    from kubesweep.wire.env import TrackingEnv
 
 
 class NoSearch(ValueError):

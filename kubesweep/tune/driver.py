@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import Backend, BackendError, SweepStatus
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import make_trial, plan
 from kubesweep.spec import Sweep, TuneSearch
-from kubesweep.tracking.env import TrackingEnv
+from kubesweep.tracking.runs import quiet
 from kubesweep.tune import metrics as m
-from kubesweep.tune.space import axes_from_config
+from kubesweep.tune.space import axes_from_config, ray_space
+from kubesweep.wire import tags
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +124,6 @@ class _Driver:
         """The trials' MLflow child runs: KILLED, tag kubesweep.outcome=stopped (their jobs were ended mid-run)."""
         if self.tracking is None or not self.tracking.parent_run_id:
             return
-        from kubesweep.tracking.mlflow_logger import TRIAL_TAG
-        from kubesweep.tracking.runs import OUTCOME_TAG, quiet
-
         quiet()
         try:
             from mlflow.tracking import MlflowClient
@@ -133,9 +132,9 @@ class _Driver:
             experiment = client.get_run(self.tracking.parent_run_id).info.experiment_id
             for trial_id in trial_ids:
                 for run in client.search_runs([experiment],
-                                              filter_string=f"tags.`{TRIAL_TAG}` = '{trial_id}'"):
-                    if run.info.status != "KILLED" or run.data.tags.get(OUTCOME_TAG) != "stopped":
-                        client.set_tag(run.info.run_id, OUTCOME_TAG, "stopped")
+                                              filter_string=f"tags.`{tags.TRIAL_ID}` = '{trial_id}'"):
+                    if run.info.status != "KILLED" or run.data.tags.get(tags.OUTCOME) != "stopped":
+                        client.set_tag(run.info.run_id, tags.OUTCOME, "stopped")
                         client.set_terminated(run.info.run_id, status="KILLED")
         except Exception as exc:  # tracking trouble never stops the search
             log.warning("tracking: cannot mark trials %s stopped in MLflow: %s", ", ".join(trial_ids), exc)
@@ -207,7 +206,6 @@ def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trackin
     from ray import tune
 
     from kubesweep.tune import _ray
-    from kubesweep.tune.space import ray_space
 
     ctx = _ray.Context(sweep_doc=sweep.to_document(), snapshot=str(storage / m.SNAPSHOT),
                        tracking_uri=tracking.uri if tracking else None, experiment_id=experiment_id(tracking),

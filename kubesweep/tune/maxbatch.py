@@ -24,29 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import Backend, SweepStatus
-from kubesweep.outcomes import Outcome
-from kubesweep.plan import Trial, cells, drop_reason, make_trial, plan
+from kubesweep.gpus import load_catalog
+from kubesweep.plan import Trial, candidates, cells, drop_reason, make_trial, next_probes, plan
 from kubesweep.spec import MaxBatchSearch, Sweep
-from kubesweep.tracking.env import TrackingEnv
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome
 
 SUMMARY = "max_batch.json"
-
-
-def candidates(search: MaxBatchSearch) -> list[int]:
-    """Batch sizes the answer may be: multiples of `step` within [low, high] (low itself when step is 1)."""
-    start = search.low if search.step == 1 else max(search.step, -(-search.low // search.step) * search.step)
-    return list(range(start, search.high + 1, search.step))
-
-
-def next_probes(fit: int, oom: int, k: int) -> list[int]:
-    """Up to k indices spread evenly strictly between `fit` (largest index known to fit, -1: none) and `oom`
-    (smallest index known not to fit, len: none)."""
-    gap = oom - fit - 1
-    if gap <= 0:
-        return []
-    k = min(k, gap)
-    picks = sorted({fit + max(1, min(gap, round((j + 1) * (oom - fit) / (k + 1)))) for j in range(k)})
-    return picks
 
 
 @dataclass
@@ -93,8 +77,6 @@ def run_max_batch(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Tr
     assert isinstance(search, MaxBatchSearch)
     p = plan(sweep)
     backend.submit(p)
-    from kubesweep.gpus import load_catalog
-
     catalog = load_catalog()
     sizes = candidates(search)
     searches = [CellSearch(dict(c), sizes) for c in cells(sweep) if not drop_reason(sweep, c, catalog)]

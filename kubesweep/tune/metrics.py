@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.spec import Constraint, TuneSearch
+from kubesweep.wire import tags
 
 PENALTY = 1.0e12
 
@@ -126,10 +127,8 @@ class RunPoller:
 
     def find_run(self) -> str | None:
         if self.run_id is None:
-            from kubesweep.tracking.mlflow_logger import TRIAL_TAG
-
             runs = self.client().search_runs([self.experiment_id],
-                                             filter_string=f"tags.`{TRIAL_TAG}` = '{self.trial_id}'",
+                                             filter_string=f"tags.`{tags.TRIAL_ID}` = '{self.trial_id}'",
                                              max_results=1)
             self.run_id = runs[0].info.run_id if runs else None
         return self.run_id

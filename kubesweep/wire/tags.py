@@ -25,9 +25,16 @@ TASK = "kubesweep.task"
 # On a trial's run: how it ended and what the reports say of it
 OUTCOME = "kubesweep.outcome"
 FLAGS = "kubesweep.flags"  # a trial's flags, to search by
+# On a trial's run under Kueue: its LocalQueue and priority class (the job's), how often Kueue evicted it and the
+# last time's words (the operator's)
+KUEUE_QUEUE = "kueue.queue"
+KUEUE_PRIORITY_CLASS = "kueue.priority_class"
+KUEUE_EVICTIONS = "kueue.evictions"
+KUEUE_LAST_EVICTION = "kueue.last_eviction"
 # On an experiment the operator made for a namespace
 OWNER_SEAL = "kubesweep.owner-seal"
 NAMESPACE = "kubesweep.namespace"  # for people and the UI only: the seal says whose an experiment is
 # MLflow's own tags that kubesweep sets
 PARENT_RUN = "mlflow.parentRunId"
+RUN_NAME = "mlflow.runName"
 NOTE = "mlflow.note.content"  # a run's Description in the runs view

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from kubesweep.backends import Backend, BackendError, Phase, SweepConflict, SweepNotFound, SweepStatus
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import Plan, Trial, make_trial, plan
 from kubesweep.spec import parse_sweep
+from kubesweep.wire.outcomes import Outcome
 
 CRASH_LR = 0.123
 

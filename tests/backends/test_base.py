@@ -13,7 +13,7 @@ from kubesweep.backends.base import (
     SweepStatus,
     TrialStatus,
 )
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 
 
 def sweep(*trials: tuple[Phase, Outcome | None]) -> SweepStatus:

@@ -17,7 +17,7 @@ from kubesweep.backends.k8s_state import (
     TrialEntry,
     TrialSlices,
 )
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 
 
 class DictSlices(SliceKind):

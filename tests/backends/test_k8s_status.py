@@ -14,7 +14,7 @@ from kubesweep.backends import k8s_status
 from kubesweep.backends.base import Phase
 from kubesweep.backends.k8s_status import Observed, observe
 from kubesweep.backends.k8s_watch import trim_job, trim_pod
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:40Z"
 

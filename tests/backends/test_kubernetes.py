@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from kubesweep.backends.kubernetes import KubernetesBackend
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 from tests.backends.contract import BackendContract, Harness, kwok_annotations, make_plan
 
 pytestmark = pytest.mark.cluster

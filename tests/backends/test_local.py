@@ -18,7 +18,7 @@ from kubesweep.backends.base import Phase, SweepStatus
 from kubesweep.backends.local import LocalBackend
 from kubesweep.backends.local_machine import JOB_COMMAND_ENV
 from kubesweep.jobs import forkserver, forkserver_warm
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 from tests.backends.contract import BackendContract, Harness, make_plan
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"

@@ -11,7 +11,7 @@ import pytest
 
 from kubesweep.backends._local_store import Store
 from kubesweep.backends.base import Phase
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 
 SPEC = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"}}
 

@@ -11,7 +11,7 @@ import pytest
 
 from kubesweep.jobs import cli
 from kubesweep.jobs.config import JobConfig
-from kubesweep.outcomes import ExitCode
+from kubesweep.wire.outcomes import ExitCode
 from tests.support.job_fixtures import REPO, run_job
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kubesweep.jobs.command import JOB_MODULE, job_argv
-from kubesweep.outcomes import ExitCode
+from kubesweep.wire.outcomes import ExitCode
 from tests.support.job_fixtures import REPO
 
 ARGS = ["--config", "/t/trial.json", "--output-dir", "/out"]

@@ -21,7 +21,7 @@ import pytest
 from kubesweep.jobs import forkserver_handle, forkserver_warm
 from kubesweep.jobs.forkserver_handle import Handle
 from kubesweep.jobs.runtime import CRASH_HOOK_ENV
-from kubesweep.outcomes import ExitCode
+from kubesweep.wire.outcomes import ExitCode
 from tests.support.job_fixtures import REPO, JobRun, run_job, tiny_args
 
 pytestmark = pytest.mark.slow

@@ -23,9 +23,9 @@ from kubesweep.backends.k8s_state import LABEL_SLICE, TrialEntry
 from kubesweep.manifests import LABEL_SWEEP
 from kubesweep.operator.client import OPERATOR_GRACE, SweepClient, crd_installed
 from kubesweep.operator.store import ANNOTATION_CANCEL, ANNOTATION_RESUME, CLIENT_MANAGER, rfc3339
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import Plan, plan
 from kubesweep.spec import parse_sweep
+from kubesweep.wire.outcomes import Outcome
 
 GV = "kubesweep.io/v1alpha1"
 PREFIX = f"/apis/{GV}"

@@ -8,7 +8,7 @@ import pytest
 from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.operator.controller import OperatorBackend
 from kubesweep.operator.leader import LeaseElector
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 from tests.support.operator_sweeps import two_trial_plan
 
 # -- the write guard ---------------------------------------------------------------------

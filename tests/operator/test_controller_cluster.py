@@ -27,9 +27,9 @@ import pytest
 import yaml
 
 from kubesweep.backends.k8s_state import TrialEntry
-from kubesweep.outcomes import Outcome
 from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep
+from kubesweep.wire.outcomes import Outcome
 
 pytestmark = pytest.mark.cluster
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 from tests.operator.test_controller_cluster import (  # noqa: F401  (installed: the module's chart release)
     OPERATOR,
     Installed,

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubesweep.operator import ownership
 from kubesweep.operator.mlflow_rest import ExperimentRefused, MlflowRest
+from kubesweep.wire import tags
 from tests.support.mlflow_auth import PREFIX, AuthServer
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def test_an_experiment_made_and_tagged_for_another_namespace_is_refused(mlflow_a
     and revoke team-b."""
     server = mlflow_auth_server
     name = server.policy.experiment_name(server.url, "team-b", "bert-sweep")
-    exp = _create_as(server, "team-a", name, {ownership.NAMESPACE_TAG: "team-b"})
+    exp = _create_as(server, "team-a", name, {tags.NAMESPACE: "team-b"})
     _refused(server, "bert-sweep", exp, "uid-forged-tag")
 
 
@@ -85,7 +85,7 @@ def test_an_experiment_renamed_and_retagged_by_its_namespace_stays_its_own(mlflo
     taken = server.policy.experiment_name(server.url, "team-b", "next-sweep")
     assert server.status("team-a", "POST", "experiments/update", {"experiment_id": exp, "new_name": taken}) == 200
     assert server.status("team-a", "POST", "experiments/set-experiment-tag", {
-        "experiment_id": exp, "key": ownership.NAMESPACE_TAG, "value": "team-b"}) == 200
+        "experiment_id": exp, "key": tags.NAMESPACE, "value": "team-b"}) == 200
     _refused(server, "next-sweep", exp, "uid-rename-b")
     # it is still team-a's, and only team-a's, to log into
     assert server.status("team-a", "POST", "runs/create", {"experiment_id": exp}) == 200
@@ -99,7 +99,7 @@ def test_a_seal_copied_from_another_experiment_is_no_seal(mlflow_auth_server: Au
     operator = server.as_user("kubesweep-operator")
     genuine = operator._call("GET", "runs/get", query={"run_id": run_b})["run"]["info"]["experiment_id"]
     copied = {k: v for k, v in _tags(operator, genuine).items() if k.startswith("kubesweep.")}
-    assert ownership.SEAL_TAG in copied
+    assert tags.OWNER_SEAL in copied
     name = server.policy.experiment_name(server.url, "team-b", "copied-seal")
     exp = _create_as(server, "team-a", name, copied)
     _refused(server, "copied-seal", exp, "uid-copied-seal")
@@ -131,7 +131,7 @@ def test_a_namespace_cannot_rename_another_namespaces_experiment(mlflow_auth_ser
     assert server.status("team-a", "POST", "experiments/update", {"experiment_id": exp, "new_name": a_name}) == 403
     assert server.status("team-b", "POST", "experiments/update", {"experiment_id": exp, "new_name": a_name}) == 200
     assert server.status("team-b", "POST", "experiments/set-experiment-tag", {
-        "experiment_id": exp, "key": ownership.NAMESPACE_TAG, "value": "team-a"}) == 200
+        "experiment_id": exp, "key": tags.NAMESPACE, "value": "team-a"}) == 200
     with pytest.raises(ExperimentRefused, match="was not made by the operator for namespace team-a"):
         _sweep(server, "team-a", "a-next", "uid-a-next")
     assert server.status("team-a", "POST", "runs/create", {"experiment_id": exp}) == 403

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
-from kubesweep.tracking.env import TrackingEnv
+from kubesweep.wire.env import TrackingEnv
 
 SECRET_BODY = "internal-service-says: db-password=hunter2"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.operator.controller import _changed
 from kubesweep.operator.store import ATTENTION, counts_for, status_view
-from kubesweep.outcomes import Outcome
+from kubesweep.wire.outcomes import Outcome
 from tests.support.operator_sweeps import two_trial_plan
 
 

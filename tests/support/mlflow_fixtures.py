@@ -2,7 +2,7 @@
 logged to it.
 
 The sweep's workload is `tests/support/tracked_job.py`: it logs through the job's own MLflow logger
-(`kubesweep.tracking.mlflow_logger`) and writes results files validated by the job's schema, without training,
+(`kubesweep.jobs.mlflow_logger`) and writes results files validated by the job's schema, without training,
 so the matrix (GPU types x batch sizes, compile, an OOM cell, a GPU-mismatch cell, DDP, inference on CPU and GPU,
 two repeats) runs in about a minute. GPUs are declared through KUBESWEEP_LOCAL_GPUS; nothing runs on a GPU.
 `marked_sweep` is a smaller sweep in a kubesweep home's local store, served by `sweep ui`, with a setting at

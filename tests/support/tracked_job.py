@@ -3,7 +3,7 @@
 It honours the job's contract (`--config trial.json --output-dir DIR`, exit codes) and writes a `results.json`
 validated by the job's own schema (`kubesweep.jobs.results.Results`), with numbers that are a fixed function of
 the trial's settings and repeat, so tests can check aggregation, the report and the MLflow layout quickly. It
-logs through the same API as the job's runner: `kubesweep.tracking.mlflow_logger.MlflowTrialLogger.from_env`
+logs through the same API as the job's runner: `kubesweep.jobs.mlflow_logger.MlflowTrialLogger.from_env`
 (child run under $KUBESWEEP_PARENT_RUN_ID, found again by trial id), with the job's tags, params, metric names
 and artifacts. Outcomes:
   job.batch_size >= 256   -> oom (exit 3)
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.jobs.config import TrialConfig
+from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
 from kubesweep.jobs.results import Results
 from kubesweep.tracking.aggregate import comparison_metrics, comparison_tags
-from kubesweep.tracking.mlflow_logger import MlflowTrialLogger
 
 GIB = 1024**3
 BASE_RATE = {"h100-80gb": 1000.0, "l40s": 600.0, "a100-40gb": 700.0, "v100-32gb": 300.0, None: 40.0}

@@ -15,6 +15,7 @@ import pytest
 from kubesweep.gpus import load_catalog
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.records import TrialRecord
+from kubesweep.wire import tags
 
 GIB = 1024**3
 CATALOG = load_catalog()
@@ -103,7 +104,7 @@ def test_a_run_at_chance_accuracy_has_its_numbers_and_flag_but_no_rank() -> None
     assert out["samples_per_s"] == 5000.0 and out["accuracy"] == 0.509 and agg.RANK_METRIC not in out
     for res, flags in ((chance, "chance accuracy (0.51)"), (results(), ""), ({"outcome": "oom"}, "OOM"),
                        ({"outcome": "gpu_mismatch"}, "GPU mismatch"), ({"outcome": "failed"}, "failed")):
-        assert agg.comparison_tags(res) == {agg.FLAGS_TAG: flags, agg.NOTE_TAG: flags}
+        assert agg.comparison_tags(res) == {tags.FLAGS: flags, tags.NOTE: flags}
     inference = {"outcome": "succeeded", "device": "cpu", "inference": {"samples_per_s": 80.0}}
     assert agg.comparison_metrics(inference, gpu=None, gpus=0)[agg.RANK_METRIC] == 80.0  # no accuracy: ranks
 

@@ -14,7 +14,6 @@ import pytest
 from kubesweep.backends.base import Phase, TrialStatus
 from kubesweep.backends.local import LocalBackend
 from kubesweep.jobs.config import JobConfig, TrialConfig
-from kubesweep.outcomes import Outcome
 from kubesweep.tracking.records import (
     ResultsDirError,
     ResultsFileError,
@@ -27,6 +26,7 @@ from kubesweep.tracking.records import (
     record_from_status,
 )
 from kubesweep.tracking.runs import ChildRun
+from kubesweep.wire.outcomes import Outcome
 from tests.backends.contract import CRASH_LR, make_plan
 from tests.support.tracked_job import build as stand_in
 

@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("mlflow")
 
-from kubesweep.tracking.mlflow_logger import PARENT_TAG, TRIAL_TAG
-from kubesweep.tracking.runs import ROLE_TAG, SWEEP_TAG, SweepRuns, TrackingError, UnusableStore, trial_id_of
+from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore, trial_id_of
 from kubesweep.tracking.target import resolve
+from kubesweep.wire import tags
 
 
 def test_the_parent_run_is_made_once_and_its_children_and_results_are_read(tmp_path: Path,
@@ -27,13 +27,14 @@ def test_the_parent_run_is_made_once_and_its_children_and_results_are_read(tmp_p
     assert SweepRuns(resolve(experiment="exp", home=tmp_path), "s").find_parent() == parent
     client = runs.client
     run = client.get_run(parent)
-    assert run.data.tags[SWEEP_TAG] == "s" and run.data.tags[ROLE_TAG] == "parent" and run.info.run_name == "s"
+    assert run.data.tags[tags.SWEEP] == "s" and run.data.tags[tags.ROLE] == "parent" and run.info.run_name == "s"
     assert run.data.params["matrix"] == json.dumps({"batch_size": [8]}) and run.data.params["trials"] == "1"
     assert (tmp_path / "mlartifacts" / "exp").is_dir()  # the local store's artifacts, one folder per experiment
 
-    child = client.create_run(run.info.experiment_id, tags={PARENT_TAG: parent, TRIAL_TAG: "abc"}, run_name="s-0")
+    child = client.create_run(run.info.experiment_id, tags={tags.PARENT_RUN: parent, tags.TRIAL_ID: "abc"},
+                              run_name="s-0")
     client.log_dict(child.info.run_id, {"outcome": "succeeded"}, "results.json")
-    bare = client.create_run(run.info.experiment_id, tags={PARENT_TAG: parent}, run_name="s-1")
+    bare = client.create_run(run.info.experiment_id, tags={tags.PARENT_RUN: parent}, run_name="s-1")
     children = runs.children(parent)
     assert sorted(c.name for c in children) == ["s-0", "s-1"]
     assert {trial_id_of(c) for c in children} == {"abc", None}

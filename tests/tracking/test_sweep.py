@@ -1,7 +1,7 @@
 """A real local sweep tracked in a real `mlflow server` (fixtures in tests/support/mlflow_fixtures.py).
 
 The workload is tests/support/tracked_job.py, which logs through the job's own MLflow logger
-(`kubesweep.tracking.mlflow_logger`) and writes schema-valid results files without training; the real job is
+(`kubesweep.jobs.mlflow_logger`) and writes schema-valid results files without training; the real job is
 run once in test_sweep_real_job.py. Every number `sweep results` and `sweep report` show is checked here against the
 trials' results files, computed independently.
 """

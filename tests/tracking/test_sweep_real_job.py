@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kubesweep.tracking.aggregate import FLAGS_TAG, NOTE_TAG, RANK_METRIC, at_chance, comparison_tags
+from kubesweep.tracking.aggregate import RANK_METRIC, at_chance, comparison_tags
+from kubesweep.wire import tags
 from tests.support.mlflow_fixtures import ROOT, MlflowServer, make_runner, quiet_mlflow_env
 
 SST2 = ROOT / "data" / "sst2"
@@ -52,7 +53,7 @@ def test_real_job_logs_a_child_run_that_results_reads(mlflow_server: MlflowServe
     assert child.data.tags["kubesweep.trial_id"] == results["trial"]["trial_id"]
     assert child.data.tags["kubesweep.outcome"] == "succeeded"
     # the runs view's flags column and sort key: a run at chance accuracy says so and does not rank
-    assert child.data.tags[FLAGS_TAG] == child.data.tags[NOTE_TAG] == comparison_tags(results)[FLAGS_TAG]
+    assert child.data.tags[tags.FLAGS] == child.data.tags[tags.NOTE] == comparison_tags(results)[tags.FLAGS]
     assert (RANK_METRIC in child.data.metrics) == (not at_chance(results))
     assert child.data.metrics["result/samples_per_s"] == pytest.approx(results["train"]["samples_per_s"])
     assert child.data.metrics["eval/accuracy"] == pytest.approx(results["final_accuracy"])

@@ -11,8 +11,9 @@ import re
 import urllib.request
 from typing import Any
 
-from kubesweep.tracking.aggregate import FLAGS_TAG, NOTE_TAG, RANK_METRIC
+from kubesweep.tracking.aggregate import RANK_METRIC
 from kubesweep.tracking.view import COLUMNS, DESCRIPTION, VIEW_KEY, VIEW_TAG, view_state
+from kubesweep.wire import tags
 from tests.support.mlflow_fixtures import MARKS_TRIALS, MarkedSweep
 
 
@@ -46,11 +47,11 @@ def test_the_runs_view_lists_runs_that_learned_first_and_flags_the_rest(marked_s
     def metrics(run: dict[str, Any]) -> dict[str, float]:
         return {m["key"]: m["value"] for m in run["data"].get("metrics", [])}
 
-    def tags(run: dict[str, Any]) -> dict[str, str]:
+    def run_tags(run: dict[str, Any]) -> dict[str, str]:
         return {t["key"]: t["value"] for t in run["data"]["tags"]}
 
-    flags = [tags(r).get(FLAGS_TAG) for r in children]
-    assert flags == [tags(r).get(NOTE_TAG) for r in children]  # what the Description column shows
+    flags = [run_tags(r).get(tags.FLAGS) for r in children]
+    assert flags == [run_tags(r).get(tags.NOTE) for r in children]  # what the Description column shows
     chance = [i for i, f in enumerate(flags) if f == "chance accuracy (0.51)"]
     learned = [i for i, r in enumerate(children) if RANK_METRIC in metrics(r)]
     assert len(chance) == 2 and len(learned) == 8
@@ -60,6 +61,6 @@ def test_the_runs_view_lists_runs_that_learned_first_and_flags_the_rest(marked_s
     assert max(learned) < min(chance) and learned == list(range(8))
     assert metrics(children[0])["samples_per_s"] == max(metrics(children[i])["samples_per_s"] for i in learned)
     assert all(metrics(children[i])["accuracy"] == 0.509 for i in chance)  # their numbers stay in the row
-    outcomes = {tags(r)["kubesweep.outcome"]: tags(r).get(FLAGS_TAG) for r in children if not metrics(r)}
+    outcomes = {run_tags(r)["kubesweep.outcome"]: run_tags(r).get(tags.FLAGS) for r in children if not metrics(r)}
     assert outcomes == {"oom": "OOM", "gpu_mismatch": "GPU mismatch"}
     assert {flags[i] for i in learned} == {""}

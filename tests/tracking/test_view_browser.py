@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kubesweep.tracking.aggregate import FLAGS_TAG, RANK_METRIC
+from kubesweep.tracking.aggregate import RANK_METRIC
 from kubesweep.tracking.view import runs_url
+from kubesweep.wire import tags
 from tests.support.chromium import SHOTS, launch
 from tests.support.mlflow_fixtures import MARKS_NAME, MARKS_TRIALS, SWEEP_TRIALS, MarkedSweep, TrackedSweep
 
@@ -111,7 +112,7 @@ def test_the_runs_view_marks_runs_at_chance_oom_and_mismatch(marked_sweep: Marke
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(children) == MARKS_TRIALS
     learned = [r for r in children if RANK_METRIC in r.data.metrics]
-    flagged = {r.info.run_id: r.data.tags[FLAGS_TAG] for r in children if r.data.tags[FLAGS_TAG]}
+    flagged = {r.info.run_id: r.data.tags[tags.FLAGS] for r in children if r.data.tags[tags.FLAGS]}
     assert sorted(set(flagged.values())) == ["GPU mismatch", "OOM", "chance accuracy (0.51)"]
     fastest = max(children, key=lambda r: r.data.metrics.get("samples_per_s", 0.0))
     assert flagged[fastest.info.run_id] == "chance accuracy (0.51)"  # what the view must not put first

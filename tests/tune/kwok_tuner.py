@@ -14,8 +14,8 @@ from pathlib import Path
 
 from kubesweep.backends.kubernetes import KubernetesBackend
 from kubesweep.spec import Sweep
-from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tune.driver import run_tune
+from kubesweep.wire.env import TrackingEnv
 from tests.cluster.kwok_cluster import ANNOTATION_OUTCOME
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from kubesweep.session import Options, Session
 from kubesweep.spec import SEARCH_RUNNERS, Sweep
-from kubesweep.tracking.env import TrackingEnv
 from kubesweep.tune.dispatch import NoSearch, run_search, summary_names
+from kubesweep.wire.env import TrackingEnv
 from tests.test_session import make_sweep
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"

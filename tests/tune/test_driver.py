@@ -18,8 +18,8 @@ from mlflow.tracking import MlflowClient
 
 from kubesweep.backends._local_trials import alive
 from kubesweep.backends.local import LocalBackend
-from kubesweep.outcomes import Outcome
 from kubesweep.tune.driver import pareto_front
+from kubesweep.wire.outcomes import Outcome
 from tests.support.mlflow_fixtures import MlflowServer
 from tests.tune.support import SST2, search_env, sweep_argv, tiny_job
 

@@ -33,12 +33,12 @@ from kubernetes.client.exceptions import ApiException
 from mlflow.tracking import MlflowClient
 
 from kubesweep.backends.kubernetes import KubernetesBackend
+from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
 from kubesweep.manifests import ANNOTATION_CONFIG, LABEL_SWEEP, LABEL_TRIAL
-from kubesweep.outcomes import Outcome
-from kubesweep.tracking.mlflow_logger import TRIAL_TAG, MlflowTrialLogger
-from kubesweep.tracking.runs import OUTCOME_TAG
 from kubesweep.tracking.sweep import open_parent
 from kubesweep.tracking.target import resolve
+from kubesweep.wire import tags
+from kubesweep.wire.outcomes import Outcome
 from tests.cluster.kwok_cluster import ANNOTATION_DURATION, ANNOTATION_OUTCOME
 from tests.support.mlflow_fixtures import ROOT, MlflowServer, quiet_mlflow_env
 
@@ -179,10 +179,10 @@ def test_tune_trials_are_jobs_and_asha_stops_delete_them(k8s_cluster: Any, k8s_n
         assert jobs == [], f"the Job of stopped trial {trial_id} still exists"
     client = MlflowClient(tracking_uri=mlflow_server.url)
     experiment = client.get_run(opened.env.parent_run_id).info.experiment_id
-    runs = {r.data.tags[TRIAL_TAG]: r for r in client.search_runs([experiment], f"tags.`{TRIAL_TAG}` != ''")}
+    runs = {r.data.tags[tags.TRIAL_ID]: r for r in client.search_runs([experiment], f"tags.`{tags.TRIAL_ID}` != ''")}
     for trial_id in stopped:
         assert runs[trial_id].info.status == "KILLED"
-        assert runs[trial_id].data.tags.get(OUTCOME_TAG) == "stopped"
+        assert runs[trial_id].data.tags.get(tags.OUTCOME) == "stopped"
     # finished trials: feasible exactly when they meet the constraint; the best and the Pareto front among those
     rows = {t["trial_id"]: t for t in summary["trials"]}
     feasible = set()

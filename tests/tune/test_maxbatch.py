@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from kubesweep.backends.local import LocalBackend
-from kubesweep.outcomes import Outcome
-from kubesweep.tune.maxbatch import candidates, next_probes
+from kubesweep.wire.outcomes import Outcome
 from tests.support.mlflow_fixtures import MlflowServer
 from tests.tune.support import SST2, search_env, sweep_argv, tiny_job
 
@@ -83,14 +82,3 @@ def _submitting(home: Path) -> bool:
     return False
 
 
-def test_bisection_probes() -> None:
-    from kubesweep.spec import MaxBatchSearch
-
-    assert candidates(MaxBatchSearch(strategy="max_batch", low=8, high=64, step=8)) == [8, 16, 24, 32, 40, 48,
-                                                                                         56, 64]
-    assert candidates(MaxBatchSearch(strategy="max_batch", low=3, high=6)) == [3, 4, 5, 6]
-    assert next_probes(-1, 8, 2) == [2, 5]
-    assert next_probes(2, 5, 2) == [3, 4]
-    assert next_probes(4, 5, 2) == []
-    assert next_probes(-1, 8, 1) == [3]
-    assert next_probes(-1, 1, 3) == [0]

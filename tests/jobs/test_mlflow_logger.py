@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from kubesweep.outcomes import ExitCode
-from kubesweep.tracking.mlflow_logger import MlflowTrialLogger
+from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
+from kubesweep.wire.outcomes import ExitCode
 from tests.support.job_fixtures import REPO, tiny_args
 
 mlflow = pytest.importorskip("mlflow")

@@ -1,11 +1,11 @@
-"""Trial outcomes and the job's exit codes (`kubesweep.outcomes`): the contract between the job, the backends
+"""Trial outcomes and the job's exit codes (`kubesweep.wire.outcomes`): the contract between the job, the backends
 and the reports."""
 
 from __future__ import annotations
 
 import pytest
 
-from kubesweep.outcomes import EXIT_TO_OUTCOME, ExitCode, Outcome, outcome_for_exit
+from kubesweep.wire.outcomes import EXIT_TO_OUTCOME, ExitCode, Outcome, outcome_for_exit
 
 
 @pytest.mark.parametrize(("code", "outcome"), [

@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubesweep.wire import tags
+
 log = logging.getLogger(__name__)
 
-TRIAL_TAG = "kubesweep.trial_id"
-PARENT_TAG = "mlflow.parentRunId"
 DEFAULT_EXPERIMENT = "kubesweep"
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
@@ -312,17 +312,17 @@ class MlflowTrialLogger:
             found = client.get_experiment_by_name(self.experiment)
             experiment_id = found.experiment_id if found else client.create_experiment(self.experiment)
         existing = client.search_runs(
-            [experiment_id], filter_string=f"tags.`{TRIAL_TAG}` = '{self.trial_id}'", max_results=1
+            [experiment_id], filter_string=f"tags.`{tags.TRIAL_ID}` = '{self.trial_id}'", max_results=1
         )
         if existing:
             run_id = existing[0].info.run_id
             client.update_run(run_id, status="RUNNING")
             log.info("tracking: re-using run %s of trial %s", run_id, self.trial_id)
         else:
-            tags = {TRIAL_TAG: self.trial_id, "mlflow.runName": self.run_name, **self.tags}
+            run_tags = {tags.TRIAL_ID: self.trial_id, tags.RUN_NAME: self.run_name, **self.tags}
             if self.parent_run_id:
-                tags[PARENT_TAG] = self.parent_run_id
-            run_id = client.create_run(experiment_id, tags=tags, run_name=self.run_name).info.run_id
+                run_tags[tags.PARENT_RUN] = self.parent_run_id
+            run_id = client.create_run(experiment_id, tags=run_tags, run_name=self.run_name).info.run_id
         self.run_id = self.stats.run_id = run_id
         return client
 

@@ -1,8 +1,8 @@
-"""What a trial is told about tracking (`kubesweep.tracking.env.TrackingEnv`): the environment list it renders."""
+"""What a trial is told about tracking (`kubesweep.wire.env.TrackingEnv`): the environment list it renders."""
 
 from __future__ import annotations
 
-from kubesweep.tracking.env import TRACKING_SECRET_ENV, TrackingEnv
+from kubesweep.wire.env import TRACKING_SECRET_ENV, TrackingEnv
 
 
 def test_the_uri_and_experiment_always_and_the_parent_run_only_when_known() -> None:

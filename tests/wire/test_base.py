@@ -1,4 +1,4 @@
-"""The base of every document model (`kubesweep.base.StrictModel`): unknown keys are errors, assignments are
+"""The base of every document model (`kubesweep.wire.base.StrictModel`): unknown keys are errors, assignments are
 validated, fields are filled by name or alias."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import Field, ValidationError
 
-from kubesweep.base import StrictModel
+from kubesweep.wire.base import StrictModel
 
 
 class Doc(StrictModel):
