@@ -1,7 +1,7 @@
 """One trial from start to results: identity check, engine, measurements, outcome, files, tracking.
 
 Files written to OUTPUT_DIR (rank 0): `trial.json` (the resolved trial), `environment.json`, `results.json`
-(see kubesweep/jobs/results.py), `loss_curve.png`, `export/` and, when enabled, `checkpoints/`.
+(see kubesweep/wire/results.py), `loss_curve.png`, `export/` and, when enabled, `checkpoints/`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from kubesweep.jobs.energy import EnergyMeter, energy_metrics
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.jobs.metrics import NvmlSampler, host_peak_rss_bytes, system_metrics, torch_memory_peaks
-from kubesweep.jobs.results import Results
+from kubesweep.wire.results import Results
 from kubesweep.jobs.train import FineTuner, TrainOutcome
 from kubesweep.outcomes import ExitCode, Outcome
 from kubesweep.tracking.mlflow_logger import MlflowTrialLogger, NullLogger

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kubesweep.backends.base import Backend, BackendError, TrialStatus
-from kubesweep.jobs.results import RESULTS_SCHEMA, Results
+from kubesweep.wire.results import RESULTS_SCHEMA, Results
 
 # params the job logs that are not job settings
 _TRIAL_PARAMS = frozenset({"sweep", "trial_id", "repeat", "gpu", "gpus_per_trial"})
@@ -218,7 +218,7 @@ def _finite(data: Any, loc: tuple[int | str, ...] = ()) -> Any:
 
 
 def read_results_file(path: Path) -> dict[str, Any]:
-    """A results file, validated against its schema (`kubesweep.jobs.results.Results`, from which
+    """A results file, validated against its schema (`kubesweep.wire.results.Results`, from which
     docs/results.schema.json is generated) and the free-form fields the views read; its values as the schema types
     them (only the fields the file has; an infinite or NaN number, which JSON cannot hold, as null).
     `ResultsFileError`: the first thing wrong with it, in one line."""

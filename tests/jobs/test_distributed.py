@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.jobs.results import Results
+from kubesweep.wire.results import Results
 from kubesweep.outcomes import ExitCode
 from tests.support.job_fixtures import run_job, tiny_args
 

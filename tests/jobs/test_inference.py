@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.jobs.results import Results
+from kubesweep.wire.results import Results
 from kubesweep.outcomes import ExitCode
 from tests.support.job_fixtures import MINILM, run_job_in_process, tiny_args
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.jobs.results import Results
+from kubesweep.wire.results import Results
 from kubesweep.outcomes import ExitCode
 from tests.support.job_fixtures import FULL_RUN_ARGS, JobRun, run_job, tiny_args
 

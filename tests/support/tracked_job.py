@@ -1,7 +1,7 @@
 """A stand-in for `python -m kubesweep.jobs` that logs to MLflow exactly as the job does, without training.
 
 It honours the job's contract (`--config trial.json --output-dir DIR`, exit codes) and writes a `results.json`
-validated by the job's own schema (`kubesweep.jobs.results.Results`), with numbers that are a fixed function of
+validated by the job's own schema (`kubesweep.wire.results.Results`), with numbers that are a fixed function of
 the trial's settings and repeat, so tests can check aggregation, the report and the MLflow layout quickly. It
 logs through the same API as the job's runner: `kubesweep.tracking.mlflow_logger.MlflowTrialLogger.from_env`
 (child run under $KUBESWEEP_PARENT_RUN_ID, found again by trial id), with the job's tags, params, metric names
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.jobs.config import TrialConfig
-from kubesweep.jobs.results import Results
+from kubesweep.wire.results import Results
 from kubesweep.tracking.aggregate import comparison_metrics, comparison_tags
 from kubesweep.tracking.mlflow_logger import MlflowTrialLogger
 
