@@ -20,6 +20,7 @@ from kubesweep.backends.base import Backend, Phase, ProgressCallback, SweepStatu
 from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, rows_for
 from kubesweep.terminal_text import clean, plain
+from kubesweep.wire.trial_metrics import METRICS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -402,7 +403,7 @@ def print_cells(console: Console, sweep: str, cells: list[Any], source: str, tar
         _row(table, *row, style="bold" if cell.best else None)
     console.print(table)
     _say(console, f"mean ± the 95% interval's half-width over repeats; TTA = training time to dev accuracy >= "
-                  f"{target:g}; * best {agg.METRICS[best_by][0]} per GPU type; from {source}", style="dim")
+                  f"{target:g}; * best {METRICS[best_by][0]} per GPU type; from {source}", style="dim")
 
 
 def print_busy(console: Console, records: Sequence[Any]) -> None:

@@ -12,7 +12,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kubesweep"
 STILL_TO_BREAK = [
     {"kubesweep.backends.base", "kubesweep.plan", "kubesweep.tune.maxbatch"},
     {"kubesweep.detach", "kubesweep.session"},
-    {"kubesweep.tracking.report", "kubesweep.tracking.report_page"},
 ]
 
 

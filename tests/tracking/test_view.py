@@ -11,8 +11,10 @@ import re
 import urllib.request
 from typing import Any
 
-from kubesweep.tracking.aggregate import FLAGS_TAG, NOTE_TAG, RANK_METRIC
 from kubesweep.tracking.view import COLUMNS, DESCRIPTION, VIEW_KEY, VIEW_TAG, view_state
+from kubesweep.wire.tags import FLAGS as FLAGS_TAG
+from kubesweep.wire.tags import NOTE as NOTE_TAG
+from kubesweep.wire.trial_metrics import RANK_METRIC
 from tests.support.mlflow_fixtures import MARKS_TRIALS, MarkedSweep
 
 
