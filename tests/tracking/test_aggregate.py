@@ -1,7 +1,7 @@
-"""The numbers `sweep results` shows, by the definitions in kubesweep/tracking/aggregate.py (and docs/tracking.md):
-per-trial measurements, time-to-accuracy, aggregation over repeats, the best cell per GPU type, flags, filters,
-sorting and the table, CSV and JSON forms. Records are built in process; the end-to-end check against a real
-sweep's files is tests/tracking/test_sweep.py."""
+"""The numbers `sweep results` shows (docs/tracking.md): one trial's measurements priced by the catalog, aggregation
+over repeats, the best cell per GPU type, flags, filters, sorting and the table, CSV and JSON forms; one trial's
+numbers alone are tests/wire/test_trial_metrics.py. Records are built in process; the end-to-end check against a
+real sweep's files is tests/tracking/test_sweep.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from kubesweep.gpus import load_catalog
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.records import TrialRecord
-from kubesweep.wire import flags, tags
+from kubesweep.wire import flags
 from kubesweep.wire import trial_metrics as tm
 from kubesweep.wire.results import Results
 from tests.support.results_docs import make_results
@@ -39,28 +39,6 @@ def record(name: str, gpu: str | None = "h100-80gb", outcome: str = "succeeded",
     job = {"task": "finetune", "batch_size": 32, "precision": "bf16", "compile": False, "seed": 42 + repeat, **job}
     return TrialRecord(name, name, repeat, gpu, gpus, outcome, job,
                        make_results(**{"config": job, **res}) if res is not None else None)
-
-
-def comparison(res: dict[str, Any], gpu: str | None, gpus: int) -> dict[str, float]:
-    """A trial's comparison metrics as its job logs them (priced by the catalog)."""
-    price = CATALOG[gpu].price_per_hour if gpu in CATALOG else None
-    return tm.comparison_metrics(make_results(**res), gpus=gpus, price_per_hour=price)
-
-
-# -- one trial --------------------------------------------------------------------------------------------------
-
-
-def test_time_to_accuracy_charges_warm_up_to_the_first_steps_and_spreads_the_rest_evenly() -> None:
-    r = results(train_s=110.0)  # 100 steps, the first 3 took 10 s: 100 s for the other 97
-    r["eval"] = [{"step": 50, "accuracy": 0.85}, {"step": 70, "accuracy": 0.905}, {"step": 100, "accuracy": 0.93}]
-    assert tm.time_to_accuracy(make_results(**r), 0.90) == pytest.approx(10.0 + (70 - 3) * 100.0 / 97)
-    assert tm.time_to_accuracy(make_results(**r), 0.92) == 110.0  # an evaluation at the last step: exactly train_s
-    assert tm.time_to_accuracy(make_results(**r), 0.95) is None  # never reached
-    r["eval"] = [{"step": 2, "accuracy": 0.95}]
-    assert tm.time_to_accuracy(make_results(**r), 0.90) == pytest.approx(10.0 * 2 / 3)  # within the warm-up
-    r["timings"] = {}
-    r["eval"] = [{"step": 50, "accuracy": 0.95}]
-    assert tm.time_to_accuracy(make_results(**r), 0.90) is None  # no training time to interpolate
 
 
 def test_trial_metrics_of_a_training_trial() -> None:
@@ -91,33 +69,6 @@ def test_a_trial_that_did_not_succeed_has_no_measurements() -> None:
         assert set(agg.record_metrics(record("x", outcome=outcome, res=res), CATALOG, 0.9).values()) == {None}
     nan = results(float("nan"))
     assert agg.record_metrics(record("n", res=nan), CATALOG, 0.9)["samples_per_s"] is None
-
-
-def test_comparison_metrics_are_rounded_to_five_significant_digits_and_only_for_a_success() -> None:
-    queued = results(1234.56789)
-    queued["timings"]["queue_wait_s"] = 61.23456  # a trial run from a Kueue queue (spec.queue)
-    out = comparison(queued, gpu="h100-80gb", gpus=1)
-    assert set(out) == {*tm.COMPARISON_METRICS, tm.RANK_METRIC}
-    assert out["samples_per_s"] == out[tm.RANK_METRIC] == 1234.6 and out["epoch_s"] == 36.667
-    assert out["queue_wait_s"] == 61.235
-    assert "queue_wait_s" not in comparison(results(1234.56789), gpu="h100-80gb", gpus=1)
-    assert comparison({"outcome": "oom"}, gpu="h100-80gb", gpus=1) == {}
-
-
-def test_a_run_at_chance_accuracy_has_its_numbers_and_flag_but_no_rank() -> None:
-    """What the MLflow runs view sorts by and shows: a run that did not learn keeps samples/s and accuracy, has
-    no ranking metric (so it sorts after every run that learned) and says why in its flags tag."""
-    chance = results(5000.0, accuracy=0.509)
-    out = comparison(chance, gpu="h100-80gb", gpus=1)
-    assert out["samples_per_s"] == 5000.0 and out["accuracy"] == 0.509 and tm.RANK_METRIC not in out
-    for res, flag in ((chance, "chance accuracy (0.51)"), (results(), ""), ({"outcome": "oom"}, "OOM"),
-                       ({"outcome": "gpu_mismatch"}, "GPU mismatch"), ({"outcome": "failed"}, "failed")):
-        assert flags.comparison_tags(make_results(**res)) == {tags.FLAGS: flag, tags.NOTE: flag}
-    inference = {"outcome": "succeeded", "device": "cpu", "inference": {"samples_per_s": 80.0}}
-    assert comparison(inference, gpu=None, gpus=0)[tm.RANK_METRIC] == 80.0  # no accuracy: ranks
-
-
-# -- over repeats -------------------------------------------------------------------------------------------------
 
 
 def test_stat_mean_sample_std_and_cv() -> None:
