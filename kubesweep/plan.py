@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.jobs.config import CUDA_ONLY_SDPA, JOB_FIELDS, JobConfig, TrialConfig
 from kubesweep.spec import MaxBatchSearch, Problem, RandomSearch, SpecError, Sweep, TuneSearch, set_axes
+from kubesweep.wire.config import CUDA_ONLY_SDPA, JOB_FIELDS, JobConfig, TrialConfig
 
 MAX_NAME = 63
 ID_LENGTH = 10

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from kubesweep.backends.local_machine import detect_gpus
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.jobs.config import PATH_SETTINGS, is_local_path, local_path
 from kubesweep.manifests import image_problem
 from kubesweep.spec import Problem, SpecError, set_axes
+from kubesweep.wire.config import PATH_SETTINGS, is_local_path, local_path
 
 if TYPE_CHECKING:
     from kubesweep.backends.local_machine import Device

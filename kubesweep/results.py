@@ -6,9 +6,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kubesweep.backends.base import Backend, TrialStatus
-from kubesweep.tracking.records import dig
-
-GIB = 1024**3
+from kubesweep.tracking.records import results_from_data, settings_of
+from kubesweep.wire.flags import finite
+from kubesweep.wire.results import Results
+from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, GIB, trial_metrics
 
 
 @dataclass
@@ -32,40 +33,41 @@ class ResultRow:
         return asdict(self)
 
 
-def _num(value: Any, scale: float = 1.0) -> float | None:
-    return float(value) / scale if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def row_from(trial: TrialStatus, results: dict[str, Any] | None, config: dict[str, Any] | None = None) -> ResultRow:
-    """Headline figures from a results file (schema: docs/results-schema.md)."""
-    r = results or {}
-    job = r.get("config") or dig(config, "job") or {}
-    outcome = r.get("outcome") or (trial.outcome.value if trial.outcome else trial.phase.value.lower())
-    inference = r.get("inference")
-    if inference:
-        rate, p50 = _num(inference.get("samples_per_s")), _num(dig(inference, "latency_s", "p50"))
-    else:
-        rate, p50 = _num(dig(r, "train", "samples_per_s")), _num(dig(r, "train", "step_time_s", "p50"))
+def row_from(trial: TrialStatus, results: Results | None, config: dict[str, Any] | None = None) -> ResultRow:
+    """Headline figures from a results file (schema: docs/results-schema.md); without one, the cell from the
+    trial file's settings (`config`) or the trial's axes and the outcome from the backend."""
+    job = settings_of(results) if results is not None else (config or {}).get("job") or {}
+    outcome = results.outcome.value if results is not None else _outcome_of(trial)
+    metrics = trial_metrics(results, "succeeded", gpus=1, price_per_hour=None, target=DEFAULT_TARGET_ACCURACY)
+    train_s = finite(results.timings.train_s) if results is not None else None
     return ResultRow(
         trial=trial.name,
         gpu=trial.gpu,
         batch_size=job.get("batch_size", trial.axes.get("batch_size")),
         precision=job.get("precision", trial.axes.get("precision")),
         compile=job.get("compile", trial.axes.get("compile")),
-        repeat=int(dig(r, "trial", "repeat") or 0),
-        outcome=str(outcome),
-        samples_per_s=rate,
-        step_p50_ms=p50 * 1000 if p50 is not None else None,
-        peak_mem_gib=_num(dig(r, "memory", "torch_peak_allocated_bytes"), GIB),
-        accuracy=_num(r.get("final_accuracy")),
-        train_s=_num(dig(r, "timings", "train_s")),
-        warmup_s=_num(dig(r, "timings", "compile_warmup_s")),
+        repeat=results.trial.repeat if results is not None else 0,
+        outcome=outcome,
+        samples_per_s=metrics["samples_per_s"],
+        step_p50_ms=metrics["step_p50_ms"],
+        peak_mem_gib=_gib(results.memory.torch_peak_allocated_bytes) if results is not None else None,
+        accuracy=metrics["accuracy"],
+        train_s=train_s,
+        warmup_s=metrics["warmup_s"],
         reason=trial.reason if trial.outcome and trial.outcome.value != "succeeded" else "",
     )
+
+
+def _gib(value: int | None) -> float | None:
+    return value / GIB if value is not None else None
+
+
+def _outcome_of(trial: TrialStatus) -> str:
+    return trial.outcome.value if trial.outcome else trial.phase.value.lower()
 
 
 def rows_for(backend: Backend, sweep: str) -> list[ResultRow]:
     reader = getattr(backend, "results", None)
     if reader is None:
         return [row_from(t, None) for t in backend.status(sweep).trials]
-    return [row_from(t, r) for t, r in reader(sweep)]
+    return [row_from(t, results_from_data(r)) for t, r in reader(sweep)]

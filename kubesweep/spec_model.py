@@ -13,10 +13,10 @@ from pydantic import BeforeValidator, Field, PrivateAttr, create_model
 from pydantic.fields import FieldInfo
 
 from kubesweep.images import locked_reference
-from kubesweep.jobs.config import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, JobConfig, normalize_compile
 from kubesweep.specfile import Problem as Problem
 from kubesweep.specfile import SpecError as SpecError
 from kubesweep.wire.base import StrictModel
+from kubesweep.wire.config import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, JobConfig, normalize_compile
 
 API_VERSION = "kubesweep.io/v1alpha1"
 KIND = "Sweep"

@@ -24,6 +24,7 @@ from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.busy import busy_text, gpu_busy
 from kubesweep.tracking.records import from_backend
+from kubesweep.wire.trial_metrics import METRICS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -404,7 +405,7 @@ def print_cells(console: Console, sweep: str, cells: list[Any], source: str, tar
         _row(table, *row, style="bold" if cell.best else None)
     console.print(table)
     _say(console, f"mean ± the 95% interval's half-width over repeats; TTA = training time to dev accuracy >= "
-                  f"{target:g}; * best {agg.METRICS[best_by][0]} per GPU type; from {source}", style="dim")
+                  f"{target:g}; * best {METRICS[best_by][0]} per GPU type; from {source}", style="dim")
 
 
 def print_busy(console: Console, records: Sequence[Any]) -> None:

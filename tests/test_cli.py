@@ -433,8 +433,8 @@ def test_a_directory_with_damaged_results_files_skips_each_in_one_line(sweep, tm
 
 def test_text_a_trial_wrote_is_printed_as_text(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A trial's error with a CUDA assert's `[/path/file.cu:12]` (a closing tag to Rich markup) and escape sequences
-    (colour, window title), and a results field with them: every command prints them as literal text, without the
-    escape bytes, and none crashes."""
+    (colour, window title), in its results file: every command prints them as literal text, without the escape
+    bytes, and none crashes."""
     path = tmp_path / "hostile.yaml"
     path.write_text("apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: hostile}\nspec:\n"
                     "  job: {max_steps: 1}\n  matrix: {batch_size: [8], learning_rate: [0.456]}\n"
@@ -450,7 +450,8 @@ def test_text_a_trial_wrote_is_printed_as_text(sweep, tmp_path: Path) -> None:  
         assert "Traceback" not in printed and "\x1b" not in printed and "\x07" not in printed, printed
     assert "[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12]" in outputs[0].stdout  # the progress line's reason
     assert "[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12]" in outputs[2].stdout  # the status table's
-    assert "fp32[/bold]" in outputs[3].stdout and "fp32[/bold]" in outputs[4].stdout  # a results field
+    # the results file's error, per trial (a free-text field; a setting the schema types cannot hold such text)
+    assert all("[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12]" in p.stdout for p in outputs[7:9])
     assert json.loads(sweep("status", "hostile", "-o", "json").stdout)["trials"][0]["outcome"] == "failed"
 
 

@@ -12,6 +12,7 @@ from kubesweep.backends.local import LocalBackend
 from kubesweep.results import GIB, row_from, rows_for
 from kubesweep.wire.outcomes import Outcome
 from tests.backends.contract import CRASH_LR, make_plan
+from tests.support.results_docs import make_results
 
 STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"
 
@@ -33,7 +34,7 @@ TRAINING = {
 
 
 def test_a_training_trial_gives_rate_step_time_in_ms_memory_in_gib_accuracy_and_timings() -> None:
-    row = row_from(finished(reason="ignored on success"), TRAINING)
+    row = row_from(finished(reason="ignored on success"), make_results(**TRAINING))
     assert (row.trial, row.gpu, row.batch_size, row.precision, row.compile, row.repeat, row.outcome) == (
         "t-1", "h100-80gb", 64, "bf16", "default", 2, "succeeded")
     assert row.samples_per_s == 1500.0 and row.step_p50_ms == 42.5 and row.peak_mem_gib == 3.0
@@ -42,8 +43,8 @@ def test_a_training_trial_gives_rate_step_time_in_ms_memory_in_gib_accuracy_and_
 
 
 def test_an_inference_trial_gives_its_rate_and_batch_latency() -> None:
-    results = {"outcome": "succeeded", "config": {"batch_size": 8},
-               "inference": {"samples_per_s": 1670.0, "latency_s": {"p50": 0.00479}}}
+    results = make_results(config={"batch_size": 8},
+                           inference={"samples_per_s": 1670.0, "latency_s": {"p50": 0.00479}})
     row = row_from(finished(), results)
     assert row.samples_per_s == 1670.0 and round(row.step_p50_ms or 0, 6) == 4.79
     assert row.accuracy is None and row.peak_mem_gib is None
@@ -60,8 +61,10 @@ def test_without_a_results_file_the_cell_comes_from_the_trial_file_or_axes_and_t
     assert row_from(running, None).outcome == "running"
 
 
-def test_values_that_are_not_numbers_are_left_out() -> None:
-    results = {**TRAINING, "train": {"samples_per_s": True, "step_time_s": {"p50": "fast"}}, "final_accuracy": None}
+def test_numbers_that_are_not_finite_or_null_are_left_out() -> None:
+    nan = float("nan")
+    results = make_results(**{**TRAINING, "train": {"samples_per_s": nan, "step_time_s": {"p50": float("inf")}},
+                              "final_accuracy": None})
     row = row_from(finished(), results)
     assert row.samples_per_s is None and row.step_p50_ms is None and row.accuracy is None
 

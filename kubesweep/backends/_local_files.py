@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, TrialStatus
-from kubesweep.jobs.config import PATH_SETTINGS, local_path
+from kubesweep.wire.config import PATH_SETTINGS, local_path
 
 TRACKING_FILE = "tracking.json"
 FORKSERVER_RECORD = "forkserver.json"  # the sweep's fork server while it runs: pid and socket
@@ -27,7 +27,7 @@ LOG_FILE = "log.txt"
 
 
 def resolve_paths(job: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Relative dataset/model paths in a spec are relative to the spec file's directory (`jobs.config.local_path`,
+    """Relative dataset/model paths in a spec are relative to the spec file's directory (`wire.config.local_path`,
     which `kubesweep.preflight` checks the same paths with)."""
     out = dict(job)
     for key in PATH_SETTINGS:

@@ -23,9 +23,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.model import resolve
+from kubesweep.wire.config import JobConfig, TrialConfig
 from kubesweep.wire.outcomes import ExitCode
 
 # Set by the rendered Job when the sweep names a checkpoint claim: the trial's directory on it. The job keeps its

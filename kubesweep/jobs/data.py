@@ -34,8 +34,8 @@ import numpy.typing as npt
 import torch
 from torch.utils.data import DataLoader
 
-from kubesweep.jobs.config import JobConfig, is_local_path
 from kubesweep.jobs.errors import UsageError
+from kubesweep.wire.config import JobConfig, is_local_path
 
 log = logging.getLogger(__name__)
 

@@ -29,12 +29,12 @@ from transformers import (
 )
 
 from kubesweep.jobs import runtime
-from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.data import TokenizedSplit, pad_length
 from kubesweep.jobs.distributed import Dist
 from kubesweep.jobs.metrics import StepClock
 from kubesweep.jobs.model import LoadedModel
 from kubesweep.jobs.train import MetricSink, TrainOutcome
+from kubesweep.wire.config import JobConfig
 
 
 class RowDataset:

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 
 from kubesweep.jobs import data, runtime
-from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
 from kubesweep.jobs.energy import EnergyMeter, EnergyWindow, energy_stats
 from kubesweep.jobs.metrics import percentiles
+from kubesweep.wire.config import JobConfig
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubesweep.jobs.config import JobConfig, is_local_path
 from kubesweep.jobs.errors import UsageError
+from kubesweep.wire.config import JobConfig, is_local_path
 
 log = logging.getLogger(__name__)
 

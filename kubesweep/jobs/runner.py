@@ -1,7 +1,7 @@
 """One trial from start to results: identity check, engine, measurements, outcome, files, tracking.
 
 Files written to OUTPUT_DIR (rank 0): `trial.json` (the resolved trial), `environment.json`, `results.json`
-(see kubesweep/jobs/results.py), `loss_curve.png`, `export/` and, when enabled, `checkpoints/`.
+(see kubesweep/wire/results.py), `loss_curve.png`, `export/` and, when enabled, `checkpoints/`.
 """
 
 from __future__ import annotations
@@ -19,21 +19,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubesweep.gpus import load_catalog
 from kubesweep.jobs import data as data_mod
 from kubesweep.jobs import distributed, env, export, inference, plot, runtime
 from kubesweep.jobs import model as model_mod
 from kubesweep.jobs.command import LAUNCHED_ENV, QUEUE_TAGS, QUEUED_AT_ENV
-from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.energy import EnergyMeter, energy_metrics
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.jobs.metrics import NvmlSampler, host_peak_rss_bytes, system_metrics, torch_memory_peaks
 from kubesweep.jobs.mlflow_logger import MlflowTrialLogger, NullLogger
-from kubesweep.jobs.results import Results
 from kubesweep.jobs.train import FineTuner, TrainOutcome
 from kubesweep.wire import tags
+from kubesweep.wire.config import JobConfig, TrialConfig
+from kubesweep.wire.flags import comparison_tags
 from kubesweep.wire.outcomes import ExitCode, Outcome
+from kubesweep.wire.results import Results
+from kubesweep.wire.trial_metrics import comparison_metrics, gpu_type
 
 log = logging.getLogger(__name__)
 
@@ -417,12 +420,12 @@ class TrialRun:
     def _log_comparison(self, results: Results) -> None:
         """The numbers `sweep results` shows for this trial, as metrics of the same names, and its flags (OOM,
         GPU mismatch, chance accuracy) as a tag: the columns of the sweep's runs view in the MLflow UI."""
-        from kubesweep.tracking.aggregate import comparison_metrics, comparison_tags
-
-        data = results.model_dump(mode="json")
-        self.tracker.set_tags(comparison_tags(data))
-        step = int((data.get("train") or {}).get("steps") or 0)
-        self.tracker.log_metrics(comparison_metrics(data, gpu=self.trial.gpu, gpus=self.trial.gpus_per_trial),
+        catalog = load_catalog()
+        gpu = gpu_type(self.trial.gpu, results, catalog.by_product)
+        price = catalog[gpu].price_per_hour if gpu is not None and gpu in catalog else None
+        self.tracker.set_tags(comparison_tags(results))
+        step = results.train.steps if results.train is not None else 0
+        self.tracker.log_metrics(comparison_metrics(results, gpus=self.trial.gpus_per_trial, price_per_hour=price),
                                  step)
 
     def _finish(self) -> None:

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from kubesweep.jobs.config import CUDA_ONLY_SDPA, JobConfig
 from kubesweep.jobs.errors import UsageError
+from kubesweep.wire.config import CUDA_ONLY_SDPA, JobConfig
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ import torch
 import torch.distributed as td
 
 from kubesweep.jobs import runtime
-from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.errors import UsageError
+from kubesweep.wire.config import JobConfig
 
 INPUTS = ("input_ids", "attention_mask", "labels")
 

@@ -26,12 +26,12 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from kubesweep.jobs import checkpoint, data, runtime, step_graph
-from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
 from kubesweep.jobs.energy import EnergyMeter, EnergyWindow, energy_stats
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.metrics import StepClock, percentiles
+from kubesweep.wire.config import JobConfig
 
 log = logging.getLogger(__name__)
 

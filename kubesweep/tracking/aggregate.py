@@ -1,28 +1,8 @@
-"""Per-trial measurements and their aggregation over repeats: the numbers `sweep results` and the report show.
+"""Trials aggregated over their repeats: the cells (settings) `sweep results` and the report show.
 
-Definitions (docs/tracking.md says the same, with examples):
+One trial's numbers and flags are defined in `kubesweep.wire.trial_metrics` and `kubesweep.wire.flags` (docs/
+tracking.md says the same, with examples); here they meet per setting:
 
-- samples/s: `train.samples_per_s` (measured steps only, all ranks) or, for inference, `inference.samples_per_s`;
-- step p50: `train.step_time_s.p50` (inference: `inference.latency_s.p50`, one batch), in milliseconds;
-- peak memory: `memory.torch_peak_allocated_bytes` in GiB (the CUDA caching allocator's peak); on a CPU trial
-  `memory.host_peak_rss_bytes` (the process's peak resident set);
-- accuracy: `final_accuracy`, the dev accuracy of the last evaluation;
-- epoch time: `(timings.train_s - train.warmup_time_s) / train.epochs_completed`, the training loop's wall time
-  per epoch with the warm-up apart (compilation and each new shape's first steps: `warm-up s`, reported beside it;
-  a compile cache that one repeat fills and the next reads would otherwise set repeats of one setting apart by
-  the compilation), checkpoints included, evaluation excluded;
-- $/epoch: catalog `price_per_hour` x GPUs of the trial x epoch time / 3600 (none for CPU trials);
-- time-to-accuracy (TTA): training wall time from the first optimizer step until the first evaluation whose
-  accuracy is at or above the target (default 0.90). Evaluation time is not counted. Results files record
-  evaluations by step, so the time at step s is `warmup_time_s + (s - warmup_steps) x (train_s -
-  warmup_time_s) / (steps - warmup_steps)`: warm-up (compilation included) is charged in full to the first
-  steps, the rest of the training loop is spread evenly over the remaining steps; an evaluation at the last step
-  gives exactly `train_s`. An evaluation point carrying `train_elapsed_s` is used as is. Not reached: no TTA.
-- energy: `energy.j_per_sample` (joules per sample over the measured window, NVML's energy counter) and
-  `energy.kwh_per_epoch` (J/sample x training rows / 3.6e6);
-- warm-up s: `timings.compile_warmup_s`, the steps reported apart from the measured ones (compilation included);
-- queue wait s: `timings.queue_wait_s`, a queued trial's (spec.queue) Job creation to its process's start: the wait
-  for Kueue's admission, scheduling and image pull;
 - mean over the repeats that succeeded, with its 95% interval (`kubesweep.tracking.intervals`: Student's t over
   n - 1 degrees of freedom) shown as ± its half-width in percent of the mean; CV (coefficient of variation) =
   sample standard deviation / mean, in the JSON and CSV; with one repeat there is neither;
@@ -37,6 +17,7 @@ Definitions (docs/tracking.md says the same, with examples):
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -46,27 +27,11 @@ from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import intervals, sharing
-from kubesweep.tracking.records import TrialRecord, dig
-from kubesweep.wire import tags
+from kubesweep.tracking.records import TrialRecord
+from kubesweep.wire import trial_metrics
+from kubesweep.wire.flags import FLAGGED, OUTCOME_TEXT, RANDOM_INIT, at_chance, chance_flag, final_accuracy
+from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, METRICS
 
-GIB = 1024**3
-DEFAULT_TARGET_ACCURACY = 0.90
-
-# metric name -> (column header, higher is better)
-METRICS: dict[str, tuple[str, bool]] = {
-    "samples_per_s": ("samples/s", True),
-    "step_p50_ms": ("step p50 ms", False),
-    "peak_mem_gib": ("peak GiB", False),
-    "tta_s": ("TTA s", False),
-    "accuracy": ("accuracy", True),
-    "cost_per_epoch": ("$/epoch", False),
-    "epoch_s": ("epoch s", False),
-    "latency_p99_ms": ("p99 ms", False),
-    "j_per_sample": ("J/sample", False),
-    "kwh_per_epoch": ("kWh/epoch", False),
-    "warmup_s": ("warm-up s", False),
-    "queue_wait_s": ("queue wait s", False),
-}
 TABLE_METRICS = ("samples_per_s", "step_p50_ms", "peak_mem_gib", "tta_s", "accuracy", "cost_per_epoch",
                  "kwh_per_epoch")
 ACCURACY_METRICS = frozenset({"accuracy", "tta_s"})  # what a random-init model's numbers do not answer
@@ -74,154 +39,24 @@ AXES = ("task", "gpu", "gpus", "batch_size", "precision", "compile")
 # settings that differ between repeats of one cell, or only say where the trial kept its files (a Kubernetes
 # trial's checkpoint directory is its own: /checkpoints/<sweep>/<trial id>)
 _NOT_AXES = frozenset({"seed", "checkpoint_dir"})
-OUTCOME_TEXT = {"oom": "OOM", "gpu_mismatch": "GPU mismatch", "failed": "failed", "skipped": "skipped",
-                "cancelled": "cancelled", "stopped": "stopped", "pending": "pending", "running": "running",
-                "unschedulable": "unschedulable"}
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def time_to_accuracy(results: dict[str, Any], target: float) -> float | None:
-    """Seconds of training until the first evaluation at or above `target` (see the module docstring)."""
-    train = results.get("train") or {}
-    train_s = _num(dig(results, "timings", "train_s"))
-    steps = _num(train.get("steps"))
-    warm_steps = _num(train.get("warmup_steps")) or 0.0
-    warm_s = _num(train.get("warmup_time_s")) or 0.0
-    for point in results.get("eval") or []:
-        accuracy = _num(point.get("accuracy"))
-        if accuracy is None or accuracy < target:
-            continue
-        elapsed = _num(point.get("train_elapsed_s"))
-        if elapsed is not None:
-            return elapsed
-        step = _num(point.get("step"))
-        if train_s is None or not steps or step is None:
-            return None
-        if step >= steps:
-            return train_s
-        if step <= warm_steps:
-            return warm_s * step / warm_steps if warm_steps else 0.0
-        return warm_s + (step - warm_steps) * (train_s - warm_s) / (steps - warm_steps)
-    return None
-
-
-def _peak_memory(results: dict[str, Any]) -> float | None:
-    """Bytes: the CUDA caching allocator's peak on a GPU; on a CPU, the process's peak RSS."""
-    peak = _num(dig(results, "memory", "torch_peak_allocated_bytes"))
-    if peak is None and results.get("device") == "cpu":
-        peak = _num(dig(results, "memory", "host_peak_rss_bytes"))
-    return peak
 
 
 def gpu_type(record: TrialRecord, catalog: Catalog) -> str | None:
-    """The trial's GPU type: the one it asked for, else the one it ran on (a trial that takes any GPU: its
-    results' device, as a catalog name where the catalog knows the product); None on the CPU."""
-    if record.gpu:
-        return record.gpu
-    res = record.results or {}
-    if res.get("device") != "cuda":
-        return None
-    gpus = dig(res, "environment", "gpus") or []
-    product = str(gpus[0].get("product") or "") if gpus and isinstance(gpus[0], dict) else ""
-    return (catalog.by_product(product) or product) if product else None
+    """The trial's GPU type: the one it asked for, else the one it ran on, as the catalog names the product."""
+    return trial_metrics.gpu_type(record.gpu, record.results, catalog.by_product)
 
 
-def trial_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[str, float | None]:
-    """One trial's measurements (all None unless it succeeded with a results file)."""
-    out: dict[str, float | None] = dict.fromkeys(METRICS)
-    r = record.results
-    if not r or record.outcome != "succeeded":
-        return out
-    inference = r.get("inference")
-    if inference:
-        out["samples_per_s"] = _num(inference.get("samples_per_s"))
-        p50, p99 = _num(dig(inference, "latency_s", "p50")), _num(dig(inference, "latency_s", "p99"))
-        out["step_p50_ms"] = p50 * 1000 if p50 is not None else None
-        out["latency_p99_ms"] = p99 * 1000 if p99 is not None else None
-    else:
-        out["samples_per_s"] = _num(dig(r, "train", "samples_per_s"))
-        p50 = _num(dig(r, "train", "step_time_s", "p50"))
-        out["step_p50_ms"] = p50 * 1000 if p50 is not None else None
-    peak = _peak_memory(r)
-    out["peak_mem_gib"] = peak / GIB if peak is not None else None
-    out["accuracy"] = _num(r.get("final_accuracy"))
-    out["j_per_sample"] = _num(dig(r, "energy", "j_per_sample"))
-    out["kwh_per_epoch"] = _num(dig(r, "energy", "kwh_per_epoch"))
-    out["warmup_s"] = _num(dig(r, "timings", "compile_warmup_s"))
-    out["queue_wait_s"] = _num(dig(r, "timings", "queue_wait_s"))
-    out["tta_s"] = time_to_accuracy(r, target) if not inference else None
-    train_s, epochs = _num(dig(r, "timings", "train_s")), _num(dig(r, "train", "epochs_completed"))
-    if train_s is not None and epochs:
-        warm_s = min(train_s, _num(dig(r, "train", "warmup_time_s")) or 0.0)
-        epoch_s = out["epoch_s"] = (train_s - warm_s) / epochs
-        gpu = gpu_type(record, catalog)
-        if gpu and gpu in catalog and r.get("device", "cuda") != "cpu":
-            gpus = max(1, int(r.get("world_size") or record.gpus or 1))
-            out["cost_per_epoch"] = catalog[gpu].price_per_hour * gpus * epoch_s / 3600
-    return out
+def record_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[str, float | None]:
+    """One trial's measurements (`kubesweep.wire.trial_metrics`), priced by the catalog."""
+    gpu = gpu_type(record, catalog)
+    price = catalog[gpu].price_per_hour if gpu is not None and gpu in catalog else None
+    return trial_metrics.trial_metrics(record.results, record.outcome, gpus=record.gpus, price_per_hour=price,
+                                       target=target)
 
 
-# what a trial's MLflow run carries as metrics of these names, for the UI's runs view (kubesweep.tracking.view)
-COMPARISON_METRICS = ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch", "step_p50_ms", "epoch_s",
-                      "j_per_sample", "kwh_per_epoch", "queue_wait_s")
-# samples_per_s of a run that may rank among the best: absent where its accuracy stayed at chance, so the runs
-# view, sorted by it, lists such a run after every run that learned (with OOM and mismatched runs)
-RANK_METRIC = "ranked_samples_per_s"
-
-
-def comparison_metrics(results: dict[str, Any], *, gpu: str | None, gpus: int,
-                       catalog: Catalog | None = None) -> dict[str, float]:
-    """One trial's `COMPARISON_METRICS` from its results, by the definitions above (none unless it succeeded),
-    and `RANK_METRIC` unless its accuracy is at chance."""
-    record = TrialRecord("", "", 0, gpu, gpus, str(results.get("outcome")), {}, results)
-    values = trial_metrics(record, catalog or load_catalog(), DEFAULT_TARGET_ACCURACY)
-    out = {m: float(f"{v:.5g}") for m in COMPARISON_METRICS if (v := values[m]) is not None}  # as a person reads
-    if "samples_per_s" in out and (not at_chance(results) or random_init(results.get("config"))):
-        out[RANK_METRIC] = out["samples_per_s"]
-    return out
-
-
-def comparison_tags(results: dict[str, Any]) -> dict[str, str]:
-    """One trial's flags joined by `; ` as `tags.FLAGS` and as its run's description (`tags.NOTE`), empty when
-    it has none (a retried trial that now learned clears what an earlier attempt set)."""
-    flags = "; ".join(trial_flags(str(results.get("outcome")), results))
-    return {tags.FLAGS: flags, tags.NOTE: flags}
-
-
-CHANCE_ACCURACY = 0.5  # SST-2: two balanced classes
-CHANCE_MARGIN = 0.05
-_FLAGGED = ("oom", "gpu_mismatch", "failed")
-
-
-def at_chance(results: dict[str, Any] | None) -> bool:
-    accuracy = _num((results or {}).get("final_accuracy"))
-    return accuracy is not None and accuracy <= CHANCE_ACCURACY + CHANCE_MARGIN
-
-
-RANDOM_INIT = "random init: accuracy not meaningful"
-
-
-def random_init(job: dict[str, Any] | None) -> bool:
-    """A model built from its config, untrained: a speed run, whose accuracy says nothing about the recipe."""
-    return bool((job or {}).get("random_init"))
-
-
-def trial_flags(outcome: str, results: dict[str, Any] | None) -> list[str]:
-    """One trial's flags: `OOM`, `GPU mismatch` or `failed` by its outcome; `random init: accuracy not
-    meaningful` for a random-init model; else `chance accuracy (0.51)` when it succeeded at chance."""
-    if outcome in _FLAGGED:
-        return [OUTCOME_TEXT[outcome]]
-    config = (results or {}).get("config") or {}
-    if random_init(config) and config.get("task") != "inference":
-        return [RANDOM_INIT]
-    if outcome == "succeeded" and at_chance(results):
-        return [f"chance accuracy ({_num((results or {}).get('final_accuracy')) or 0.0:.2f})"]
-    return []
+def random_init(job: dict[str, Any]) -> bool:
+    """A trial's settings build the model from its config, untrained: a speed run."""
+    return bool(job.get("random_init"))
 
 
 @dataclass
@@ -268,11 +103,27 @@ class Stat:
                 "ci95": [ci.low, ci.high] if ci is not None else None, "ci95_half_width": self.half_width}
 
 
+@dataclass(frozen=True)
+class CellAxes:
+    """A cell's standard axes (`AXES`): its task, GPU type (`cpu`, or `any GPU` for a trial that took any and has
+    no results), GPUs per trial, batch size, precision and compile (`off`, `on` or a mode)."""
+
+    task: str
+    gpu: str
+    gpus: int
+    batch_size: int | None
+    precision: str | None
+    compile: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 @dataclass
 class Cell:
     """One setting of the matrix, aggregated over its repeats."""
 
-    axes: dict[str, Any]
+    axes: CellAxes
     trials: list[TrialRecord]
     metrics: dict[str, Stat]
     outcomes: Counter[str]
@@ -281,7 +132,7 @@ class Cell:
 
     @property
     def task(self) -> str:
-        return str(self.axes.get("task") or "finetune")
+        return self.axes.task or "finetune"
 
     @property
     def status(self) -> str:
@@ -316,7 +167,7 @@ class Cell:
         (0.50)`, `n=1`."""
         out = []
         total = len(self.trials)
-        for outcome in _FLAGGED:
+        for outcome in FLAGGED:
             k = self.outcomes.get(outcome, 0)
             if k:
                 out.append(OUTCOME_TEXT[outcome] if k == total else f"{k}/{total} {OUTCOME_TEXT[outcome]}")
@@ -324,9 +175,9 @@ class Cell:
             out.append(RANDOM_INIT)
         chance = self.at_chance
         if chance:
-            accuracy = min(_num((t.results or {}).get("final_accuracy")) or 0.0 for t in chance)
+            accuracy = min(final_accuracy(t.results) or 0.0 for t in chance)
             share = "" if len(chance) == self.outcomes.get("succeeded") else f"{len(chance)}/{total} "
-            out.append(f"{share}chance accuracy ({accuracy:.2f})")
+            out.append(share + chance_flag(accuracy))
         if self.outcomes.get("succeeded") == 1:
             out.append("n=1")
         moved = sharing.interference(self.trials)
@@ -342,7 +193,7 @@ class Cell:
         return [f for f in self.flags if f not in ("n=1", RANDOM_INIT)]
 
     def key_values(self) -> dict[str, Any]:
-        return {**self.axes, **self.extra}
+        return {**self.axes.as_dict(), **self.extra}
 
 
 def _cell_key(record: TrialRecord, catalog: Catalog) -> str:
@@ -371,10 +222,10 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
         first = trials[0]
         ran = next((t for t in trials if t.results), first)
         gpu = gpu_type(ran, catalog) or ("any GPU" if first.gpus and not ran.results else "cpu")
-        axes = {"task": first.job.get("task", "finetune"), "gpu": gpu, "gpus": first.gpus,
-                "batch_size": first.job.get("batch_size"), "precision": first.job.get("precision"),
-                "compile": _compile_text(first.job.get("compile"))}
-        per_trial = [trial_metrics(t, catalog, target) for t in trials]
+        axes = CellAxes(task=first.job.get("task", "finetune"), gpu=gpu, gpus=first.gpus,
+                        batch_size=first.job.get("batch_size"), precision=first.job.get("precision"),
+                        compile=_compile_text(first.job.get("compile")))
+        per_trial = [record_metrics(t, catalog, target) for t in trials]
         stats = {m: Stat([v for pt in per_trial if (v := pt[m]) is not None]) for m in METRICS}
         cells.append(Cell(axes=axes, trials=sorted(trials, key=lambda t: t.repeat), metrics=stats,
                           outcomes=Counter(t.outcome for t in trials),
@@ -432,7 +283,7 @@ def mark_best(cells: list[Cell], metric: str) -> None:
     groups: dict[tuple[str, str], list[Cell]] = {}
     for cell in cells:
         cell.best = False
-        groups.setdefault((cell.task, str(cell.axes["gpu"])), []).append(cell)
+        groups.setdefault((cell.task, str(cell.axes.gpu)), []).append(cell)
     for group in groups.values():
         if (chosen := best_cell(group, metric)) is not None:
             chosen.best = True
@@ -484,7 +335,7 @@ def apply_filters(cells: list[Cell], filters: list[tuple[str, list[str]]]) -> li
             elif key == "best":
                 have = {"true" if cell.best else "false", "yes" if cell.best else "no"}
             elif key in AXES:
-                have = {_norm(cell.axes.get(key))}
+                have = {_norm(cell.axes.as_dict()[key])}
             else:
                 have = {_norm(cell.trials[0].job.get(key))}
             if not have & wanted:
@@ -554,7 +405,7 @@ def metric_text(cell: Cell, metric: str) -> str:
 
 def columns(cells: list[Cell]) -> list[str]:
     cols = ["task", "gpu"]
-    if any(c.axes["gpus"] != 1 for c in cells):
+    if any(c.axes.gpus != 1 for c in cells):
         cols.append("gpus")
     cols += ["batch_size", "precision", "compile"]
     cols += sorted({k for c in cells for k in c.extra})

@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass
 
 from kubesweep.tracking.aggregate import Cell
-from kubesweep.tracking.records import dig
 
 
 @dataclass(frozen=True)
@@ -40,13 +39,13 @@ class BreakEven:
 
 
 def _twin_key(cell: Cell) -> str:
-    axes = {k: v for k, v in cell.axes.items() if k != "compile"}
+    axes = {k: v for k, v in cell.axes.as_dict().items() if k != "compile"}
     return json.dumps({"axes": axes, "extra": cell.extra}, sort_keys=True, default=str)
 
 
 def _rows_per_epoch(cell: Cell) -> int | None:
     for trial in cell.trials:
-        rows = dig(trial.results, "data", "train_rows")
+        rows = (trial.results.data or {}).get("train_rows") if trial.results is not None else None
         if isinstance(rows, int) and rows > 0:
             return rows
     return None
@@ -56,10 +55,10 @@ def break_even(compiled: Cell, eager: Cell) -> BreakEven | None:
     """The break-even of `compiled` against `eager` (None where either lacks the numbers)."""
     rate_c, rate_e = compiled.value("samples_per_s"), eager.value("samples_per_s")
     warm_c, warm_e = compiled.value("warmup_s"), eager.value("warmup_s")
-    batch = compiled.axes.get("batch_size")
+    batch = compiled.axes.batch_size
     if not (rate_c and rate_e and warm_c is not None and warm_e is not None and isinstance(batch, int)):
         return None
-    global_batch = batch * max(1, int(compiled.axes.get("gpus") or 1))
+    global_batch = batch * max(1, int(compiled.axes.gpus or 1))
     extra = warm_c - warm_e
     saved = global_batch / rate_e - global_batch / rate_c
     if saved <= 0:
@@ -73,10 +72,10 @@ def break_even(compiled: Cell, eager: Cell) -> BreakEven | None:
 
 def break_evens(cells: list[Cell]) -> list[BreakEven]:
     """Every compiled fine-tuning cell that has an eager twin with numbers, in the cells' order."""
-    eager = {_twin_key(c): c for c in cells if c.task == "finetune" and c.axes.get("compile") == "off"}
+    eager = {_twin_key(c): c for c in cells if c.task == "finetune" and c.axes.compile == "off"}
     out = []
     for cell in cells:
-        if cell.task != "finetune" or cell.axes.get("compile") == "off":
+        if cell.task != "finetune" or cell.axes.compile == "off":
             continue
         twin = eager.get(_twin_key(cell))
         if twin is not None and (found := break_even(cell, twin)) is not None:

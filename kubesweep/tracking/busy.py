@@ -7,31 +7,47 @@ import datetime as dt
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kubesweep.tracking.records import TrialRecord, dig
+from kubesweep.tracking.records import TrialRecord
+from kubesweep.wire.flags import finite
+from kubesweep.wire.results import Results
 
 
-def _unix(iso: Any) -> float | None:
-    if not isinstance(iso, str):
-        return None
+def _unix(iso: str) -> float | None:
     try:
         return dt.datetime.fromisoformat(iso).timestamp()
     except ValueError:
         return None
 
 
-def trial_span(results: dict[str, Any]) -> tuple[float, float] | None:
+def trial_span(results: Results) -> tuple[float, float] | None:
     """A trial's process in Unix seconds: its start (the job's start less its start-up) to its results file."""
-    start, end = _unix(results.get("started_at")), _unix(results.get("finished_at"))
+    start, end = _unix(results.started_at), _unix(results.finished_at)
     if start is None or end is None:
         return None
-    return start - float(dig(results, "timings", "startup_s") or 0.0), end
+    return start - (finite(results.timings.startup_s) or 0.0), end
 
 
-def gpu_trials(records: Iterable[TrialRecord]) -> Iterator[tuple[dict[str, Any], tuple[float, float]]]:
+def measured_train_s(results: Results) -> float:
+    """Seconds of measured training steps (0 for a trial without them)."""
+    return (finite(results.train.measured_time_s) or 0.0) if results.train is not None else 0.0
+
+
+def environment_gpus(results: Results) -> list[dict[str, Any]]:
+    """The GPUs the trial's environment names, as NVML named them inside its container."""
+    gpus = results.environment.get("gpus") or []
+    return [gpu for gpu in gpus if isinstance(gpu, dict)] if isinstance(gpus, list) else []
+
+
+def node_name(results: Results) -> str | None:
+    node = results.environment.get("node_name")
+    return str(node) if node else None
+
+
+def gpu_trials(records: Iterable[TrialRecord]) -> Iterator[tuple[Results, tuple[float, float]]]:
     """The results and process span of every GPU trial that has both."""
     for record in records:
         res = record.results
-        if not res or res.get("device") != "cuda":
+        if res is None or res.device != "cuda":
             continue
         span = trial_span(res)
         if span is not None:
@@ -55,12 +71,11 @@ def gpu_busy(records: list[TrialRecord]) -> dict[str, Any] | None:
     for res, (start, end) in gpu_trials(records):
         starts.append(start)
         ends.append(end)
-        world = int(res.get("world_size") or 1)
+        world = res.world_size or 1
         widest = max(widest, world)
-        measured += float(dig(res, "train", "measured_time_s") or 0.0) * world
-        env = res.get("environment") or {}
-        for gpu in env.get("gpus") or []:
-            devices.add((str(env.get("node_name")), str(gpu.get("uuid") or gpu.get("index"))))
+        measured += measured_train_s(res) * world
+        for gpu in environment_gpus(res):
+            devices.add((str(node_name(res)), str(gpu.get("uuid") or gpu.get("index"))))
         trials += 1
     wall = max(ends) - min(starts) if trials else 0.0
     if wall <= 0:

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubesweep.tracking.aggregate import Cell, fmt_number, trial_flags
-from kubesweep.tracking.busy import busy_text, gpu_busy, trial_span
-from kubesweep.tracking.records import dig
+from kubesweep.tracking.aggregate import Cell, fmt_number
+from kubesweep.tracking.busy import busy_text, gpu_busy, measured_train_s, trial_span
+from kubesweep.wire.flags import trial_flags
 
 WIDTH = 12.0  # inches: about the report's page width at 110 px per inch
 DPI = 150  # pixels per inch in the PNG: sharper than the page shows it
@@ -29,12 +29,12 @@ def finetune(cells: list[Cell]) -> list[Cell]:
 
 def gpu_label(cell: Cell) -> str:
     """The cell's device as the report names it: its GPU type, or `CPU`."""
-    return "CPU" if cell.axes["gpu"] == "cpu" else str(cell.axes["gpu"])
+    return "CPU" if cell.axes.gpu == "cpu" else str(cell.axes.gpu)
 
 
 def device_label(cell: Cell) -> str:
     """The device and, for a multi-GPU trial, how many: `h100-80gb x2`, `l40s`, `CPU`."""
-    return gpu_label(cell) + (f" x{cell.axes['gpus']}" if cell.axes["gpus"] > 1 else "")
+    return gpu_label(cell) + (f" x{cell.axes.gpus}" if cell.axes.gpus > 1 else "")
 
 
 def other_settings(cell: Cell) -> str:
@@ -44,9 +44,9 @@ def other_settings(cell: Cell) -> str:
 def cell_label(cell: Cell, marked: bool = True) -> str:
     """`h100-80gb bs64 fp16 c`, then the cell's marks in brackets: `[*]`, `[chance accuracy (0.51)]`."""
     extra = (" " + other_settings(cell)) if cell.extra else ""
-    compiled = " c" if cell.axes["compile"] != "off" else ""
+    compiled = " c" if cell.axes.compile != "off" else ""
     task = "inf " if cell.task == "inference" else ""
-    label = f"{task}{device_label(cell)} bs{cell.axes['batch_size']} {cell.axes['precision']}{compiled}{extra}"
+    label = f"{task}{device_label(cell)} bs{cell.axes.batch_size} {cell.axes.precision}{compiled}{extra}"
     marks = (["*"] if cell.best else []) + cell.marks
     return label + (f" [{'; '.join(marks)}]" if marked and marks else "")
 
@@ -69,18 +69,23 @@ def save(fig: Any, path: Path) -> None:
     fig.savefig(path, dpi=DPI)
 
 
+def _batch(cell: Cell) -> int:
+    """The batch size of a cell of `_series` (each has one)."""
+    return int(cell.axes.batch_size or 0)
+
+
 def _series(cells: list[Cell]) -> dict[str, dict[tuple[str, str], list[Cell]]]:
     """GPU type -> (precision, compile) -> cells sorted by batch size (single-GPU fine-tuning only)."""
     out: dict[str, dict[tuple[str, str], list[Cell]]] = {}
     for cell in finetune(cells):
-        if cell.axes["gpus"] > 1 or cell.axes["batch_size"] is None:  # one device: a GPU, or the CPU (0 GPUs)
+        if cell.axes.gpus > 1 or cell.axes.batch_size is None:  # one device: a GPU, or the CPU (0 GPUs)
             continue
         label = gpu_label(cell) + (" " + other_settings(cell) if cell.extra else "")
-        out.setdefault(label, {}).setdefault((str(cell.axes["precision"]), str(cell.axes["compile"])),
+        out.setdefault(label, {}).setdefault((str(cell.axes.precision), str(cell.axes.compile)),
                                              []).append(cell)
     for by in out.values():
         for group in by.values():
-            group.sort(key=lambda c: int(c.axes["batch_size"]))
+            group.sort(key=lambda c: _batch(c))
     return out
 
 
@@ -99,16 +104,16 @@ def per_gpu_lines(cells: list[Cell], metric: str, ylabel: str, title: str,
     for i, gpu in enumerate(gpus):
         ax = axes[i // cols][i % cols]
         for (precision, compiled), group in sorted(series[gpu].items()):
-            pts = [(int(c.axes["batch_size"]), c.metrics[metric]) for c in group if c.value(metric) is not None]
+            pts = [(_batch(c), c.metrics[metric]) for c in group if c.value(metric) is not None]
             if not pts:
                 continue
             ax.errorbar([p[0] for p in pts], [p[1].mean for p in pts], yerr=[p[1].std or 0.0 for p in pts],
                         marker="o", capsize=3, linestyle="--" if compiled != "off" else "-",
                         label=precision + ("" if compiled == "off" else f" compile={compiled}"))
-        batches = sorted({int(c.axes["batch_size"]) for g in series[gpu].values() for c in g})
+        batches = sorted({_batch(c) for g in series[gpu].values() for c in g})
         for group in series[gpu].values():
             for c in group:
-                x, value = int(c.axes["batch_size"]), c.value(metric)
+                x, value = _batch(c), c.value(metric)
                 if value is None and "succeeded" not in c.outcomes:
                     ax.scatter([x], [0], marker="x", color=FLAGGED)
                     ax.annotate(c.status, (x, 0), textcoords="offset points", xytext=(0, 6), ha="center",
@@ -168,16 +173,16 @@ def timeline(cells: list[Cell]) -> Any:
     trial's flags follow its name."""
     rows = []
     for record in (t for c in cells for t in c.trials):
-        res = record.results or {}
-        span = trial_span(res) if res.get("device") == "cuda" else None
-        if span is None:
+        res = record.results
+        span = trial_span(res) if res is not None and res.device == "cuda" else None
+        if res is None or span is None:
             continue
         start, end = span
-        lease = res.get("gpu_lease") or {}
-        measured = float(dig(res, "train", "measured_time_s") or 0.0)
+        lease = res.gpu_lease
         flags = trial_flags(record.outcome, res)
         name = record.name + (f" [{'; '.join(flags)}]" if flags else "")
-        rows.append((start, end, lease.get("acquired_at"), lease.get("released_at"), measured, name))
+        rows.append((start, end, lease.acquired_at if lease else None, lease.released_at if lease else None,
+                     measured_train_s(res), name))
     if not any(end > start for start, end, *_ in rows):
         return None  # no trial with a time span to draw
     rows.sort()
@@ -202,16 +207,16 @@ def timeline(cells: list[Cell]) -> Any:
 
 
 def _setting(cell: Cell) -> tuple[Any, ...]:
-    return (cell.axes["gpu"], cell.axes["gpus"], cell.axes["batch_size"], cell.axes["precision"],
+    return (cell.axes.gpu, cell.axes.gpus, cell.axes.batch_size, cell.axes.precision,
             json.dumps(cell.extra, sort_keys=True, default=str))
 
 
 def speedup(cells: list[Cell]) -> Any:
     """compiled / eager samples/s for each setting that ran both; the marks of either side follow the label."""
-    eager = {_setting(c): c for c in finetune(cells) if c.axes["compile"] == "off"}
+    eager = {_setting(c): c for c in finetune(cells) if c.axes.compile == "off"}
     pairs = []
     for cell in finetune(cells):
-        base = eager.get(_setting(cell)) if cell.axes["compile"] != "off" else None
+        base = eager.get(_setting(cell)) if cell.axes.compile != "off" else None
         if base and base.value("samples_per_s") and cell.value("samples_per_s"):
             marks = [f"eager: {m}" for m in base.marks] + [f"compiled: {m}" for m in cell.marks]
             label = cell_label(base, marked=False) + (f" [{'; '.join(marks)}]" if marks else "")
@@ -254,9 +259,9 @@ def heatmap(cells: list[Cell]) -> Any:
     import numpy as np
 
     def col_key(c: Cell) -> str:
-        compiled = "compile" if c.axes["compile"] != "off" else "eager"
+        compiled = "compile" if c.axes.compile != "off" else "eager"
         extra = (" " + other_settings(c)) if c.extra else ""
-        return f"bs{c.axes['batch_size']} {c.axes['precision']} {compiled}{extra}"
+        return f"bs{c.axes.batch_size} {c.axes.precision} {compiled}{extra}"
 
     rows = sorted({device_label(c) for c in ft})
     cols = sorted({col_key(c) for c in ft},

@@ -14,25 +14,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from kubesweep.backends.base import Backend, BackendError, TrialStatus
-from kubesweep.jobs.results import RESULTS_SCHEMA, Results
 from kubesweep.wire import tags
+from kubesweep.wire.results import RESULTS_SCHEMA, Results
 
 # params the job logs that are not job settings
 _TRIAL_PARAMS = frozenset({"sweep", "trial_id", "repeat", "gpu", "gpus_per_trial"})
-
-
-def dig(data: Any, *path: str) -> Any:
-    """`data[path[0]][path[1]]...` of a parsed results file, or None where a key is missing."""
-    for key in path:
-        if not isinstance(data, dict) or key not in data:
-            return None
-        data = data[key]
-    return data
 
 
 @dataclass
@@ -44,7 +35,7 @@ class TrialRecord:
     gpus: int
     outcome: str  # an Outcome value, or a phase (pending, running) for trials without one yet
     job: dict[str, Any] = field(default_factory=dict)
-    results: dict[str, Any] | None = None
+    results: Results | None = None
     reason: str = ""
     run_id: str | None = None
     # the trials on its node while it was measured (kubesweep.tracking.sharing.annotate); None: not judged
@@ -55,52 +46,57 @@ def _outcome_of(status: TrialStatus) -> str:
     return status.outcome.value if status.outcome else status.phase.value.lower()
 
 
-def _job_from_results_or_file(results: dict[str, Any] | None, trial_file: Path | None) -> dict[str, Any]:
-    if results and isinstance(results.get("config"), dict):
-        return dict(results["config"])
-    if trial_file is not None and trial_file.exists():
-        try:
-            data = json.loads(trial_file.read_text())
-        except (OSError, ValueError):
-            return {}
-        if isinstance(data, dict) and isinstance(data.get("job"), dict):
-            return dict(data["job"])
-    return {}
+def settings_of(results: Results) -> dict[str, Any]:
+    """The job settings a results file names (those it has, as JSON values)."""
+    return results.config.model_dump(mode="json", exclude_unset=True)
 
 
-def record_from_status(status: TrialStatus, results: dict[str, Any] | None = None,
+def _trial_file(trial_file: Path | None) -> dict[str, Any]:
+    if trial_file is None or not trial_file.exists():
+        return {}
+    try:
+        data = json.loads(trial_file.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def record_from_status(status: TrialStatus, results: Results | None = None,
                        trial_file: Path | None = None) -> TrialRecord:
-    job = _job_from_results_or_file(results, trial_file)
-    if not job:
+    """A record from the backend's status of a trial, its results (if it has them) and its trial file: the job
+    settings from the results, else the trial file, else the status's axes."""
+    trial = _trial_file(trial_file) if results is None else {}
+    if results is not None:
+        job = settings_of(results)
+    elif isinstance(trial.get("job"), dict) and trial["job"]:
+        job = dict(trial["job"])
+    else:
         job = {k: v for k, v in status.axes.items() if k not in ("gpu", "gpus_per_trial", "num_nodes")}
-    info = (results or {}).get("trial") or {}
-    gpus = info.get("gpus_per_trial", status.axes.get("gpus_per_trial"))
-    if gpus is None and trial_file is not None and trial_file.exists():
-        try:
-            gpus = json.loads(trial_file.read_text()).get("gpus_per_trial")
-        except (OSError, ValueError):
-            gpus = None
-    outcome = (results or {}).get("outcome") or _outcome_of(status)
+    gpus: Any = (results.trial.gpus_per_trial if results is not None
+                 else status.axes.get("gpus_per_trial", trial.get("gpus_per_trial")))
+    outcome = results.outcome.value if results is not None else _outcome_of(status)
     if status.outcome is not None and status.outcome.value in ("stopped", "cancelled"):
         outcome = status.outcome.value  # the job saw only a SIGTERM; the backend knows who sent it, and why
     reason = status.reason if outcome != "succeeded" else ""
-    if results and isinstance(results.get("error"), dict) and outcome != "succeeded":
-        reason = str(results["error"].get("message") or reason)
-    return TrialRecord(trial_id=status.trial_id, name=status.name, repeat=int(info.get("repeat") or 0),
-                       gpu=status.gpu, gpus=int(gpus if gpus is not None else 1), outcome=str(outcome), job=job,
+    if results is not None and results.error is not None and outcome != "succeeded":
+        reason = results.error.message or reason
+    return TrialRecord(trial_id=status.trial_id, name=status.name,
+                       repeat=results.trial.repeat if results is not None else 0,
+                       gpu=status.gpu, gpus=int(gpus if gpus is not None else 1), outcome=outcome, job=job,
                        results=results, reason=reason)
 
 
 def from_backend(backend: Backend, sweep: str) -> list[TrialRecord]:
-    """Records from the backend's state and results files (no MLflow)."""
+    """Records from the backend's state and results files (no MLflow); a results file that is not valid is read as
+    none (the record then says what the backend knows)."""
     reader = getattr(backend, "results", None)
     if reader is None:
         return [record_from_status(t) for t in backend.status(sweep).trials]
     out = []
-    for status, results in reader(sweep):
+    for status, data in reader(sweep):
         where = backend.trial_dir(sweep, status.name)
         trial_file = where / "trial.json" if where is not None else None
-        out.append(record_from_status(status, results, trial_file))
+        out.append(record_from_status(status, results_from_data(data), trial_file))
     return out
 
 
@@ -111,27 +107,29 @@ def _parse_param(value: str) -> Any:
         return {"True": True, "False": False, "None": None}.get(value, value)
 
 
-def record_from_child(child: Any, results: dict[str, Any] | None) -> TrialRecord:
-    """A record from an MLflow child run (`runs.ChildRun`) and its results.json (if it has one)."""
+def record_from_child(child: Any, results: Results | None) -> TrialRecord:
+    """A record from an MLflow child run (`runs.ChildRun`) and its results.json (if it has one): the results
+    name the cell and the outcome, else the run's tags and params do."""
     run_tags, params = child.tags, child.params
     trial_id = run_tags.get(tags.TRIAL_ID) or params.get("trial_id") or child.run_id
-    info = (results or {}).get("trial") or {}
-    job = dict(results["config"]) if results and isinstance(results.get("config"), dict) else {
-        k: _parse_param(v) for k, v in params.items() if k not in _TRIAL_PARAMS}
-    gpu = info.get("gpu", run_tags.get(tags.GPU))
-    gpu = None if gpu in (None, "", "any", "None") else str(gpu)
-    gpus = info.get("gpus_per_trial", _parse_param(params.get("gpus_per_trial", "1")))
-    repeat = info.get("repeat", _parse_param(run_tags.get(tags.REPEAT, params.get("repeat", "0"))))
-    if results and results.get("outcome"):
-        outcome = str(results["outcome"])
-    elif run_tags.get(tags.OUTCOME):
-        outcome = run_tags[tags.OUTCOME]
+    if results is not None:
+        job = settings_of(results)
+        gpu: Any = results.trial.gpu
+        gpus: Any = results.trial.gpus_per_trial
+        repeat: Any = results.trial.repeat
+        outcome = results.outcome.value
     else:
-        outcome = {"RUNNING": "running", "SCHEDULED": "pending", "FINISHED": "succeeded", "KILLED": "cancelled"}.get(
+        job = {k: _parse_param(v) for k, v in params.items() if k not in _TRIAL_PARAMS}
+        gpu = run_tags.get(tags.GPU)
+        gpus = _parse_param(params.get("gpus_per_trial", "1"))
+        repeat = _parse_param(run_tags.get(tags.REPEAT, params.get("repeat", "0")))
+        outcome = run_tags.get(tags.OUTCOME) or {"RUNNING": "running", "SCHEDULED": "pending",
+                                                  "FINISHED": "succeeded", "KILLED": "cancelled"}.get(
             child.status, "failed")
+    gpu = None if gpu in (None, "", "any", "None") else str(gpu)
     reason = ""
-    if results and isinstance(results.get("error"), dict) and outcome != "succeeded":
-        reason = str(results["error"].get("message") or "")
+    if results is not None and results.error is not None and outcome != "succeeded":
+        reason = results.error.message
     return TrialRecord(trial_id=trial_id, name=run_tags.get(tags.TRIAL) or child.name, repeat=int(repeat or 0),
                        gpu=gpu, gpus=int(gpus if isinstance(gpus, int) else 1), outcome=outcome, job=job,
                        results=results, reason=reason, run_id=child.run_id)
@@ -143,7 +141,7 @@ def from_mlflow(runs: Any, parent_run_id: str, backend: Backend | None, sweep: s
     files = runs.all_results(children)
     records = {}
     for child in children:
-        record = record_from_child(child, files.get(child.run_id))
+        record = record_from_child(child, results_from_data(files.get(child.run_id)))
         records[record.trial_id] = record
     if backend is not None:
         try:
@@ -204,11 +202,29 @@ MAX_MAGNITUDE = 1e15
 _FREE_FORM = ("environment", "model")  # not read as numbers
 
 
+def _nullable(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> bool:
+    """Whether the field of `model` at `loc` (a path into its document) may be null."""
+    annotation: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            args = get_args(annotation)
+            annotation = args[0] if args else None
+            continue
+        inner = next((a for a in (annotation, *get_args(annotation))
+                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        info = inner.model_fields.get(part) if inner is not None else None
+        if info is None:
+            return False
+        annotation = info.annotation
+    return type(None) in get_args(annotation)
+
+
 def _finite(data: Any, loc: tuple[int | str, ...] = ()) -> Any:
-    """`data` with each infinite or NaN number as None (a diverged run's loss); `ResultsFileError` args
-    (path, value) for a number beyond ±MAX_MAGNITUDE (outside the free-form parts)."""
+    """`data` with each infinite or NaN number as None where the schema lets the field be null (a diverged run's
+    loss; where it may not be, the number stays as the job wrote it); `ResultsFileError` args (path, value) for a
+    number beyond ±MAX_MAGNITUDE (outside the free-form parts)."""
     if isinstance(data, float) and not math.isfinite(data):
-        return None
+        return None if _nullable(Results, loc) else data
     if isinstance(data, (int, float)) and not isinstance(data, bool) and abs(data) > MAX_MAGNITUDE:
         raise ResultsFileError(_field_path(loc), data)
     if isinstance(data, dict):
@@ -218,41 +234,60 @@ def _finite(data: Any, loc: tuple[int | str, ...] = ()) -> Any:
     return data
 
 
-def read_results_file(path: Path) -> dict[str, Any]:
-    """A results file, validated against its schema (`kubesweep.jobs.results.Results`, from which
-    docs/results.schema.json is generated) and the free-form fields the views read; its values as the schema types
-    them (only the fields the file has; an infinite or NaN number, which JSON cannot hold, as null).
-    `ResultsFileError`: the first thing wrong with it, in one line."""
+def parse_results(raw: bytes | str, where: str) -> Results:
+    """A results document validated against its schema (`kubesweep.wire.results.Results`, from which
+    docs/results.schema.json is generated; strict JSON types) and the free-form fields the views read, with each
+    infinite or NaN number the schema lets be null as null. `ResultsFileError`: the first thing wrong with it, in
+    one line starting with `where`."""
+    try:
+        results = Results.model_validate_json(raw, strict=True)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        if error["type"] == "json_invalid":
+            raise ResultsFileError(f"{where}: not JSON: {error['msg'].removeprefix('Invalid JSON: ')}") from None
+        if not error["loc"] and error["type"] == "model_type":
+            raise ResultsFileError(f"{where}: expected a JSON object (a results file), got "
+                                   f"{type(error['input']).__name__}") from None
+        expected = _EXPECTED.get(error["type"], error["msg"])
+        got = "" if error["type"] in ("missing", "extra_forbidden") else f", got {_short(error.get('input'))}"
+        raise ResultsFileError(f"{where}: {_field_path(error['loc'])}: {expected}{got} ({RESULTS_SCHEMA}, "
+                               "docs/results-schema.md)") from None
+    if results.schema_ != RESULTS_SCHEMA:
+        raise ResultsFileError(f"{where}: schema: {results.schema_!r} is not {RESULTS_SCHEMA}, the version read here")
+    gpus = results.environment.get("gpus", [])
+    if not isinstance(gpus, list) or not all(isinstance(gpu, dict) for gpu in gpus):
+        raise ResultsFileError(f"{where}: environment.gpus: expected a list of objects, got {_short(gpus)}")
+    try:
+        data = _finite(results.model_dump(mode="python", by_alias=True, exclude_unset=True))
+    except ResultsFileError as exc:
+        path, value = exc.args
+        raise ResultsFileError(f"{where}: {path}: expected a number within ±{MAX_MAGNITUDE:g}, "
+                               f"got {_short(value)}") from None
+    return Results.model_validate(data)
+
+
+def read_results_file(path: Path) -> Results:
+    """A results file, validated as `parse_results` says. `ResultsFileError`: the first thing wrong with it, in
+    one line naming the file."""
     size = path.stat().st_size
     if size > MAX_RESULTS_BYTES:
         raise ResultsFileError(f"{path}: {size:,} bytes, more than a results file has ({MAX_RESULTS_BYTES:,})")
     try:
-        results = Results.model_validate_json(path.read_bytes(), strict=True)
+        raw = path.read_bytes()
     except OSError as exc:
         raise ResultsFileError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        if error["type"] == "json_invalid":
-            raise ResultsFileError(f"{path}: not JSON: {error['msg'].removeprefix('Invalid JSON: ')}") from None
-        if not error["loc"] and error["type"] == "model_type":
-            raise ResultsFileError(f"{path}: expected a JSON object (a results file), got "
-                                   f"{type(error['input']).__name__}") from None
-        expected = _EXPECTED.get(error["type"], error["msg"])
-        got = "" if error["type"] in ("missing", "extra_forbidden") else f", got {_short(error.get('input'))}"
-        raise ResultsFileError(f"{path}: {_field_path(error['loc'])}: {expected}{got} ({RESULTS_SCHEMA}, "
-                               "docs/results-schema.md)") from None
-    if results.schema_ != RESULTS_SCHEMA:
-        raise ResultsFileError(f"{path}: schema: {results.schema_!r} is not {RESULTS_SCHEMA}, the version read here")
-    gpus = results.environment.get("gpus", [])
-    if not isinstance(gpus, list) or not all(isinstance(gpu, dict) for gpu in gpus):
-        raise ResultsFileError(f"{path}: environment.gpus: expected a list of objects, got {_short(gpus)}")
+    return parse_results(raw, str(path))
+
+
+def results_from_data(data: dict[str, Any] | None) -> Results | None:
+    """A results file a backend or an MLflow run handed over parsed, validated as `parse_results` says (None where
+    there is none or it is not valid: the record then says what the backend or the run knows)."""
+    if data is None:
+        return None
     try:
-        data: dict[str, Any] = _finite(results.model_dump(mode="json", by_alias=True, exclude_unset=True))
-    except ResultsFileError as exc:
-        where, value = exc.args
-        raise ResultsFileError(f"{path}: {where}: expected a number within ±{MAX_MAGNITUDE:g}, "
-                               f"got {_short(value)}") from None
-    return data
+        return parse_results(json.dumps(data), "results.json")
+    except (ResultsFileError, ValueError):
+        return None
 
 
 def from_results_dir(directory: Path, skipped: Callable[[str], None] | None = None) -> list[TrialRecord]:
@@ -272,18 +307,18 @@ def from_results_dir(directory: Path, skipped: Callable[[str], None] | None = No
     out = []
     for path in files:
         try:
-            data = read_results_file(path)
+            results = read_results_file(path)
         except ResultsFileError as exc:
             if skipped is None:
                 raise
             skipped(f"skipped {exc}")
             continue
-        trial, error = data["trial"], data.get("error")
+        trial = results.trial
         out.append(TrialRecord(
-            trial_id=trial["trial_id"] or path.parent.name, name=trial["name"] or path.parent.name,
-            repeat=trial["repeat"], gpu=trial["gpu"] or None, gpus=trial["gpus_per_trial"],
-            outcome=data["outcome"], job=dict(data["config"]), results=data,
-            reason=error["message"] if isinstance(error, dict) else ""))
+            trial_id=trial.trial_id or path.parent.name, name=trial.name or path.parent.name,
+            repeat=trial.repeat, gpu=trial.gpu or None, gpus=trial.gpus_per_trial,
+            outcome=results.outcome.value, job=settings_of(results), results=results,
+            reason=results.error.message if results.error is not None else ""))
     if files and not out:
         raise ResultsDirError(f"{directory}: none of its {len(files):,} results files is valid (each skipped above)")
     return out

@@ -6,12 +6,10 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from kubesweep.tracking.aggregate import CHANCE_ACCURACY, CHANCE_MARGIN
-
-if TYPE_CHECKING:
-    from kubesweep.tracking.report import Report, Table
+from kubesweep.wire.flags import CHANCE_ACCURACY, CHANCE_MARGIN, RANDOM_INIT
 
 # -- definitions and the marks' legend, at the end of the page; notes and column headers link to them -----------
 
@@ -89,6 +87,58 @@ figure{margin:1em 0 2em;max-width:1400px}figcaption{color:#555;font-size:13px}
 figure img{display:block;width:100%;max-width:1400px;height:auto;border:1px solid #eee}
 ul.answer{font-size:16px;line-height:1.5}dl.defs{font-size:13px}dl.defs dt{font-weight:bold;margin-top:0.4em}
 dl.defs dd{margin-left:2em}"""
+
+
+# -- what the page shows ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+    def markdown(self) -> str:
+        lines = [f"### {self.title}", ""]
+        if self.note:
+            lines += [self.note, ""]
+        lines.append("| " + " | ".join(self.headers) + " |")
+        lines.append("|" + "|".join("---" for _ in self.headers) + "|")
+        lines += ["| " + " | ".join(r) + " |" for r in self.rows]
+        return "\n".join(lines) + "\n"
+
+    def html(self) -> str:
+        """The table; a header with a definition links to it, a row with flags other than `n=1` is tinted."""
+        head = "".join(f"<th><a href='#{ANCHORS[h]}'>{html.escape(h)}</a></th>" if h in ANCHORS
+                       else f"<th>{html.escape(h)}</th>" for h in self.headers)
+        at = self.headers.index("flags") if "flags" in self.headers else None
+
+        def flagged(row: list[str]) -> bool:
+            return at is not None and any(f not in ("", "*", "n=1", RANDOM_INIT) for f in row[at].split("; "))
+
+        body = "".join(("<tr class='flagged'>" if flagged(row) else "<tr>")
+                       + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
+        note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
+        title = f"<h3>{html.escape(self.title)}</h3>" if self.title else ""
+        return f"{title}{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+@dataclass
+class Report:
+    sweep: str
+    directory: Path
+    figures: list[tuple[str, str]] = field(default_factory=list)  # (file, caption)
+    skipped: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    table_notes: list[str] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)
+    best: Table | None = None
+
+    @property
+    def html_path(self) -> Path:
+        return self.directory / "report.html"
+
 
 
 def html_page(report: Report, full: Table, source: str, target: float) -> str:

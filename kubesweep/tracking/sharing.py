@@ -21,27 +21,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubesweep.tracking import intervals
-from kubesweep.tracking.busy import gpu_trials, trial_span
-from kubesweep.tracking.records import TrialRecord, dig
+from kubesweep.tracking.busy import environment_gpus, gpu_trials, measured_train_s, node_name, trial_span
+from kubesweep.tracking.records import TrialRecord
+from kubesweep.wire.flags import finite
+from kubesweep.wire.results import Results
 
 
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def measured_window(results: dict[str, Any]) -> tuple[float, float] | None:
+def measured_window(results: Results) -> tuple[float, float] | None:
     """The trial's measured steps in Unix seconds; its process span where the results do not say."""
-    stats = results.get("train") or results.get("inference")
-    if isinstance(stats, dict):
-        start, end = _float(stats.get("measured_from")), _float(stats.get("measured_until"))
+    stats = results.train or results.inference
+    if stats is not None:
+        start, end = finite(stats.measured_from), finite(stats.measured_until)
         if start is not None and end is not None and end >= start:
             return start, end
     return trial_span(results)
 
 
-def node_of(results: dict[str, Any]) -> str | None:
-    node = dig(results, "environment", "node_name")
-    return str(node) if node else None
+
 
 
 def annotate(records: Iterable[TrialRecord]) -> None:
@@ -50,9 +46,9 @@ def annotate(records: Iterable[TrialRecord]) -> None:
     judged: list[tuple[TrialRecord, str, tuple[float, float]]] = []
     for record in records:
         res = record.results
-        node = node_of(res) if res else None
-        span = trial_span(res) if res else None
-        window = measured_window(res) if res else None
+        node = node_name(res) if res is not None else None
+        span = trial_span(res) if res is not None else None
+        window = measured_window(res) if res is not None else None
         if node is None or span is None or window is None:
             record.neighbours = None
             continue
@@ -105,9 +101,10 @@ class Interference:
 
 def samples_per_s(record: TrialRecord) -> float | None:
     res = record.results
-    if not res or record.outcome != "succeeded":
+    if res is None or record.outcome != "succeeded":
         return None
-    return _float(dig(res, "inference", "samples_per_s")) or _float(dig(res, "train", "samples_per_s"))
+    inference = finite(res.inference.samples_per_s) if res.inference is not None else None
+    return inference or (finite(res.train.samples_per_s) if res.train is not None else None)
 
 
 def interference(trials: Iterable[TrialRecord]) -> Interference | None:
@@ -131,12 +128,10 @@ def device_busy(records: Iterable[TrialRecord]) -> list[dict[str, Any]]:
     for res, span in gpu_trials(records):
         starts.append(span[0])
         ends.append(span[1])
-        measured = _float(dig(res, "train", "measured_time_s")) or 0.0
-        for gpu in dig(res, "environment", "gpus") or []:
-            if not isinstance(gpu, dict):
-                continue
+        measured = measured_train_s(res)
+        for gpu in environment_gpus(res):
             uuid = gpu.get("nvml_uuid") or gpu.get("uuid") or gpu.get("index")
-            key = (str(node_of(res)), str(uuid))
+            key = (str(node_name(res)), str(uuid))
             entry = devices.setdefault(key, {"node": key[0], "uuid": key[1], "pci_bus_id": gpu.get("pci_bus_id"),
                                              "measured_train_s": 0.0, "trials": 0})
             entry["measured_train_s"] += measured
@@ -156,12 +151,12 @@ def sharing_rows(records: list[TrialRecord]) -> list[list[str]]:
     rows = []
     for record in sorted(records, key=lambda r: r.name):
         res = record.results
-        if not res or record.neighbours is None:
+        if res is None or record.neighbours is None:
             continue
-        gpus = [g for g in dig(res, "environment", "gpus") or [] if isinstance(g, dict)]
+        gpus = environment_gpus(res)
         where = ", ".join(str(g.get("pci_bus_id") or g.get("nvml_uuid") or g.get("index")) for g in gpus) or "cpu"
         rate = samples_per_s(record)
-        rows.append([record.name, str(node_of(res) or "-"), where, measured_text(record),
+        rows.append([record.name, str(node_name(res) or "-"), where, measured_text(record),
                      f"{rate:,.0f}" if rate is not None else "-"])
     return rows
 

@@ -5,10 +5,10 @@ Every experiment kubesweep creates or logs a sweep into carries two tags:
 - `mlflow.experimentKind = custom_model_development`: the UI treats it as model training (runs, charts,
   artifacts), not as a GenAI app (traces, judges);
 - `mlflow.sharedViewState.kubesweep`: a view of the runs table that the UI opens from `runs_url`: every run,
-  sorted by `aggregate.RANK_METRIC` (samples/s of the runs that learned, best first; runs whose accuracy stayed
+  sorted by `wire.trial_metrics.RANK_METRIC` (samples/s of the runs that learned, best first; runs whose accuracy stayed
   at chance have no such metric and come after them, with the OOM, mismatched and failed runs; sorted, the UI
   lists child runs by themselves, not folded under the parent), with the comparison metrics
-  (`aggregate.COMPARISON_METRICS`, logged by each trial under those names), the trial's flags (`OOM`, `GPU
+  (`wire.trial_metrics.COMPARISON_METRICS`, logged by each trial under those names), the trial's flags (`OOM`, `GPU
   mismatch`, `chance accuracy (0.51)`) as the run's description (the UI's Description column, left of the
   metrics, so it is seen without scrolling), the outcome and the cell's GPU, batch size, precision and compile
   setting as columns.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-from kubesweep.tracking.aggregate import RANK_METRIC
+from kubesweep.wire.trial_metrics import RANK_METRIC
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.spec import Constraint, TuneSearch
+from kubesweep.tracking.records import ResultsFileError, read_results_file
 from kubesweep.wire import tags
+from kubesweep.wire.flags import finite
+from kubesweep.wire.results import Results
 
 PENALTY = 1.0e12
 
@@ -51,16 +54,17 @@ def worst(mode: str) -> float:
     return -PENALTY if mode == "max" else PENALTY
 
 
-def from_results(metric: str, results: dict[str, Any] | None) -> float | None:
+def from_results(metric: str, results: Results | None) -> float | None:
+    """The metric's number in the trial's results (None where they do not have it, or it is not finite)."""
     value: Any = results
     path = source(metric).results
     if not path or results is None:
         return None
     for key in path:
-        if not isinstance(value, dict):
+        value = getattr(value, key, None)
+        if value is None:
             return None
-        value = value.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return finite(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def wanted(search: TuneSearch) -> list[str]:
@@ -68,18 +72,18 @@ def wanted(search: TuneSearch) -> list[str]:
     return [*search.metrics, *(c.metric for c in search.constraints if c.metric not in search.metrics)]
 
 
-def read_results(path: Any) -> dict[str, Any] | None:
-    """A trial's results.json, or None where there is none (yet) or it is not a JSON object."""
+def read_results(path: Any) -> Results | None:
+    """A trial's results.json, validated (`kubesweep.tracking.records.read_results_file`), or None where there is
+    none (yet) or it is not a valid results file."""
     if not path:
         return None
     try:
-        data = json.loads(Path(str(path)).read_text())
-    except (OSError, ValueError):
+        return read_results_file(Path(str(path)))
+    except (OSError, ResultsFileError):
         return None
-    return data if isinstance(data, dict) else None
 
 
-def final_values(names: list[str], results: dict[str, Any] | None, latest: dict[str, float]) -> dict[str, float | None]:
+def final_values(names: list[str], results: Results | None, latest: dict[str, float]) -> dict[str, float | None]:
     """A finished trial's value of each metric: from its results file, else the final MLflow key's latest value."""
     values: dict[str, float | None] = {}
     for name in names:

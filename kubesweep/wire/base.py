@@ -1,6 +1,6 @@
 """The base every kubesweep document model derives from: the spec, the job settings, the GPU catalog, the image lock.
 
-Depends on pydantic only, so `kubesweep.jobs.config`, which builds on it and runs inside trial pods, stays light.
+Depends on pydantic only, so `kubesweep.wire.config`, which builds on it and runs inside trial pods, stays light.
 """
 
 from __future__ import annotations

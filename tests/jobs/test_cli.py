@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kubesweep.jobs import cli
-from kubesweep.jobs.config import JobConfig
+from kubesweep.wire.config import JobConfig
 from kubesweep.wire.outcomes import ExitCode
 from tests.support.job_fixtures import REPO, run_job
 

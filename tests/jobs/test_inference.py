@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.jobs.results import Results
 from kubesweep.wire.outcomes import ExitCode
+from kubesweep.wire.results import Results
 from tests.support.job_fixtures import MINILM, run_job_in_process, tiny_args
 
 
@@ -17,9 +17,9 @@ def test_run_times_the_asked_batches(sst2: Path, tmp_path: Path) -> None:
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     from kubesweep.jobs import data, inference
-    from kubesweep.jobs.config import JobConfig
     from kubesweep.jobs.distributed import Dist
     from kubesweep.jobs.model import resolve
+    from kubesweep.wire.config import JobConfig
 
     tokenizer = AutoTokenizer.from_pretrained(resolve(MINILM).source)
     rows = data.load_rows(str(sst2), "validation", 40)

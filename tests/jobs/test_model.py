@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.model import resolve
+from kubesweep.wire.config import JobConfig
 
 
 def test_model_references() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kubesweep.jobs import runtime
-from kubesweep.jobs.config import JobConfig
 from kubesweep.jobs.errors import UsageError
+from kubesweep.wire.config import JobConfig
 from kubesweep.wire.outcomes import ExitCode
 from tests.support.job_fixtures import run_job, run_job_in_process, tiny_args
 

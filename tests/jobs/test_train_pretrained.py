@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.jobs.results import Results
 from kubesweep.wire.outcomes import ExitCode
+from kubesweep.wire.results import Results
 from tests.support.job_fixtures import MINILM, run_job
 
 

@@ -140,5 +140,6 @@ def run_job(
 @pytest.fixture(scope="session")
 def full_run(sst2: Path, token_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> JobRun:
     """The tiny BERT fine-tuned uninterrupted as the job command: 12 steps, checkpoints every 4, all exports.
-    One run per session, shared by the tests of what it wrote (tests/jobs/conftest.py provides it)."""
+    One run per session, shared by the tests of what it wrote (tests/jobs/conftest.py and tests/wire/conftest.py
+    provide it)."""
     return run_job(tiny_args(sst2, token_cache, *FULL_RUN_ARGS), tmp_path_factory.mktemp("full"))

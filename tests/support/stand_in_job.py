@@ -1,8 +1,8 @@
 """A stand-in for `python -m kubesweep.jobs`, for backend tests that exercise orchestration, not training.
 
-It honours the job's contract — `--config trial.json --output-dir DIR`, a `results.json` with the outcome, the
-documented exit codes — and decides its outcome from the trial's settings, so a test can drive every path
-quickly:
+It honours the job's contract — `--config trial.json --output-dir DIR`, a `results.json` valid against the schema
+with the outcome, the documented exit codes — and decides its outcome from the trial's settings, so a test can
+drive every path quickly:
   job.batch_size >= 256       -> outcome oom, exit 3
   job.learning_rate == 0.123  -> crashes with exit 1 and no results file
   job.learning_rate == 0.456  -> fails with exit 1: a CUDA assert, with terminal escape sequences, as its error
@@ -45,18 +45,29 @@ def main() -> int:
     outcome, code = ("oom", 3) if job["batch_size"] >= 256 else ("succeeded", 0)
     if job.get("learning_rate") == 0.456:
         outcome, code = "failed", 1
-    results: dict[str, object] = {
+    now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    results: dict[str, object] = {  # a whole results file of the schema (kubesweep.wire.results), little measured
         "schema": "kubesweep.io/results/v1",
         "outcome": outcome,
-        "trial": {"id": trial["trial_id"], "name": trial["name"], "repeat": trial["repeat"]},
+        "exit_code": code,
+        "trial": {key: trial.get(key) for key in ("sweep", "trial_id", "name", "repeat", "gpu", "gpu_product",
+                                                  "gpus_per_trial")},
         "config": job,
+        "device": "cpu",
+        "started_at": now,
+        "finished_at": now,
+        "timings": {"total_s": 0.2},
     }
     if code == 1:
         results["error"] = {"type": "RuntimeError", "message": CUDA_ASSERT}
-        results["config"] = {**job, "precision": "\x1b]0;owned\x07fp32[/bold]"}
         print(CUDA_ASSERT, file=sys.stderr, flush=True)
     if outcome == "succeeded":
-        results["train"] = {"samples_per_s": 100.0 * job["batch_size"]}
+        rate = 100.0 * job["batch_size"]
+        results["train"] = {"steps": 2, "target_steps": 2, "epochs_completed": 1.0, "samples": 2 * job["batch_size"],
+                            "warmup_steps": 0, "warmup_time_s": 0.0, "measured_steps": 2,
+                            "measured_samples": 2 * job["batch_size"], "measured_time_s": 0.02,
+                            "samples_per_s": rate, "tokens_per_s": None, "padded_tokens_per_s": None,
+                            "step_time_s": None, "final_loss": None}
     (out / "results.json").write_text(json.dumps(results))
     time.sleep(float(os.environ.get(LINGER_ENV) or 0))
     print(f"done: {outcome}", flush=True)

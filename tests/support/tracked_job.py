@@ -1,7 +1,7 @@
 """A stand-in for `python -m kubesweep.jobs` that logs to MLflow exactly as the job does, without training.
 
 It honours the job's contract (`--config trial.json --output-dir DIR`, exit codes) and writes a `results.json`
-validated by the job's own schema (`kubesweep.jobs.results.Results`), with numbers that are a fixed function of
+validated by the job's own schema (`kubesweep.wire.results.Results`), with numbers that are a fixed function of
 the trial's settings and repeat, so tests can check aggregation, the report and the MLflow layout quickly. It
 logs through the same API as the job's runner: `kubesweep.jobs.mlflow_logger.MlflowTrialLogger.from_env`
 (child run under $KUBESWEEP_PARENT_RUN_ID, found again by trial id), with the job's tags, params, metric names
@@ -23,10 +23,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kubesweep.jobs.config import TrialConfig
+from kubesweep.gpus import load_catalog
 from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
-from kubesweep.jobs.results import Results
-from kubesweep.tracking.aggregate import comparison_metrics, comparison_tags
+from kubesweep.wire.config import TrialConfig
+from kubesweep.wire.flags import comparison_tags
+from kubesweep.wire.results import Results
+from kubesweep.wire.trial_metrics import comparison_metrics, gpu_type
 
 GIB = 1024**3
 BASE_RATE = {"h100-80gb": 1000.0, "l40s": 600.0, "a100-40gb": 700.0, "v100-32gb": 300.0, None: 40.0}
@@ -129,9 +131,12 @@ def main() -> int:
         tracker.log_metrics({"inference/samples_per_s": results.inference.samples_per_s,
                              "inference/latency_p50_s": results.inference.latency_s.p50}, 0)
     tracker.log_artifact(out / "results.json")
-    tracker.set_tags({"kubesweep.outcome": results.outcome.value, **comparison_tags(results.model_dump(mode="json"))})
-    tracker.log_metrics(comparison_metrics(results.model_dump(mode="json"), gpu=trial.gpu,
-                                           gpus=trial.gpus_per_trial), results.train.steps if results.train else 0)
+    catalog = load_catalog()
+    gpu = gpu_type(trial.gpu, results, catalog.by_product)
+    price = catalog[gpu].price_per_hour if gpu is not None and gpu in catalog else None
+    tracker.set_tags({"kubesweep.outcome": results.outcome.value, **comparison_tags(results)})
+    tracker.log_metrics(comparison_metrics(results, gpus=trial.gpus_per_trial, price_per_hour=price),
+                        results.train.steps if results.train else 0)
     tracker.close("FINISHED" if code == 0 else "FAILED")
     print(f"stand-in: {results.outcome.value}", flush=True)
     return code

@@ -1,7 +1,7 @@
-"""The numbers `sweep results` shows, by the definitions in kubesweep/tracking/aggregate.py (and docs/tracking.md):
-per-trial measurements, time-to-accuracy, aggregation over repeats, the best cell per GPU type, flags, filters,
-sorting and the table, CSV and JSON forms. Records are built in process; the end-to-end check against a real
-sweep's files is tests/tracking/test_sweep.py."""
+"""The numbers `sweep results` shows (docs/tracking.md): one trial's measurements priced by the catalog, aggregation
+over repeats, the best cell per GPU type, flags, filters, sorting and the table, CSV and JSON forms; one trial's
+numbers alone are tests/wire/test_trial_metrics.py. Records are built in process; the end-to-end check against a
+real sweep's files is tests/tracking/test_sweep.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ import pytest
 from kubesweep.gpus import load_catalog
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.records import TrialRecord
-from kubesweep.wire import tags
+from kubesweep.wire import flags
+from kubesweep.wire import trial_metrics as tm
+from kubesweep.wire.results import Results
+from tests.support.results_docs import make_results
 
 GIB = 1024**3
 CATALOG = load_catalog()
@@ -34,82 +37,38 @@ def results(rate: float = 1000.0, *, accuracy: float = 0.91, train_s: float = 12
 def record(name: str, gpu: str | None = "h100-80gb", outcome: str = "succeeded", repeat: int = 0, gpus: int = 1,
            res: dict[str, Any] | None = None, **job: Any) -> TrialRecord:
     job = {"task": "finetune", "batch_size": 32, "precision": "bf16", "compile": False, "seed": 42 + repeat, **job}
-    return TrialRecord(name, name, repeat, gpu, gpus, outcome, job, res)
-
-
-# -- one trial --------------------------------------------------------------------------------------------------
-
-
-def test_time_to_accuracy_charges_warm_up_to_the_first_steps_and_spreads_the_rest_evenly() -> None:
-    r = results(train_s=110.0)  # 100 steps, the first 3 took 10 s: 100 s for the other 97
-    r["eval"] = [{"step": 50, "accuracy": 0.85}, {"step": 70, "accuracy": 0.905}, {"step": 100, "accuracy": 0.93}]
-    assert agg.time_to_accuracy(r, 0.90) == pytest.approx(10.0 + (70 - 3) * 100.0 / 97)
-    assert agg.time_to_accuracy(r, 0.92) == 110.0  # an evaluation at the last step: exactly train_s
-    assert agg.time_to_accuracy(r, 0.95) is None  # never reached
-    r["eval"] = [{"step": 2, "accuracy": 0.95}]
-    assert agg.time_to_accuracy(r, 0.90) == pytest.approx(10.0 * 2 / 3)  # within the warm-up
-    r["eval"] = [{"step": 2, "accuracy": 0.95, "train_elapsed_s": 4.5}]
-    assert agg.time_to_accuracy(r, 0.90) == 4.5  # measured by the job: used as is
-    del r["timings"]
-    r["eval"] = [{"step": 50, "accuracy": 0.95}]
-    assert agg.time_to_accuracy(r, 0.90) is None  # no training time to interpolate
+    return TrialRecord(name, name, repeat, gpu, gpus, outcome, job,
+                       make_results(**{"config": job, **res}) if res is not None else None)
 
 
 def test_trial_metrics_of_a_training_trial() -> None:
-    m = agg.trial_metrics(record("a", res=results(1500.0, train_s=120.0, epochs=3)), CATALOG, 0.90)
+    m = agg.record_metrics(record("a", res=results(1500.0, train_s=120.0, epochs=3)), CATALOG, 0.90)
     assert m["samples_per_s"] == 1500.0 and m["step_p50_ms"] == 50.0 and m["peak_mem_gib"] == 6.0
     assert m["accuracy"] == 0.91 and m["epoch_s"] == (120.0 - 10.0) / 3  # the warm-up (10 s) apart
     assert m["cost_per_epoch"] == pytest.approx(CATALOG["h100-80gb"].price_per_hour * 110.0 / 3 / 3600)
     assert m["latency_p99_ms"] is None and m["tta_s"] is None  # no evaluations in these results
 
-    two = agg.trial_metrics(record("b", gpus=2, res=results(world_size=2)), CATALOG, 0.90)
+    two = agg.record_metrics(record("b", gpus=2, res=results(world_size=2)), CATALOG, 0.90)
     assert two["cost_per_epoch"] == pytest.approx(2 * CATALOG["h100-80gb"].price_per_hour * 110.0 / 3 / 3600)
 
 
 def test_trial_metrics_of_a_cpu_and_an_inference_trial() -> None:
     cpu = results(device="cpu", memory={"host_peak_rss_bytes": 2 * GIB})
-    m = agg.trial_metrics(record("c", gpu=None, res=cpu), CATALOG, 0.90)
+    m = agg.record_metrics(record("c", gpu=None, res=cpu), CATALOG, 0.90)
     assert m["peak_mem_gib"] == 2.0 and m["cost_per_epoch"] is None and m["epoch_s"] == 110.0 / 3
 
     inference = {"outcome": "succeeded", "inference": {"samples_per_s": 1670.0,
                                                         "latency_s": {"p50": 0.004, "p99": 0.006}}}
-    m = agg.trial_metrics(record("i", res=inference, task="inference"), CATALOG, 0.90)
+    m = agg.record_metrics(record("i", res=inference, task="inference"), CATALOG, 0.90)
     assert m["samples_per_s"] == 1670.0 and m["step_p50_ms"] == 4.0 and m["latency_p99_ms"] == 6.0
     assert m["tta_s"] is None and m["epoch_s"] is None
 
 
 def test_a_trial_that_did_not_succeed_has_no_measurements() -> None:
     for outcome, res in (("oom", results()), ("succeeded", None), ("stopped", results())):
-        assert set(agg.trial_metrics(record("x", outcome=outcome, res=res), CATALOG, 0.9).values()) == {None}
+        assert set(agg.record_metrics(record("x", outcome=outcome, res=res), CATALOG, 0.9).values()) == {None}
     nan = results(float("nan"))
-    assert agg.trial_metrics(record("n", res=nan), CATALOG, 0.9)["samples_per_s"] is None
-
-
-def test_comparison_metrics_are_rounded_to_five_significant_digits_and_only_for_a_success() -> None:
-    queued = results(1234.56789)
-    queued["timings"]["queue_wait_s"] = 61.23456  # a trial run from a Kueue queue (spec.queue)
-    out = agg.comparison_metrics(queued, gpu="h100-80gb", gpus=1)
-    assert set(out) == {*agg.COMPARISON_METRICS, agg.RANK_METRIC}
-    assert out["samples_per_s"] == out[agg.RANK_METRIC] == 1234.6 and out["epoch_s"] == 36.667
-    assert out["queue_wait_s"] == 61.235
-    assert "queue_wait_s" not in agg.comparison_metrics(results(1234.56789), gpu="h100-80gb", gpus=1)
-    assert agg.comparison_metrics({"outcome": "oom"}, gpu="h100-80gb", gpus=1) == {}
-
-
-def test_a_run_at_chance_accuracy_has_its_numbers_and_flag_but_no_rank() -> None:
-    """What the MLflow runs view sorts by and shows: a run that did not learn keeps samples/s and accuracy, has
-    no ranking metric (so it sorts after every run that learned) and says why in its flags tag."""
-    chance = results(5000.0, accuracy=0.509)
-    out = agg.comparison_metrics(chance, gpu="h100-80gb", gpus=1)
-    assert out["samples_per_s"] == 5000.0 and out["accuracy"] == 0.509 and agg.RANK_METRIC not in out
-    for res, flags in ((chance, "chance accuracy (0.51)"), (results(), ""), ({"outcome": "oom"}, "OOM"),
-                       ({"outcome": "gpu_mismatch"}, "GPU mismatch"), ({"outcome": "failed"}, "failed")):
-        assert agg.comparison_tags(res) == {tags.FLAGS: flags, tags.NOTE: flags}
-    inference = {"outcome": "succeeded", "device": "cpu", "inference": {"samples_per_s": 80.0}}
-    assert agg.comparison_metrics(inference, gpu=None, gpus=0)[agg.RANK_METRIC] == 80.0  # no accuracy: ranks
-
-
-# -- over repeats -------------------------------------------------------------------------------------------------
+    assert agg.record_metrics(record("n", res=nan), CATALOG, 0.9)["samples_per_s"] is None
 
 
 def test_stat_mean_sample_std_and_cv() -> None:
@@ -135,7 +94,7 @@ def test_repeats_of_a_setting_are_one_cell_and_the_best_per_gpu_type_is_marked()
     assert [[t.name for t in c.trials] for c in cells] == [["h32-0", "h32-1"], ["h64-0"], ["h128-0"], ["l4-0"]]
     assert cells[0].value("samples_per_s") == 1100.0 and cells[0].metrics["samples_per_s"].n == 2
     assert [c.best for c in cells] == [False, True, False, True]  # the fastest H100 cell, the only L4 cell
-    assert cells[0].axes == {"task": "finetune", "gpu": "h100-80gb", "gpus": 1, "batch_size": 32,
+    assert cells[0].axes.as_dict() == {"task": "finetune", "gpu": "h100-80gb", "gpus": 1, "batch_size": 32,
                              "precision": "bf16", "compile": "off"}
     assert cells[0].extra == {}  # seed differs between repeats: not a setting
 
@@ -299,8 +258,8 @@ def test_settings_whose_intervals_overlap_the_best_are_tied_with_it() -> None:
     cells = agg.aggregate(_cell_of([100.0, 102.0, 104.0], 64) + _cell_of([96.0, 98.0, 100.0], 32)
                           + _cell_of([80.0, 81.0, 82.0], 16), catalog=CATALOG)
     best = agg.best_cell(cells, "samples_per_s")
-    assert best is not None and best.axes["batch_size"] == 64
-    assert [c.axes["batch_size"] for c in agg.tied_with(best, cells, "samples_per_s")] == [32]
+    assert best is not None and best.axes.batch_size == 64
+    assert [c.axes.batch_size for c in agg.tied_with(best, cells, "samples_per_s")] == [32]
     apart = agg.aggregate(_cell_of([100.0, 102.0, 104.0], 64) + _cell_of([90.0, 91.0, 92.0], 32), catalog=CATALOG)
     assert agg.tied_with(apart[0], apart, "samples_per_s") == []  # [89.8, 93.5] vs [97.0, 107.0]
 
@@ -309,18 +268,18 @@ def test_a_random_init_speed_run_is_marked_and_may_be_fastest_but_never_most_acc
     speed = _cell_of([5000.0, 5100.0], 256, random_init=True)
     for r in speed:
         assert r.results is not None
-        r.results["final_accuracy"] = 0.509  # random init, one epoch: chance
+        r.results.final_accuracy = 0.509  # random init, one epoch: chance
     learned = _cell_of([1000.0, 1010.0], 32)
     cells = agg.aggregate(speed + learned, catalog=CATALOG)
-    fast = next(c for c in cells if c.axes["batch_size"] == 256)
-    assert fast.random_init and fast.flags == [agg.RANDOM_INIT] and not fast.at_chance
+    fast = next(c for c in cells if c.axes.batch_size == 256)
+    assert fast.random_init and fast.flags == [flags.RANDOM_INIT] and not fast.at_chance
     assert agg.metric_text(fast, "accuracy").startswith("0.5090 (random init)")
     assert agg.best_cell(cells, "samples_per_s") is fast
     best_acc = agg.best_cell(cells, "accuracy")
-    assert best_acc is not None and best_acc.axes["batch_size"] == 32
-    assert agg.trial_flags("succeeded", speed[0].results | {"config": speed[0].job}) == [agg.RANDOM_INIT]
-    assert agg.RANK_METRIC in agg.comparison_metrics(speed[0].results | {"config": speed[0].job}, gpu="h100-80gb",
-                                                     gpus=1)
+    assert best_acc is not None and best_acc.axes.batch_size == 32
+    assert isinstance(speed[0].results, Results)
+    assert flags.trial_flags("succeeded", speed[0].results) == [flags.RANDOM_INIT]
+    assert tm.RANK_METRIC in tm.comparison_metrics(speed[0].results, gpus=1, price_per_hour=None)
 
 
 def test_sweeps_from_two_machines_meet_in_cells_by_the_gpu_nvml_named() -> None:
@@ -331,4 +290,4 @@ def test_sweeps_from_two_machines_meet_in_cells_by_the_gpu_nvml_named() -> None:
     # the job records NVML's name as GPU Feature Discovery's product label (kubesweep.jobs.env.product_label)
     cells = agg.aggregate([on("NVIDIA-H100-80GB-HBM3", "a", 1000.0), on("NVIDIA-H200", "b", 1400.0),
                            on("NVIDIA-H100-80GB-HBM3", "c", 1010.0)], catalog=CATALOG)
-    assert {c.axes["gpu"]: len(c.trials) for c in cells} == {"h100-80gb": 2, "h200": 1}
+    assert {c.axes.gpu: len(c.trials) for c in cells} == {"h100-80gb": 2, "h200": 1}

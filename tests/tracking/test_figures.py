@@ -27,7 +27,7 @@ def cells(spec: str = SWEEP_SPEC, edit: Any = marked) -> list[Cell]:
 
 
 def cell(found: list[Cell], **axes: Any) -> Cell:
-    (one,) = [c for c in found if all(c.axes[k] == v for k, v in axes.items())]
+    (one,) = [c for c in found if all(c.axes.as_dict()[k] == v for k, v in axes.items())]
     return one
 
 
@@ -87,7 +87,7 @@ def test_the_timeline_marks_the_trials_that_did_not_learn() -> None:
         results["started_at"] = dt.datetime.fromtimestamp(start, dt.UTC).isoformat()
         results["finished_at"] = dt.datetime.fromtimestamp(start + 25, dt.UTC).isoformat()
         results["device"] = "cuda"
-        results["gpu_lease"] = {"acquired_at": start + 5, "released_at": start + 24}
+        results["gpu_lease"] = {"path": "/home/gpus/gpu-0.lock", "acquired_at": start + 5, "released_at": start + 24}
         if trial.config.job.batch_size == 32 and trial.config.job.precision == "bf16":
             results["final_accuracy"] = results["eval"][-1]["accuracy"] = 0.509
 

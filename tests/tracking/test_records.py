@@ -13,11 +13,9 @@ import pytest
 
 from kubesweep.backends.base import Phase, TrialStatus
 from kubesweep.backends.local import LocalBackend
-from kubesweep.jobs.config import JobConfig, TrialConfig
 from kubesweep.tracking.records import (
     ResultsDirError,
     ResultsFileError,
-    dig,
     from_backend,
     from_mlflow,
     from_results_dir,
@@ -26,20 +24,13 @@ from kubesweep.tracking.records import (
     record_from_status,
 )
 from kubesweep.tracking.runs import ChildRun
+from kubesweep.wire.config import JobConfig, TrialConfig
 from kubesweep.wire.outcomes import Outcome
 from tests.backends.contract import CRASH_LR, make_plan
+from tests.support.results_docs import make_results, results_doc
 from tests.support.tracked_job import build as stand_in
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
-
-
-def test_dig_follows_keys_and_gives_none_where_one_is_missing() -> None:
-    data = {"train": {"step_time_s": {"p50": 0.04}}, "eval": [1, 2]}
-    assert dig(data, "train", "step_time_s", "p50") == 0.04
-    assert dig(data, "train", "missing") is None
-    assert dig(data, "eval", "0") is None  # not a dict
-    assert dig(None, "train") is None
-    assert dig(data) is data
 
 
 # -- from a backend's status ---------------------------------------------------------------------------------
@@ -53,7 +44,7 @@ def test_the_job_comes_from_the_results_file_then_the_trial_file_then_the_axes(t
     trial_file = tmp_path / "trial.json"
     trial_file.write_text(json.dumps({"job": {"batch_size": 16, "precision": "fp16"}, "gpus_per_trial": 2}))
     s = status(Outcome.SUCCEEDED, batch_size=8, gpu="l4", gpus_per_trial=1, num_nodes=1)
-    results = {"outcome": "succeeded", "config": {"batch_size": 32}, "trial": {"repeat": 1, "gpus_per_trial": 4}}
+    results = make_results(config={"batch_size": 32}, trial={"repeat": 1, "gpus_per_trial": 4})
 
     record = record_from_status(s, results, trial_file)
     assert (record.job, record.gpus, record.repeat) == ({"batch_size": 32}, 4, 1)
@@ -70,11 +61,11 @@ def test_the_job_comes_from_the_results_file_then_the_trial_file_then_the_axes(t
 
 
 def test_the_outcome_is_the_results_files_unless_the_backend_stopped_or_cancelled_the_trial() -> None:
-    oom = {"outcome": "oom", "error": {"message": "CUDA out of memory. Tried to allocate 2.00 GiB"}}
+    oom = make_results(outcome="oom", error={"message": "CUDA out of memory. Tried to allocate 2.00 GiB"})
     record = record_from_status(status(Outcome.FAILED, Phase.FAILED, reason="exit code 3"), oom)
     assert record.outcome == "oom" and record.reason == "CUDA out of memory. Tried to allocate 2.00 GiB"
 
-    terminated = {"outcome": "failed", "error": {"message": "terminated (SIGTERM)"}}
+    terminated = make_results(outcome="failed", error={"message": "terminated (SIGTERM)"})
     for outcome, phase in ((Outcome.STOPPED, Phase.STOPPED), (Outcome.CANCELLED, Phase.CANCELLED)):
         record = record_from_status(status(outcome, phase, reason="stopped early by the search scheduler"),
                                     terminated)
@@ -135,9 +126,9 @@ def test_a_child_runs_outcome_without_results_or_tag_follows_the_run_status(stat
 def test_a_child_runs_results_file_wins_over_its_tags_and_params() -> None:
     run = child("r2", "FINISHED", tags={"kubesweep.outcome": "succeeded", "kubesweep.gpu": "any"},
                 params={"batch_size": "16", "gpus_per_trial": "1"})
-    results = {"outcome": "gpu_mismatch", "config": {"batch_size": 32},
-               "trial": {"gpu": "l40s", "gpus_per_trial": 4, "repeat": 1},
-               "error": {"message": "asked for NVIDIA-L40S, found NVIDIA-L4"}}
+    results = make_results(outcome="gpu_mismatch", config={"batch_size": 32},
+                           trial={"gpu": "l40s", "gpus_per_trial": 4, "repeat": 1},
+                           error={"message": "asked for NVIDIA-L40S, found NVIDIA-L4"})
     record = record_from_child(run, results)
     assert (record.outcome, record.job, record.gpu, record.gpus, record.repeat) == (
         "gpu_mismatch", {"batch_size": 32}, "l40s", 4, 1)
@@ -168,7 +159,7 @@ def test_from_mlflow_adds_the_trials_without_a_run_from_the_backend_in_plan_orde
     backend.wait("ml", timeout=60)
     last = p.trials[2]
     runs = Runs([child("r-last", tags={"kubesweep.trial_id": last.id, "kubesweep.trial": last.name})],
-                {"r-last": {"outcome": "succeeded", "config": {"batch_size": 32}}})
+                {"r-last": results_doc(config={"batch_size": 32})})
     records = from_mlflow(runs, "parent", backend, "ml")
     assert [r.trial_id for r in records] == [t.id for t in p.trials]
     assert records[2].run_id == "r-last" and records[0].run_id is None and records[0].outcome == "succeeded"
@@ -206,8 +197,8 @@ def test_records_from_a_directory_of_results_files(tmp_path: Path) -> None:
     assert [(r.trial_id, r.repeat, r.gpu, r.gpus, r.outcome, r.job["batch_size"]) for r in records] == [
         ("a", 1, None, 1, "succeeded", 64), ("b", 1, None, 1, "succeeded", 64)]
     assert records[0].job == JobConfig(batch_size=64).model_dump(mode="json")
-    assert from_results_dir(tmp_path / "sweeps" / "s" / "trials" / "a")[0].results["train"][  # type: ignore[index]
-        "samples_per_s"] == 1000.0
+    [a] = from_results_dir(tmp_path / "sweeps" / "s" / "trials" / "a")
+    assert a.results is not None and a.results.train is not None and a.results.train.samples_per_s == 1000.0
 
 
 def test_a_directory_does_not_reach_out_through_links_and_names_the_file_it_cannot_read(tmp_path: Path) -> None:
@@ -291,4 +282,5 @@ def test_an_infinite_or_nan_number_is_read_as_null(tmp_path: Path) -> None:
     results["train"]["final_loss"] = float("nan")  # a diverged run's loss, as the job writes it
     path = tmp_path / "results.json"
     path.write_text(json.dumps(results))
-    assert read_results_file(path)["train"]["final_loss"] is None
+    train = read_results_file(path).train
+    assert train is not None and train.final_loss is None

@@ -18,7 +18,9 @@ from kubesweep.spec import parse_sweep_text
 from kubesweep.tracking import figures as figs
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord
-from kubesweep.tracking.report import ANCHORS, build
+from kubesweep.tracking.report import build
+from kubesweep.tracking.report_page import ANCHORS
+from kubesweep.wire.results import Results
 from tests.support.mlflow_fixtures import SWEEP_SPEC
 from tests.support.tracked_job import build as stand_in
 
@@ -41,7 +43,7 @@ def records(spec: str, edit: Any = None) -> list[TrialRecord]:
         if edit is not None:
             edit(trial, results)
         out.append(TrialRecord(trial.id, trial.name, trial.repeat, trial.gpu, trial.gpus_per_trial,
-                               results["outcome"], dict(results["config"]), results))
+                               results["outcome"], dict(results["config"]), Results.model_validate(results)))
     return out
 
 
@@ -64,7 +66,8 @@ def test_the_report_opens_with_the_best_setting_per_gpu_type(tmp_path: Path) -> 
     for r in recs:
         if r.outcome == "succeeded" and r.job["task"] == "finetune":
             setting = (r.gpu or "cpu", f"{'x2 GPUs ' if r.gpus > 1 else ''}bs{r.job['batch_size']}")
-            rates.setdefault(setting, []).append(r.results["train"]["samples_per_s"])  # type: ignore[index]
+            assert r.results is not None and r.results.train is not None
+            rates.setdefault(setting, []).append(r.results.train.samples_per_s)
     best = {b["gpu"]: b for b in summary["best"] if b["task"] == "finetune" and b["metric"] == "samples_per_s"}
     for gpu in ("h100-80gb", "l40s"):
         mine = {s: sum(v) / len(v) for (g, s), v in rates.items() if g == gpu}

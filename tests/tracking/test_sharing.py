@@ -9,6 +9,7 @@ from kubesweep.tracking import sharing
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.tracking.report import build
+from tests.support.results_docs import make_results
 
 T0 = 1_800_000_000.0
 
@@ -33,7 +34,8 @@ def trial(name: str, *, start: float, end: float, node: str = "node-a", uuid: st
                                                      "pci_bus_id": f"00000000:{uuid[-1]}0:00.0"}]},
     }
     return TrialRecord(trial_id=name, name=name, repeat=repeat, gpu="h100-80gb", gpus=1, outcome="succeeded",
-                       job={"task": "finetune", "batch_size": batch, "precision": "bf16"}, results=results)
+                       job={"task": "finetune", "batch_size": batch, "precision": "bf16"},
+                       results=make_results(**results))
 
 
 def test_a_neighbour_is_a_trial_on_the_same_node_during_the_measured_window() -> None:
@@ -56,7 +58,8 @@ def test_a_trial_without_results_is_not_judged() -> None:
 
 def test_results_without_a_window_are_judged_by_their_process_span() -> None:
     a = trial("a", start=T0, end=T0 + 60)
-    del a.results["train"]["measured_from"]  # type: ignore[index]
+    assert a.results is not None and a.results.train is not None
+    a.results.train.measured_from = None
     b = trial("b", start=T0 + 1, end=T0 + 4, uuid="GPU-2")  # overlaps a's start-up only
     sharing.annotate([a, b])
     assert a.neighbours == ["b"]

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kubesweep.tracking.aggregate import RANK_METRIC, at_chance, comparison_tags
-from kubesweep.wire import tags
+from kubesweep.wire.flags import at_chance, comparison_tags
+from kubesweep.wire.results import Results
+from kubesweep.wire.tags import FLAGS as FLAGS_TAG
+from kubesweep.wire.tags import NOTE as NOTE_TAG
+from kubesweep.wire.trial_metrics import RANK_METRIC
 from tests.support.mlflow_fixtures import ROOT, MlflowServer, make_runner, quiet_mlflow_env
 
 SST2 = ROOT / "data" / "sst2"
@@ -53,8 +56,9 @@ def test_real_job_logs_a_child_run_that_results_reads(mlflow_server: MlflowServe
     assert child.data.tags["kubesweep.trial_id"] == results["trial"]["trial_id"]
     assert child.data.tags["kubesweep.outcome"] == "succeeded"
     # the runs view's flags column and sort key: a run at chance accuracy says so and does not rank
-    assert child.data.tags[tags.FLAGS] == child.data.tags[tags.NOTE] == comparison_tags(results)[tags.FLAGS]
-    assert (RANK_METRIC in child.data.metrics) == (not at_chance(results))
+    typed = Results.model_validate(results)
+    assert child.data.tags[FLAGS_TAG] == child.data.tags[NOTE_TAG] == comparison_tags(typed)[FLAGS_TAG]
+    assert (RANK_METRIC in child.data.metrics) == (not at_chance(typed))
     assert child.data.metrics["result/samples_per_s"] == pytest.approx(results["train"]["samples_per_s"])
     assert child.data.metrics["eval/accuracy"] == pytest.approx(results["final_accuracy"])
     assert "results.json" in [a.path for a in client.list_artifacts(child.info.run_id)]

@@ -11,9 +11,9 @@ import re
 import urllib.request
 from typing import Any
 
-from kubesweep.tracking.aggregate import RANK_METRIC
 from kubesweep.tracking.view import COLUMNS, DESCRIPTION, VIEW_KEY, VIEW_TAG, view_state
 from kubesweep.wire import tags
+from kubesweep.wire.trial_metrics import RANK_METRIC
 from tests.support.mlflow_fixtures import MARKS_TRIALS, MarkedSweep
 
 

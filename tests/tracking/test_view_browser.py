@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kubesweep.tracking.aggregate import RANK_METRIC
 from kubesweep.tracking.view import runs_url
 from kubesweep.wire import tags
+from kubesweep.wire.trial_metrics import RANK_METRIC
 from tests.support.chromium import SHOTS, launch
 from tests.support.mlflow_fixtures import MARKS_NAME, MARKS_TRIALS, SWEEP_TRIALS, MarkedSweep, TrackedSweep
 

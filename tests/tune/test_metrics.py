@@ -8,6 +8,7 @@ from typing import Any
 
 from kubesweep.spec import Constraint
 from kubesweep.tune import metrics
+from tests.support.results_docs import make_results
 
 
 def test_constraints_and_penalties() -> None:
@@ -16,7 +17,7 @@ def test_constraints_and_penalties() -> None:
     assert metrics.violations(rules, {"accuracy": 0.5}) == ["accuracy >= 0.9 (got 0.5)"]
     assert metrics.violations(rules, {}) == ["accuracy >= 0.9 (got missing)"]
     assert metrics.worst("max") < -1e9 and metrics.worst("min") > 1e9
-    results = {"train": {"samples_per_s": 12.5}, "final_accuracy": 0.75}
+    results = make_results(train={"samples_per_s": 12.5}, final_accuracy=0.75)
     assert metrics.from_results("samples_per_second", results) == 12.5
     assert metrics.from_results("accuracy", results) == 0.75
     assert metrics.source("result/tokens_per_s").intermediate == "result/tokens_per_s"

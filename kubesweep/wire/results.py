@@ -1,7 +1,7 @@
 """The results file of one trial (`OUTPUT_DIR/results.json`): a versioned, validated schema.
 
 `docs/results-schema.md` explains every field; `docs/results.schema.json` is the JSON Schema generated from
-these models (`python -m kubesweep.jobs.results > docs/results.schema.json`; a test fails when it drifts).
+these models (`python -m kubesweep.wire.results > docs/results.schema.json`; a test fails when it drifts).
 Readers check `schema` first: a new major version means a breaking change, new optional fields do not bump it.
 Units are in the names: `_s` seconds, `_bytes`, `_pct`, `_w` watts, `_c` degrees Celsius, `per_s` rates.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kubesweep.jobs.config import JobConfig
+from kubesweep.wire.config import JobConfig
 from kubesweep.wire.outcomes import Outcome
 
 RESULTS_SCHEMA = "kubesweep.io/results/v1"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.jobs.config import JobConfig, is_local_path, local_path
+from kubesweep.wire.config import JobConfig, is_local_path, local_path
 
 
 def test_overrides_need_random_init() -> None:

@@ -1,0 +1,76 @@
+"""One trial's numbers and flags from its typed results (kubesweep/wire/trial_metrics.py, kubesweep/wire/flags.py):
+time to accuracy, the comparison metrics a trial's MLflow run logs and the flags it carries. How they meet over
+repeats is tests/tracking/test_aggregate.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kubesweep.gpus import load_catalog
+from kubesweep.wire import flags, tags
+from kubesweep.wire import trial_metrics as tm
+from tests.support.results_docs import make_results
+
+GIB = 1024**3
+CATALOG = load_catalog()
+
+
+def results(rate: float = 1000.0, *, accuracy: float = 0.91, train_s: float = 120.0, epochs: float = 3,
+            **extra: Any) -> dict[str, Any]:
+    return {"outcome": "succeeded", "device": "cuda", "world_size": 1,
+            "train": {"samples_per_s": rate, "step_time_s": {"p50": 0.05}, "epochs_completed": epochs,
+                      "steps": 100, "warmup_steps": 3, "warmup_time_s": 10.0},
+            "memory": {"torch_peak_allocated_bytes": 6 * GIB}, "final_accuracy": accuracy,
+            "energy": {"j_per_sample": 0.5, "kwh_per_epoch": 0.0093},
+            "timings": {"train_s": train_s}, **extra}
+
+
+def comparison(res: dict[str, Any], gpu: str | None, gpus: int) -> dict[str, float]:
+    """A trial's comparison metrics as its job logs them (priced by the catalog)."""
+    price = CATALOG[gpu].price_per_hour if gpu in CATALOG else None
+    return tm.comparison_metrics(make_results(**res), gpus=gpus, price_per_hour=price)
+
+
+# -- one trial --------------------------------------------------------------------------------------------------
+
+
+def test_time_to_accuracy_charges_warm_up_to_the_first_steps_and_spreads_the_rest_evenly() -> None:
+    r = results(train_s=110.0)  # 100 steps, the first 3 took 10 s: 100 s for the other 97
+    r["eval"] = [{"step": 50, "accuracy": 0.85}, {"step": 70, "accuracy": 0.905}, {"step": 100, "accuracy": 0.93}]
+    assert tm.time_to_accuracy(make_results(**r), 0.90) == pytest.approx(10.0 + (70 - 3) * 100.0 / 97)
+    assert tm.time_to_accuracy(make_results(**r), 0.92) == 110.0  # an evaluation at the last step: exactly train_s
+    assert tm.time_to_accuracy(make_results(**r), 0.95) is None  # never reached
+    r["eval"] = [{"step": 2, "accuracy": 0.95}]
+    assert tm.time_to_accuracy(make_results(**r), 0.90) == pytest.approx(10.0 * 2 / 3)  # within the warm-up
+    r["timings"] = {}
+    r["eval"] = [{"step": 50, "accuracy": 0.95}]
+    assert tm.time_to_accuracy(make_results(**r), 0.90) is None  # no training time to interpolate
+
+
+def test_comparison_metrics_are_rounded_to_five_significant_digits_and_only_for_a_success() -> None:
+    queued = results(1234.56789)
+    queued["timings"]["queue_wait_s"] = 61.23456  # a trial run from a Kueue queue (spec.queue)
+    out = comparison(queued, gpu="h100-80gb", gpus=1)
+    assert set(out) == {*tm.COMPARISON_METRICS, tm.RANK_METRIC}
+    assert out["samples_per_s"] == out[tm.RANK_METRIC] == 1234.6 and out["epoch_s"] == 36.667
+    assert out["queue_wait_s"] == 61.235
+    assert "queue_wait_s" not in comparison(results(1234.56789), gpu="h100-80gb", gpus=1)
+    assert comparison({"outcome": "oom"}, gpu="h100-80gb", gpus=1) == {}
+
+
+def test_a_run_at_chance_accuracy_has_its_numbers_and_flag_but_no_rank() -> None:
+    """What the MLflow runs view sorts by and shows: a run that did not learn keeps samples/s and accuracy, has
+    no ranking metric (so it sorts after every run that learned) and says why in its flags tag."""
+    chance = results(5000.0, accuracy=0.509)
+    out = comparison(chance, gpu="h100-80gb", gpus=1)
+    assert out["samples_per_s"] == 5000.0 and out["accuracy"] == 0.509 and tm.RANK_METRIC not in out
+    for res, flag in ((chance, "chance accuracy (0.51)"), (results(), ""), ({"outcome": "oom"}, "OOM"),
+                       ({"outcome": "gpu_mismatch"}, "GPU mismatch"), ({"outcome": "failed"}, "failed")):
+        assert flags.comparison_tags(make_results(**res)) == {tags.FLAGS: flag, tags.NOTE: flag}
+    inference = {"outcome": "succeeded", "device": "cpu", "inference": {"samples_per_s": 80.0}}
+    assert comparison(inference, gpu=None, gpus=0)[tm.RANK_METRIC] == 80.0  # no accuracy: ranks
+
+
+# -- over repeats -------------------------------------------------------------------------------------------------
