@@ -12,6 +12,9 @@ slices of at most ~200 KiB, however long it runs, and recording an outcome rewri
 - `kubesweep.operator.store.SweepResourceStore` (the operator): the spec in the Sweep resource, flags in its
   status, the slices in `TrialSlice` resources owned by the Sweep.
 
+The trials a search adds while its sweep runs (its tuner's suggestions) are in one more ConfigMap,
+`kubesweep-sweep-<sweep>-search` (`SearchTrials`), read by the backend that drives the search.
+
 Both store slices as a map of trial id → one encoded entry (`TrialEntry.encode`), written by server-side apply:
 keys left out of an apply are removed, so forgetting an outcome (`sweep resume`) is an apply too.
 """

@@ -4,7 +4,7 @@ An `Informer` lists one kind once (label-selected, in one namespace or in all), 
 list's resourceVersion, with bookmarks, and lists again only when the API server says the version is too old
 (410 Gone) or the connection broke. It keeps each object trimmed to the fields kubesweep reads (`trim_job`,
 `trim_pod`), indexed by the `kubesweep.io/sweep` label, and calls `on_event` for every change, from its own
-thread.
+thread. `Followers` keeps a pair of them (Jobs, pods) per sweep a process follows.
 
 A cache lags the API server by one watch event at most: callers must not take a missing Job for proof that none
 exists when that would start a trial twice. The backend only ever creates a trial's Job under the trial's own
