@@ -47,6 +47,7 @@ from kubesweep.operator.store import (
     status_view,
 )
 from kubesweep.outcomes import Outcome
+from kubesweep.plan import Trial
 from kubesweep.spec import Sweep
 from kubesweep.tracking.env import TrackingEnv
 
@@ -194,7 +195,7 @@ class OperatorBackend:
 
     # -- tracking and test hooks ---------------------------------------------------------------------------
 
-    def _hook_annotations(self, trial: Any) -> Mapping[str, str]:
+    def _hook_annotations(self, trial: Trial) -> Mapping[str, str]:
         return testhooks.annotations_for(trial, self._hook_rules.get(trial.config.sweep, []))
 
     def tracking_for(self, state: SweepState) -> TrackingEnv | None:
