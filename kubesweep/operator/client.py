@@ -91,6 +91,9 @@ class SweepClient(Backend):
     def writes(self) -> int:
         return self.api.writes
 
+    def close(self) -> None:
+        """Nothing to stop: the client holds no watch and no thread."""
+
     # -- the Sweep resource -------------------------------------------------------------------------------
 
     def get_resource(self, name: str) -> dict[str, Any]:
