@@ -2,6 +2,10 @@
 config, with a connection pool sized for the write threads and watches, requests that connect within seconds
 (an API server that is down or hung is an error, not a hang), and errors in one line of the server's or the
 network's words.
+
+`Api` is what a backend holds of it: the API groups it uses in one namespace, `call` (errors in one line) and
+`write`, the one path of every write request, counted and passed through a `WriteGuard` (none for a backend used
+directly; the operator's checks the leader Lease around each write).
 """
 
 from __future__ import annotations
@@ -10,8 +14,9 @@ import json
 import os
 import socket
 import ssl
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubesweep.backends.base import BackendError
 
@@ -134,3 +139,76 @@ def _unreachable_reason(exc: BaseException) -> str:
 
 def _env_kubeconfig() -> bool:
     return bool(os.environ.get("KUBECONFIG"))
+
+
+class WriteGuard(Protocol):
+    """Decides whether a write request may go out, around each one."""
+
+    def before(self) -> Mapping[str, Any]:
+        """Raise to refuse the write; else the request's extra options (e.g. its `_request_timeout`)."""
+        ...
+
+    def after(self) -> None:
+        """Raise when no further write may follow (the request returned or failed)."""
+        ...
+
+
+class NoGuard:
+    """Every write goes out (a backend used directly)."""
+
+    def before(self) -> Mapping[str, Any]:
+        return {}
+
+    def after(self) -> None:
+        return None
+
+
+class Api:
+    """The API groups a backend uses in `namespace`, with `call` and the guarded `write`."""
+
+    def __init__(self, api_client: Any, namespace: str, *, guard: WriteGuard | None = None):
+        k8s = import_client()
+        self.client = api_client
+        self.namespace = namespace
+        self.core = k8s.client.CoreV1Api(api_client)
+        self.batch = k8s.client.BatchV1Api(api_client)
+        self.custom = k8s.client.CustomObjectsApi(api_client)
+        self.ApiException: type[Exception] = k8s.client.exceptions.ApiException
+        self.guard: WriteGuard = guard or NoGuard()
+        self.writes = 0  # write requests made, for benchmarks and the operator's step log
+
+    @classmethod
+    def connect(cls, namespace: str | None, kubeconfig: str | Path | None = None, *, api_client: Any = None,
+                guard: WriteGuard | None = None) -> Api:
+        """An `Api` for `api_client`, or for the kubeconfig's (or in-cluster) client; the namespace defaults to
+        the context's, then `default`."""
+        context_namespace = None
+        if api_client is None:
+            api_client, context_namespace = load_config(import_client(), kubeconfig)
+        return cls(api_client, namespace or context_namespace or "default", guard=guard)
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A request; an error answer is a `BackendError` in one line, except 404, raised as it came."""
+        try:
+            return fn(*args, **kwargs)
+        except self.ApiException as exc:
+            if getattr(exc, "status", None) == 404:
+                raise
+            raise BackendError(api_error(exc)) from None
+        except Exception as exc:
+            if isinstance(exc, BackendError):
+                raise
+            raise BackendError(unreachable(exc, self.client.configuration.host)) from None
+
+    def write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Every write request goes through here: the guard is asked before (its options go with the request)
+        and after it; a request the guard refuses is not sent."""
+        options = self.guard.before()
+        self.writes += 1
+        try:
+            result = self.call(fn, *args, **options, **kwargs)
+        except BackendError:
+            self.guard.after()
+            raise
+        self.guard.after()
+        return result

@@ -12,6 +12,9 @@ slices of at most ~200 KiB, however long it runs, and recording an outcome rewri
 - `kubesweep.operator.store.SweepResourceStore` (the operator): the spec in the Sweep resource, flags in its
   status, the slices in `TrialSlice` resources owned by the Sweep.
 
+The trials a search adds while its sweep runs (its tuner's suggestions) are in one more ConfigMap,
+`kubesweep-sweep-<sweep>-search` (`SearchTrials`), read by the backend that drives the search.
+
 Both store slices as a map of trial id → one encoded entry (`TrialEntry.encode`), written by server-side apply:
 keys left out of an apply are removed, so forgetting an outcome (`sweep resume`) is an apply too.
 """
@@ -33,6 +36,7 @@ from kubesweep.wire.outcomes import Outcome
 SLICE_SIZE = 500
 REASON_BYTES = 240  # an entry's reason is cut to this many bytes (UTF-8): a slice's size is bounded
 STATE_PREFIX = "kubesweep-sweep-"
+SEARCH_SUFFIX = "-search"  # the ConfigMap of the trials a search added while the sweep runs
 STATE_COMPONENT = "sweep-state"
 SLICE_COMPONENT = "trial-slice"
 LABEL_COMPONENT = "app.kubernetes.io/component"
@@ -306,6 +310,42 @@ class ConfigMapSlices(SliceKind):
 
     def entries_of(self, obj: Mapping[str, Any]) -> Mapping[str, str]:
         return obj.get("data") or {}
+
+
+class SearchTrials:
+    """The trials a search added to a sweep while it runs (its tuner's suggestions): the ConfigMap
+    `kubesweep-sweep-<sweep>-search`, a list of {axes, repeat} in the order they were added."""
+
+    def __init__(self, core: Any, namespace: str, *, call: Callable[..., Any], write: Callable[..., Any],
+                 not_found: type[Exception]):
+        self.core = core
+        self.namespace = namespace
+        self.call = call
+        self.write = write
+        self.not_found = not_found
+
+    def name_of(self, sweep: str) -> str:
+        return f"{STATE_PREFIX}{sweep}{SEARCH_SUFFIX}"
+
+    def added(self, sweep: str) -> list[dict[str, Any]]:
+        try:
+            cm = self.call(self.core.read_namespaced_config_map, self.name_of(sweep), self.namespace)
+        except self.not_found:
+            return []
+        added = json.loads((cm.data or {}).get("trials.json", "[]"))
+        return added if isinstance(added, list) else []
+
+    def save(self, sweep: str, added: list[dict[str, Any]]) -> None:
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": self.name_of(sweep), "namespace": self.namespace,
+                                             "labels": sweep_labels(sweep)},
+                                "data": {"trials.json": json.dumps(added, sort_keys=True)}}
+        discard(self.write(self.core.patch_namespaced_config_map, self.name_of(sweep), self.namespace, body,
+                           field_manager=FIELD_MANAGER, force=True, _content_type=APPLY, _preload_content=False))
+
+    def delete(self, sweep: str) -> None:
+        with contextlib.suppress(self.not_found):  # gone already
+            self.write(self.core.delete_namespaced_config_map, self.name_of(sweep), self.namespace)
 
 
 class ConfigMapStore(StateStore):

@@ -4,7 +4,7 @@ An `Informer` lists one kind once (label-selected, in one namespace or in all), 
 list's resourceVersion, with bookmarks, and lists again only when the API server says the version is too old
 (410 Gone) or the connection broke. It keeps each object trimmed to the fields kubesweep reads (`trim_job`,
 `trim_pod`), indexed by the `kubesweep.io/sweep` label, and calls `on_event` for every change, from its own
-thread.
+thread. `Followers` keeps a pair of them (Jobs, pods) per sweep a process follows.
 
 A cache lags the API server by one watch event at most: callers must not take a missing Job for proof that none
 exists when that would start a trial twice. The backend only ever creates a trial's Job under the trial's own
@@ -216,3 +216,46 @@ class Informer:
 
     def stop(self) -> None:
         self.stopped.set()
+
+
+class Followers:
+    """Watch-backed caches of the sweeps a process follows (`sweep submit --wait`, a search's tuner): a pair of
+    informers per followed sweep, selecting its label, started by `follow` and stopped by `unfollow`. As an object
+    source it gives a sweep's pair once both listed, else None (the reader lists instead)."""
+
+    def __init__(self, batch: Any, core: Any, namespace: str):
+        self.batch = batch
+        self.core = core
+        self.namespace = namespace
+        self._followed: dict[str, tuple[threading.Event, Informer, Informer]] = {}
+
+    def follow(self, sweep: str) -> threading.Event:
+        """Start the sweep's informers (once); returns the event each of their changes sets."""
+        followed = self._followed.get(sweep)
+        if followed is None:
+            changed = threading.Event()
+            selector = f"{LABEL_SWEEP}={sweep}"
+            jobs = Informer(self.batch.list_namespaced_job, self.namespace, selector, trim=trim_job, changed=changed,
+                            name="jobs").start()
+            pods = Informer(self.core.list_namespaced_pod, self.namespace, selector, trim=trim_pod, changed=changed,
+                            name="pods").start()
+            followed = self._followed[sweep] = (changed, jobs, pods)
+            jobs.wait_synced(10)
+            pods.wait_synced(10)
+        return followed[0]
+
+    def informers(self, sweep: str) -> tuple[Informer, Informer] | None:
+        followed = self._followed.get(sweep)
+        if followed is not None and followed[1].synced.is_set() and followed[2].synced.is_set():
+            return followed[1], followed[2]
+        return None
+
+    def unfollow(self, sweep: str) -> None:
+        followed = self._followed.pop(sweep, None)
+        if followed is not None:
+            followed[1].stop()
+            followed[2].stop()
+
+    def close(self) -> None:
+        for sweep in list(self._followed):
+            self.unfollow(sweep)

@@ -78,3 +78,15 @@ class ClusterCache:
 
     def size(self) -> int:
         return sum(len(j) + len(p) for j, p in self._informers.values())
+
+
+class CacheSource:
+    """The caches as a reconciler's object source (`k8s_reconcile.ObjectSource`) for one namespace: both
+    informers once synced, else None (the reconciler lists)."""
+
+    def __init__(self, cache: ClusterCache, namespace: str):
+        self.cache = cache
+        self.namespace = namespace
+
+    def informers(self, sweep: str) -> tuple[Informer, Informer] | None:
+        return self.cache.synced(self.namespace)

@@ -11,16 +11,28 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from kubesweep.backends.base import BackendError, Phase, SweepConflict, SweepNotFound, SweepStatus, TrialStatus
-from kubesweep.backends.k8s_client import import_client, unreachable
-from kubesweep.backends.k8s_state import SweepState, TrialEntry
-from kubesweep.backends.kubernetes import KubernetesBackend
+from kubesweep.backends.base import (
+    Backend,
+    BackendError,
+    Phase,
+    SweepConflict,
+    SweepNotFound,
+    SweepStatus,
+    TrialStatus,
+)
+from kubesweep.backends.k8s_client import Api, unreachable
+from kubesweep.backends.k8s_reconcile import trial_log
+from kubesweep.backends.k8s_state import TrialEntry, TrialSlices
 from kubesweep.crd import CRD_NAME, GROUP, PLURAL, VERSION
-from kubesweep.manifests import RenderError, resolve_image
+from kubesweep.manifests import LABEL_SWEEP, RenderError, resolve_image
 from kubesweep.operator.store import (
     ANNOTATION_CANCEL,
     ANNOTATION_RESUME,
@@ -28,12 +40,14 @@ from kubesweep.operator.store import (
     CLIENT_MANAGER,
     MERGE,
     InvalidSweep,
-    SweepResourceStore,
+    TrialSliceKind,
     epoch,
     resource_body,
     sweep_from_resource,
 )
-from kubesweep.plan import Plan, Trial
+from kubesweep.plan import Plan, Trial, plan
+from kubesweep.spec import SpecError, Sweep
+from kubesweep.wire.env import TrackingEnv
 
 INSTALL_HINT = ("install the chart (helm install kubesweep charts/kubesweep -n kubesweep --create-namespace, "
                 "see docs/operator.md), or pass --direct to run the sweep from this shell without the operator")
@@ -55,27 +69,73 @@ def crd_installed(api_client: Any) -> bool:
     return any(r.name == PLURAL for r in resources.resources or [])
 
 
-class SweepClient(KubernetesBackend):
+class SweepClient(Backend):
     """The Kubernetes backend as seen by a user of the operator: it writes only the Sweep resource (and the
-    requests on it); the operator does everything else. Reads need get/list on sweeps and trialslices."""
+    requests on it) and reads the Sweep, its TrialSlices and its trials' pod logs; the operator does everything
+    else. Reads need get/list on sweeps and trialslices."""
 
     name = "kubernetes"
-    reads_search_trials = False  # a search sweep's trials belong to its tuner Job
 
-    def __init__(self, *args: Any, poll: float = 1.0, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, namespace: str | None = None, kubeconfig: str | Path | None = None, *,
+                 api_client: Any = None, tracking: TrackingEnv | None = None, allow_unpinned: bool = False,
+                 poll: float = 1.0):
+        self.api = Api.connect(namespace, kubeconfig, api_client=api_client)
+        self.client, self.namespace = self.api.client, self.api.namespace
+        self.tracking = tracking
+        self.allow_unpinned = allow_unpinned
         self.poll = poll
-        self.custom = import_client().client.CustomObjectsApi(self.client)
-        self.sweeps = SweepResourceStore(self.custom, self.namespace, call=self._call, write=self._write,
-                                         not_found=self.ApiException, allow_unpinned=self.allow_unpinned)
-        self.store = self.sweeps
+        self.slices = TrialSlices(TrialSliceKind(self.api.custom, self.api.call, self.api.write), self.namespace)
+        self._plans: dict[str, Plan] = {}
+
+    @property
+    def writes(self) -> int:
+        return self.api.writes
+
+    def close(self) -> None:
+        """Nothing to stop: the client holds no watch and no thread."""
+
+    # -- the Sweep resource -------------------------------------------------------------------------------
 
     def get_resource(self, name: str) -> dict[str, Any]:
-        return self.sweeps.get(name)
+        try:
+            resp = self.api.call(self.api.custom.get_namespaced_custom_object, GROUP, VERSION, self.namespace,
+                                 PLURAL, name, _preload_content=False)
+        except self.api.ApiException:  # 404
+            raise SweepNotFound(f"no sweep named {name!r} in namespace {self.namespace}") from None
+        body: dict[str, Any] = json.loads(resp.data)
+        return body
+
+    def _sweep(self, body: dict[str, Any]) -> Sweep:
+        try:
+            return sweep_from_resource(body, allow_unpinned=self.allow_unpinned)
+        except SpecError as exc:
+            raise InvalidSweep(str(exc)) from None
 
     def patch_metadata(self, name: str, metadata: dict[str, Any]) -> None:
-        self._write(self.custom.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
-                    {"metadata": metadata}, field_manager=CLIENT_MANAGER, _content_type=MERGE)
+        self.api.write(self.api.custom.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
+                       {"metadata": metadata}, field_manager=CLIENT_MANAGER, _content_type=MERGE)
+
+    def sweep_of(self, sweep: str) -> Sweep | None:
+        """The sweep as its resource holds it (None: no Sweep of that name)."""
+        try:
+            return self._sweep(self.get_resource(sweep))
+        except SweepNotFound:
+            return None
+
+    def parent_run_id(self, sweep: str) -> str | None:
+        """The MLflow parent run the operator opened for the sweep (None: none yet, or no such sweep)."""
+        try:
+            body = self.get_resource(sweep)
+        except SweepNotFound:
+            return None
+        return (body.get("status") or {}).get("mlflowParentRunId") or None
+
+    def _plan_for(self, sweep: Sweep) -> Plan:
+        cached = self._plans.get(sweep.name)
+        if cached is None or cached.sweep.to_document() != sweep.to_document():
+            # admitted at submission and by the operator: planned without a limit
+            cached = self._plans[sweep.name] = plan(sweep, max_trials=None)
+        return cached
 
     # -- submit -----------------------------------------------------------------------------------------
 
@@ -99,28 +159,30 @@ class SweepClient(KubernetesBackend):
                 raise SweepConflict(
                     f"a sweep named {sweep.name!r} already exists in namespace {self.namespace} with a different "
                     f"spec; `sweep resume {sweep.name}` continues it, `sweep delete {sweep.name}` removes it")
-        self.writes += 1
-        self._call(self.custom.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, sweep.name,
-                   body, field_manager=CLIENT_MANAGER, force=True, _content_type=APPLY)
+        self.api.write(self.api.custom.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL,
+                       sweep.name, body, field_manager=CLIENT_MANAGER, force=True, _content_type=APPLY)
         self._plans[sweep.name] = plan
 
     # -- status -----------------------------------------------------------------------------------------
 
-    def _status_impl(self, sweep: str) -> SweepStatus:
+    def _status(self, sweep: str) -> tuple[SweepStatus, dict[str, Any]]:
+        """The sweep's status (the resource and its slices, read now) and the resource."""
+        body = self.get_resource(sweep)
         try:
-            state = self._load_state(sweep)  # the resource and its slices, read now
+            p = self._plan_for(self._sweep(body))
         except InvalidSweep as exc:
             raise BackendError(str(exc)) from None
-        body = self.sweeps.resources[sweep]
-        p = self._plan_for(state)
-        entries = self.sweeps.slices.held(sweep) or {}
+        entries = self.slices.read(sweep)
         trials = []
         for trial in p.trials:
             e = entries.get(trial.id) or TrialEntry(Phase.PENDING)
             trials.append(TrialStatus(trial.id, trial.name, trial.label(), trial.gpu, e.phase, e.outcome, e.reason,
                                       1 if e.started_at or e.phase != Phase.PENDING else 0, e.started_at,
                                       e.finished_at, axes=trial.axes))
-        return SweepStatus(sweep, self.name, trials, message=self._message(body))
+        return SweepStatus(sweep, self.name, trials, message=self._message(body)), body
+
+    def _status_impl(self, sweep: str) -> SweepStatus:
+        return self._status(sweep)[0]
 
     def _message(self, body: dict[str, Any]) -> str:
         status = body.get("status") or {}
@@ -140,8 +202,7 @@ class SweepClient(KubernetesBackend):
         return "; ".join(parts)
 
     def _wait_step(self, sweep: str, interval: float) -> SweepStatus:
-        status = self._status_impl(sweep)
-        body = self.sweeps.resources.get(sweep) or {}
+        status, body = self._status(sweep)
         if (body.get("status") or {}).get("phase") == "Invalid":
             raise BackendError(f"the operator rejected sweep {sweep!r}: {body['status'].get('message', '')}")
         if not status.done:
@@ -172,7 +233,10 @@ class SweepClient(KubernetesBackend):
 
     def _delete_impl(self, sweep: str) -> None:
         self.get_resource(sweep)
-        self.sweeps.delete(sweep)  # its Jobs and TrialSlices go with it (ownerReferences)
+        with contextlib.suppress(self.api.ApiException):  # 404: gone already
+            # its Jobs and TrialSlices go with it (ownerReferences)
+            self.api.write(self.api.custom.delete_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL,
+                           sweep, propagation_policy="Background")
 
     def _add_trials_impl(self, plan: Plan, trials: list[Trial]) -> None:
         raise BackendError(f"sweep {plan.sweep.name!r} is run by the operator, which alone adds trials: a search "
@@ -183,8 +247,11 @@ class SweepClient(KubernetesBackend):
         raise BackendError(f"sweep {sweep!r} is run by the operator, which alone stops trials (a search's early "
                            f"stopping, from its tuner Job); `sweep cancel {sweep}` stops the whole sweep")
 
-    def reconcile(self, sweep: str) -> SweepStatus:  # the operator reconciles; a client only reads
-        return self._status_impl(sweep)
+    def _list_impl(self) -> list[str]:
+        body = self.api.call(self.api.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL)
+        return sorted(item["metadata"]["name"] for item in body.get("items", []))
 
-    def _owner(self, state: SweepState) -> dict[str, Any] | None:
-        return None
+    def _logs_impl(self, sweep: str, trial: TrialStatus, follow: bool) -> Iterator[str]:
+        resp = self.api.call(self.api.core.list_namespaced_pod, self.namespace,
+                             label_selector=f"{LABEL_SWEEP}={sweep}", _preload_content=False)
+        return trial_log(self.api, json.loads(resp.data)["items"], trial, follow)

@@ -7,20 +7,27 @@ of two candidates racing for an expired Lease one wins and the other gets a conf
 
 The holder stops acting on its own when it could not renew in time: `holding()` is true only until
 `duration - margin` seconds after the start of its last successful renewal, which is before any other
-candidate may take over. The operator checks `holding()` before every write, gives the write `remaining()` as its
-request timeout, and checks `holding()` again once the write returned.
+candidate may take over. The operator's `LeaseGuard` checks `holding()` before every write, gives the write
+`remaining()` as its request timeout, and checks `holding()` again once the write returned.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from kubesweep.backends.base import BackendError
+from kubesweep.backends.k8s_reconcile import Checkpoints, NoCheckpoints
+
 log = logging.getLogger("kubesweep.operator.leader")
+# A write is sent only with at least this much Lease validity left (it is the write's request timeout).
+MIN_WRITE_WINDOW = 0.25
+# The request timeout of writes where no Lease bounds them (a guard built without `lease_remaining`).
+DEFAULT_WRITE_TIMEOUT = 30.0
 
 
 def _now_micro() -> str:
@@ -148,3 +155,45 @@ def _camel(name: str) -> str:
 def _brief(exc: Exception) -> str:
     status = getattr(exc, "status", None)
     return f"{status} {getattr(exc, 'reason', '')}".strip() if status else str(exc)
+
+
+class NotLeader(BackendError):
+    """This replica does not hold the Lease (any more): it must not write."""
+
+
+class LeaseGuard:
+    """The operator's write guard (`k8s_client.WriteGuard`): a write goes out only while this replica holds the
+    Lease; its request timeout is the Lease's remaining validity (which ends `margin` seconds before a standby may
+    take over), read just before the request is sent, and leadership is checked once more after it returned: a
+    replica that lost the Lease meanwhile (paused, partitioned, slow API) stops the step there (NotLeader) and
+    makes no further write."""
+
+    def __init__(self, may_write: Callable[[], bool], lease_remaining: Callable[[], float] | None = None,
+                 checkpoints: Checkpoints | None = None):
+        self.may_write = may_write
+        self.lease_remaining = lease_remaining
+        self.checkpoints = checkpoints or NoCheckpoints()
+
+    def check(self) -> None:
+        """Raise NotLeader unless this replica holds the Lease."""
+        if not self.may_write():
+            raise NotLeader("this replica does not hold the leader Lease; it makes no change")
+
+    def _left(self) -> float:
+        if self.lease_remaining is not None:
+            return self.lease_remaining()
+        return DEFAULT_WRITE_TIMEOUT if self.may_write() else 0.0
+
+    def before(self) -> Mapping[str, Any]:
+        self.check()
+        self.checkpoints.reached("write")  # tests: SIGSTOP here, between the check and the request
+        left = self._left()
+        if left < MIN_WRITE_WINDOW:
+            log.warning("the leader Lease is valid for %.2f s more only: a write is not sent, the step stops", left)
+            raise NotLeader("the leader Lease is about to lapse; this write is not sent")
+        return {"_request_timeout": left}
+
+    def after(self) -> None:
+        if not self.may_write():
+            log.warning("the leader Lease lapsed while a write was under way: the step stops")
+            raise NotLeader("the leader Lease lapsed during a write") from None

@@ -22,28 +22,31 @@ pytestmark = pytest.mark.cluster
 DIGEST = "registry.example/kubesweep-job@sha256:" + "0" * 64
 
 
-class CountingBackend(KubernetesBackend):
-    """Counts the Jobs it creates per trial: a trial's Job is applied only when it has none, so each is a start."""
+def counting_backend(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> tuple[KubernetesBackend, dict[str, int]]:
+    """A backend counting the Jobs it creates per trial: a trial's Job is applied only when it has none, so each is
+    a start."""
+    backend = KubernetesBackend(**kwargs)
+    created: dict[str, int] = {}
+    apply_all = backend.jobs.apply_all
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.created: dict[str, int] = {}
-
-    def _apply_all(self, objects: list[dict[str, Any]]) -> None:
+    def counting(objects: list[dict[str, Any]]) -> None:
         for obj in objects:
             if obj["kind"] == "Job":
                 trial = obj["metadata"]["labels"]["kubesweep.io/trial"]
-                self.created[trial] = self.created.get(trial, 0) + 1
-        super()._apply_all(objects)
+                created[trial] = created.get(trial, 0) + 1
+        apply_all(objects)
+
+    monkeypatch.setattr(backend.jobs, "apply_all", counting)
+    return backend, created
 
 
 @pytest.fixture
-def harness(k8s_cluster: Any, k8s_namespace: str) -> Iterator[Harness]:
-    backend = CountingBackend(namespace=k8s_namespace, api_client=k8s_cluster.api_client(),
-                              pod_annotations=kwok_annotations)
+def harness(k8s_cluster: Any, k8s_namespace: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+    backend, created = counting_backend(monkeypatch, namespace=k8s_namespace, api_client=k8s_cluster.api_client(),
+                                        pod_annotations=kwok_annotations)
 
     def starts(sweep: str, trial_id: str) -> int:
-        return backend.created.get(trial_id, 0)
+        return created.get(trial_id, 0)
 
     def gone(sweep: str, trial_id: str) -> bool:
         """The trial's Job is deleted (background propagation: its pods follow)."""
@@ -123,7 +126,7 @@ def test_rendered_manifests_pass_server_side_dry_run(k8s_cluster: Any, k8s_names
 def test_job_creates_reuse_the_clients_connections(k8s_cluster: Any, k8s_namespace: str) -> None:
     """Writes whose response body is not wanted hand their connection back to the pool: an unread response kept
     it, and every create opened a TLS connection of its own (the API server's CPU went to handshakes)."""
-    from kubesweep.backends.kubernetes import WRITE_THREADS
+    from kubesweep.backends.k8s_reconcile import WRITE_THREADS
 
     backend = KubernetesBackend(namespace=k8s_namespace, kubeconfig=k8s_cluster.kubeconfig)
     p = make_plan("pooled", {"seed": list(range(40))}, image=DIGEST, resources={"gpus_per_trial": 1},

@@ -269,4 +269,7 @@ def test_trials_are_added_and_stopped_only_by_the_operator(api: ApiServer) -> No
     writes = len(patches(api))
     with pytest.raises(BackendError, match="alone stops trials"):
         c.stop_trial("s", p.trials[0].name)
-    assert len(patches(api)) == writes and c._owner(c._load_state("s")) is None
+    assert len(patches(api)) == writes
+    # it touches nothing but the Sweep and its TrialSlices (no Jobs, ConfigMaps, Kueue objects), and writes the Sweep
+    assert {path.split("/")[6] for _, path, _, _ in api.requests} == {"sweeps", "trialslices"}
+    assert {path.split("/")[6] for _, path, _, _ in patches(api)} == {"sweeps"}

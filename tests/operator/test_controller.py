@@ -1,5 +1,5 @@
 """Operator parts that need no cluster: the write guard, the finalizer and TTL a Job gets, and when a finished
-sweep is stepped again."""
+sweep is stepped again. Admission's checks: tests/operator/test_admission.py."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _guarded_backend() -> tuple[_Clock, LeaseElector, OperatorBackend]:
 
 
 def test_writes_carry_the_remaining_lease_as_timeout_and_stop_once_it_lapsed() -> None:
-    from kubesweep.operator.controller import NotLeader
+    from kubesweep.operator.leader import NotLeader
 
     clock, elector, backend = _guarded_backend()
     calls: list[dict] = []  # type: ignore[type-arg]
@@ -53,12 +53,12 @@ def test_writes_carry_the_remaining_lease_as_timeout_and_stop_once_it_lapsed() -
         return "done"
 
     with pytest.raises(NotLeader):  # no Lease yet: nothing is sent
-        backend._write(write, "x")
+        backend.api.write(write, "x")
     assert calls == [] and elector.remaining() == 0
 
     assert elector.try_acquire_or_renew()
     clock.now += 4
-    assert backend._write(write, "x", field_manager="m") == "done"
+    assert backend.api.write(write, "x", field_manager="m") == "done"
     assert calls[-1] == {"field_manager": "m", "_request_timeout": 9.0}  # 15 - 2 - 4 s left
 
     def slow_write(*args: object, **kwargs: object) -> str:  # the process paused past the Lease mid-request
@@ -67,38 +67,39 @@ def test_writes_carry_the_remaining_lease_as_timeout_and_stop_once_it_lapsed() -
         return "done"
 
     with pytest.raises(NotLeader, match="lapsed during a write"):
-        backend._write(slow_write, "x")
+        backend.api.write(slow_write, "x")
     assert len(calls) == 2
     with pytest.raises(NotLeader):  # and it makes no further write
-        backend._write(write, "x")
+        backend.api.write(write, "x")
     assert len(calls) == 2
 
 
 def test_a_write_is_not_sent_with_too_little_lease_left() -> None:
-    from kubesweep.operator.controller import MIN_WRITE_WINDOW, NotLeader
+    from kubesweep.operator.leader import MIN_WRITE_WINDOW, NotLeader
 
     clock, elector, backend = _guarded_backend()
     assert elector.try_acquire_or_renew()
     clock.now += 13 - MIN_WRITE_WINDOW / 2
     assert elector.holding()
     with pytest.raises(NotLeader, match="about to lapse"):
-        backend._write(lambda *a, **k: pytest.fail("sent"), "x")
+        backend.api.write(lambda *a, **k: pytest.fail("sent"), "x")
 
 
 def test_operator_jobs_carry_the_outcome_finalizer_and_unguarded_jobs_a_ttl_floor() -> None:
     import kubernetes
 
-    from kubesweep.backends.kubernetes import UNGUARDED_TTL_FLOOR, KubernetesBackend
+    from kubesweep.backends.kubernetes import KubernetesBackend
+    from kubesweep.manifests import UNGUARDED_TTL_FLOOR
 
     _, _, operator = _guarded_backend()
     job: dict = {"metadata": {}, "spec": {"ttlSecondsAfterFinished": 0}}  # type: ignore[type-arg]
-    operator._protect(job)
+    operator.jobs.protect(job)
     assert job == {"metadata": {"finalizers": ["kubesweep.io/outcome"]}, "spec": {"ttlSecondsAfterFinished": 0}}
 
     direct = KubernetesBackend(namespace="ns", api_client=kubernetes.client.ApiClient())  # and the tuner's
     for ttl, kept in ((0, UNGUARDED_TTL_FLOOR), (7 * 86400, 7 * 86400)):
         job = {"metadata": {}, "spec": {"ttlSecondsAfterFinished": ttl}}
-        direct._protect(job)
+        direct.jobs.protect(job)
         assert job == {"metadata": {}, "spec": {"ttlSecondsAfterFinished": kept}}
 
 
@@ -130,13 +131,13 @@ def test_a_finished_sweep_that_nothing_changed_is_not_stepped_again(monkeypatch:
     reconciled: list[str] = []
 
     def publish(*args: object) -> None:
-        backend.writes += writes_per_publish
+        backend.api.writes += writes_per_publish
 
     writes_per_publish = 0
-    monkeypatch.setattr(backend, "_load_state", lambda name: SweepState(sweep))
+    monkeypatch.setattr(backend, "load", lambda name: SweepState(sweep))
     monkeypatch.setattr(backend, "_body", lambda name: body)
-    monkeypatch.setattr(backend, "reconcile", lambda name: reconciled.append(name) or done)
-    monkeypatch.setattr(backend, "_jobs", lambda name: [])
+    monkeypatch.setattr(backend.jobs, "reconcile", lambda state: reconciled.append(state.sweep.name) or done)
+    monkeypatch.setattr(backend.jobs, "job_objects", lambda name: [])
     monkeypatch.setattr(backend, "_shown_as_recorded", lambda name, status: status)
     for part in ("_record_late", "_record_deleted", "_release_recorded"):
         monkeypatch.setattr(backend, part, lambda *args: None)
@@ -162,30 +163,7 @@ def test_a_finished_sweep_that_nothing_changed_is_not_stepped_again(monkeypatch:
     assert steps(2) == 2
     writes_per_publish = 0
     assert steps(3) == 1
-    backend._forget("s")  # a new leader forgets: its first step is a full one
+    backend.forget("s")  # a new leader forgets: its first step is a full one
     assert steps(2) == 1
     backend.cache = None  # without the caches a changed Job could not be told: every step is a full one
     assert steps(2) == 2
-
-
-def test_a_sweep_names_only_the_priority_classes_the_operator_may_give() -> None:
-    """The operator creates trial Jobs as itself (the cluster test: tests/operator/test_kueue_cluster.py)."""
-    import kubernetes
-
-    from kubesweep.spec import Sweep, parse_sweep
-
-    def sweep(priority: str | None) -> Sweep:
-        spec = {"queue": "team-a", **({"priority_class": priority} if priority else {})}
-        return parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"},
-                            "spec": spec})
-
-    def backend(*allowed: str) -> OperatorBackend:
-        return OperatorBackend("ns", api_client=kubernetes.client.ApiClient(), may_write=lambda: True,
-                               priority_classes=allowed)
-
-    assert backend()._priority_problem(sweep(None)) is None  # no priority named: nothing to allow
-    assert backend("low", "high")._priority_problem(sweep("high")) is None
-    refused = backend("low")._priority_problem(sweep("high"))
-    assert refused is not None and "'high' is not a priority class this operator may give" in refused
-    assert "allowed: low" in refused and "kueue.allowedPriorityClasses" in refused
-    assert "allowed: none" in str(backend()._priority_problem(sweep("low")))  # none listed: none may be named
