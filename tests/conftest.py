@@ -6,9 +6,11 @@ The session-scoped fixtures (one test control plane, one image registry, one MLf
 per run) come from tests/support and are imported here so that every module finds them.
 """
 
+import os
+
 import pytest
 
-from tests.support.cluster_fixtures import k8s_cluster, k8s_namespace, kueue
+from tests.support.cluster_fixtures import k8s_cluster, k8s_namespace, kueue, stop_shared_cluster
 from tests.support.image_fixtures import buildah, built_images, image_tools, registry, standin_bases
 from tests.support.job_fixtures import sst2, token_cache
 from tests.support.mlflow_auth import mlflow_auth_server
@@ -22,27 +24,46 @@ MLFLOW_FIXTURES = {"marked_sweep", "mlflow_server", "tracked_sweep"}
 
 
 def xdist_group(item: pytest.Item) -> str | None:
-    """The shared component a test uses: the control plane (marker `cluster`), else the image registry (marker
-    `images`), else the MLflow server and its tracked sweep (marker `browser`, or the fixtures)."""
+    """The worker a test must share with others, by what it uses that one process must own:
+
+    - the images (marker `images`, or the image fixtures): one registry and one build store, so every image test,
+      the real node's chart tests among them, runs on one worker;
+    - the operator's chart release (`installed` of tests/operator/test_controller_cluster.py, which the other
+      operator modules import) and Kueue (the `kueue` fixture): one release name, its ClusterRoles and its CPU
+      node are cluster-wide, so the modules that install it run one after another;
+    - the MLflow server and its tracked sweep (marker `browser`, or the fixtures), or the basic-auth server;
+    - a test module against the cluster: its module-scoped fixtures (an installed chart, a running operator).
+
+    Tests against the cluster in different groups run at the same time on the one cluster the workers share
+    (tests/support/cluster_fixtures.py), each in namespaces of its own."""
     markers = {mark.name for mark in item.iter_markers()}
     fixtures = set(getattr(item, "fixturenames", ()))
-    if "cluster" in markers or "k8s_cluster" in fixtures:
-        return "k8s"
     if "images" in markers or fixtures & IMAGE_FIXTURES:
         return "images"
+    if fixtures & {"installed", "kueue"}:
+        return "operator"
     if "browser" in markers or fixtures & MLFLOW_FIXTURES:
         return "mlflow"
     if "mlflow_auth_server" in fixtures:
         return "mlflow-auth"
+    if "cluster" in markers or "k8s_cluster" in fixtures:
+        return f"k8s:{item.nodeid.split('::', 1)[0]}"
     return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`-n N --dist loadgroup`), tests that share a session-scoped real component run on
-    one worker, so each component starts once: the Kubernetes control plane, the image registry, the MLflow
-    server with its tracked sweep. A test that needs the cluster and another component goes with the cluster."""
+    """Under pytest-xdist (`-n N --dist loadgroup`), tests that share a component one process must own run on
+    one worker (`xdist_group`), so each such component starts once."""
     for item in items:
         group = xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The xdist controller, once every worker is done, deletes the cluster the workers shared."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not hasattr(session.config, "_tmp_path_factory"):
+        return
+    if session.config.pluginmanager.has_plugin("xdist") and session.config.getoption("numprocesses", None):
+        stop_shared_cluster(session.config._tmp_path_factory.getbasetemp())
