@@ -53,3 +53,18 @@ def results_doc(**parts: Any) -> dict[str, Any]:
 def make_results(**parts: Any) -> Results:
     """`results_doc(**parts)`, validated."""
     return Results.model_validate(results_doc(**parts))
+
+
+GIB = 1024**3
+
+
+def trial_parts(rate: float = 1000.0, *, accuracy: float = 0.91, train_s: float = 120.0, epochs: float = 3,
+                **extra: Any) -> dict[str, Any]:
+    """The parts of a succeeded GPU trial's results that the metrics read (samples/s, step p50, peak memory,
+    accuracy, energy, train time), for `make_results(**...)`; `extra` adds or replaces parts."""
+    return {"outcome": "succeeded", "device": "cuda", "world_size": 1,
+            "train": {"samples_per_s": rate, "step_time_s": {"p50": 0.05}, "epochs_completed": epochs,
+                      "steps": 100, "warmup_steps": 3, "warmup_time_s": 10.0},
+            "memory": {"torch_peak_allocated_bytes": 6 * GIB}, "final_accuracy": accuracy,
+            "energy": {"j_per_sample": 0.5, "kwh_per_epoch": 0.0093},
+            "timings": {"train_s": train_s}, **extra}

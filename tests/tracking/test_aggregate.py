@@ -18,20 +18,10 @@ from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire import flags
 from kubesweep.wire import trial_metrics as tm
 from kubesweep.wire.results import Results
-from tests.support.results_docs import make_results
+from tests.support.results_docs import GIB, make_results, trial_parts
 
-GIB = 1024**3
 CATALOG = load_catalog()
-
-
-def results(rate: float = 1000.0, *, accuracy: float = 0.91, train_s: float = 120.0, epochs: float = 3,
-            **extra: Any) -> dict[str, Any]:
-    return {"outcome": "succeeded", "device": "cuda", "world_size": 1,
-            "train": {"samples_per_s": rate, "step_time_s": {"p50": 0.05}, "epochs_completed": epochs,
-                      "steps": 100, "warmup_steps": 3, "warmup_time_s": 10.0},
-            "memory": {"torch_peak_allocated_bytes": 6 * GIB}, "final_accuracy": accuracy,
-            "energy": {"j_per_sample": 0.5, "kwh_per_epoch": 0.0093},
-            "timings": {"train_s": train_s}, **extra}
+results = trial_parts
 
 
 def record(name: str, gpu: str | None = "h100-80gb", outcome: str = "succeeded", repeat: int = 0, gpus: int = 1,
