@@ -18,7 +18,7 @@ SYSTEM_TOOLS := chromium buildah skopeo docker-registry mmdebstrap runc iptables
 SYSTEM_PACKAGES := chromium buildah skopeo docker-registry mmdebstrap runc iptables conntrack openssl iproute2 \
 	containernetworking-plugins ipset
 # Parallel runs (`make test PYTEST_XDIST="-n 2 --dist loadgroup"`) keep each shared component on one worker.
-PYTEST_XDIST ?= -n 2 --dist loadgroup
+PYTEST_XDIST ?=
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
