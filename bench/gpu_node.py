@@ -713,10 +713,11 @@ def results_files(uri: str, experiment: str) -> dict[str, Any]:
 def gpu_overlaps(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Pairs of trials whose processes ran at the same time on one GPU (by NVML UUID): none is the goal."""
     from kubesweep.tracking.busy import trial_span
+    from kubesweep.wire.results import Results
 
     spans = []
     for name, res in results.items():
-        span = trial_span(res) if "trial" in res else None
+        span = trial_span(Results.model_validate(res)) if "trial" in res else None
         for gpu in (res.get("environment") or {}).get("gpus") or []:
             if span is not None and gpu.get("nvml_uuid"):
                 spans.append((gpu["nvml_uuid"], span, name))

@@ -24,6 +24,7 @@ from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep_text
 from kubesweep.tracking.busy import trial_span
+from kubesweep.wire.results import Results
 
 ROOT = Path(__file__).resolve().parents[2]
 SST2 = ROOT / "data" / "sst2"
@@ -86,7 +87,7 @@ def test_the_next_trial_starts_early_and_waits_for_the_gpu(tmp_path: Path) -> No
     assert spans[0][0] >= released, "a trial took the GPU while another sweep held it"
     for (_, released), (acquired, _) in itertools.pairwise(spans):
         assert acquired >= released, f"GPU phases overlap: {spans}"
-    starts = sorted(trial_span(r)[0] for r in results)  # type: ignore[index]
+    starts = sorted(trial_span(Results.model_validate(r))[0] for r in results)  # type: ignore[index]
     ends = sorted(r["gpu_lease"]["released_at"] for r in results)
     assert starts[2] < ends[0], "the second and third trials started before the first gave its GPU back"
     for r in results:
