@@ -17,8 +17,9 @@ SYSTEM_TOOLS := chromium buildah skopeo docker-registry mmdebstrap runc iptables
 # Debian packages for those commands, plus the CNI plugins of the test cluster's real node (/usr/lib/cni)
 SYSTEM_PACKAGES := chromium buildah skopeo docker-registry mmdebstrap runc iptables conntrack openssl iproute2 \
 	containernetworking-plugins ipset
-# Parallel runs (`make test PYTEST_XDIST="-n 2 --dist loadgroup"`) keep each shared component on one worker.
-PYTEST_XDIST ?=
+# `make test` runs on two pytest-xdist workers where the machine has two cores or more (each shared component stays
+# on one worker: tests/conftest.py); `make test PYTEST_XDIST=` runs it in one process.
+PYTEST_XDIST ?= $(if $(filter 0 1,$(shell nproc 2>/dev/null || echo 1)),,-n 2 --dist loadgroup)
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'

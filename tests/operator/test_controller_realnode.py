@@ -43,7 +43,7 @@ CHART = ROOT / "charts" / "kubesweep"
 RELEASE = "ksr"
 MLFLOW_SERVICE = f"{RELEASE}-kubesweep-mlflow"
 TRIAL_CPU = "600m"  # two trials fit beside the operator, MLflow and CoreDNS on a 2-core node
-OUTAGE_S = 60
+OUTAGE_S = 30  # two missed Lease renewals and more (the kubelet renews every 10 s)
 
 
 def _kc() -> Any:
@@ -313,7 +313,7 @@ class CpuSweep:
 @pytest.fixture(scope="module")
 def cpu_sweep(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> CpuSweep:
     """`sweep submit` of a 2x2 CPU sweep with 2 repeats through the operator; while trials run, the node's kubelet
-    is stopped for a minute and started again."""
+    is stopped for OUTAGE_S seconds and started again."""
     name = "real-cpu"
     path = _write_spec(tmp_path_factory.mktemp("cpu") / "sweep.yaml", name, stack.image,
                        job={"train_samples": 64, "epochs": 1}, matrix={"batch_size": [8, 16],

@@ -270,8 +270,10 @@ def test_two_teams_share_a_cohort_as_their_cluster_queues_say(queued: Installed,
     lent (Kueue preempts team-a's borrowed trials): 4 and 4 admitted, never more than the cohort's 8 GPUs, and both
     sweeps finish with every trial succeeded once."""
     inst = queued
-    share_a = queued_sweep(tmp_path, "share-a", [8, 16, 32, 64], queue="team-a", duration="6s", repeats=2)
-    share_b = queued_sweep(tmp_path, "share-b", [8, 16, 32, 64], queue="team-b", duration="6s")
+    # team-a's trials run long enough that team-b's Jobs exist while they still hold the borrowed quota, however
+    # slowly a loaded machine creates them: otherwise team-a may finish first and there is nothing to reclaim.
+    share_a = queued_sweep(tmp_path, "share-a", [8, 16, 32, 64], queue="team-a", duration="25s", repeats=2)
+    share_b = queued_sweep(tmp_path, "share-b", [8, 16, 32, 64], queue="team-b", duration="8s")
     op = OperatorProcess(inst, tmp_path / "operator.log").start()
     try:
         with Sampler(inst, a="kubesweep.io/sweep=share-a", b="kubesweep.io/sweep=share-b") as sampler:
@@ -281,8 +283,8 @@ def test_two_teams_share_a_cohort_as_their_cluster_queues_say(queued: Installed,
             kubectl_apply(inst, share_b)
             _kwok().wait_until("team-b reclaiming its quota: 4 and 4 admitted", lambda: (
                 admitted_now(inst, "kubesweep.io/sweep=share-a") == 4
-                and admitted_now(inst, "kubesweep.io/sweep=share-b") == 4), 60, 0.3)
-            statuses = [wait_phase(inst, name, {"Succeeded", "Failed"}, timeout=120, op=op)
+                and admitted_now(inst, "kubesweep.io/sweep=share-b") == 4), 90, 0.3)
+            statuses = [wait_phase(inst, name, {"Succeeded", "Failed"}, timeout=180, op=op)
                         for name in ("share-a", "share-b")]
     finally:
         op.kill(signal.SIGTERM)
