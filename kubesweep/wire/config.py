@@ -117,8 +117,8 @@ class JobConfig(StrictModel):
     step_graph: bool = Field(
         False,
         description="capture the whole optimizer step (forward, backward, clipping, AdamW) as one CUDA graph "
-        "per batch shape (under DDP: two, the gradient all-reduce between them); CUDA, bf16/tf32/fp32, no "
-        "gradient accumulation",
+        "per batch shape (under DDP: two, the gradient all-reduce between them; fine-tuning: bf16/tf32/fp32, no "
+        "gradient accumulation), or the inference task's forward pass; CUDA only",
     )
     padding: Padding = Field("max_length", description="max_length (run_glue's recipe), dynamic or bucketed")
     bucket_multiple: int = Field(16, ge=1, le=4096, description="bucketed padding: lengths round up to this multiple")
@@ -160,15 +160,15 @@ class JobConfig(StrictModel):
         if self.engine == "hf-trainer" and self.task != "finetune":
             raise ValueError("engine hf-trainer supports task finetune only")
         if self.step_graph:
-            if self.precision == "fp16":
-                raise ValueError("step_graph does not support fp16 (its loss scaler reads the GPU each step); "
-                                 "use bf16")
-            if self.grad_accum > 1:
-                raise ValueError("step_graph does not support grad_accum > 1")
+            if self.engine != "kubesweep":
+                raise ValueError("step_graph applies to kubesweep's own loops only (fine-tuning and inference)")
             if self.compile == "reduce-overhead":
                 raise ValueError("step_graph replaces reduce-overhead's CUDA graphs; use compile: default")
-            if self.engine != "kubesweep" or self.task != "finetune":
-                raise ValueError("step_graph applies to kubesweep's own fine-tuning loop only")
+            if self.task == "finetune" and self.precision == "fp16":
+                raise ValueError("step_graph does not support fp16 fine-tuning (its loss scaler reads the GPU each "
+                                 "step); use bf16")
+            if self.task == "finetune" and self.grad_accum > 1:
+                raise ValueError("step_graph does not support grad_accum > 1")
         if self.compile and self.compile_scope == "layers" and self.engine != "kubesweep":
             raise ValueError("compile_scope layers applies to kubesweep's engine only (HF Trainer compiles the "
                              "whole model)")

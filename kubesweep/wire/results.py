@@ -126,6 +126,12 @@ class InferenceStats(_Model):
     measured_from: float | None = Field(None, description="Unix time the first measured step began (its "
                                         "neighbours on the node are read against this window)")
     measured_until: float | None = Field(None, description="Unix time the last measured step ended")
+    graph: bool = Field(False, description="each batch's forward pass replayed as one CUDA graph (step_graph)")
+    launch_s: Percentiles | None = Field(
+        None, description="host time to issue each measured batch (the call's return, before the device sync)")
+    host_share: float | None = Field(
+        None, description="issuing time / latency over the measured batches, on a GPU: near 1, the GPU waited "
+        "for the host to launch its kernels (host-bound); near 0, the host waited for the GPU")
 
 
 class EnergyStats(_Model):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kubesweep.jobs.errors import UsageError
 from kubesweep.wire.outcomes import ExitCode
 from kubesweep.wire.results import Results
 from tests.support.job_fixtures import MINILM, run_job_in_process, tiny_args
@@ -39,6 +40,10 @@ def test_run_times_the_asked_batches(sst2: Path, tmp_path: Path) -> None:
     assert stats["padded_tokens_per_s"] == pytest.approx(stats["samples_per_s"] * 32)
     assert 0 < stats["tokens_per_s"] < stats["padded_tokens_per_s"]  # SST-2 sentences are shorter than 32
     assert not model.training
+    # on the CPU a forward pass returns once computed: no issuing time, no host share (they mean nothing there)
+    assert stats["graph"] is False and stats["launch_s"] is None and stats["host_share"] is None
+    with pytest.raises(UsageError, match="step_graph needs a CUDA GPU"):
+        inference.run(cfg.model_copy(update={"step_graph": True}), model, split, Dist())
 
 
 def test_inference_benchmark(

@@ -123,6 +123,39 @@ def test_fp16_inference(tmp_path: Path) -> None:
     assert results["inference"]["dtype"] == "float16" and results["inference"]["latency_s"]["p50"] > 0
 
 
+def test_inference_graph_replays_what_eager_computes(tmp_path: Path) -> None:
+    """The forward pass replayed as a CUDA graph gives the eager logits for two shapes, in any order, after
+    the inputs changed under it; as the job's task it is labelled, and its host issues a batch in a fraction of
+    the batch's latency."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from kubesweep.jobs.inference import EagerForward, GraphForward
+
+    torch.manual_seed(0)
+    device = torch.device("cuda")
+    model = BertForSequenceClassification(BertConfig(num_hidden_layers=2)).to(device, torch.bfloat16).eval()
+    batches = [(torch.randint(0, 30000, (8, n), device=device), torch.ones(8, n, dtype=torch.long, device=device))
+               for n in (128, 64, 128, 64)]
+    batches[2][1][:, 100:] = 0  # padding in a later batch of a captured shape
+    eager, graphs = EagerForward(model), GraphForward(model, device)
+    with torch.inference_mode():
+        for ids, mask in batches[:2]:
+            graphs.prepare(ids, mask)
+        for ids, mask in batches:
+            want = eager(ids, mask).clone()
+            got = graphs(ids, mask).clone()
+            torch.testing.assert_close(got, want)
+    assert len(graphs.graphs) == 2
+
+    code, results, output = job(tmp_path, "--task", "inference", "--precision", "bf16", "--batch-size", "8",
+                                "--max-seq-len", "128", "--padding", "max_length", "--step-graph")
+    assert code == 0, output[-4000:]
+    inference = results["inference"]
+    assert inference["graph"] is True and inference["batches"] == 100
+    assert 0 < inference["host_share"] < 0.5, inference  # one launch a batch, not a few hundred
+    assert "(CUDA graph)" in output
+
+
 def test_real_device_mismatch(tmp_path: Path) -> None:
     other = "Tesla-T4" if device_label() != "Tesla-T4" else "NVIDIA-L4"
     code, results, _ = job(tmp_path, "--gpu-product", other)

@@ -20,13 +20,17 @@ def test_overrides_need_random_init() -> None:
         ({"precision": "fp16"}, "step_graph does not support fp16"),
         ({"grad_accum": 2}, "grad_accum > 1"),
         ({"compile": "reduce-overhead"}, "use compile: default"),
-        ({"task": "inference"}, "fine-tuning loop only"),
+        ({"engine": "hf-trainer"}, "kubesweep's own loops only"),
     ],
 )
 def test_step_graph_rules(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         JobConfig(step_graph=True, **settings)  # type: ignore[arg-type]
     JobConfig(step_graph=True, precision="bf16", compile="default")
+    # inference replays its forward pass: no loss scaler, nothing accumulated
+    JobConfig(step_graph=True, task="inference", precision="fp16")
+    with pytest.raises(ValueError, match="use compile: default"):
+        JobConfig(step_graph=True, task="inference", compile="reduce-overhead")
 
 
 def test_which_references_are_local_paths(tmp_path: Path) -> None:
