@@ -93,7 +93,7 @@ def main() -> int:
             runs.setdefault(key, []).append(run)
             print(f"repeat {repeat} {key}: {run['samples_per_s']:,.0f} samples/s, p50 {run['p50_ms']:.2f} ms, "
                   f"host share {run['host_share']:.2f}", flush=True)
-    cells = {key: {"samples_per_s": interval([r["samples_per_s"] for r in rs]),
+    cells: dict[str, dict[str, Any]] = {key: {"samples_per_s": interval([r["samples_per_s"] for r in rs]),
                    "p50_ms": interval([r["p50_ms"] for r in rs]),
                    "host_share": statistics.fmean(r["host_share"] for r in rs)} for key, rs in runs.items()}
     print(f"\n{'setting':<28} {'samples/s':>10} {'±95%':>7} {'p50 ms':>8} {'±95%':>7} {'host':>5}")
