@@ -29,7 +29,16 @@ from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import intervals, sharing
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire import trial_metrics
-from kubesweep.wire.flags import FLAGGED, OUTCOME_TEXT, RANDOM_INIT, at_chance, chance_flag, final_accuracy
+from kubesweep.wire.flags import (
+    FLAGGED,
+    OUTCOME_TEXT,
+    RANDOM_INIT,
+    at_chance,
+    chance_flag,
+    final_accuracy,
+    host_bound_flag,
+    host_share,
+)
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, METRICS
 
 TABLE_METRICS = ("samples_per_s", "step_p50_ms", "peak_mem_gib", "tta_s", "accuracy", "cost_per_epoch",
@@ -164,7 +173,7 @@ class Cell:
     @property
     def flags(self) -> list[str]:
         """What a reader must know beside this cell's numbers: `OOM`, `1/3 GPU mismatch`, `chance accuracy
-        (0.50)`, `n=1`."""
+        (0.50)`, `host-bound (99% issuing)` (the mean share of the host-bound repeats), `n=1`."""
         out = []
         total = len(self.trials)
         for outcome in FLAGGED:
@@ -178,6 +187,10 @@ class Cell:
             accuracy = min(final_accuracy(t.results) or 0.0 for t in chance)
             share = "" if len(chance) == self.outcomes.get("succeeded") else f"{len(chance)}/{total} "
             out.append(share + chance_flag(accuracy))
+        bound = [share for t in self.trials if t.outcome == "succeeded" and (share := host_share(t.results))]
+        if bound:
+            share_of = "" if len(bound) == self.outcomes.get("succeeded") else f"{len(bound)}/{total} "
+            out.append(share_of + host_bound_flag(sum(bound) / len(bound)))
         if self.outcomes.get("succeeded") == 1:
             out.append("n=1")
         moved = sharing.interference(self.trials)

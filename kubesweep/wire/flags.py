@@ -1,6 +1,6 @@
 """A trial's flags: what a reader must know beside its numbers (`OOM`, `GPU mismatch`, `failed`, `chance accuracy
-(0.51)`, `random init: accuracy not meaningful`). One set of names and rules for the job's MLflow run (its flags
-tag and description), `sweep results`, the report and the MLflow runs view."""
+(0.51)`, `random init: accuracy not meaningful`, `host-bound (99% issuing)`). One set of names and rules for the
+job's MLflow run (its flags tag and description), `sweep results`, the report and the MLflow runs view."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ FLAGGED = ("oom", "gpu_mismatch", "failed")  # the outcomes that are a flag of t
 CHANCE_ACCURACY = 0.5  # SST-2: two balanced classes
 CHANCE_MARGIN = 0.05
 RANDOM_INIT = "random init: accuracy not meaningful"
+# An inference batch on a GPU whose issuing took at least this share of its latency measured the host's kernel
+# launches, not the GPU (kubesweep/jobs/inference.py; eager bert-base at batch 8 on an H100: 0.77-0.99).
+HOST_BOUND_SHARE = 0.5
+HOST_BOUND_ADVICE = "replay it as a CUDA graph (step_graph: true)"
 
 
 def finite(value: float | None) -> float | None:
@@ -44,9 +48,22 @@ def chance_flag(accuracy: float) -> str:
     return f"chance accuracy ({accuracy:.2f})"
 
 
+def host_share(results: Results | None) -> float | None:
+    """The share of its inference batches' latency the host spent issuing them (GPU runs only), where it is at
+    least HOST_BOUND_SHARE: the figure is the host's."""
+    inference = results.inference if results is not None else None
+    share = finite(inference.host_share) if inference is not None else None
+    return share if share is not None and share >= HOST_BOUND_SHARE else None
+
+
+def host_bound_flag(share: float) -> str:
+    return f"host-bound ({share:.0%} issuing)"
+
+
 def trial_flags(outcome: str, results: Results | None) -> list[str]:
     """One trial's flags: `OOM`, `GPU mismatch` or `failed` by its outcome; `random init: accuracy not
-    meaningful` for a random-init model; else `chance accuracy (0.51)` when it succeeded at chance."""
+    meaningful` for a random-init model; else `chance accuracy (0.51)` when it succeeded at chance; an inference
+    run whose GPU waited for the host, `host-bound (99% issuing)`."""
     if outcome in FLAGGED:
         return [OUTCOME_TEXT[outcome]]
     config = results.config if results is not None else None
@@ -54,6 +71,9 @@ def trial_flags(outcome: str, results: Results | None) -> list[str]:
         return [RANDOM_INIT]
     if outcome == "succeeded" and at_chance(results):
         return [chance_flag(final_accuracy(results) or 0.0)]
+    share = host_share(results) if outcome == "succeeded" else None
+    if share is not None:
+        return [host_bound_flag(share)]
     return []
 
 

@@ -137,6 +137,23 @@ def test_status_and_flags_say_what_a_reader_must_know() -> None:
     assert agg.metric_text(cell, "samples_per_s") == "pending"
 
 
+def test_an_inference_cell_whose_gpu_waited_for_the_host_says_so() -> None:
+    """The mean issuing share of its host-bound repeats; how many, where not all; nothing for graph replays."""
+    def inference(share: float | None) -> dict[str, Any]:
+        return {"outcome": "succeeded", "inference": {"samples_per_s": 1300.0, "host_share": share,
+                                                      "latency_s": {"p50": 0.006}}}
+
+    [cell] = agg.aggregate([record(str(i), repeat=i, res=inference(s), task="inference")
+                            for i, s in enumerate((0.99, 0.97, 0.98))], catalog=CATALOG)
+    assert cell.flags == ["host-bound (98% issuing)"]
+    [cell] = agg.aggregate([record(str(i), repeat=i, res=inference(s), task="inference")
+                            for i, s in enumerate((0.9, 0.3, 0.05))], catalog=CATALOG)
+    assert cell.flags == ["1/3 host-bound (90% issuing)"]
+    [cell] = agg.aggregate([record(str(i), repeat=i, res=inference(s), task="inference")
+                            for i, s in enumerate((0.04, 0.08))], catalog=CATALOG)
+    assert cell.flags == []
+
+
 def test_metric_text_gives_mean_cv_and_how_many_repeats_reached_the_target() -> None:
     reached, missed = results(1000.0, train_s=110.0), results(1200.0, train_s=110.0)
     reached["eval"] = [{"step": 100, "accuracy": 0.95}]

@@ -63,4 +63,15 @@ def test_a_run_at_chance_accuracy_has_its_numbers_and_flag_but_no_rank() -> None
     assert comparison(inference, gpu=None, gpus=0)[tm.RANK_METRIC] == 80.0  # no accuracy: ranks
 
 
+@pytest.mark.parametrize(("share", "flag"), [(0.99, "host-bound (99% issuing)"), (0.5, "host-bound (50% issuing)"),
+                                             (0.49, ""), (0.04, ""), (None, "")])
+def test_an_inference_run_whose_gpu_waited_for_the_host_is_flagged_host_bound(share: float | None,
+                                                                                flag: str) -> None:
+    """Eager bert-base at batch 8 on an H100 spends 77-99% of each batch's latency issuing it: the figure is the
+    host's. Replayed as a CUDA graph, 1-8%. The CPU records no share (issuing is the whole latency there)."""
+    doc = {"outcome": "succeeded", "device": "cuda",
+           "inference": {"samples_per_s": 1300.0, "host_share": share, "latency_s": {"p50": 0.006}}}
+    assert flags.comparison_tags(make_results(**doc))[tags.FLAGS] == flag
+
+
 # -- over repeats -------------------------------------------------------------------------------------------------
