@@ -187,10 +187,11 @@ class Cell:
             accuracy = min(final_accuracy(t.results) or 0.0 for t in chance)
             share = "" if len(chance) == self.outcomes.get("succeeded") else f"{len(chance)}/{total} "
             out.append(share + chance_flag(accuracy))
-        bound = [share for t in self.trials if t.outcome == "succeeded" and (share := host_share(t.results))]
+        issuing = [host_share(t.results) for t in self.trials if t.outcome == "succeeded"]
+        bound = [s for s in issuing if s is not None]
         if bound:
-            share_of = "" if len(bound) == self.outcomes.get("succeeded") else f"{len(bound)}/{total} "
-            out.append(share_of + host_bound_flag(sum(bound) / len(bound)))
+            of = "" if len(bound) == self.outcomes.get("succeeded") else f"{len(bound)}/{total} "
+            out.append(of + host_bound_flag(sum(bound) / len(bound)))
         if self.outcomes.get("succeeded") == 1:
             out.append("n=1")
         moved = sharing.interference(self.trials)
