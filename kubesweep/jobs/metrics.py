@@ -159,12 +159,17 @@ class NvmlSampler:
             if self.on_sample is not None:
                 self.on_sample(batch)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, measured: tuple[float, float] | None = None) -> dict[str, Any]:
+        """Per device over the trial's life; with `measured` (Unix times of the first measured step's start and
+        the last one's end) also the utilization of the samples inside that window alone: warm-up, evaluation
+        and start-up excluded, what says whether the measured steps kept the GPU busy."""
         devices = []
         for index in self.devices:
             mine = [s for s in self.samples if s.index == index]
             if not mine:
                 continue
+            # a sample reports the past interval: it belongs to the window if that interval ended inside it
+            inside = [s for s in mine if measured is not None and measured[0] + self.interval_s <= s.t <= measured[1]]
             power = [s.power_w for s in mine if s.power_w is not None]
             temps = [s.temperature_c for s in mine if s.temperature_c is not None]
             proc = [s.process_memory_bytes for s in mine if s.process_memory_bytes is not None]
@@ -179,6 +184,9 @@ class NvmlSampler:
                     "temperature_max_c": float(max(temps)) if temps else None,
                     "memory_used_max_bytes": int(max(s.memory_used_bytes for s in mine)),
                     "process_memory_max_bytes": int(max(proc)) if proc else None,
+                    "measured_samples": len(inside) if measured is not None else None,
+                    "utilization_measured_pct": float(np.mean([s.utilization_pct for s in inside]))
+                    if inside else None,
                 }
             )
         return {"interval_s": self.interval_s, "devices": devices}

@@ -173,7 +173,8 @@ class TrialRun:
         finally:
             if sampler is not None:
                 sampler.stop()
-        self.fields["gpu_monitor"] = sampler.summary() if sampler is not None and sampler.samples else None
+        self.fields["gpu_monitor"] = (sampler.summary(self._measured_window()) if sampler is not None
+                                      and sampler.samples else None)
         memory = {**torch_memory_peaks(),
                   "nvml_peak_used_bytes": sampler.peak_used_bytes() if sampler is not None else None}
         memory["host_peak_rss_bytes"] = host_peak_rss_bytes()
@@ -410,6 +411,14 @@ class TrialRun:
 
     def _metrics_summary(self, metrics: dict[str, float | None], step: int) -> None:
         self.tracker.log_metrics({k: v for k, v in metrics.items() if v is not None}, step)
+
+    def _measured_window(self) -> tuple[float, float] | None:
+        """The Unix times of the first measured step's start and the last one's end (training or inference)."""
+        stats = self.fields.get("train") or self.fields.get("inference")
+        if not isinstance(stats, dict):
+            return None
+        start, end = stats.get("measured_from"), stats.get("measured_until")
+        return (float(start), float(end)) if start is not None and end is not None else None
 
     def _write_json(self, name: str, content: Any, key: str) -> None:
         (self.output_dir / name).write_text(

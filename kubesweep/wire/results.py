@@ -166,6 +166,11 @@ class GpuDeviceStats(_Model):
     temperature_max_c: float | None
     memory_used_max_bytes: int
     process_memory_max_bytes: int | None
+    measured_samples: int | None = Field(None, description="samples whose interval lay inside the measured steps' "
+                                         "window (training's or inference's measured_from..measured_until)")
+    utilization_measured_pct: float | None = Field(
+        None, description="mean NVML utilization of those samples: the share of time a kernel ran while the "
+        "measured steps ran (null: the window was shorter than a sample interval)")
 
 
 class GpuMonitor(_Model):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -77,13 +78,27 @@ def test_sampler_summary_and_peaks() -> None:
     zero, one = summary["devices"]
     assert zero == {"index": 0, "samples": 2, "utilization_mean_pct": 75.0, "utilization_max_pct": 100.0,
                     "power_mean_w": 250.0, "power_max_w": 300.0, "temperature_max_c": 60.0,
-                    "memory_used_max_bytes": 300, "process_memory_max_bytes": 80}
+                    "memory_used_max_bytes": 300, "process_memory_max_bytes": 80, "measured_samples": None,
+                    "utilization_measured_pct": None}
     assert one["power_mean_w"] is None and one["temperature_max_c"] is None and one["process_memory_max_bytes"] is None
     assert sampler.peak_used_bytes() == 80  # this process's memory where the driver reports it
     sampler.samples = [sample(1, 10, 50, None, None)]
     assert sampler.peak_used_bytes() == 50  # else the device's
     sampler.samples = []
     assert sampler.peak_used_bytes() is None
+
+
+def test_utilization_over_the_measured_steps_alone() -> None:
+    """A sample reports the interval before it: those whose whole interval lay inside the measured window count
+    (start-up, warm-up and evaluation around it do not); a window shorter than one interval has no figure."""
+    sampler = NvmlSampler(devices=[0], interval_s=1.0)
+    sampler.samples = [replace(sample(0, util, 100, None, None), t=t)
+                       for t, util in ((100.0, 0), (101.0, 100), (102.0, 40), (103.0, 60), (104.0, 100), (105.0, 0))]
+    (device,) = sampler.summary((101.0, 104.0))["devices"]
+    assert device["utilization_mean_pct"] == pytest.approx(50.0)  # the trial's life: 300 / 6
+    assert (device["measured_samples"], device["utilization_measured_pct"]) == (3, pytest.approx(200 / 3))
+    (device,) = sampler.summary((101.5, 102.2))["devices"]
+    assert device["measured_samples"] == 0 and device["utilization_measured_pct"] is None
 
 
 def test_sampler_without_devices_does_not_start() -> None:
