@@ -36,6 +36,8 @@ from kubesweep.wire.flags import (
     at_chance,
     chance_flag,
     final_accuracy,
+    gpu_busy_flag,
+    gpu_busy_low,
     host_bound_flag,
     host_share,
 )
@@ -173,7 +175,8 @@ class Cell:
     @property
     def flags(self) -> list[str]:
         """What a reader must know beside this cell's numbers: `OOM`, `1/3 GPU mismatch`, `chance accuracy
-        (0.50)`, `host-bound (99% issuing)` (the mean share of the host-bound repeats), `n=1`."""
+        (0.50)`, `host-bound (99% issuing)` or `host-bound (GPU busy 37% of measured steps)` (the mean of the
+        host-bound repeats), `n=1`."""
         out = []
         total = len(self.trials)
         for outcome in FLAGGED:
@@ -187,11 +190,12 @@ class Cell:
             accuracy = min(final_accuracy(t.results) or 0.0 for t in chance)
             share = "" if len(chance) == self.outcomes.get("succeeded") else f"{len(chance)}/{total} "
             out.append(share + chance_flag(accuracy))
-        issuing = [host_share(t.results) for t in self.trials if t.outcome == "succeeded"]
-        bound = [s for s in issuing if s is not None]
-        if bound:
-            of = "" if len(bound) == self.outcomes.get("succeeded") else f"{len(bound)}/{total} "
-            out.append(of + host_bound_flag(sum(bound) / len(bound)))
+        succeeded = [t.results for t in self.trials if t.outcome == "succeeded"]
+        for measure, flag in ((host_share, host_bound_flag), (gpu_busy_low, gpu_busy_flag)):
+            bound = [v for v in map(measure, succeeded) if v is not None]
+            if bound:
+                of = "" if len(bound) == len(succeeded) else f"{len(bound)}/{total} "
+                out.append(of + flag(sum(bound) / len(bound)))
         if self.outcomes.get("succeeded") == 1:
             out.append("n=1")
         moved = sharing.interference(self.trials)

@@ -68,3 +68,11 @@ def trial_parts(rate: float = 1000.0, *, accuracy: float = 0.91, train_s: float 
             "memory": {"torch_peak_allocated_bytes": 6 * GIB}, "final_accuracy": accuracy,
             "energy": {"j_per_sample": 0.5, "kwh_per_epoch": 0.0093},
             "timings": {"train_s": train_s}, **extra}
+
+
+def monitor(busy: float | None, samples: int = 20) -> dict[str, Any]:
+    """One GPU's NVML summary whose measured steps kept it `busy` percent of the time."""
+    return {"interval_s": 0.25, "devices": [
+        {"index": 0, "samples": samples + 10, "utilization_mean_pct": 30.0, "utilization_max_pct": 100.0,
+         "power_mean_w": None, "power_max_w": None, "temperature_max_c": None, "memory_used_max_bytes": 1,
+         "process_memory_max_bytes": None, "measured_samples": samples, "utilization_measured_pct": busy}]}

@@ -18,7 +18,7 @@ from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire import flags
 from kubesweep.wire import trial_metrics as tm
 from kubesweep.wire.results import Results
-from tests.support.results_docs import GIB, make_results, trial_parts
+from tests.support.results_docs import GIB, make_results, monitor, trial_parts
 
 CATALOG = load_catalog()
 results = trial_parts
@@ -152,6 +152,10 @@ def test_an_inference_cell_whose_gpu_waited_for_the_host_says_so() -> None:
     [cell] = agg.aggregate([record(str(i), repeat=i, res=inference(s), task="inference")
                             for i, s in enumerate((0.04, 0.08))], catalog=CATALOG)
     assert cell.flags == []
+    # training: how busy the GPU was over the measured steps alone (NVML)
+    [cell] = agg.aggregate([record(str(i), repeat=i, res=results(gpu_monitor=monitor(b)))
+                            for i, b in enumerate((35.0, 40.0, 80.0))], catalog=CATALOG)
+    assert cell.flags == ["2/3 host-bound (GPU busy 38% of measured steps)"]
 
 
 def test_metric_text_gives_mean_cv_and_how_many_repeats_reached_the_target() -> None:

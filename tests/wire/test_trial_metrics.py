@@ -11,7 +11,7 @@ import pytest
 from kubesweep.gpus import load_catalog
 from kubesweep.wire import flags, tags
 from kubesweep.wire import trial_metrics as tm
-from tests.support.results_docs import make_results, trial_parts
+from tests.support.results_docs import make_results, monitor, trial_parts
 
 CATALOG = load_catalog()
 results = trial_parts
@@ -71,6 +71,19 @@ def test_an_inference_run_whose_gpu_waited_for_the_host_is_flagged_host_bound(sh
     host's. Replayed as a CUDA graph, 1-8%. The CPU records no share (issuing is the whole latency there)."""
     doc = {"outcome": "succeeded", "device": "cuda",
            "inference": {"samples_per_s": 1300.0, "host_share": share, "latency_s": {"p50": 0.006}}}
+    assert flags.comparison_tags(make_results(**doc))[tags.FLAGS] == flag
+
+
+@pytest.mark.parametrize(("busy", "samples", "flag"), [
+    (37.4, 20, "host-bound (GPU busy 37% of measured steps)"), (49.9, 3, "host-bound (GPU busy 50% of measured steps)"),
+    (62.0, 20, ""), (95.0, 20, ""), (20.0, 2, ""), (None, 0, "")])
+def test_a_training_run_whose_gpu_sat_idle_through_its_measured_steps_is_flagged_host_bound(
+        busy: float | None, samples: int, flag: str) -> None:
+    """bert-base at batch 256 on an H100, eager: the GPU busy 35-40% of the measured steps (36-44 ms a step); as
+    one CUDA graph, 62-65% (14.8 ms): only the first is the host's figure. Fewer than 3 samples in the window
+    (a window shorter than the sampler's interval) say nothing. The figure over the trial's whole life, start-up
+    and evaluation included, is never read."""
+    doc = results(gpu_monitor=monitor(busy, samples))
     assert flags.comparison_tags(make_results(**doc))[tags.FLAGS] == flag
 
 
