@@ -221,7 +221,12 @@ class OperatorBackend:
         """Bring one Sweep forward. Returns its status, or None when it is gone, invalid or waiting."""
         began, writes = time.monotonic(), self.writes
         try:
-            return self._step(name)
+            try:
+                return self._step(name)
+            except SweepNotFound:  # deleted while this step ran (its status write found it gone): as at load
+                self._release_jobs(name)
+                self.forget(name)
+                return None
         finally:
             took = time.monotonic() - began
             if took > SLOW_STEP:

@@ -186,9 +186,14 @@ class SweepResourceStore(StateStore):
         return body
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
-        resp = self.write(self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace,
-                          PLURAL, name, {"status": dict(patch)}, field_manager=OPERATOR_MANAGER,
-                          _content_type=MERGE, _preload_content=False)
+        """Merge `patch` into the Sweep's status; SweepNotFound where the Sweep was deleted since it was read."""
+        try:
+            resp = self.write(self.custom.patch_namespaced_custom_object_status, GROUP, VERSION, self.namespace,
+                              PLURAL, name, {"status": dict(patch)}, field_manager=OPERATOR_MANAGER,
+                              _content_type=MERGE, _preload_content=False)
+        except self.not_found:
+            self.resources.pop(name, None)
+            raise SweepNotFound(f"no sweep named {name!r} in namespace {self.namespace}") from None
         self.resources[name] = json.loads(resp.data)
 
     def status_of(self, name: str) -> dict[str, Any]:
