@@ -192,10 +192,8 @@ class GraphForward:
         self.graphs[shape] = (graph, ids, mask, logits)
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        shape = tuple(input_ids.shape)
-        if shape not in self.graphs:
-            self.prepare(input_ids, attention_mask)
-        graph, ids, mask, logits = self.graphs[shape]
+        self.prepare(input_ids, attention_mask)  # a shape not seen before: captured now
+        graph, ids, mask, logits = self.graphs[tuple(input_ids.shape)]
         ids.copy_(input_ids, non_blocking=True)
         mask.copy_(attention_mask, non_blocking=True)
         graph.replay()

@@ -180,10 +180,13 @@ class SweepResourceStore(StateStore):
             resp = self.call(self.custom.get_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name,
                              _preload_content=False)
         except self.not_found:
-            raise SweepNotFound(f"no sweep named {name!r} in namespace {self.namespace}") from None
+            raise self._gone(name) from None
         body: dict[str, Any] = json.loads(resp.data)
         self.resources[name] = body
         return body
+
+    def _gone(self, name: str) -> SweepNotFound:
+        return SweepNotFound(f"no sweep named {name!r} in namespace {self.namespace}")
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
         """Merge `patch` into the Sweep's status; SweepNotFound where the Sweep was deleted since it was read."""
@@ -193,7 +196,7 @@ class SweepResourceStore(StateStore):
                               _content_type=MERGE, _preload_content=False)
         except self.not_found:
             self.resources.pop(name, None)
-            raise SweepNotFound(f"no sweep named {name!r} in namespace {self.namespace}") from None
+            raise self._gone(name) from None
         self.resources[name] = json.loads(resp.data)
 
     def status_of(self, name: str) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from kubesweep.wire.flags import (
     gpu_busy_flag,
     gpu_busy_low,
     host_bound_flag,
-    host_share,
+    host_bound_share,
 )
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, METRICS
 
@@ -191,7 +191,7 @@ class Cell:
             share = "" if len(chance) == self.outcomes.get("succeeded") else f"{len(chance)}/{total} "
             out.append(share + chance_flag(accuracy))
         succeeded = [t.results for t in self.trials if t.outcome == "succeeded"]
-        for measure, flag in ((host_share, host_bound_flag), (gpu_busy_low, gpu_busy_flag)):
+        for measure, flag in ((host_bound_share, host_bound_flag), (gpu_busy_low, gpu_busy_flag)):
             bound = [v for v in map(measure, succeeded) if v is not None]
             if bound:
                 of = "" if len(bound) == len(succeeded) else f"{len(bound)}/{total} "

@@ -53,7 +53,7 @@ def chance_flag(accuracy: float) -> str:
     return f"chance accuracy ({accuracy:.2f})"
 
 
-def host_share(results: Results | None) -> float | None:
+def host_bound_share(results: Results | None) -> float | None:
     """The share of its inference batches' latency the host spent issuing them (GPU runs only), where it is at
     least HOST_BOUND_SHARE: the figure is the host's."""
     inference = results.inference if results is not None else None
@@ -94,7 +94,7 @@ def trial_flags(outcome: str, results: Results | None) -> list[str]:
         return [chance_flag(final_accuracy(results) or 0.0)]
     if outcome != "succeeded":
         return []
-    share, busy = host_share(results), gpu_busy_low(results)
+    share, busy = host_bound_share(results), gpu_busy_low(results)
     if share is not None:
         return [host_bound_flag(share)]
     if busy is not None:
