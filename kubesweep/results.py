@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kubesweep.backends.base import Backend, TrialStatus
-from kubesweep.tracking.records import results_from_data, settings_of
+from kubesweep.tracking.records import axes_job, results_from_data
 from kubesweep.wire.flags import finite
 from kubesweep.wire.results import Results
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, GIB, trial_metrics
@@ -36,16 +36,16 @@ class ResultRow:
 def row_from(trial: TrialStatus, results: Results | None, config: dict[str, Any] | None = None) -> ResultRow:
     """Headline figures from a results file (schema: docs/results-schema.md); without one, the cell from the
     trial file's settings (`config`) or the trial's axes and the outcome from the backend."""
-    job = settings_of(results) if results is not None else (config or {}).get("job") or {}
+    job = results.config if results is not None else axes_job(trial.axes, (config or {}).get("job"))
     outcome = results.outcome.value if results is not None else _outcome_of(trial)
     metrics = trial_metrics(results, "succeeded", gpus=1, price_per_hour=None, target=DEFAULT_TARGET_ACCURACY)
     train_s = finite(results.timings.train_s) if results is not None else None
     return ResultRow(
         trial=trial.name,
         gpu=trial.gpu,
-        batch_size=job.get("batch_size", trial.axes.get("batch_size")),
-        precision=job.get("precision", trial.axes.get("precision")),
-        compile=job.get("compile", trial.axes.get("compile")),
+        batch_size=job.batch_size,
+        precision=job.precision,
+        compile=job.compile,
         repeat=results.trial.repeat if results is not None else 0,
         outcome=outcome,
         samples_per_s=metrics["samples_per_s"],

@@ -29,6 +29,7 @@ from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import intervals, sharing
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire import trial_metrics
+from kubesweep.wire.config import JobConfig
 from kubesweep.wire.flags import (
     FLAGGED,
     OUTCOME_TEXT,
@@ -40,6 +41,7 @@ from kubesweep.wire.flags import (
     gpu_busy_low,
     host_bound_flag,
     host_bound_share,
+    random_init,
 )
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, METRICS
 
@@ -63,11 +65,6 @@ def record_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict
     price = catalog[gpu].price_per_hour if gpu is not None and gpu in catalog else None
     return trial_metrics.trial_metrics(record.results, record.outcome, gpus=record.gpus, price_per_hour=price,
                                        target=target)
-
-
-def random_init(job: dict[str, Any]) -> bool:
-    """A trial's settings build the model from its config, untrained: a speed run."""
-    return bool(job.get("random_init"))
 
 
 @dataclass
@@ -217,7 +214,7 @@ class Cell:
 def _cell_key(record: TrialRecord, catalog: Catalog) -> str:
     """A cell is a GPU type and the job's settings: trials of sweeps merged from several machines meet in one cell
     when they ran the same settings on the same GPU type (named by NVML where the sweep did not ask for one)."""
-    job = {k: v for k, v in record.job.items() if k not in _NOT_AXES}
+    job = {k: v for k, v in record.settings.items() if k not in _NOT_AXES}
     return json.dumps({"gpu": gpu_type(record, catalog), "gpus": record.gpus, "job": job}, sort_keys=True,
                       default=str)
 
@@ -240,20 +237,24 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
         first = trials[0]
         ran = next((t for t in trials if t.results), first)
         gpu = gpu_type(ran, catalog) or ("any GPU" if first.gpus and not ran.results else "cpu")
-        axes = CellAxes(task=first.job.get("task", "finetune"), gpu=gpu, gpus=first.gpus,
-                        batch_size=first.job.get("batch_size"), precision=first.job.get("precision"),
-                        compile=_compile_text(first.job.get("compile")))
+        axes = CellAxes(task=first.job.task, gpu=gpu, gpus=first.gpus, batch_size=first.job.batch_size,
+                        precision=first.job.precision, compile=_compile_text(first.job.compile))
         per_trial = [record_metrics(t, catalog, target) for t in trials]
         stats = {m: Stat([v for pt in per_trial if (v := pt[m]) is not None]) for m in METRICS}
         cells.append(Cell(axes=axes, trials=sorted(trials, key=lambda t: t.repeat), metrics=stats,
                           outcomes=Counter(t.outcome for t in trials),
-                          extra={k: first.job.get(k) for k in varying[_family(first.job)]}))
+                          extra={k: _setting(first.job, k) for k in varying[_family(first.job)]}))
     mark_best(cells, best_by)
     return cells
 
 
-def _family(job: dict[str, Any]) -> tuple[str, str]:
-    return str(job.get("task", "finetune")), str(job.get("model"))
+def _setting(job: JobConfig, key: str) -> Any:
+    """A job setting by name, as a JSON value (`None` for a name that is not a setting)."""
+    return job.model_dump(mode="json", include={key}).get(key)
+
+
+def _family(job: JobConfig) -> tuple[str, str]:
+    return job.task, job.model
 
 
 def _varying(groups: dict[str, list[TrialRecord]]) -> dict[tuple[str, str], list[str]]:
@@ -262,7 +263,7 @@ def _varying(groups: dict[str, list[TrialRecord]]) -> dict[tuple[str, str], list
     names, for each cell, only what sets it apart from its own kind."""
     families: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for trials in groups.values():
-        families.setdefault(_family(trials[0].job), []).append(trials[0].job)
+        families.setdefault(_family(trials[0].job), []).append(trials[0].settings)
     models_per_task: dict[str, set[str]] = {}
     for task, model in families:
         models_per_task.setdefault(task, set()).add(model)
@@ -337,7 +338,7 @@ def _norm(value: Any) -> str:
 def apply_filters(cells: list[Cell], filters: list[tuple[str, list[str]]]) -> list[Cell]:
     if not filters:
         return cells
-    known = set(AXES) | {"status", "outcome", "best"} | {k for c in cells for k in c.trials[0].job}
+    known = set(AXES) | {"status", "outcome", "best"} | {k for c in cells for k in c.trials[0].settings}
     for key, _ in filters:
         if key not in known:
             raise QueryError(f"--filter: unknown key {key!r}; known: {', '.join(sorted(known))}")
@@ -355,7 +356,7 @@ def apply_filters(cells: list[Cell], filters: list[tuple[str, list[str]]]) -> li
             elif key in AXES:
                 have = {_norm(cell.axes.as_dict()[key])}
             else:
-                have = {_norm(cell.trials[0].job.get(key))}
+                have = {_norm(_setting(cell.trials[0].job, key))}
             if not have & wanted:
                 ok = False
                 break

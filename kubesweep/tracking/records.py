@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
@@ -20,10 +20,13 @@ from pydantic import BaseModel, ValidationError
 
 from kubesweep.backends.base import Backend, BackendError, TrialStatus
 from kubesweep.wire import tags
+from kubesweep.wire.config import JobConfig
 from kubesweep.wire.results import RESULTS_SCHEMA, Results
 
 # params the job logs that are not job settings
 _TRIAL_PARAMS = frozenset({"sweep", "trial_id", "repeat", "gpu", "gpus_per_trial"})
+# a trial's axes that are not job settings
+_AXES_NOT_JOB = frozenset({"gpu", "gpus_per_trial", "num_nodes"})
 
 
 @dataclass
@@ -34,7 +37,7 @@ class TrialRecord:
     gpu: str | None
     gpus: int
     outcome: str  # an Outcome value, or a phase (pending, running) for trials without one yet
-    job: dict[str, Any] = field(default_factory=dict)
+    job: JobConfig = field(default_factory=JobConfig)  # its settings; those it named are `settings`
     results: Results | None = None
     reason: str = ""
     run_id: str | None = None
@@ -42,13 +45,36 @@ class TrialRecord:
     neighbours: list[str] | None = None
 
 
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The job settings this trial named (as JSON values): what tells its cell apart; the rest are defaults."""
+        return self.job.model_dump(mode="json", exclude_unset=True)
+
+
+def job_of(settings: Mapping[str, Any]) -> JobConfig:
+    """The job settings read back from a trial file, MLflow params or a status's axes, typed. A setting this version
+    does not know, or whose value it cannot read (a run logged by another version), is left out rather than losing
+    the record; settings each valid but no longer valid together are kept as they were logged."""
+    named = dict(settings)
+    while True:
+        try:
+            return JobConfig.model_validate(named)
+        except ValidationError as exc:
+            bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]} & named.keys()
+            if not bad:
+                return JobConfig.model_construct(**named)
+            for key in bad:
+                del named[key]
+
+
+def axes_job(axes: Mapping[str, Any], named: Mapping[str, Any] | None = None) -> JobConfig:
+    """The job settings of a trial known only by its axes (less those that are not job settings), and the
+    settings a trial file `named` over them."""
+    return job_of({**{k: v for k, v in axes.items() if k not in _AXES_NOT_JOB}, **(named or {})})
+
+
 def _outcome_of(status: TrialStatus) -> str:
     return status.outcome.value if status.outcome else status.phase.value.lower()
-
-
-def settings_of(results: Results) -> dict[str, Any]:
-    """The job settings a results file names (those it has, as JSON values)."""
-    return results.config.model_dump(mode="json", exclude_unset=True)
 
 
 def _trial_file(trial_file: Path | None) -> dict[str, Any]:
@@ -67,11 +93,11 @@ def record_from_status(status: TrialStatus, results: Results | None = None,
     settings from the results, else the trial file, else the status's axes."""
     trial = _trial_file(trial_file) if results is None else {}
     if results is not None:
-        job = settings_of(results)
+        job = results.config
     elif isinstance(trial.get("job"), dict) and trial["job"]:
-        job = dict(trial["job"])
+        job = job_of(trial["job"])
     else:
-        job = {k: v for k, v in status.axes.items() if k not in ("gpu", "gpus_per_trial", "num_nodes")}
+        job = axes_job(status.axes)
     gpus: Any = (results.trial.gpus_per_trial if results is not None
                  else status.axes.get("gpus_per_trial", trial.get("gpus_per_trial")))
     outcome = results.outcome.value if results is not None else _outcome_of(status)
@@ -113,13 +139,13 @@ def record_from_child(child: Any, results: Results | None) -> TrialRecord:
     run_tags, params = child.tags, child.params
     trial_id = run_tags.get(tags.TRIAL_ID) or params.get("trial_id") or child.run_id
     if results is not None:
-        job = settings_of(results)
+        job = results.config
         gpu: Any = results.trial.gpu
         gpus: Any = results.trial.gpus_per_trial
         repeat: Any = results.trial.repeat
         outcome = results.outcome.value
     else:
-        job = {k: _parse_param(v) for k, v in params.items() if k not in _TRIAL_PARAMS}
+        job = job_of({k: _parse_param(v) for k, v in params.items() if k not in _TRIAL_PARAMS})
         gpu = run_tags.get(tags.GPU)
         gpus = _parse_param(params.get("gpus_per_trial", "1"))
         repeat = _parse_param(run_tags.get(tags.REPEAT, params.get("repeat", "0")))
@@ -317,7 +343,7 @@ def from_results_dir(directory: Path, skipped: Callable[[str], None] | None = No
         out.append(TrialRecord(
             trial_id=trial.trial_id or path.parent.name, name=trial.name or path.parent.name,
             repeat=trial.repeat, gpu=trial.gpu or None, gpus=trial.gpus_per_trial,
-            outcome=results.outcome.value, job=settings_of(results), results=results,
+            outcome=results.outcome.value, job=results.config, results=results,
             reason=results.error.message if results.error is not None else ""))
     if files and not out:
         raise ResultsDirError(f"{directory}: none of its {len(files):,} results files is valid (each skipped above)")

@@ -48,9 +48,9 @@ def epochs_table(cells: list[Cell]) -> Table | None:
     batch = SEED_BATCH if SEED_BATCH in batches else batches[0]
     chosen = [c for c in single if c.axes.batch_size == batch]
     first_job = chosen[0].trials[0].job
-    epochs = float(first_job.get("epochs") or 3)
+    epochs = first_job.epochs
     epochs_text = f"{epochs:g} epoch" + ("" if epochs == 1 else "s")
-    dataset = str(first_job.get("dataset") or "the dataset")
+    dataset = first_job.dataset
     rows_n = {str((t.results.data or {}).get("train_rows")) for c in chosen for t in c.trials if t.results}
     rows_n.discard("None")
     note = (f"epoch time = training-loop wall time less the warm-up / epochs completed (evaluation excluded), x "
@@ -78,7 +78,7 @@ def gpu_table(cells: list[Cell], target: float) -> Table | None:
     groups: dict[tuple[str, str], list[Cell]] = {}
     for cell in _finetune(cells):
         if cell.axes.gpu != "cpu":
-            model = str(cell.trials[0].job.get("model") or "-")
+            model = cell.trials[0].job.model
             groups.setdefault((model, str(cell.axes.gpu)), []).append(cell)
     rows = []
     for (model, _gpu), group in sorted(groups.items()):

@@ -17,6 +17,7 @@ from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire import flags
 from kubesweep.wire import trial_metrics as tm
+from kubesweep.wire.config import JobConfig
 from kubesweep.wire.results import Results
 from tests.support.results_docs import GIB, make_results, monitor, trial_parts
 
@@ -27,7 +28,7 @@ results = trial_parts
 def record(name: str, gpu: str | None = "h100-80gb", outcome: str = "succeeded", repeat: int = 0, gpus: int = 1,
            res: dict[str, Any] | None = None, **job: Any) -> TrialRecord:
     job = {"task": "finetune", "batch_size": 32, "precision": "bf16", "compile": False, "seed": 42 + repeat, **job}
-    return TrialRecord(name, name, repeat, gpu, gpus, outcome, job,
+    return TrialRecord(name, name, repeat, gpu, gpus, outcome, JobConfig.model_validate(job),
                        make_results(**{"config": job, **res}) if res is not None else None)
 
 

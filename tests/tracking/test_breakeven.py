@@ -11,6 +11,7 @@ from kubesweep.gpus import load_catalog
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.breakeven import break_evens
 from kubesweep.tracking.records import TrialRecord
+from kubesweep.wire.config import JobConfig
 from tests.support.results_docs import make_results
 
 ROWS = 67_349  # SST-2's training rows
@@ -22,7 +23,8 @@ def trial(name: str, compile_: Any, rate: float, warmup_s: float, *, batch: int 
                "train": {"samples_per_s": rate, "epochs_completed": 1.0},
                "timings": {"train_s": 100.0, "compile_warmup_s": warmup_s}}
     job = {"task": task, "batch_size": batch, "precision": "bf16", "compile": compile_}
-    return TrialRecord(name, name, 0, "h100-80gb", 1, "succeeded", job, make_results(**results))
+    return TrialRecord(name, name, 0, "h100-80gb", 1, "succeeded", JobConfig.model_validate(job),
+                       make_results(**results))
 
 
 def test_steps_and_epochs_until_compiling_pays_off() -> None:

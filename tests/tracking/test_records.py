@@ -16,9 +16,11 @@ from kubesweep.backends.local import LocalBackend
 from kubesweep.tracking.records import (
     ResultsDirError,
     ResultsFileError,
+    axes_job,
     from_backend,
     from_mlflow,
     from_results_dir,
+    job_of,
     read_results_file,
     record_from_child,
     record_from_status,
@@ -47,17 +49,28 @@ def test_the_job_comes_from_the_results_file_then_the_trial_file_then_the_axes(t
     results = make_results(config={"batch_size": 32}, trial={"repeat": 1, "gpus_per_trial": 4})
 
     record = record_from_status(s, results, trial_file)
-    assert (record.job, record.gpus, record.repeat) == ({"batch_size": 32}, 4, 1)
+    assert (record.settings, record.gpus, record.repeat) == ({"batch_size": 32}, 4, 1)
     record = record_from_status(s, None, trial_file)
-    assert record.job == {"batch_size": 16, "precision": "fp16"}
+    assert record.settings == {"batch_size": 16, "precision": "fp16"}
     assert record.gpus == 1  # the axes name it before the trial file
     record = record_from_status(status(Outcome.SUCCEEDED), None, trial_file)
     assert record.gpus == 2
     record = record_from_status(s, None, tmp_path / "missing.json")
-    assert record.job == {"batch_size": 8}  # the axes, less the ones that are not job settings
+    assert record.settings == {"batch_size": 8}  # the axes, less the ones that are not job settings
     trial_file.write_text("{not json")
-    assert record_from_status(status(Outcome.SUCCEEDED, batch_size=8), None, trial_file).job == {"batch_size": 8}
+    assert record_from_status(status(Outcome.SUCCEEDED, batch_size=8), None, trial_file).settings == {"batch_size": 8}
     assert record_from_status(status(Outcome.SUCCEEDED), None, trial_file).gpus == 1
+
+
+def test_settings_read_back_are_typed_and_a_setting_this_version_cannot_read_is_left_out() -> None:
+    job = job_of({"batch_size": 64, "precision": "bf16", "no_such_setting": 1, "epochs": "many"})
+    assert (job.batch_size, job.precision, job.epochs) == (64, "bf16", 3.0)  # epochs unreadable: the default
+    assert set(job.model_fields_set) == {"batch_size", "precision"}
+    # settings each valid but refused together by this version (fine-tuning step graphs in fp16) are kept as logged
+    kept = job_of({"step_graph": True, "precision": "fp16", "task": "finetune"})
+    assert (kept.step_graph, kept.precision) == (True, "fp16")
+    assert axes_job({"gpu": "l4", "num_nodes": 2, "batch_size": 8}, {"precision": "fp16"}).model_fields_set == {
+        "batch_size", "precision"}
 
 
 def test_the_outcome_is_the_results_files_unless_the_backend_stopped_or_cancelled_the_trial() -> None:
@@ -85,12 +98,12 @@ def test_records_of_a_local_sweep_read_its_results_and_trial_files(tmp_path: Pat
     backend.wait("recs", timeout=60)
     records = from_backend(backend, "recs")
     assert [r.trial_id for r in records] == [t.id for t in p.trials]
-    by_cell = {(r.job["batch_size"], r.job["learning_rate"]): r for r in records}
+    by_cell = {(r.job.batch_size, r.job.learning_rate): r for r in records}
     assert by_cell[8, 1e-4].outcome == "succeeded" and by_cell[8, 1e-4].results is not None
     assert by_cell[256, 1e-4].outcome == "oom"
     crashed = by_cell[8, CRASH_LR]  # no results file: the job from trial.json, the outcome from the backend
     assert crashed.results is None and crashed.outcome == "failed" and crashed.reason
-    assert crashed.job["max_steps"] == 2
+    assert crashed.job.max_steps == 2
     assert {r.gpus for r in records} == {0}  # CPU trials, as trial.json says
 
 
@@ -111,8 +124,9 @@ def test_a_child_run_without_results_gives_its_cell_from_params_and_tags() -> No
     record = record_from_child(run, None)
     assert (record.trial_id, record.name, record.gpu, record.gpus, record.repeat, record.run_id) == (
         "t1", "s-t1", "h100-80gb", 2, 2, "r1")
-    assert record.job == {"batch_size": 64, "precision": "bf16", "compile": False, "tokenizer": None,
-                          "learning_rate": 2e-05, "model": "bert-base-uncased"}
+    assert record.settings == {"batch_size": 64, "precision": "bf16", "compile": False, "tokenizer": None,
+                               "learning_rate": 2e-05, "model": "bert-base-uncased"}
+    assert record.job.batch_size == 64 and record.job.epochs == 3.0  # typed: what it did not name is the default
     assert record.outcome == "succeeded" and record.results is None
 
 
@@ -130,7 +144,7 @@ def test_a_child_runs_results_file_wins_over_its_tags_and_params() -> None:
                            trial={"gpu": "l40s", "gpus_per_trial": 4, "repeat": 1},
                            error={"message": "asked for NVIDIA-L40S, found NVIDIA-L4"})
     record = record_from_child(run, results)
-    assert (record.outcome, record.job, record.gpu, record.gpus, record.repeat) == (
+    assert (record.outcome, record.settings, record.gpu, record.gpus, record.repeat) == (
         "gpu_mismatch", {"batch_size": 32}, "l40s", 4, 1)
     assert record.reason == "asked for NVIDIA-L40S, found NVIDIA-L4"
     assert record.trial_id == "r2"  # no trial id tag or param: the run id
@@ -194,9 +208,9 @@ def test_records_from_a_directory_of_results_files(tmp_path: Path) -> None:
     _results_file(tmp_path / "sweeps" / "s" / "trials" / "a", "a", "NVIDIA-H200")
     (tmp_path / "sweeps" / "s" / "trials" / "a" / "trial.json").write_text("{}")  # other files: not read
     records = from_results_dir(tmp_path)
-    assert [(r.trial_id, r.repeat, r.gpu, r.gpus, r.outcome, r.job["batch_size"]) for r in records] == [
+    assert [(r.trial_id, r.repeat, r.gpu, r.gpus, r.outcome, r.job.batch_size) for r in records] == [
         ("a", 1, None, 1, "succeeded", 64), ("b", 1, None, 1, "succeeded", 64)]
-    assert records[0].job == JobConfig(batch_size=64).model_dump(mode="json")
+    assert records[0].job == JobConfig(batch_size=64)
     [a] = from_results_dir(tmp_path / "sweeps" / "s" / "trials" / "a")
     assert a.results is not None and a.results.train is not None and a.results.train.samples_per_s == 1000.0
 

@@ -42,8 +42,9 @@ def records(spec: str, edit: Any = None) -> list[TrialRecord]:
         results, _ = stand_in(trial.config, "2026-01-01T00:00:00+00:00")
         if edit is not None:
             edit(trial, results)
+        read = Results.model_validate(results)
         out.append(TrialRecord(trial.id, trial.name, trial.repeat, trial.gpu, trial.gpus_per_trial,
-                               results["outcome"], dict(results["config"]), Results.model_validate(results)))
+                               results["outcome"], read.config, read))
     return out
 
 
@@ -64,8 +65,8 @@ def test_the_report_opens_with_the_best_setting_per_gpu_type(tmp_path: Path) -> 
     # computed here from the records
     rates: dict[tuple[str, str], list[float]] = {}
     for r in recs:
-        if r.outcome == "succeeded" and r.job["task"] == "finetune":
-            setting = (r.gpu or "cpu", f"{'x2 GPUs ' if r.gpus > 1 else ''}bs{r.job['batch_size']}")
+        if r.outcome == "succeeded" and r.job.task == "finetune":
+            setting = (r.gpu or "cpu", f"{'x2 GPUs ' if r.gpus > 1 else ''}bs{r.job.batch_size}")
             assert r.results is not None and r.results.train is not None
             rates.setdefault(setting, []).append(r.results.train.samples_per_s)
     best = {b["gpu"]: b for b in summary["best"] if b["task"] == "finetune" and b["metric"] == "samples_per_s"}

@@ -9,6 +9,7 @@ from kubesweep.tracking import sharing
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.tracking.report import build
+from kubesweep.wire.config import JobConfig
 from tests.support.results_docs import make_results
 
 T0 = 1_800_000_000.0
@@ -34,7 +35,7 @@ def trial(name: str, *, start: float, end: float, node: str = "node-a", uuid: st
                                                      "pci_bus_id": f"00000000:{uuid[-1]}0:00.0"}]},
     }
     return TrialRecord(trial_id=name, name=name, repeat=repeat, gpu="h100-80gb", gpus=1, outcome="succeeded",
-                       job={"task": "finetune", "batch_size": batch, "precision": "bf16"},
+                       job=JobConfig(task="finetune", batch_size=batch, precision="bf16"),
                        results=make_results(**results))
 
 
