@@ -324,7 +324,7 @@ def results(
     backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None,
     no_tracking: opts.NoTrackingOpt = False, experiment: opts.ExperimentOpt = None,
-    source: opts.FromOpt = ResultsSource.auto,
+    source: opts.FromOpt = ResultsSource.auto, wide: opts.WideOpt = False,
 ) -> None:
     """The sweep's results aggregated over repeats: mean ±95% interval of samples/s, step p50, peak memory,
     time-to-accuracy, accuracy, $/epoch and kWh/epoch per setting; OOM and GPU-mismatch cells as such; * marks
@@ -346,7 +346,7 @@ def results(
     found = s.search_found(name, r.sweep, r.loaded.parent_run_id) if r.searched else None
     views.print_aggregated(console, fmt.value, name, cells, [] if len(names) > 1 else r.loaded.records,
                            source=r.loaded.source,
-                           target=target_accuracy, best_by=best_by.value, found=found)
+                           target=target_accuracy, best_by=best_by.value, found=found, wide=wide)
 
 
 def _merged(s: Session, names: list[str], experiment: str | None, target: float, best_by: str,

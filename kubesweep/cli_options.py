@@ -154,6 +154,8 @@ SortOpt = Annotated[str | None, typer.Option(
     "--sort", help="metric (best first: samples_per_s, step_p50_ms, peak_mem_gib, tta_s, accuracy, "
     "cost_per_epoch, epoch_s) or axis (gpu, batch_size, precision, compile, ...)")]
 ReverseOpt = Annotated[bool, typer.Option("--reverse", help="reverse the --sort order")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="the table with every column, however wide (by default it "
+                                     "fits the terminal, 100 columns when piped, and names what it left out)")]
 PerTrialOpt = Annotated[bool, typer.Option("--per-trial", help="one row per trial from the results files, "
                                            "not aggregated")]
 ReportDirOpt = Annotated[Path | None, typer.Option("--output", "-o", help="directory for report.html and the "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -16,6 +17,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from kubesweep import results_view
 from kubesweep.backends.base import Backend, Phase, ProgressCallback, SweepStatus, TrialStatus
 from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, rows_for
@@ -24,7 +26,6 @@ from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.busy import busy_text, gpu_busy
 from kubesweep.tracking.records import from_backend
-from kubesweep.wire.trial_metrics import METRICS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from kubesweep.spec import Sweep
 
 T = TypeVar("T")
+UNFINISHED = ("pending", "running")  # a record's outcome while its trial has not ended
+PIPED_WIDTH = 100  # the results table's width where output is not a terminal and COLUMNS is not set
 
 PHASE_STYLE = {
     Phase.PENDING: "dim",
@@ -394,18 +397,26 @@ def print_files_hint(console: Console, backend: Backend, sweep: str) -> None:
         _say(console, f"results files: {where.resolve()}/<trial>/results.json")
 
 
+def fit_width(console: Console) -> int:
+    """The width the results table fits: the terminal's, else (output to a file or a pipe) `COLUMNS` or 100."""
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console.width
+    return PIPED_WIDTH
+
+
 def print_cells(console: Console, sweep: str, cells: list[Any], source: str, target: float,
-                best_by: str) -> None:
-    """The settings aggregated over repeats (`kubesweep.tracking.aggregate`), the best per GPU type in bold."""
-    table = Table(title=plain(f"sweep {sweep}: {len(cells)} settings"), title_justify="left")
-    for header in agg.headers(cells):
-        table.add_column(header, justify="left" if header in ("task", "gpu", "precision", "compile", "status")
-                         else "right")
-    for cell, row in zip(cells, agg.text_rows(cells), strict=True):
-        _row(table, *row, style="bold" if cell.best else None)
-    console.print(table)
-    _say(console, f"mean ± the 95% interval's half-width over repeats; TTA = training time to dev accuracy >= "
-                  f"{target:g}; * best {METRICS[best_by][0]} per GPU type; from {source}", style="dim")
+                best_by: str, *, wide: bool = False, partial: str = "") -> None:
+    """The settings aggregated over repeats (`kubesweep.tracking.aggregate`), the best per GPU type in bold: the
+    answer, then the table fitted to the terminal (`results_view`)."""
+    results_view.print_cells(console, sweep, cells, source=source, target=target, best_by=best_by,
+                             width=fit_width(console), wide=wide, partial=partial,
+                             more=f"`sweep results {sweep} --wide`")
+
+
+def partial_text(records: Sequence[Any]) -> str:
+    """`3 of 8 trials still to end`, for a sweep some of whose trials are pending or running; else ``."""
+    left = sum(1 for r in records if r.outcome in UNFINISHED)
+    return f"{left} of {len(records)} trials still to end" if left else ""
 
 
 def print_busy(console: Console, records: Sequence[Any]) -> None:
@@ -419,26 +430,28 @@ def print_ended(console: Console, backend: Backend, sweep: str) -> None:
     """After a sweep ends: the aggregated table from the backend's own files (no MLflow round trip)."""
     records = from_backend(backend, sweep)
     print_cells(console, sweep, aggregate(records), f"results files ({backend.name} backend)", 0.90,
-                "samples_per_s")
+                "samples_per_s", partial=partial_text(records))
     print_busy(console, records)
     print_files_hint(console, backend, sweep)
 
 
 def print_aggregated(console: Console, fmt: str, sweep: str, cells: Sequence[Any], records: Sequence[Any], *,
-                     source: str, target: float, best_by: str, found: dict[str, Any] | None) -> None:
+                     source: str, target: float, best_by: str, found: dict[str, Any] | None,
+                     wide: bool = False) -> None:
     """`sweep results` in one of its formats (table, json, csv, markdown), with what a search found (`found`)."""
     if fmt == "json":
         doc = agg.to_json(list(cells), sweep=sweep, source=source, target=target, best_by=best_by,
                           busy=gpu_busy(list(records)))
         if found is not None:
             doc["search"] = found
+        doc["unfinished_trials"] = sum(1 for r in records if r.outcome in UNFINISHED)
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     elif fmt == "csv":
         sys.stdout.write(clean(agg.to_csv(list(cells))))
     elif fmt == "markdown":
         sys.stdout.write(clean(agg.to_markdown(list(cells))))
     else:
-        print_cells(console, sweep, list(cells), source, target, best_by)
+        print_cells(console, sweep, list(cells), source, target, best_by, wide=wide, partial=partial_text(records))
         print_busy(console, records)
         if found is not None:
             print_search(console, found)

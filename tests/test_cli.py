@@ -117,6 +117,13 @@ def test_submit_status_logs_results(sweep, tmp_path: Path) -> None:  # type: ign
     cells = json.loads(sweep("results", "cli", "--format", "json").stdout)["cells"]
     assert [(c["batch_size"], c["status"], c["metrics"]["samples_per_s"]["mean"]) for c in cells] == [
         (8, "ok", 800.0), (16, "ok", 1600.0), (256, "OOM", None)]
+    for columns in ("80", "100"):
+        table = sweep("results", "cli", env={"COLUMNS": columns}).stdout
+        assert max(map(len, table.splitlines())) <= int(columns) and "…" not in table
+        assert "OOM" in table and "1,600" in table
+    piped = sweep("results", "cli", env={"COLUMNS": ""}).stdout  # not a terminal, no COLUMNS: 100
+    assert max(map(len, piped.splitlines())) <= 100
+    assert "$/epoch" in sweep("results", "cli", "--wide", env={"COLUMNS": "80"}).stdout
     listing = sweep("status").stdout
     assert "cli" in listing and "Succeeded" in listing and "3/3 done, 2 succeeded, 1 oom" in listing
     # a prefix of several trials is bad input that lists them; cancelling an ended sweep changes nothing

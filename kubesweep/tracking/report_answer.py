@@ -100,9 +100,10 @@ def _shown(cell: Cell, metric: str) -> str:
     return f"{setting_text(cell, with_gpu=True)}: {value_text(cell, metric)} (n={cell.metrics[metric].n}{flags})"
 
 
-def answer_lines(cells: list[Cell], target: float) -> list[str]:
+def answer_lines(cells: list[Cell], target: float, *, answered_only: bool = False) -> list[str]:
     """One sentence per objective across every GPU type: the sweep's answer. Where other settings' 95% intervals
-    overlap the best one's, the sentence names them all as tied instead of naming a winner."""
+    overlap the best one's, the sentence names them all as tied instead of naming a winner. `answered_only`: leave
+    out the objectives no setting answers (and why)."""
     lines = []
     for task in ("finetune", "inference"):
         group = [c for c in cells if c.task == task]
@@ -112,7 +113,8 @@ def answer_lines(cells: list[Cell], target: float) -> list[str]:
         for metric, objective in OBJECTIVES[task]:
             cell = best_cell(group, metric)
             if cell is None:
-                lines.append(f"{noun}, {objective}: {why_no_best(group, metric, target)}.")
+                if not answered_only:
+                    lines.append(f"{noun}, {objective}: {why_no_best(group, metric, target)}.")
                 continue
             tied = tied_with(cell, group, metric)
             if tied:

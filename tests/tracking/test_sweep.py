@@ -170,7 +170,7 @@ def test_time_to_accuracy_target(tracked_sweep: TrackedSweep) -> None:
 
 def test_table_formats_sort_and_filter(tracked_sweep: TrackedSweep) -> None:
     ts = tracked_sweep
-    table = ts.sweep("results", ts.name).stdout
+    table = ts.sweep("results", ts.name, "--wide").stdout
     assert "OOM" in table and "GPU mismatch" in table and "±" in table and "$/epoch" in table
     rows = list(csv.DictReader(io.StringIO(ts.sweep(
         "results", ts.name, "--format", "csv", "--filter", "gpu=h100-80gb", "--filter", "task=finetune",
