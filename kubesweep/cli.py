@@ -127,10 +127,11 @@ def session(backend: BackendName = BackendName.local, home: Path | None = None, 
                                                                                       soft_wrap=True))
 
 
-def _watch(run: Callable[[ProgressCallback], Ended], interrupted: str) -> Ended:
-    """Follow a sweep to its end behind a live progress view; Ctrl-C: exit 130, saying what is kept."""
+def _watch(run: Callable[[ProgressCallback], Ended], interrupted: str, s: Session, name: str) -> Ended:
+    """Follow a sweep to its end behind a live progress view (each running trial's progress from its log);
+    Ctrl-C: exit 130, saying what is kept."""
     try:
-        return views.watch(console, run)
+        return views.watch(console, run, peek=lambda trial: s.backend.logs(name, trial.trial_id))
     except KeyboardInterrupt:
         err.print(plain(interrupted))
         raise typer.Exit(EXIT_INTERRUPTED) from None
@@ -142,7 +143,7 @@ def _follow(s: Session, name: str, detach: bool) -> None:
         views.print_detached(console, name)
         return
     ended = _watch(lambda progress: s.follow(name, progress), f"interrupted; finished trials are kept. "
-                   f"`sweep resume {name}` continues, `sweep cancel {name}` stops")
+                   f"`sweep resume {name}` continues, `sweep cancel {name}` stops", s, name)
     views.print_ended(console, s.backend, name)
     raise typer.Exit(ended.code)
 
@@ -151,7 +152,7 @@ def _search(s: Session, sweep: Sweep) -> NoReturn:
     """Run (or continue) a tune or max-batch search here to its end, then print what it found."""
     views.print_search_start(console, sweep, s.options.backend, s.search_storage(sweep.name))
     ended = _watch(lambda progress: s.run_search(sweep, progress), f"interrupted; the search state is kept. "
-                   f"`sweep submit` of the same spec or `sweep resume {sweep.name}` continues it")
+                   f"`sweep submit` of the same spec or `sweep resume {sweep.name}` continues it", s, sweep.name)
     views.print_ended(console, s.backend, sweep.name)
     views.print_search(console, ended.found or {})
     raise typer.Exit(ended.code)

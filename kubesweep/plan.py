@@ -74,7 +74,7 @@ class Trial:
         the operator labels every trial)."""
         made: str | None = self.__dict__.get("_label")
         if made is None:
-            parts = [self.gpu or "any"]
+            parts = [self.config.device]
             parts += [f"{k}={_display(v)}" for k, v in self.axes.items() if k != "gpu"]
             if self.repeat:
                 parts.append(f"repeat={self.repeat}")

@@ -26,6 +26,7 @@ from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.busy import busy_text, gpu_busy
 from kubesweep.tracking.records import from_backend
+from kubesweep.trial_progress import Peek, ProgressReader, duration
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -246,18 +247,23 @@ def _elapsed(t: TrialStatus) -> str:
 _FIRST = (Phase.RUNNING, Phase.UNSCHEDULABLE, Phase.FAILED)
 
 
-def status_table(status: SweepStatus, only_active: bool = False, limit: int | None = None) -> Table:
-    """The sweep's trials; with `limit`, running, unschedulable and failed trials come first."""
+def status_table(status: SweepStatus, only_active: bool = False, limit: int | None = None,
+                 progress: dict[str, str] | None = None) -> Table:
+    """The sweep's trials; with `limit`, running, unschedulable and failed trials come first; `progress`: a running
+    trial's step, rate and ETA (by trial id), in a column of its own."""
     table = Table(title=_title(status), title_justify="left")
-    for column in ("trial", "cell", "phase", "outcome", "time", "reason"):
-        table.add_column(column, overflow="fold" if column == "reason" else "ellipsis")
+    columns = ("trial", "cell", "phase", "outcome", "time", *(("progress",) if progress else ()), "reason")
+    for column in columns:
+        table.add_column(column, overflow="fold" if column == "reason" else "ellipsis",
+                         no_wrap=column == "progress")
     trials = [t for t in status.trials if t.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)] if only_active else (
         status.trials)
     if limit is not None and len(trials) > limit:
         trials = sorted(trials, key=lambda t: t.phase not in _FIRST)[:limit]
     for t in trials:
         _row(table, t.name, t.label, Text(t.phase.value, style=PHASE_STYLE[t.phase]),
-             t.outcome.value if t.outcome else "", _elapsed(t), t.reason)
+             t.outcome.value if t.outcome else "", _elapsed(t),
+             *((progress.get(t.trial_id, ""),) if progress else ()), t.reason)
     return table
 
 
@@ -290,18 +296,27 @@ def show_status(console: Console, status: SweepStatus, fmt: str, all_rows: bool)
 
 
 class ProgressView:
-    """Live table on a terminal; one line per trial transition otherwise (CI logs, pipes)."""
+    """Live table on a terminal; one line per trial transition otherwise (CI logs, pipes). With `peek` (a running
+    trial's log), each running trial's step, rate and ETA and the sweep's ETA: a column of the live table, or a
+    line per trial at most every `LINE_EVERY_S` seconds."""
 
-    def __init__(self, console: Console):
+    LINE_EVERY_S = 30.0
+
+    def __init__(self, console: Console, peek: Peek | None = None):
         self.console = console
         self.live: Live | None = None
         self.seen: dict[str, tuple[Phase, str]] = {}
+        self.said: dict[str, float] = {}
         self.interactive = console.is_terminal and sys.stdout.isatty()
+        self.reader = ProgressReader(peek) if peek is not None else None
 
     def update(self, status: SweepStatus) -> None:
+        progress = self.reader.read(status) if self.reader is not None else {}
+        eta = self.reader.sweep_eta(status, progress) if self.reader is not None else None
         if self.interactive:
-            bar = _bar(status)
-            view = Group(bar, status_table(status, only_active=True, limit=TABLE_ROWS))
+            bar = _bar(status, eta)
+            view = Group(bar, status_table(status, only_active=True, limit=TABLE_ROWS,
+                                           progress={k: p.text() for k, p in progress.items()}))
             if self.live is None:
                 self.live = Live(view, console=self.console, refresh_per_second=4, transient=False)
                 self.live.start()
@@ -322,6 +337,14 @@ class ProgressView:
             reason = f" ({t.reason})" if t.reason and t.phase != Phase.SUCCEEDED else ""
             took = f" in {_elapsed(t)}" if t.phase.terminal and t.started_at else ""
             _say(self.console, f"[{done}/{total}] {t.name}: {t.phase.value}{detail}{took}{reason}")
+        now = time.monotonic()
+        for t in status.trials:
+            p = progress.get(t.trial_id)
+            if p is None or now - self.said.get(t.trial_id, -self.LINE_EVERY_S) < self.LINE_EVERY_S:
+                continue
+            self.said[t.trial_id] = now
+            sweep_eta = f"; sweep ETA {duration(eta)}" if eta is not None else ""
+            _say(self.console, f"[{done}/{total}] {t.name}: {p.text()}{sweep_eta}")
 
     def stop(self) -> None:
         if self.live is not None:
@@ -329,22 +352,24 @@ class ProgressView:
             self.live = None
 
 
-def watch(console: Console, run: Callable[[ProgressCallback], T]) -> T:
-    """`run(progress)` behind a progress view, stopped however `run` ends."""
-    view = ProgressView(console)
+def watch(console: Console, run: Callable[[ProgressCallback], T], peek: Peek | None = None) -> T:
+    """`run(progress)` behind a progress view (with each running trial's progress from `peek`, its log), stopped
+    however `run` ends."""
+    view = ProgressView(console, peek)
     try:
         return run(view.update)
     finally:
         view.stop()
 
 
-def _bar(status: SweepStatus) -> Text:
+def _bar(status: SweepStatus, eta_s: float | None = None) -> Text:
     total = max(1, len(status.trials))
     done = sum(1 for t in status.trials if t.phase.terminal)
     width = 30
     filled = int(width * done / total)
     return Text.assemble(("█" * filled, "green"), ("░" * (width - filled), "dim"),
-                         plain(f" {done}/{len(status.trials)}  {counts_text(status)}"))
+                         plain(f" {done}/{len(status.trials)}  {counts_text(status)}"
+                               + (f"  ETA {duration(eta_s)}" if eta_s is not None and done < total else "")))
 
 
 # -- results ---------------------------------------------------------------------------------------------

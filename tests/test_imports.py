@@ -57,6 +57,7 @@ FLOORS: dict[str, int] = {
     "kubesweep.detach": 6,
     "kubesweep.views": 7,
     "kubesweep.results_view": 7,
+    "kubesweep.trial_progress": 7,
     "kubesweep.cli": 7,
     "kubesweep.__main__": 7,
     "kubesweep.jobs.__main__": 7,

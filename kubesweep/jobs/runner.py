@@ -378,7 +378,7 @@ class TrialRun:
         run_tags = {
             tags.SWEEP: trial.sweep,
             tags.TRIAL: trial.name,
-            tags.GPU: trial.gpu or "any",
+            tags.GPU: trial.device,
             tags.PRECISION: cfg.precision,
             tags.COMPILE: str(cfg.compile),
             tags.BATCH_SIZE: str(cfg.batch_size),

@@ -32,6 +32,7 @@ from kubesweep.jobs.energy import EnergyMeter, EnergyWindow, energy_stats
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.metrics import StepClock, percentiles
 from kubesweep.wire.config import JobConfig
+from kubesweep.wire.progress import step_line
 
 log = logging.getLogger(__name__)
 
@@ -455,12 +456,9 @@ class FineTuner:
         now = time.perf_counter()
         if self.dist.is_main and (now - window.last_print > 5 or out.steps >= self.target_steps):
             window.last_print = now
-            rate = f"{window_samples / window_time:,.0f} samples/s" if window_time > 0 else "warm-up"
-            print(
-                f"step {out.steps}/{self.target_steps} epoch {out.steps / self.steps_per_epoch:.2f} "
-                f"loss {loss_values[-1]:.4f} lr {last_lr:.3g} {rate}",
-                flush=True,
-            )
+            rate = window_samples / window_time if window_time > 0 else None
+            print(step_line(out.steps, self.target_steps, out.steps / self.steps_per_epoch, loss_values[-1], last_lr,
+                            rate), flush=True)
 
     def _pause_clock(self, window: LogWindow) -> None:
         """Read everything up to here, so eval/checkpoint time is not charged to the next step."""

@@ -29,7 +29,7 @@ from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import intervals, sharing
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire import trial_metrics
-from kubesweep.wire.config import JobConfig
+from kubesweep.wire.config import ANY_GPU, CPU, JobConfig
 from kubesweep.wire.flags import (
     FLAGGED,
     OUTCOME_TEXT,
@@ -236,7 +236,7 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
     for trials in groups.values():
         first = trials[0]
         ran = next((t for t in trials if t.results), first)
-        gpu = gpu_type(ran, catalog) or ("any GPU" if first.gpus and not ran.results else "cpu")
+        gpu = gpu_type(ran, catalog) or (ANY_GPU if first.gpus and not ran.results else CPU)
         axes = CellAxes(task=first.job.task, gpu=gpu, gpus=first.gpus, batch_size=first.job.batch_size,
                         precision=first.job.precision, compile=_compile_text(first.job.compile))
         per_trial = [record_metrics(t, catalog, target) for t in trials]

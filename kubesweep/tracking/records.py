@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from kubesweep.backends.base import Backend, BackendError, TrialStatus
 from kubesweep.wire import tags
-from kubesweep.wire.config import JobConfig
+from kubesweep.wire.config import ANY_GPU, CPU, JobConfig
 from kubesweep.wire.results import RESULTS_SCHEMA, Results
 
 # params the job logs that are not job settings
@@ -152,7 +152,7 @@ def record_from_child(child: Any, results: Results | None) -> TrialRecord:
         outcome = run_tags.get(tags.OUTCOME) or {"RUNNING": "running", "SCHEDULED": "pending",
                                                   "FINISHED": "succeeded", "KILLED": "cancelled"}.get(
             child.status, "failed")
-    gpu = None if gpu in (None, "", "any", "None") else str(gpu)
+    gpu = None if gpu in (None, "", "any", "None", CPU, ANY_GPU) else str(gpu)  # "any": logged by earlier versions
     reason = ""
     if results is not None and results.error is not None and outcome != "succeeded":
         reason = results.error.message

@@ -180,6 +180,10 @@ class JobConfig(StrictModel):
 JOB_FIELDS: frozenset[str] = frozenset(JobConfig.model_fields)
 
 
+CPU = "cpu"  # the device of a trial that asks for no GPU
+ANY_GPU = "any GPU"  # the device of a trial that takes whichever GPU it is given
+
+
 class TrialConfig(StrictModel):
     """A resolved trial as handed to the job (`python -m kubesweep.jobs --config trial.json`)."""
 
@@ -192,3 +196,9 @@ class TrialConfig(StrictModel):
     gpu_product: str | None = Field(None, description="the catalog's exact nvidia.com/gpu.product value")
     gpus_per_trial: int = 1
     job: JobConfig = Field(default_factory=JobConfig)
+
+    @property
+    def device(self) -> str:
+        """What the trial runs on, named the same everywhere (labels, MLflow tags, results): its GPU type, `cpu`,
+        or `any GPU`."""
+        return self.gpu or (CPU if self.gpus_per_trial == 0 else ANY_GPU)

@@ -6,7 +6,8 @@ drive every path quickly:
   job.batch_size >= 256       -> outcome oom, exit 3
   job.learning_rate == 0.123  -> crashes with exit 1 and no results file
   job.learning_rate == 0.456  -> fails with exit 1: a CUDA assert, with terminal escape sequences, as its error
-  job.max_steps (if set)      -> sleeps max_steps / 10 seconds first (0.2 s by default)
+  job.max_steps (if set)      -> sleeps max_steps / 10 seconds first (0.2 s by default), printing the job's step
+                                 line (kubesweep.wire.progress) every 5 steps
 Each start appends a line to DIR/../../starts.log so tests can count how often a trial ran.
 With KUBESWEEP_TEST_STAND_IN_LINGER_S=N it stays N seconds after writing its results file, as the real job does
 while it sends them to MLflow.
@@ -20,6 +21,9 @@ import os
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the checkout's package
+from kubesweep.wire.progress import step_line
 
 LINGER_ENV = "KUBESWEEP_TEST_STAND_IN_LINGER_S"
 # what a trial may write: Rich markup look-alikes and escape sequences (colour, window title), to be shown as text
@@ -38,7 +42,11 @@ def main() -> int:
     with (out.parent.parent / "starts.log").open("a") as log:
         log.write(f"{trial['trial_id']} {os.getpid()} {os.environ.get('CUDA_VISIBLE_DEVICES', '')}\n")
     print(f"stand-in job for {trial['name']}", flush=True)
-    time.sleep((job.get("max_steps") or 2) / 10)
+    steps = job.get("max_steps") or 2
+    for step in range(1, steps + 1):
+        time.sleep(0.1)
+        if step % 5 == 0 or step == steps:
+            print(step_line(step, steps, step / steps, 0.69, 2e-5, 800.0 if step > 5 else None), flush=True)
     if job.get("learning_rate") == 0.123:
         print("simulated crash", file=sys.stderr, flush=True)
         return 1

@@ -110,7 +110,7 @@ def main() -> int:
     with (out.parent.parent / "starts.log").open("a") as log:
         log.write(f"{trial.trial_id} {os.getpid()}\n")
     job = trial.job
-    tags = {"kubesweep.sweep": trial.sweep, "kubesweep.trial": trial.name, "kubesweep.gpu": trial.gpu or "any",
+    tags = {"kubesweep.sweep": trial.sweep, "kubesweep.trial": trial.name, "kubesweep.gpu": trial.device,
             "kubesweep.precision": job.precision, "kubesweep.compile": str(job.compile),
             "kubesweep.batch_size": str(job.batch_size), "kubesweep.repeat": str(trial.repeat),
             "kubesweep.engine": job.engine, "kubesweep.task": job.task}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.wire.config import JobConfig, is_local_path, local_path
+from kubesweep.wire.config import JobConfig, TrialConfig, is_local_path, local_path
 
 
 def test_overrides_need_random_init() -> None:
@@ -43,3 +43,11 @@ def test_which_references_are_local_paths(tmp_path: Path) -> None:
     assert local_path(".hidden", tmp_path) == tmp_path / ".hidden"
     assert local_path("/srv/data", tmp_path) == Path("/srv/data")
     assert local_path("~/data", tmp_path) == Path.home() / "data"
+
+
+def test_a_trial_names_its_device_the_same_everywhere() -> None:
+    def trial(gpu: str | None, gpus: int) -> TrialConfig:
+        return TrialConfig(sweep="s", trial_id="t", name="s-t", gpu=gpu, gpus_per_trial=gpus)
+
+    assert (trial(None, 0).device, trial(None, 1).device, trial("h100-80gb", 1).device) == (
+        "cpu", "any GPU", "h100-80gb")
