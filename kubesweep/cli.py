@@ -75,7 +75,7 @@ app = typer.Typer(
     help="Benchmark GPU training setups for BERT: sweeps of GPU type x batch size x precision x compile, "
     "run as Kubernetes Jobs or local processes, tracked in MLflow.",
     no_args_is_help=True,
-    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode=None,
     epilog="Exit codes: 0 ok, 1 trials failed, 2 bad input, 3 not found, 4 backend error, 130 interrupted.",
 )
@@ -179,11 +179,10 @@ def validate(
 def plan_cmd(
     file: opts.SpecFile, output: opts.PlanOutputOpt = PlanFormat.table, all_rows: opts.AllRowsOpt = False,
     allow_unpinned: opts.AllowUnpinned = False, max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
-    confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER,
 ) -> None:
     """Show the trials a spec expands to (and the cells dropped, with the reason)."""
     p = make_plan(load(file, allow_unpinned), max_trials)
-    views.warn_if_large(err, p, confirm_over)
+    views.warn_if_large(err, p, CONFIRM_OVER)
     views.show_plan(console, p, output.value, all_rows)
 
 
@@ -258,7 +257,8 @@ def status(
     if name is None:
         views.print_sweeps(console, [b.status(n) for n in b.list_sweeps()])
     elif watch:
-        views.watch(console, lambda progress: b.wait(name, progress=progress))
+        views.watch(console, lambda progress: b.wait(name, progress=progress),
+                    peek=lambda trial: b.logs(name, trial.trial_id))
     else:
         views.show_status(console, b.status(name), output.value, all_rows)
 
@@ -319,7 +319,7 @@ def delete(
 
 @app.command()
 def results(
-    names: opts.NamesArg, fmt: opts.ResultsFormatOpt = ResultsFormat.table, sort: opts.SortOpt = None,
+    names: opts.NamesArg = None, fmt: opts.ResultsFormatOpt = ResultsFormat.table, sort: opts.SortOpt = None,
     reverse: opts.ReverseOpt = False, filters: opts.FilterOpt = None, target_accuracy: opts.TargetOpt = 0.90,
     best_by: opts.BestByOpt = MetricName.samples_per_s, per_trial: opts.PerTrialOpt = False,
     backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
@@ -333,13 +333,16 @@ def results(
     Several sweeps (or directories of results files) merge into one comparison; a directory's results file that
     is not valid is skipped, with one line naming it, its field and what was expected."""
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
-    name = " + ".join(names)
-    if per_trial:
-        if len(names) > 1:
-            fail("--per-trial shows one sweep: name one", EXIT_USAGE)
-        views.show_trial_rows(console, s.backend, name, fmt.value)
+    if not names:
+        _list_sweeps(s, "results")
         return
+    name = " + ".join(names)
+    if per_trial and len(names) > 1:
+        fail("--per-trial shows one sweep: name one", EXIT_USAGE)
     r = _merged(s, names, experiment, target_accuracy, best_by.value, source.value)
+    if per_trial:
+        views.show_trial_rows(console, s.backend, name, fmt.value, r.loaded.records)
+        return
     try:
         cells = agg.sort_cells(agg.apply_filters(r.cells, agg.parse_filters(filters or [])), sort, reverse)
     except agg.QueryError as exc:
@@ -348,6 +351,14 @@ def results(
     views.print_aggregated(console, fmt.value, name, cells, [] if len(names) > 1 else r.loaded.records,
                            source=r.loaded.source,
                            target=target_accuracy, best_by=best_by.value, found=found, wide=wide)
+
+
+def _list_sweeps(s: Session, command: str) -> None:
+    """For a command given no sweep: the sweeps there are, and how to name one."""
+    known = s.backend.list_sweeps()
+    views.print_sweeps(console, [s.backend.status(n) for n in known])
+    example = known[0] if known else "NAME"
+    console.print(plain(f"name a sweep (or a directory of results files): `sweep {command} {example}`"))
 
 
 def _merged(s: Session, names: list[str], experiment: str | None, target: float, best_by: str,
@@ -362,7 +373,7 @@ def _merged(s: Session, names: list[str], experiment: str | None, target: float,
 
 @app.command()
 def report(
-    names: opts.NamesArg, output: opts.ReportDirOpt = None, target_accuracy: opts.TargetOpt = 0.90,
+    names: opts.NamesArg = None, output: opts.ReportDirOpt = None, target_accuracy: opts.TargetOpt = 0.90,
     best_by: opts.BestByOpt = MetricName.samples_per_s, upload: opts.UploadOpt = True,
     backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, tracking_uri: opts.TrackingUriOpt = None,
@@ -380,6 +391,9 @@ def report(
     except ImportError as exc:  # pragma: no cover - depends on the install
         fail(f"the report needs matplotlib ({exc}): pip install 'kubesweep[tracking]'", EXIT_USAGE)
     s = session(backend, home, namespace, kubeconfig, tracking_uri=tracking_uri, no_tracking=no_tracking)
+    if not names:
+        _list_sweeps(s, "report")
+        return
     name = " + ".join(names)
     r = _merged(s, names, experiment, target_accuracy, best_by.value, source.value)
     if not r.cells:

@@ -6,13 +6,16 @@ lists the aliases it takes as parameters, in the order its `--help` shows them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
 from kubesweep import __version__
+
+E = TypeVar("E", bound=StrEnum)
 
 
 class BackendName(StrEnum):
@@ -47,6 +50,25 @@ class ResultsSource(StrEnum):
     mlflow = "mlflow"
 
 
+def choice(kind: type[E]) -> Callable[[str], E]:
+    """A parser for an option whose values are `kind`'s: a value that is not one is one plain line, naming them."""
+
+    def parse(value: str | E) -> E:
+        if isinstance(value, kind):
+            return value
+        try:
+            return kind(value)
+        except ValueError:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(repr(m.value) for m in kind)}") from None
+
+    return parse
+
+
+def choices(kind: type[StrEnum]) -> str:
+    """`local|kubernetes`: the option's values, for its help."""
+    return "|".join(m.value for m in kind)
+
+
 def version_callback(value: bool) -> None:
     if value:
         typer.echo(f"kubesweep {__version__}")
@@ -57,7 +79,8 @@ def version_callback(value: bool) -> None:
 
 GpuCatalogOpt = Annotated[
     Path | None,
-    typer.Option("--gpu-catalog", envvar="KUBESWEEP_GPU_CATALOG", help="GPU catalog replacing the shipped one"),
+    typer.Option("--gpu-catalog", envvar="KUBESWEEP_GPU_CATALOG", metavar="FILE",
+                 help="GPU catalog replacing the shipped one"),
 ]
 VersionOpt = Annotated[
     bool, typer.Option("--version", callback=version_callback, is_eager=True, help="print the version")
@@ -65,18 +88,20 @@ VersionOpt = Annotated[
 
 # -- specs and plans ---------------------------------------------------------------------------------------
 
-SpecFile = Annotated[Path, typer.Argument(help="sweep spec (YAML)", show_default=False)]
-NameArg = Annotated[str, typer.Argument(help="sweep name")]
-NamesArg = Annotated[list[str], typer.Argument(
+SpecFile = Annotated[Path, typer.Argument(metavar="FILE", help="sweep spec (YAML)", show_default=False)]
+NameArg = Annotated[str, typer.Argument(metavar="NAME", help="sweep name")]
+NamesArg = Annotated[list[str] | None, typer.Argument(
     metavar="NAME",
     help="sweep name; several merge into one comparison, each a sweep here or a directory of results files (a "
          "name with a '/' or a leading '.' or '~': a sweep's directory copied from another machine): trials meet "
-         "in one cell when they ran the same settings on the same GPU type", show_default=False)]
-StatusNameArg = Annotated[str | None, typer.Argument(help="sweep name; omit to list sweeps", show_default=False)]
-TrialArg = Annotated[str | None, typer.Argument(help="trial name or id (a unique prefix is enough); omit to list "
-                                                  "the sweep's trials", show_default=False)]
-UiNameArg = Annotated[str | None, typer.Argument(help="sweep whose runs to open; omit for a link to each sweep's",
-                                                 show_default=False)]
+         "in one cell when they ran the same settings on the same GPU type; omit to list the sweeps",
+    show_default=False)]
+StatusNameArg = Annotated[str | None, typer.Argument(metavar="NAME", help="sweep name; omit to list sweeps",
+                                                     show_default=False)]
+TrialArg = Annotated[str | None, typer.Argument(metavar="TRIAL", help="trial name or id (a unique prefix is enough); "
+                                                "omit to list the sweep's trials", show_default=False)]
+UiNameArg = Annotated[str | None, typer.Argument(metavar="NAME", help="sweep whose runs to open; omit for a link to "
+                                                 "each sweep's", show_default=False)]
 AllRowsOpt = Annotated[bool, typer.Option("--all", help="print every row of a long table (otherwise the first 50 "
                                                       "and how many more there are)")]
 AllowUnpinned = Annotated[bool, typer.Option("--allow-unpinned", help="accept image tags not pinned by digest")]
@@ -86,39 +111,44 @@ TunerImageOpt = Annotated[str | None, typer.Option(
          "sweep's; needed to render a search sweep")]
 MaxTrialsOpt = Annotated[
     int,
-    typer.Option("--max-trials", envvar="KUBESWEEP_MAX_TRIALS", min=1,
+    typer.Option("--max-trials", envvar="KUBESWEEP_MAX_TRIALS", min=1, metavar="N",
                  help="refuse a spec that makes more trials than this (a search: the most it can make), counted "
                       "before anything is expanded"),
 ]
 CONFIRM_OVER = 1_000
 ConfirmOverOpt = Annotated[
     int,
-    typer.Option("--confirm-over", envvar="KUBESWEEP_CONFIRM_OVER", min=0,
+    typer.Option("--confirm-over", envvar="KUBESWEEP_CONFIRM_OVER", min=0, metavar="N",
                  help="ask before submitting a sweep of more trials than this (without a terminal: refuse "
                       "unless --yes)"),
 ]
-PlanOutputOpt = Annotated[PlanFormat, typer.Option("--output", "-o", help="table or json")]
-StatusOutputOpt = Annotated[PlanFormat, typer.Option("--output", "-o")]
+PlanOutputOpt = Annotated[PlanFormat, typer.Option("--output", "-o", parser=choice(PlanFormat),
+                                                   metavar=choices(PlanFormat), help="table or json")]
+StatusOutputOpt = Annotated[PlanFormat, typer.Option("--output", "-o", parser=choice(PlanFormat),
+                                                     metavar=choices(PlanFormat))]
 
 # -- where trials run and are tracked ----------------------------------------------------------------------
 
 BackendOpt = Annotated[
-    BackendName, typer.Option("--backend", "-b", envvar="KUBESWEEP_BACKEND", help="where trials run")
+    BackendName, typer.Option("--backend", "-b", envvar="KUBESWEEP_BACKEND", parser=choice(BackendName),
+                              metavar=choices(BackendName), help="where trials run")
 ]
 HomeOpt = Annotated[
     Path | None,
-    typer.Option("--home", envvar="KUBESWEEP_HOME", help="local state directory [default: ~/.kubesweep]"),
+    typer.Option("--home", envvar="KUBESWEEP_HOME", metavar="DIR",
+                 help="local state directory [default: ~/.kubesweep]"),
 ]
-NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Kubernetes namespace")]
+NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", metavar="NS", help="Kubernetes namespace")]
 TrackingUriOpt = Annotated[
     str | None,
-    typer.Option("--tracking-uri", help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI, the spec's "
+    typer.Option("--tracking-uri", metavar="URI", help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI, the spec's "
                  "tracking.uri, else the local store sqlite:///<home>/mlflow.db]", show_default=False),
 ]
 NoTrackingOpt = Annotated[
     bool, typer.Option("--no-tracking", envvar="KUBESWEEP_NO_TRACKING", help="do not log to MLflow")
 ]
-KubeconfigOpt = Annotated[Path | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", help="kubeconfig file")]
+KubeconfigOpt = Annotated[Path | None, typer.Option("--kubeconfig", envvar="KUBECONFIG", metavar="FILE",
+                                                   help="kubeconfig file")]
 DirectOpt = Annotated[
     bool,
     typer.Option("--direct", envvar="KUBESWEEP_DIRECT",
@@ -131,39 +161,46 @@ DirectOpt = Annotated[
 SubmitDetachOpt = Annotated[bool, typer.Option("--detach", "-d", help="return at once; follow with `sweep status`")]
 ResumeDetachOpt = Annotated[bool, typer.Option("--detach", "-d", help="return at once")]
 AnyGpuOpt = Annotated[bool, typer.Option("--any-gpu", help="local: run trials on whatever GPU is here")]
-ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, help="local: CPU-only trials at once")]
+ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, metavar="N", help="local: CPU-only trials at once")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="submit without asking, whatever the trial count")]
 WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="keep the table live until the sweep ends")]
 FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the trial ends")]
 
 # -- results and reports -----------------------------------------------------------------------------------
 
-TargetOpt = Annotated[float, typer.Option("--target-accuracy", min=0.0, max=1.0,
+TargetOpt = Annotated[float, typer.Option("--target-accuracy", min=0.0, max=1.0, metavar="A",
                                           help="dev accuracy that time-to-accuracy measures the time to")]
-BestByOpt = Annotated[MetricName, typer.Option("--best-by", help="metric that picks the best setting per GPU type")]
+BestByOpt = Annotated[MetricName, typer.Option("--best-by", parser=choice(MetricName), metavar="METRIC",
+                                               help=f"metric that picks the best setting per GPU type: "
+                                                    f"{', '.join(m.value for m in MetricName)}")]
 FilterOpt = Annotated[list[str] | None, typer.Option(
-    "--filter", help="KEY=VALUE[,VALUE] (repeatable): gpu, task, gpus, batch_size, precision, compile, status, "
+    "--filter", metavar="KEY=VALUE", help="KEY=VALUE[,VALUE] (repeatable): gpu, task, gpus, batch_size, precision, "
+    "compile, status, "
     "outcome, best, or any job setting; e.g. --filter gpu=h100-80gb --filter precision=bf16,fp16")]
 FromOpt = Annotated[ResultsSource, typer.Option(
-    "--from", help="auto: the results files this machine keeps (local backend), else MLflow; files or mlflow: "
-    "only that one")]
+    "--from", parser=choice(ResultsSource), metavar=choices(ResultsSource),
+    help="auto: the results files this machine keeps (local backend), else MLflow; files or mlflow: only that one")]
 ExperimentOpt = Annotated[str | None, typer.Option(
-    "--experiment", help="MLflow experiment [default: the spec's tracking.experiment, else the sweep's name]")]
-ResultsFormatOpt = Annotated[ResultsFormat, typer.Option("--format", "-f", help="table, csv, json or markdown")]
+    "--experiment", metavar="NAME",
+    help="MLflow experiment [default: the spec's tracking.experiment, else the sweep's name]")]
+ResultsFormatOpt = Annotated[ResultsFormat, typer.Option("--format", "-f", parser=choice(ResultsFormat),
+                                                         metavar=choices(ResultsFormat),
+                                                         help="table, csv, json or markdown")]
 SortOpt = Annotated[str | None, typer.Option(
-    "--sort", help="metric (best first: samples_per_s, step_p50_ms, peak_mem_gib, tta_s, accuracy, "
+    "--sort", metavar="METRIC", help="metric (best first: samples_per_s, step_p50_ms, peak_mem_gib, tta_s, accuracy, "
     "cost_per_epoch, epoch_s) or axis (gpu, batch_size, precision, compile, ...)")]
 ReverseOpt = Annotated[bool, typer.Option("--reverse", help="reverse the --sort order")]
 WideOpt = Annotated[bool, typer.Option("--wide", help="the table with every column, however wide (by default it "
                                      "fits the terminal, 100 columns when piped, and names what it left out)")]
-PerTrialOpt = Annotated[bool, typer.Option("--per-trial", help="one row per trial from the results files, "
-                                           "not aggregated")]
-ReportDirOpt = Annotated[Path | None, typer.Option("--output", "-o", help="directory for report.html and the "
-                                                   "figures, made if missing; the report's files in it are "
-                                                   "replaced, others left alone [default: "
-                                                   "<home>/sweeps/<sweep>/report]",
+PerTrialOpt = Annotated[bool, typer.Option("--per-trial", help="one row per trial, not aggregated (read as "
+                                           "the aggregate is: results files or MLflow)")]
+ReportDirOpt = Annotated[Path | None, typer.Option("--output", "-o", metavar="DIR",
+                                                  help="directory for report.html and the "
+                                                  "figures, made if missing; the report's files in it are "
+                                                  "replaced, others left alone [default: "
+                                                  "<home>/sweeps/<sweep>/report]",
                                                    show_default=False)]
 UploadOpt = Annotated[bool, typer.Option("--upload/--no-upload", help="log the report as artifacts of the "
                                          "sweep's MLflow parent run")]
-PortOpt = Annotated[int | None, typer.Option("--port", "-p", min=1, max=65535, help="port [default: a free one]",
-                                             show_default=False)]
+PortOpt = Annotated[int | None, typer.Option("--port", "-p", min=1, max=65535, metavar="PORT",
+                                             help="port [default: a free one]", show_default=False)]

@@ -16,8 +16,10 @@ from kubesweep.images import LOCK_ENV, LockError, ResolveError, checked_keys, lo
 app = typer.Typer(name="images", help="Job and operator images: the image lock, building and pushing.",
                   no_args_is_help=True, rich_markup_mode=None)
 
-LockOpt = Annotated[Path | None, typer.Option("--lock", envvar=LOCK_ENV, help="image lock file [default: shipped]")]
-KeyOpt = Annotated[list[str] | None, typer.Option("--key", "-k", help="only this image key (repeatable)")]
+LockOpt = Annotated[Path | None, typer.Option("--lock", envvar=LOCK_ENV, metavar="FILE",
+                                              help="image lock file [default: shipped]")]
+KeyOpt = Annotated[list[str] | None, typer.Option("--key", "-k", metavar="KEY",
+                                                  help="only this image key (repeatable)")]
 TlsOpt = Annotated[bool, typer.Option("--tls-verify/--no-tls-verify", help="verify the registry's TLS certificate")]
 
 
@@ -49,7 +51,8 @@ def list_cmd(lock: LockOpt = None, output: Annotated[str, typer.Option("--output
 def lock_cmd(
     lock: LockOpt = None,
     key: KeyOpt = None,
-    registry: Annotated[str | None, typer.Option("--registry", help="images live under REGISTRY/<name>")] = None,
+    registry: Annotated[str | None, typer.Option("--registry", metavar="REGISTRY",
+                                                 help="images live under REGISTRY/<name>")] = None,
     bases: Annotated[bool, typer.Option("--bases/--no-bases", help="also re-resolve the base images")] = True,
     tls_verify: TlsOpt = True,
 ) -> None:
@@ -69,20 +72,25 @@ def lock_cmd(
 
 @app.command("build")
 def build_cmd(
-    registry: Annotated[str, typer.Option("--registry", envvar="REGISTRY", help="push to REGISTRY/<name>:<tag>")],
+    registry: Annotated[str, typer.Option("--registry", envvar="REGISTRY", metavar="REGISTRY",
+                                          help="push to REGISTRY/<name>:<tag>")],
     key: KeyOpt = None,
     lock: LockOpt = None,
-    base: Annotated[list[str] | None, typer.Option("--base", help="KEY=REF@sha256:... replaces a base")] = None,
-    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="NAME=VALUE for every image")] = None,
-    builder: Annotated[str | None, typer.Option("--builder", envvar="BUILDER",
+    base: Annotated[list[str] | None, typer.Option("--base", metavar="KEY=REF",
+                                                             help="KEY=REF@sha256:... replaces a base")] = None,
+    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", metavar="NAME=VALUE",
+                                                                  help="NAME=VALUE for every image")] = None,
+    builder: Annotated[str | None, typer.Option("--builder", envvar="BUILDER", metavar="TOOL",
                                                 help="buildah, podman or docker [default: the first found]")] = None,
-    builder_arg: Annotated[list[str] | None, typer.Option("--builder-arg", help="global builder flag, e.g. "
+    builder_arg: Annotated[list[str] | None, typer.Option("--builder-arg", metavar="FLAG",
+                                                          help="global builder flag, e.g. "
                                                           "--builder-arg=--storage-driver=vfs")] = None,
-    wheelhouse: Annotated[Path | None, typer.Option("--wheelhouse", help="install dependencies only from these "
+    wheelhouse: Annotated[Path | None, typer.Option("--wheelhouse", metavar="DIR",
+                                                    help="install dependencies only from these "
                                                     "wheels (offline build)")] = None,
     compress: Annotated[bool, typer.Option("--compress/--no-compress", help="compress pushed layers")] = True,
     tls_verify: TlsOpt = True,
-    root: Annotated[Path, typer.Option("--root", help="the kubesweep checkout")] = Path("."),
+    root: Annotated[Path, typer.Option("--root", metavar="DIR", help="the kubesweep checkout")] = Path("."),
 ) -> None:
     """Build the images, push them to REGISTRY, resolve their digests and rewrite the lock file."""
     root = root.resolve()

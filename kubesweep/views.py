@@ -20,7 +20,7 @@ from rich.text import Text
 from kubesweep import results_view
 from kubesweep.backends.base import Backend, Phase, ProgressCallback, SweepStatus, TrialStatus
 from kubesweep.plan import Plan
-from kubesweep.results import ResultRow, rows_for
+from kubesweep.results import ResultRow, row_of
 from kubesweep.terminal_text import clean, plain
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
@@ -391,10 +391,6 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
 ]
 
 
-def result_rows(backend: Backend, sweep: str) -> list[ResultRow]:
-    return rows_for(backend, sweep)
-
-
 def print_results(console: Console, sweep: str, rows: Sequence[ResultRow]) -> None:
     table = Table(title=plain(f"sweep {sweep}: results"), title_justify="left")
     for _, header in RESULT_COLUMNS:
@@ -405,9 +401,10 @@ def print_results(console: Console, sweep: str, rows: Sequence[ResultRow]) -> No
     console.print(table)
 
 
-def show_trial_rows(console: Console, backend: Backend, sweep: str, fmt: str) -> None:
-    """`sweep results --per-trial`: the table and where the results files are, or an export (csv, json, markdown)."""
-    rows = result_rows(backend, sweep)
+def show_trial_rows(console: Console, backend: Backend, sweep: str, fmt: str, records: Sequence[Any]) -> None:
+    """`sweep results --per-trial`: a row per trial record (results files or MLflow, as the aggregate reads them),
+    as the table and where the results files are, or an export (csv, json, markdown)."""
+    rows = [row_of(r) for r in records]
     if fmt == "table":
         print_results(console, sweep, rows)
         print_files_hint(console, backend, sweep)

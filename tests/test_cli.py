@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -48,6 +49,15 @@ def sweep(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_help_and_version(sweep) -> None:  # type: ignore[no-untyped-def]
     assert "submit" in sweep("--help").stdout
     assert "kubesweep 0.1.0" in sweep("--version").stdout
+    assert sweep("-h").stdout == sweep("--help").stdout and "Usage: sweep results" in sweep("results", "-h").stdout
+    assert "--install-completion" in sweep("--help").stdout  # shell completion
+    assert "--confirm-over" not in sweep("plan", "-h").stdout  # plan submits nothing
+    for command in ("submit", "results", "status", "images build"):
+        placeholders = re.findall(r"^ +(?:-\w, )?--[\w-]+ <[^>]*>", sweep(*command.split(), "-h").stdout, re.M)
+        assert placeholders == [], command  # no <int range>, <list[str]>, <str>
+    bad = sweep("status", "x", "--backend", "nope", check=2).stderr
+    assert "'nope' is not one of 'local', 'kubernetes'" in bad and "Value error" not in bad
+    assert "Value error" not in sweep("results", "x", "-f", "xml", check=2).stderr
 
 
 def test_cli_works_without_the_extras(tmp_path: Path) -> None:
@@ -125,7 +135,9 @@ def test_submit_status_logs_results(sweep, tmp_path: Path) -> None:  # type: ign
     assert max(map(len, piped.splitlines())) <= 100
     assert "$/epoch" in sweep("results", "cli", "--wide", env={"COLUMNS": "80"}).stdout
     listing = sweep("status").stdout
-    assert "cli" in listing and "Succeeded" in listing and "3/3 done, 2 succeeded, 1 oom" in listing
+    assert "cli" in listing and "Succeeded" in listing
+    named = sweep("results").stdout  # no name: the sweeps there are, and how to name one
+    assert "cli" in named and "`sweep results cli`" in named and "3/3 done, 2 succeeded, 1 oom" in listing
     # a prefix of several trials is bad input that lists them; cancelling an ended sweep changes nothing
     ambiguous = sweep("logs", "cli", "cli", check=2).stderr
     assert "'cli' matches 3 trials of sweep 'cli'" in ambiguous

@@ -3,14 +3,17 @@ the local backend gives for a sweep run with the stand-in job."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import Phase, TrialStatus
 from kubesweep.backends.local import LocalBackend
-from kubesweep.results import GIB, row_from, rows_for
+from kubesweep.results import GIB, ResultRow, row_of
+from kubesweep.tracking.records import from_backend, record_from_status
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.results import Results
 from tests.backends.contract import CRASH_LR, make_plan
 from tests.support.results_docs import make_results
 
@@ -20,6 +23,10 @@ STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"
 def finished(outcome: Outcome = Outcome.SUCCEEDED, reason: str = "", **axes: Any) -> TrialStatus:
     phase = Phase.SUCCEEDED if outcome == Outcome.SUCCEEDED else Phase.FAILED
     return TrialStatus("id", "t-1", "cell", "h100-80gb", phase, outcome, reason, axes=axes)
+
+
+def row_from(status: TrialStatus, results: Results | None, trial_file: Path | None = None) -> ResultRow:
+    return row_of(record_from_status(status, results, trial_file))
 
 
 TRAINING = {
@@ -50,12 +57,15 @@ def test_an_inference_trial_gives_its_rate_and_batch_latency() -> None:
     assert row.accuracy is None and row.peak_mem_gib is None
 
 
-def test_without_a_results_file_the_cell_comes_from_the_trial_file_or_axes_and_the_outcome_from_the_backend() -> None:
+def test_without_a_results_file_the_cell_comes_from_the_trial_file_or_axes_and_the_outcome_from_the_backend(
+        tmp_path: Path) -> None:
     oom = finished(Outcome.OOM, "CUDA out of memory", batch_size=512, precision="fp16")
     row = row_from(oom, None)
     assert (row.batch_size, row.precision, row.outcome, row.reason) == (512, "fp16", "oom", "CUDA out of memory")
     assert row.samples_per_s is None and row.repeat == 0
-    from_file = row_from(oom, None, {"job": {"batch_size": 256, "precision": "bf16", "compile": False}})
+    trial_file = tmp_path / "trial.json"
+    trial_file.write_text(json.dumps({"job": {"batch_size": 256, "precision": "bf16", "compile": False}}))
+    from_file = row_from(oom, None, trial_file)
     assert (from_file.batch_size, from_file.precision, from_file.compile) == (256, "bf16", False)
     running = TrialStatus("id", "t-2", "cell", None, Phase.RUNNING)
     assert row_from(running, None).outcome == "running"
@@ -74,7 +84,7 @@ def test_rows_of_a_local_sweep_follow_the_plan_with_each_trials_outcome(tmp_path
     p = make_plan("rows", {"batch_size": [8, 256], "learning_rate": [1e-4, CRASH_LR]})
     backend.submit(p)
     backend.wait("rows", timeout=60)
-    rows = rows_for(backend, "rows")
+    rows = [row_of(r) for r in from_backend(backend, "rows")]
     assert [r.trial for r in rows] == [t.name for t in p.trials]
     by_cell = {(r.batch_size, t.job.learning_rate): r for r, t in zip(rows, p.trials, strict=True)}
     assert by_cell[8, 1e-4].outcome == "succeeded" and by_cell[8, 1e-4].samples_per_s == 800.0

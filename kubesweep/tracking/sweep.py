@@ -103,6 +103,10 @@ def load_records(target: TrackingTarget, sweep: str, backend: Backend | None, *,
 
 
 def _from_files(backend: Backend, sweep: str, note: str) -> Loaded:
+    if getattr(backend, "results", None) is None:
+        note = (f"{note.split(';')[0]}; " if note else "") + (
+            f"the {backend.name} backend keeps no results files on this machine: trials' outcomes only, no figures "
+            "(its trials' MLflow runs hold them: --tracking-uri URI)")
     parent = getattr(backend, "parent_run_id", None)
     return Loaded(from_backend(backend, sweep), f"results files ({backend.name} backend)", note,
                   parent(sweep) if parent is not None else None)

@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
+from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.gpus import load_catalog
+from kubesweep.tracking.sweep import load_records
+from kubesweep.tracking.target import TrackingTarget
 from tests.support.mlflow_fixtures import SWEEP_CELLS, SWEEP_TRIALS, TrackedSweep
 
 EXPERIMENT = "kubesweep-tracked"
@@ -270,3 +273,22 @@ def test_results_from_mlflow_through_the_backends_record_of_the_parent_run(track
     parent = parents(ts)[0].info.run_id
     assert out["source"] == f"MLflow {ts.server.url}, parent run {parent} (the local backend's record)", out["source"]
     assert len(out["cells"]) == SWEEP_CELLS
+
+
+class _NoFilesBackend:
+    """Stands for a backend that keeps no results files on this machine (the Kubernetes ones: their cluster tests
+    run the real thing); only what `load_records` reads of it."""
+
+    name = "kubernetes"
+
+    def status(self, sweep: str) -> Any:
+        return SweepStatus(sweep, self.name, [TrialStatus("t1", f"{sweep}-t1", "cell", None, Phase.SUCCEEDED)])
+
+
+def test_a_backend_without_results_files_and_tracking_off_says_it_has_no_figures() -> None:
+    off = TrackingTarget(None, "s", "off", off_reason="tracking is off (--no-tracking)")
+    loaded = load_records(off, "s", _NoFilesBackend(), source="auto")  # type: ignore[arg-type]
+    assert [r.name for r in loaded.records] == ["s-t1"] and loaded.records[0].results is None
+    assert "the kubernetes backend keeps no results files on this machine: trials' outcomes only, no figures" in (
+        loaded.note)
+    assert "--tracking-uri URI" in loaded.note
