@@ -199,7 +199,7 @@ ReportDirOpt = Annotated[Path | None, typer.Option("--output", "-o", metavar="DI
                                                   "figures, made if missing; the report's files in it are "
                                                   "replaced, others left alone [default: "
                                                   "<home>/sweeps/<sweep>/report]",
-                                                   show_default=False)]
+                                                  show_default=False)]
 UploadOpt = Annotated[bool, typer.Option("--upload/--no-upload", help="log the report as artifacts of the "
                                          "sweep's MLflow parent run")]
 PortOpt = Annotated[int | None, typer.Option("--port", "-p", min=1, max=65535, metavar="PORT",
