@@ -50,7 +50,8 @@ def cells_table(cells: list[Cell], best_by: str, *, wide: bool = False) -> Cells
     for i in range(settings):
         values = set(columns[i].values)
         if len(values) == 1:
-            shared.append(f"{columns[i].header} {next(iter(values))}")
+            if not (columns[i].header == "gpus" and values == {"0"}):  # `gpu cpu` says it
+                shared.append(f"{columns[i].header} {next(iter(values))}")
             dropped.add(i)
     status = by_header["status"]
     if set(columns[status].values) == {"ok"}:
@@ -76,13 +77,13 @@ def cells_table(cells: list[Cell], best_by: str, *, wide: bool = False) -> Cells
 
 def print_cells(console: Console, sweep: str, cells: list[Cell], *, source: str, target: float, best_by: str,
                 width: int, wide: bool = False, partial: str = "", more: str = "") -> None:
-    """The answer (the objectives some setting answers), then the table fitted to `width` (every column if
+    """The answer (the objectives the sweep measured), then the table fitted to `width` (every column if
     `wide`), then how to read it. `partial`: what is not in yet (a sweep still running); `more`: the command that
     shows every column."""
     if partial:
         console.print(plain(f"partial results: {partial}; the answer may change", style="yellow"), width=width,
                       soft_wrap=False)
-    answer = answer_lines(cells, target, answered_only=True)
+    answer = answer_lines(cells, target, measured_only=True)
     for line in answer:
         console.print(plain(line), width=width, soft_wrap=False)
     if answer:

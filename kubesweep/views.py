@@ -21,6 +21,7 @@ from kubesweep import results_view
 from kubesweep.backends.base import Backend, Phase, ProgressCallback, SweepStatus, TrialStatus
 from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, row_of
+from kubesweep.table_fit import Column, fit
 from kubesweep.terminal_text import clean, plain
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
@@ -391,14 +392,24 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
 ]
 
 
+# the per-trial columns most telling first: which trial, how it ended, its figures, then its settings
+RESULT_ORDER = ("trial", "outcome", "samples_per_s", "step_p50_ms", "accuracy", "batch_size", "precision", "compile",
+                "repeat", "gpu", "peak_mem_gib", "train_s", "warmup_s")
+
+
 def print_results(console: Console, sweep: str, rows: Sequence[ResultRow]) -> None:
-    table = Table(title=plain(f"sweep {sweep}: results"), title_justify="left")
-    for _, header in RESULT_COLUMNS:
-        justify = "right" if header not in ("trial", "gpu", "precision", "compile", "outcome") else "left"
-        table.add_column(header, justify=justify)  # type: ignore[arg-type]
-    for row in rows:
-        _row(table, *(_fmt(getattr(row, key)) for key, _ in RESULT_COLUMNS))
-    console.print(table)
+    """`sweep results --per-trial`: a row per trial, whole columns fitted to the terminal (`table_fit`)."""
+    keys = [key for key, _ in RESULT_COLUMNS]
+    columns = [Column(header, [clean(_fmt(getattr(row, key)), keep_lines=False) for row in rows],
+                      "left" if header in ("trial", "gpu", "precision", "compile", "outcome") else "right")
+               for key, header in RESULT_COLUMNS]
+    width = fit_width(console)
+    fitted = fit(columns, [keys.index(k) for k in RESULT_ORDER], width)
+    console.print(plain(f"sweep {sweep}: results", style="italic"), width=width, soft_wrap=False)
+    console.print(fitted.table(""), width=width)
+    if fitted.hidden:
+        _say(console, f"left out to fit {width} columns: {', '.join(fitted.hidden)}; `-f json` has every field",
+             style="dim")
 
 
 def show_trial_rows(console: Console, backend: Backend, sweep: str, fmt: str, records: Sequence[Any]) -> None:

@@ -163,7 +163,8 @@ def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target:
     full = Table("", headers(cells), text_rows(cells),
                  f"mean ± the 95% interval's half-width over repeats; TTA target {target:g}; * best "
                  f"{METRICS[best_by][0]} per GPU type")
-    report.answer = answer_lines(cells, target)
+    report.answer = answer_lines(cells, target, measured_only=True)
+    report.unanswered = [line for line in answer_lines(cells, target) if line not in report.answer]
     busy = None if merged else gpu_busy([t for c in cells for t in c.trials])
     if busy is not None:
         report.answer.append(busy_text(busy) + " (measured training steps over the sweep's wall time)")
@@ -171,6 +172,7 @@ def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target:
     report.best = answer_table(cells, target)
     summary = to_json(cells, sweep=sweep, source=source, target=target, best_by=best_by, busy=busy)
     summary["answer"] = report.answer
+    summary["unanswered"] = report.unanswered
     summary["best"] = [{"task": b.task, "gpu": b.gpu, "metric": b.metric, "objective": b.objective,
                         "setting": setting_text(b.cell) if b.cell else None,
                         "stat": b.cell.metrics[b.metric].as_dict() if b.cell else None,
@@ -184,6 +186,8 @@ def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target:
     md += [t.markdown() for t in report.tables]
     md += ["## All results", "", to_markdown(cells)]
     md += [f"![{cap}]({name})" for name, cap in report.figures]
+    left_out = [*report.unanswered, *report.table_notes, *report.skipped]
+    md += ["## Left out", "", *[f"- {line}" for line in left_out]] if left_out else []
     (staging / "report.md").write_text("\n".join(md) + "\n")
     (staging / "report.html").write_text(html_page(report, full, source, target))
     return report

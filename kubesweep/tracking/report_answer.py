@@ -39,6 +39,7 @@ class Best:
     objective: str
     cell: Cell | None
     why_none: str = ""
+    measured: bool = True  # some trial of the group has the figure (else why_none says what the sweep lacks)
 
     def value_text(self) -> str:
         if self.cell is None:
@@ -78,6 +79,11 @@ def why_no_best(cells: list[Cell], metric: str, target: float) -> str:
     return "not measured"
 
 
+def unmeasured(cells: list[Cell], metric: str) -> bool:
+    """Trials succeeded, and none of them has this figure."""
+    return any("succeeded" in c.outcomes for c in cells) and all(c.value(metric) is None for c in cells)
+
+
 def best_settings(cells: list[Cell], target: float) -> list[Best]:
     """The best setting for each objective, per task and GPU type (`cpu` for CPU trials)."""
     groups: dict[tuple[str, str], list[Cell]] = {}
@@ -89,7 +95,8 @@ def best_settings(cells: list[Cell], target: float) -> list[Best]:
         for metric, objective in OBJECTIVES.get(task, OBJECTIVES["finetune"]):
             chosen = best_cell(group, metric)
             out.append(Best(task, gpu, metric, objective, chosen,
-                            "" if chosen is not None else why_no_best(group, metric, target)))
+                            "" if chosen is not None else why_no_best(group, metric, target),
+                            not unmeasured(group, metric)))
     return out
 
 
@@ -100,10 +107,11 @@ def _shown(cell: Cell, metric: str) -> str:
     return f"{setting_text(cell, with_gpu=True)}: {value_text(cell, metric)} (n={cell.metrics[metric].n}{flags})"
 
 
-def answer_lines(cells: list[Cell], target: float, *, answered_only: bool = False) -> list[str]:
+def answer_lines(cells: list[Cell], target: float, *, measured_only: bool = False) -> list[str]:
     """One sentence per objective across every GPU type: the sweep's answer. Where other settings' 95% intervals
-    overlap the best one's, the sentence names them all as tied instead of naming a winner. `answered_only`: leave
-    out the objectives no setting answers (and why)."""
+    overlap the best one's, the sentence names them all as tied instead of naming a winner. `measured_only`: leave
+    out the objectives the sweep has no figure for (no price, no energy meter, no trial at the target accuracy),
+    keeping those its trials failed to answer (none succeeded, none learned)."""
     lines = []
     for task in ("finetune", "inference"):
         group = [c for c in cells if c.task == task]
@@ -113,7 +121,7 @@ def answer_lines(cells: list[Cell], target: float, *, answered_only: bool = Fals
         for metric, objective in OBJECTIVES[task]:
             cell = best_cell(group, metric)
             if cell is None:
-                if not answered_only:
+                if not (measured_only and unmeasured(group, metric)):
                     lines.append(f"{noun}, {objective}: {why_no_best(group, metric, target)}.")
                 continue
             tied = tied_with(cell, group, metric)
@@ -205,6 +213,8 @@ def gpu_lines(cells: list[Cell], task: str) -> list[str]:
 def answer_table(cells: list[Cell], target: float) -> Table:
     rows = []
     for b in best_settings(cells, target):
+        if not b.measured:  # nothing to pick from: said among what the report leaves out
+            continue
         c = b.cell
         rows.append([b.task, "CPU" if b.gpu == "cpu" else b.gpu, b.objective,
                      setting_text(c) if c is not None else "-", b.value_text(),

@@ -130,6 +130,7 @@ class Report:
     directory: Path
     figures: list[tuple[str, str]] = field(default_factory=list)  # (file, caption)
     skipped: list[str] = field(default_factory=list)
+    unanswered: list[str] = field(default_factory=list)  # objectives no setting answers, and why
     tables: list[Table] = field(default_factory=list)
     table_notes: list[str] = field(default_factory=list)
     answer: list[str] = field(default_factory=list)
@@ -157,19 +158,25 @@ def html_page(report: Report, full: Table, source: str, target: float) -> str:
     parts.append("</ul>")
     if report.best is not None:
         parts.append(report.best.html())
-    parts.append("<h2>Comparison tables</h2>")
+    if report.tables:
+        parts.append("<h2>Comparison tables</h2>")
     parts += [t.html() for t in report.tables]
-    parts += [f"<p class='note'>{html.escape(n)}</p>" for n in report.table_notes]
-    parts.append("<h2>Figures</h2>")
+    if report.figures:
+        parts.append("<h2>Figures</h2>")
     for name, caption in report.figures:
         # embedded, so the page is whole wherever it is opened (a browser, the MLflow artifact viewer)
         data = base64.b64encode((report.directory / name).read_bytes()).decode()
         parts.append(f"<figure><img src='data:image/png;base64,{data}' alt='{html.escape(caption)}' "
                      f"title='{name}'>"
                      f"<figcaption>{html.escape(caption)}</figcaption></figure>")
-    parts += [f"<p class='note'>{html.escape(s)}</p>" for s in report.skipped]
     parts.append("<h2>All results</h2>")
     parts.append(full.html())
+    left_out = [*report.unanswered, *report.table_notes, *report.skipped]
+    if left_out:  # what the sweep has nothing for: said once, folded, after what it has
+        parts.append(f"<details class='note'><summary>Left out: {len(left_out)} answers, tables and figures this "
+                     "sweep has nothing for, and why</summary><ul>")
+        parts += [f"<li>{html.escape(s)}</li>" for s in left_out]
+        parts.append("</ul></details>")
     parts += _definitions()
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

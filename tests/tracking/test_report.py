@@ -105,6 +105,14 @@ def test_a_cpu_sweep_draws_every_figure_it_has_data_for(tmp_path: Path) -> None:
     peaks = {c["batch_size"]: c["metrics"]["peak_mem_gib"]["mean"] for c in summary["cells"]}
     assert set(peaks.values()) == {3.0}  # the process's peak RSS stands in for the allocator's
     assert "n=1" in page  # one repeat: flagged
+    # what the sweep has nothing for is left out of the page's flow, said once, folded, at its end
+    main, left_out = page.split("<details", 1)
+    assert "not drawn" not in main and "skipped" not in main.split("<h2>All results</h2>")[0]
+    assert "no trial reached 0.9" not in main.split("<h2>All results</h2>")[0]  # not measured: not an answer line
+    assert "<h2>Comparison tables</h2>" not in main  # none drawn: no heading for them
+    for gap in (*built.skipped, *built.table_notes, *built.unanswered):
+        assert html.escape(gap) in left_out
+    assert "fine-tuning, soonest to the target accuracy: no trial reached 0.9" in " ".join(summary["unanswered"])
 
 
 def test_the_epochs_table_counts_its_epochs_in_words(tmp_path: Path) -> None:
