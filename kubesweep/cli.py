@@ -42,6 +42,7 @@ from kubesweep.tracking import ui as ui_mod
 from kubesweep.tracking.records import ResultsDirError, names_a_directory
 from kubesweep.tracking.report_files import ReportPathError
 from kubesweep.tracking.runs import SweepRuns, TrackingError
+from kubesweep.tracking.sweep import log_answer
 from kubesweep.tracking.target import URI_ENV, mlflow_installed
 
 if TYPE_CHECKING:
@@ -410,7 +411,10 @@ def report(
     views.print_report(console, built)
     if upload and r.loaded.parent_run_id:
         try:
-            SweepRuns(r.target, name).log_report(r.loaded.parent_run_id, directory)
+            runs = SweepRuns(r.target, name)
+            runs.log_report(r.loaded.parent_run_id, directory)
+            if one_sweep:  # the answer on the parent run (a sweep the operator ran ends without one)
+                log_answer(runs, r.loaded.parent_run_id, r.cells, target_accuracy)
         except TrackingError as exc:
             fail(f"report written locally, but not logged to MLflow: {exc}", EXIT_BACKEND)
         console.print(plain(f"logged as artifacts report/ of MLflow run {r.loaded.parent_run_id} ({r.target.uri})"))

@@ -42,7 +42,7 @@ from kubesweep.gpus import CatalogError
 from kubesweep.plan import Plan
 from kubesweep.preflight import check
 from kubesweep.spec import SpecError, Sweep
-from kubesweep.tracking.aggregate import aggregate
+from kubesweep.tracking.aggregate import Cell, aggregate
 from kubesweep.tracking.records import from_results_dir, names_a_directory
 from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
 from kubesweep.tracking.sweep import Loaded, finish_parent, load_records, open_parent
@@ -215,8 +215,18 @@ class Session:
     def _ended(self, name: str, status: SweepStatus, found: dict[str, Any] | None = None) -> Ended:
         code = exit_code(status)
         if self.target is not None:
-            finish_parent(self.tracking, self.target, name, failed=code != EXIT_OK)
+            finish_parent(self.tracking, self.target, name, failed=code != EXIT_OK, cells=self._answer_cells(name))
         return Ended(status, code, found)
+
+    def _answer_cells(self, name: str) -> list[Cell] | None:
+        """The ended sweep's cells, for the answer its parent run carries (None where they cannot be read: the
+        parent run then ends without it)."""
+        if self.tracking is None or self.target is None:
+            return None
+        try:
+            return aggregate(load_records(self.target, name, self.backend).records)
+        except (BackendError, TrackingError):
+            return None
 
     # -- a sweep's life ---------------------------------------------------------------------------------
 

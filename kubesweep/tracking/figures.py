@@ -272,7 +272,7 @@ def heatmap(cells: list[Cell]) -> Any:
     for cell in ft:
         i, j = rows.index(device_label(cell)), cols.index(col_key(cell))
         value = cell.value("samples_per_s")
-        if value is not None:
+        if value is not None and not cell.at_chance:  # a setting that did not learn takes no colour: grey
             grid[i, j] = value
         text[i][j] = heatmap_text(cell)
         flagged[i][j] = value is not None and bool(cell.marks)
@@ -294,7 +294,8 @@ def heatmap(cells: list[Cell]) -> Any:
                 if flagged[i][j]:
                     ax.add_patch(_frame(j, i))
     fig.colorbar(image, ax=ax, label="samples/s")
-    ax.set_title("Fine-tuning samples/s (* best per GPU type; red frame: flagged, its marks under the number)")
+    ax.set_title("Fine-tuning samples/s (* best per GPU type; red frame: flagged, its marks under the number; "
+                 "grey: no number, or did not learn)")
     return fig
 
 

@@ -66,8 +66,9 @@ ANCHORS = {"samples/s": "def-samples-per-s", "step p50 ms": "def-step-p50", "p50
            "status": "def-status",
            "scaling": "def-scaling", "speed-up vs CPU": "def-speedup", "best": "mark-best", "flags": "marks"}
 LEGEND = ("Marks beside a number, in every table (flags) and figure: * best per GPU type; OOM; GPU mismatch; "
-          "failed; chance accuracy (0.51): did not learn; k/n: k of n repeats. In figures a flagged setting is "
-          "framed, ringed or hatched in red, its marks beside its number.")
+          f"failed; chance accuracy (0.51): did not learn (a final accuracy at most {CHANCE_LIMIT:g}, the lowest "
+          "shown); k/n: k of n repeats. In figures a flagged setting is framed, ringed or hatched in red, its marks "
+          "beside its number.")
 
 
 def _definitions() -> list[str]:

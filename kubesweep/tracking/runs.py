@@ -30,6 +30,7 @@ from kubesweep.tracking.view import experiment_tags
 from kubesweep.wire import tags
 
 REPORT_ARTIFACTS = "report"
+ANSWER_FILE = "answer.txt"  # the sweep's answer, on its parent run
 RESULTS_ARTIFACT = "results.json"
 PAGE = 1000
 
@@ -253,6 +254,15 @@ class SweepRuns:
             return out
 
     # -- report --------------------------------------------------------------------------------------
+
+    def log_answer(self, parent_run_id: str, answer: dict[str, str], text: str) -> None:
+        """The sweep's answer on its parent run: a tag per task, GPU type and objective, the lines as the run's
+        description and as `answer.txt`."""
+        from mlflow.entities import RunTag
+
+        batch = [RunTag(k, v[:5000]) for k, v in answer.items()] + [RunTag(tags.NOTE, text[:5000])]
+        self._call("log the answer", self.client.log_batch, parent_run_id, tags=batch)
+        self._call("log the answer", self.client.log_text, parent_run_id, text, ANSWER_FILE)
 
     def log_report(self, parent_run_id: str, folder: Path) -> None:
         self._call("upload the report", self.client.log_artifacts, parent_run_id, str(folder), REPORT_ARTIFACTS)

@@ -10,6 +10,7 @@ ROLE = "kubesweep.role"
 PARENT_ROLE = "parent"
 BACKEND = "kubesweep.backend"
 TRIALS = "kubesweep.trials"
+BEST = "kubesweep.best"  # BEST.<task>.<gpu>.<metric>: the best setting and its figure, once the sweep has ended
 SWEEP_UID = "kubesweep.sweep-uid"  # the Sweep resource's uid: a sweep deleted and made again is a new parent run
 # On a trial's run: who it is
 TRIAL_ID = "kubesweep.trial_id"

@@ -48,6 +48,10 @@ def test_the_heatmap_marks_each_number_with_its_flags() -> None:
                                                                       "v100-32gb"}
     unmarked = cell(found, task="finetune", gpu="l40s", batch_size=16)
     assert fmt_number(unmarked.value("samples_per_s")) in drawn  # no mark where there is none
+    # a setting that did not learn keeps its number but takes no colour: never the brightest cell
+    coloured = fig.axes[0].images[0].get_array()
+    values = {float(v) for v in coloured.compressed()}
+    assert at_chance.value("samples_per_s") not in values and unmarked.value("samples_per_s") in values
 
 
 def test_a_cpu_sweeps_heatmap_row_reads_cpu() -> None:

@@ -95,6 +95,13 @@ def test_one_parent_run_and_a_child_run_per_trial(tracked_sweep: TrackedSweep) -
     parent = found[0]
     assert parent.data.tags["kubesweep.role"] == "parent" and parent.info.run_name == "tracked"
     assert parent.info.status == "FINISHED"
+    # the answer on the parent run: a tag per task, GPU type and objective, the sentences as its description
+    best = {k: v for k, v in parent.data.tags.items() if k.startswith("kubesweep.best.")}
+    assert best["kubesweep.best.finetune.h100-80gb.samples_per_s"].split(":")[1].endswith(
+        ")") and "samples/s" in best["kubesweep.best.finetune.h100-80gb.samples_per_s"], best
+    assert parent.data.tags["mlflow.note.content"].startswith("fine-tuning, highest throughput: ")
+    answer = client(ts).download_artifacts(parent.info.run_id, "answer.txt")
+    assert Path(answer).read_text() == parent.data.tags["mlflow.note.content"]
     kids = children(ts, parent.info.run_id)
     assert len(kids) == SWEEP_TRIALS
     ids = {k.data.tags["kubesweep.trial_id"] for k in kids}
