@@ -183,9 +183,9 @@ def print_cancelled(console: Console, name: str, cancelled: bool, status: SweepS
 
 def print_report(console: Console, built: Any) -> None:
     """What `sweep report` wrote (a `kubesweep.tracking.report` build)."""
-    _say(console, f"report: {built.html_path} ({len(built.figures)} figures, {len(built.tables)} comparison tables)")
-    for note in built.skipped + built.table_notes:
-        _say(console, f"  {note}", style="dim")
+    left_out = len(built.skipped) + len(built.table_notes) + len(built.unanswered)
+    _say(console, f"report: {built.html_path} ({len(built.figures)} figures, {len(built.tables)} comparison tables"
+                  + (f"; {left_out} left out, each with why, at its end" if left_out else "") + ")")
 
 
 # -- status ----------------------------------------------------------------------------------------------
