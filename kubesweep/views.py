@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -248,23 +249,35 @@ def _elapsed(t: TrialStatus) -> str:
 _FIRST = (Phase.RUNNING, Phase.UNSCHEDULABLE, Phase.FAILED)
 
 
-def status_table(status: SweepStatus, only_active: bool = False, limit: int | None = None,
-                 progress: dict[str, str] | None = None) -> Table:
-    """The sweep's trials; with `limit`, running, unschedulable and failed trials come first; `progress`: a running
-    trial's step, rate and ETA (by trial id), in a column of its own."""
+def status_table(status: SweepStatus, limit: int | None = None) -> Table:
+    """The sweep's trials; with `limit`, running, unschedulable and failed trials come first."""
     table = Table(title=_title(status), title_justify="left")
-    columns = ("trial", "cell", "phase", "outcome", "time", *(("progress",) if progress else ()), "reason")
-    for column in columns:
-        table.add_column(column, overflow="fold" if column == "reason" else "ellipsis",
-                         no_wrap=column == "progress")
-    trials = [t for t in status.trials if t.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)] if only_active else (
-        status.trials)
+    for column in ("trial", "cell", "phase", "outcome", "time", "reason"):
+        table.add_column(column, overflow="fold" if column == "reason" else "ellipsis")
+    trials = status.trials
     if limit is not None and len(trials) > limit:
         trials = sorted(trials, key=lambda t: t.phase not in _FIRST)[:limit]
     for t in trials:
         _row(table, t.name, t.label, Text(t.phase.value, style=PHASE_STYLE[t.phase]),
-             t.outcome.value if t.outcome else "", _elapsed(t),
-             *((progress.get(t.trial_id, ""),) if progress else ()), t.reason)
+             t.outcome.value if t.outcome else "", _elapsed(t), t.reason)
+    return table
+
+
+def live_table(status: SweepStatus, progress: dict[str, str], limit: int | None = None) -> Table:
+    """The live view's trials: those running or waiting for room, each with its progress (`progress`, by trial
+    id) and its reason where it has one; compact, for a terminal of 80 columns."""
+    trials = [t for t in status.trials if t.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)][:limit]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    columns = ["trial", "cell", "phase", "time"]
+    columns += ["progress"] if any(t.trial_id in progress for t in trials) else []
+    columns += ["reason"] if any(t.reason for t in trials) else []
+    for column in columns:
+        table.add_column(column, overflow="fold" if column in ("reason", "cell") else "ellipsis",
+                         no_wrap=column in ("trial", "progress", "phase", "time"))
+    for t in trials:
+        cells = {"trial": t.name, "cell": t.label, "phase": Text(t.phase.value, style=PHASE_STYLE[t.phase]),
+                 "time": _elapsed(t), "progress": progress.get(t.trial_id, ""), "reason": t.reason}
+        _row(table, *(cells[c] for c in columns))
     return table
 
 
@@ -316,8 +329,7 @@ class ProgressView:
         eta = self.reader.sweep_eta(status, progress) if self.reader is not None else None
         if self.interactive:
             bar = _bar(status, eta)
-            view = Group(bar, status_table(status, only_active=True, limit=TABLE_ROWS,
-                                           progress={k: p.text() for k, p in progress.items()}))
+            view = Group(bar, live_table(status, {k: p.text() for k, p in progress.items()}, limit=TABLE_ROWS))
             if self.live is None:
                 self.live = Live(view, console=self.console, refresh_per_second=4, transient=False)
                 self.live.start()
@@ -366,11 +378,11 @@ def watch(console: Console, run: Callable[[ProgressCallback], T], peek: Peek | N
 def _bar(status: SweepStatus, eta_s: float | None = None) -> Text:
     total = max(1, len(status.trials))
     done = sum(1 for t in status.trials if t.phase.terminal)
-    width = 30
+    width = 20
     filled = int(width * done / total)
     return Text.assemble(("█" * filled, "green"), ("░" * (width - filled), "dim"),
-                         plain(f" {done}/{len(status.trials)}  {counts_text(status)}"
-                               + (f"  ETA {duration(eta_s)}" if eta_s is not None and done < total else "")))
+                         plain(f" {status.name}: {counts_text(status)}"
+                               + (f"; ETA {duration(eta_s)}" if eta_s is not None and done < total else "")))
 
 
 # -- results ---------------------------------------------------------------------------------------------

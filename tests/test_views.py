@@ -105,7 +105,10 @@ def test_a_limited_status_table_puts_running_unschedulable_and_failed_trials_fir
     table = views.status_table(status(*trials), limit=4)
     names = [str(c) for c in table.columns[0].cells]
     assert names[:3] == ["crashed", "busy", "stuck"] and names[3].startswith("done")
-    assert [str(c) for c in views.status_table(status(*trials), only_active=True).columns[0].cells] == ["busy", "stuck"]
+    live = views.live_table(status(*trials), {"id-busy": "step 3/9"})
+    assert [str(c) for c in live.columns[0].cells] == ["busy", "stuck"]  # the live view: active trials only
+    assert [c.header for c in live.columns] == ["trial", "cell", "phase", "time", "progress", "reason"]
+    assert [c.header for c in views.live_table(status(trials[6]), {}).columns] == ["trial", "cell", "phase", "time"]
     assert len(list(views.status_table(status(*trials)).columns[0].cells)) == 8  # no limit: every trial, in order
 
 
