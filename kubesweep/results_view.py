@@ -66,7 +66,10 @@ def cells_table(cells: list[Cell], best_by: str, *, wide: bool = False) -> Cells
     if not any(columns[flags].values):
         dropped.add(flags)
     objective = by_header.get(METRICS[best_by][0])
-    figures = [by_header[METRICS[m][0]] for m in FIGURES if m != best_by and METRICS[m][0] in by_header]
+    # inference's figure is its latency (step p50), fine-tuning's its accuracy: the latency first where cells infer
+    shown = (("step_p50_ms", *(m for m in FIGURES if m != "step_p50_ms"))
+             if any(c.task == "inference" for c in cells) else FIGURES)
+    figures = [by_header[METRICS[m][0]] for m in shown if m != best_by and METRICS[m][0] in by_header]
     order = [*range(settings), *([objective] if objective is not None else []), by_header["best"], by_header["n"],
              status, flags, *figures]
     order = [i for i in dict.fromkeys(order) if i not in dropped]

@@ -329,7 +329,9 @@ class ProgressView:
         eta = self.reader.sweep_eta(status, progress) if self.reader is not None else None
         if self.interactive:
             bar = _bar(status, eta)
-            view = Group(bar, live_table(status, {k: p.text() for k, p in progress.items()}, limit=TABLE_ROWS))
+            active = any(t.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE) for t in status.trials)
+            view = Group(bar, live_table(status, {k: p.text() for k, p in progress.items()}, limit=TABLE_ROWS)
+                         ) if active else Group(bar)
             if self.live is None:
                 self.live = Live(view, console=self.console, refresh_per_second=4, transient=False)
                 self.live.start()
@@ -378,10 +380,10 @@ def watch(console: Console, run: Callable[[ProgressCallback], T], peek: Peek | N
 def _bar(status: SweepStatus, eta_s: float | None = None) -> Text:
     total = max(1, len(status.trials))
     done = sum(1 for t in status.trials if t.phase.terminal)
-    width = 20
+    width = 12
     filled = int(width * done / total)
     return Text.assemble(("█" * filled, "green"), ("░" * (width - filled), "dim"),
-                         plain(f" {status.name}: {counts_text(status)}"
+                         plain(f" {counts_text(status)}"
                                + (f"; ETA {duration(eta_s)}" if eta_s is not None and done < total else "")))
 
 

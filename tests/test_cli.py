@@ -364,6 +364,16 @@ def test_an_api_server_that_is_down_is_one_line_naming_it(gpuless: dict[str, str
         assert line == f"error: cannot reach the Kubernetes API at {server}: connection refused", args
 
 
+def test_no_cluster_configured_is_one_line_saying_what_to_do(gpuless: dict[str, str], tmp_path: Path) -> None:
+    """No kubeconfig anywhere and not in a pod: said plainly, not as the client's `Service host/port is not set`."""
+    env = {**gpuless, "HOME": str(tmp_path / "new-user")}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    line = refused(["submit", str(pinned_spec(tmp_path)), "--no-tracking", "--backend", "kubernetes"], env, code=4)
+    assert line == ("error: no Kubernetes cluster configured: no kubeconfig (--kubeconfig, $KUBECONFIG or "
+                    "~/.kube/config) and not in a pod; point --kubeconfig at a cluster, or run the sweep on this "
+                    "machine with --backend local")
+
+
 @pytest.mark.slow
 def test_an_api_server_that_hangs_is_an_error_within_seconds(gpuless: dict[str, str], tmp_path: Path) -> None:
     """A server that takes connections and never answers (a hung process) is given `CONNECT_TIMEOUT_S` per

@@ -60,8 +60,13 @@ def load_config(k8s: Any, kubeconfig: str | Path | None) -> tuple[Any, str | Non
     connection pool of `CONNECTIONS` (the client's default, five per CPU, is smaller than the write threads plus
     the watches: every request past it opened a new TLS connection)."""
     config = k8s.client.Configuration()
+    have_file = bool(kubeconfig or Path("~/.kube/config").expanduser().exists() or _env_kubeconfig())
+    if not have_file and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise BackendError("no Kubernetes cluster configured: no kubeconfig (--kubeconfig, $KUBECONFIG or "
+                           "~/.kube/config) and not in a pod; point --kubeconfig at a cluster, or run the sweep on "
+                           "this machine with --backend local")
     try:
-        if kubeconfig or Path("~/.kube/config").expanduser().exists() or _env_kubeconfig():
+        if have_file:
             path = str(kubeconfig) if kubeconfig else None
             _, context = k8s.config.list_kube_config_contexts(config_file=path)
             k8s.config.load_kube_config(config_file=path, client_configuration=config)
