@@ -183,7 +183,6 @@ def plan_cmd(
 ) -> None:
     """Show the trials a spec expands to (and the cells dropped, with the reason)."""
     p = make_plan(load(file, allow_unpinned), max_trials)
-    views.warn_if_large(err, p, CONFIRM_OVER)
     views.show_plan(console, p, output.value, all_rows)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -55,9 +56,11 @@ def table(title: str | Text, columns: Sequence[Column], *, row_styles: Sequence[
 
 
 def width_of(columns: Sequence[Column], wrap_width: int | None = None) -> int:
-    """The widest line of the table of these columns, as rendered."""
+    """The widest line of the table of these columns, as rendered: of one row holding each column's widest value
+    (the same widths, at the cost of one row however many there are)."""
+    probe = [Column(c.header, [max(c.values, key=cell_len)] if c.values else [], c.justify, c.wrap) for c in columns]
     sink = Console(file=io.StringIO(), width=100_000, color_system=None, highlight=False)
-    sink.print(table("", columns, wrap_width=wrap_width))
+    sink.print(table("", probe, wrap_width=wrap_width))
     return max((len(line) for line in sink.file.getvalue().splitlines()), default=0)  # type: ignore[attr-defined]
 
 
