@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from kubesweep.backends.base import BackendError, Phase, SweepStatus, TrialStatus
+from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.wire.progress import StepProgress, last_progress
 
 TAIL_LINES = 50
@@ -76,8 +76,8 @@ class ProgressReader:
             tail: deque[str] = deque(maxlen=TAIL_LINES)
             for chunk in self.peek(trial):
                 tail.extend(chunk.splitlines())
-        except (BackendError, OSError):
-            return seen
+        except Exception:  # progress is cosmetic: a log that cannot be read (a pod gone, the API server away for a
+            return seen  # moment) is no progress, never the end of the view that follows the sweep
         step = last_progress(tail)
         if step is None:
             return seen

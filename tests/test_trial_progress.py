@@ -39,6 +39,8 @@ class Logs:
         self.reads += 1
         if trial.trial_id == "broken":
             raise BackendError("pod gone")
+        if trial.trial_id == "away":
+            raise ConnectionResetError("the API server went away")
         return ["\n".join(self.lines.get(trial.trial_id, ["starting"]))]  # one chunk, as a pod's log comes
 
 
@@ -69,7 +71,8 @@ def test_a_log_is_read_at_most_once_per_period_and_a_failed_read_is_no_progress(
     clock.now += 1
     reader.read(status)
     assert logs.reads == 2
-    broken = SweepStatus("s", "local", [TrialStatus("broken", "s-broken", "cell", None, Phase.RUNNING)])
+    broken = SweepStatus("s", "local", [TrialStatus("broken", "s-broken", "cell", None, Phase.RUNNING),
+                                        TrialStatus("away", "s-away", "cell", None, Phase.RUNNING)])
     assert reader.read(broken) == {}
 
 
