@@ -4,6 +4,7 @@ sweep's trial records."""
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,20 +52,28 @@ def finish_parent(env: TrackingEnv | None, target: TrackingTarget, sweep: str, f
     """End the sweep's parent run, with the answer its `cells` give (`log_answer`)."""
     if env is None or env.parent_run_id is None:
         return
-    with contextlib.suppress(TrackingError):  # the trials' runs are what matter; the parent's end state is cosmetic
-        runs = SweepRuns(target, sweep)
-        if cells:
+    runs = SweepRuns(target, sweep)
+    # the trials' runs are what matter; the parent's answer and end state are cosmetic, and each is tried
+    if cells:
+        with contextlib.suppress(TrackingError):
             log_answer(runs, env.parent_run_id, cells, DEFAULT_TARGET_ACCURACY)
+    with contextlib.suppress(TrackingError):
         runs.finish_parent(env.parent_run_id, "FAILED" if failed else "FINISHED")
 
 
 def answer_tags(cells: list[Cell], target: float) -> dict[str, str]:
     """`kubesweep.best.finetune.cpu.samples_per_s`: `bs16 bf16 eager: 55.23 samples/s ±11.5% (n=4)`, per task, GPU
     type and objective the sweep measured (why none, where no setting answers it)."""
-    return {f"{tags.BEST}.{b.task}.{b.gpu}.{b.metric}":
+    return {f"{tags.BEST}.{b.task}.{_key_part(b.gpu)}.{b.metric}":
             f"{setting_text(b.cell)}: {value_text(b.cell, b.metric)} (n={b.cell.metrics[b.metric].n})"
             if b.cell is not None else f"none: {b.why_none}"
             for b in best_settings(cells, target) if b.measured}
+
+
+def _key_part(name: str) -> str:
+    """A GPU type as a part of a tag key: a name the catalog does not know comes from the trial's NVML report, so
+    whatever MLflow refuses in a key is replaced and its length bounded."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "_"
 
 
 def log_answer(runs: SweepRuns, parent_run_id: str, cells: list[Cell], target: float) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -21,9 +22,13 @@ from mlflow.tracking import MlflowClient
 
 from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.gpus import load_catalog
-from kubesweep.tracking.sweep import load_records
+from kubesweep.tracking.aggregate import aggregate
+from kubesweep.tracking.records import TrialRecord
+from kubesweep.tracking.sweep import answer_tags, load_records
 from kubesweep.tracking.target import TrackingTarget
+from kubesweep.wire.config import JobConfig
 from tests.support.mlflow_fixtures import SWEEP_CELLS, SWEEP_TRIALS, TrackedSweep
+from tests.support.results_docs import make_results, trial_parts
 
 EXPERIMENT = "kubesweep-tracked"
 
@@ -299,3 +304,14 @@ def test_a_backend_without_results_files_and_tracking_off_says_it_has_no_figures
     assert "the kubernetes backend keeps no results files on this machine: trials' outcomes only, no figures" in (
         loaded.note)
     assert "--tracking-uri URI" in loaded.note
+
+
+def test_a_gpu_name_a_trial_reports_cannot_shape_the_answers_tag_keys() -> None:
+    """The GPU type of a trial that took any GPU is what its own results say NVML reported: a trial's code can
+    write anything there. It reaches the parent run's tag keys only as letters, digits, `_` and `-`."""
+    evil = "../../x\nkubesweep.role=parent; " + "A" * 300
+    records = [TrialRecord(f"t{i}", f"t{i}", i, None, 1, "succeeded", JobConfig(batch_size=16),
+                           make_results(**trial_parts(1000.0 + i), environment={"gpus": [{"product": evil}]}))
+               for i in range(2)]
+    keys = list(answer_tags(aggregate(records), 0.9))
+    assert keys and all(re.fullmatch(r"kubesweep\.best\.finetune\.[A-Za-z0-9_-]{1,64}\.[a-z_0-9]+", k) for k in keys)
