@@ -8,7 +8,7 @@ from typing import Any
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire.config import ANY_GPU, CPU
 from kubesweep.wire.flags import finite
-from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, GIB, trial_metrics
+from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, GIB, gpu_product, trial_metrics
 
 
 @dataclass
@@ -38,7 +38,8 @@ def row_of(record: TrialRecord) -> ResultRow:
     results, job = record.results, record.job
     metrics = trial_metrics(results, "succeeded", gpus=1, price_per_hour=None, target=DEFAULT_TARGET_ACCURACY)
     return ResultRow(
-        trial=record.name, gpu=record.gpu or (CPU if record.gpus == 0 else ANY_GPU), batch_size=job.batch_size,
+        trial=record.name, gpu=record.gpu or gpu_product(results) or (CPU if record.gpus == 0 else ANY_GPU),
+        batch_size=job.batch_size,
         precision=job.precision, compile=job.compile,
         repeat=record.repeat, outcome=record.outcome, samples_per_s=metrics["samples_per_s"],
         step_p50_ms=metrics["step_p50_ms"],
