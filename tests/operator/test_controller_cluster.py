@@ -942,7 +942,7 @@ def test_a_sweep_naming_an_image_key_not_built_yet_is_invalid_saying_how_to_buil
     doc["spec"]["image"] = "torch-2.8-cu128"  # unconfirmed in the shipped lock, which the operator reads
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     kubectl_apply(installed, path)
-    message = wait_phase(installed, "unbuilt", {"Invalid"}, timeout=30, op=operator)["message"]
+    message = wait_phase(installed, "unbuilt", {"Invalid"}, timeout=90, op=operator)["message"]
     assert "spec.image: image key 'torch-2.8-cu128' is not built yet" in message, message
     assert "`make images REGISTRY=<your registry>`" in message, message
     jobs = installed.cluster.get_json("jobs", "-l", "kubesweep.io/sweep=unbuilt", namespace=installed.namespace)
@@ -1090,7 +1090,7 @@ def test_a_job_the_api_server_refuses_is_reported_and_odd_sweeps_stay_small(
 
     dupes = sweep_file(tmp_path, "dupes", {"gpu": ["l4"] * 2_000}, hooks={})
     kubectl_apply(installed, dupes)
-    message = wait_phase(installed, "dupes", {"Invalid"}, timeout=30, op=operator)["message"]
+    message = wait_phase(installed, "dupes", {"Invalid"}, timeout=90, op=operator)["message"]
     assert len(message) <= 4096 and "... and 1,979 more problems" in message, message[-300:]
 
     nodes = sweep_file(tmp_path, "nodes", {"gpu": ["l4"]}, hooks={})
