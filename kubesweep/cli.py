@@ -227,7 +227,7 @@ def submit(
     p = make_plan(sweep, max_trials)
     s = session(backend, home, namespace, kubeconfig, direct, any_gpu=any_gpu, parallel=parallel,
                 tracking_uri=tracking_uri, no_tracking=no_tracking, allow_unpinned=allow_unpinned)
-    s.check(p)  # what `validate` checks: before anything runs or is asked
+    s.check(p, cluster=True)  # what `validate` checks, and first whether there is a cluster to ask
     confirm_large(p, confirm_over, yes)
     if detach and s.search_runs_here(sweep):
         s.detach_search(file, sweep.name, allow_unpinned=allow_unpinned, max_trials=max_trials)

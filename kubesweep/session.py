@@ -36,6 +36,7 @@ from kubesweep.backends.base import (
     SweepStatus,
     TrialStatus,
 )
+from kubesweep.backends.k8s_client import require_configuration
 from kubesweep.backends.local_machine import default_home
 from kubesweep.detach import spawn_driver, spawn_search
 from kubesweep.gpus import CatalogError
@@ -230,10 +231,14 @@ class Session:
 
     # -- a sweep's life ---------------------------------------------------------------------------------
 
-    def check(self, plan: Plan) -> None:
+    def check(self, plan: Plan, *, cluster: bool = False) -> None:
         """What this session's backend needs of the plan before anything of it runs (`kubesweep.preflight`): raises
-        `NotRunnable` (exit 2) with every problem. `submit` runs it first; `sweep validate` runs it alone."""
+        `NotRunnable` (exit 2) with every problem. `submit` runs it first, with `cluster`: a Kubernetes backend
+        with no cluster configured says so first (`BackendError`), before what the spec lacks for one; `sweep
+        validate` runs it alone, for a cluster it need not reach."""
         o = self.options
+        if cluster and o.backend == "kubernetes":
+            require_configuration(o.kubeconfig)
         check(plan, o.backend, any_gpu=o.any_gpu, allow_unpinned=o.allow_unpinned)
         self._checked = plan
 

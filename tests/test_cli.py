@@ -367,13 +367,20 @@ def test_an_api_server_that_is_down_is_one_line_naming_it(gpuless: dict[str, str
 
 
 def test_no_cluster_configured_is_one_line_saying_what_to_do(gpuless: dict[str, str], tmp_path: Path) -> None:
-    """No kubeconfig anywhere and not in a pod: said plainly, not as the client's `Service host/port is not set`."""
+    """No kubeconfig anywhere and not in a pod: said plainly, not as the client's `Service host/port is not set`,
+    and first: a spec with no image for Kubernetes (the first run's) hears of the cluster before of building
+    images. `validate` checks the spec for a cluster it need not reach: the image, not the cluster."""
     env = {**gpuless, "HOME": str(tmp_path / "new-user")}
     env.pop("KUBERNETES_SERVICE_HOST", None)
-    line = refused(["submit", str(pinned_spec(tmp_path)), "--no-tracking", "--backend", "kubernetes"], env, code=4)
-    assert line == ("error: no Kubernetes cluster configured: no kubeconfig (--kubeconfig, $KUBECONFIG or "
-                    "~/.kube/config) and not in a pod; point --kubeconfig at a cluster, or run the sweep on this "
-                    "machine with --backend local")
+    env.pop("KUBECONFIG", None)
+    no_cluster = ("error: no Kubernetes cluster configured: no kubeconfig (--kubeconfig, $KUBECONFIG or "
+                  "~/.kube/config) and not in a pod; point --kubeconfig at a cluster, or run the sweep on this "
+                  "machine with --backend local")
+    for spec in (pinned_spec(tmp_path), ROOT / "sweeps" / "smoke.yaml"):
+        line = refused(["submit", str(spec), "--no-tracking", "--backend", "kubernetes"], env, code=4)
+        assert line == no_cluster, spec
+    line = refused(["validate", str(ROOT / "sweeps" / "smoke.yaml"), "--backend", "kubernetes"], env, code=2)
+    assert "spec.image: required to run trials on Kubernetes" in line
 
 
 @pytest.mark.slow

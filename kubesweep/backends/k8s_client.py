@@ -55,16 +55,23 @@ def api_error(exc: Any) -> str:
         return f"{exc.status} {exc.reason}"
 
 
-def load_config(k8s: Any, kubeconfig: str | Path | None) -> tuple[Any, str | None]:
-    """An API client from the kubeconfig (flag, $KUBECONFIG, ~/.kube/config) or the in-cluster config, with a
-    connection pool of `CONNECTIONS` (the client's default, five per CPU, is smaller than the write threads plus
-    the watches: every request past it opened a new TLS connection)."""
-    config = k8s.client.Configuration()
+def require_configuration(kubeconfig: str | Path | None) -> bool:
+    """Whether a kubeconfig file names the cluster (else the in-cluster configuration does); `BackendError` when
+    neither does. Reads no file and asks no server: what `submit` says before anything else about a sweep."""
     have_file = bool(kubeconfig or Path("~/.kube/config").expanduser().exists() or _env_kubeconfig())
     if not have_file and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise BackendError("no Kubernetes cluster configured: no kubeconfig (--kubeconfig, $KUBECONFIG or "
                            "~/.kube/config) and not in a pod; point --kubeconfig at a cluster, or run the sweep on "
                            "this machine with --backend local")
+    return have_file
+
+
+def load_config(k8s: Any, kubeconfig: str | Path | None) -> tuple[Any, str | None]:
+    """An API client from the kubeconfig (flag, $KUBECONFIG, ~/.kube/config) or the in-cluster config, with a
+    connection pool of `CONNECTIONS` (the client's default, five per CPU, is smaller than the write threads plus
+    the watches: every request past it opened a new TLS connection)."""
+    config = k8s.client.Configuration()
+    have_file = require_configuration(kubeconfig)
     try:
         if have_file:
             path = str(kubeconfig) if kubeconfig else None
