@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
-from typer.core import TyperGroup
 
 from kubesweep import cli_options as opts
 from kubesweep import views
@@ -56,7 +55,7 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-class Commands(TyperGroup):
+class Commands(opts.Group):
     """Every command's errors in one place: a spec, catalog, backend or tracking error is printed with the exit
     code `kubesweep.session.error_code` gives it; anything else is a bug and keeps its traceback."""
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperArgument, TyperGroup
 
 from kubesweep import __version__
 
@@ -204,3 +205,23 @@ UploadOpt = Annotated[bool, typer.Option("--upload/--no-upload", help="log the r
                                          "sweep's MLflow parent run")]
 PortOpt = Annotated[int | None, typer.Option("--port", "-p", min=1, max=65535, metavar="PORT",
                                              help="port [default: a free one]", show_default=False)]
+
+
+class Argument(TyperArgument):
+    """A positional argument whose help line is its name and what it is (`NAME  sweep name; ...`), without the
+    Python type typer would add (`NAME <list[str]>`): the help text says what it takes."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:  # a typer (click) Context
+        return None
+
+
+class Group(TyperGroup):
+    """A command group whose commands' positional arguments are `Argument`s (typer makes them with no way to
+    choose their class)."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:  # a typer (click) Context and Command
+        command = super().get_command(ctx, cmd_name)
+        for param in command.params if command else ():
+            if type(param) is TyperArgument:
+                param.__class__ = Argument
+        return command

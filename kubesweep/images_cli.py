@@ -10,11 +10,12 @@ from typing import Annotated
 
 import typer
 
+from kubesweep.cli_options import Group
 from kubesweep.image_build import Builder, build_and_push
 from kubesweep.images import LOCK_ENV, LockError, ResolveError, checked_keys, load_lock, lock_path, relock, save_lock
 
 app = typer.Typer(name="images", help="Job and operator images: the image lock, building and pushing.",
-                  no_args_is_help=True, rich_markup_mode=None)
+                  cls=Group, no_args_is_help=True, rich_markup_mode=None)
 
 LockOpt = Annotated[Path | None, typer.Option("--lock", envvar=LOCK_ENV, metavar="FILE",
                                               help="image lock file [default: shipped]")]
@@ -29,9 +30,11 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 
 @app.command("list")
-def list_cmd(lock: LockOpt = None, output: Annotated[str, typer.Option("--output", "-o",
+def list_cmd(lock: LockOpt = None, output: Annotated[str, typer.Option("--output", "-o", metavar="table|json",
                                                                        help="table or json")] = "table") -> None:
     """Each image key, its status and its digest-pinned reference (or why it has none)."""
+    if output not in ("table", "json"):
+        raise _fail(f"--output: {output!r} is not one of 'table', 'json'", 2)
     try:
         data = load_lock(lock)
     except LockError as exc:

@@ -52,9 +52,12 @@ def test_help_and_version(sweep) -> None:  # type: ignore[no-untyped-def]
     assert sweep("-h").stdout == sweep("--help").stdout and "Usage: sweep results" in sweep("results", "-h").stdout
     assert "--install-completion" in sweep("--help").stdout  # shell completion
     assert "--confirm-over" not in sweep("plan", "-h").stdout  # plan submits nothing
-    for command in ("submit", "results", "status", "images build"):
-        placeholders = re.findall(r"^ +(?:-\w, )?--[\w-]+ <[^>]*>", sweep(*command.split(), "-h").stdout, re.M)
-        assert placeholders == [], command  # no <int range>, <list[str]>, <str>
+    commands = re.findall(r"^  ([a-z]\w*) ", sweep("-h").stdout.split("Commands:")[1], re.M)
+    assert {"submit", "results", "status", "images"} <= set(commands), commands
+    for command in [*commands, "images list", "images lock", "images build"]:
+        text = sweep(*command.split(), "-h").stdout
+        placeholders = re.findall(r"^ +(?:-\w, )?(?:--[\w-]+|[A-Z]+) <[^>]*>", text, re.M)
+        assert placeholders == [], command  # no <int range>, <list[str]>, <str>, not of options nor arguments
     bad = sweep("status", "x", "--backend", "nope", check=2).stderr
     assert "'nope' is not one of 'local', 'kubernetes'" in bad and "Value error" not in bad
     assert "Value error" not in sweep("results", "x", "-f", "xml", check=2).stderr
