@@ -398,7 +398,7 @@ class TrialRun:
                 "sweep": trial.sweep,
                 "trial_id": trial.trial_id,
                 "repeat": trial.repeat,
-                "gpu": trial.gpu,
+                "gpu": trial.device,  # as the tag: the GPU type, `cpu` or `any GPU` (an axis of the runs view)
                 "gpus_per_trial": trial.gpus_per_trial,
             }
         )

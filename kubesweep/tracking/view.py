@@ -1,17 +1,43 @@
 """The sweep's experiment as the MLflow UI shows it: a training experiment whose runs view answers "which
-setting is best" at a glance.
+setting is best" at a glance, on a laptop (a 1,400 px wide window, MLflow's side bar open).
 
 Every experiment kubesweep creates or logs a sweep into carries two tags:
 - `mlflow.experimentKind = custom_model_development`: the UI treats it as model training (runs, charts,
   artifacts), not as a GenAI app (traces, judges);
-- `mlflow.sharedViewState.kubesweep`: a view of the runs table that the UI opens from `runs_url`: every run,
-  sorted by `wire.trial_metrics.RANK_METRIC` (samples/s of the runs that learned, best first; runs whose accuracy stayed
-  at chance have no such metric and come after them, with the OOM, mismatched and failed runs; sorted, the UI
-  lists child runs by themselves, not folded under the parent), with the comparison metrics
-  (`wire.trial_metrics.COMPARISON_METRICS`, logged by each trial under those names), the trial's flags (`OOM`, `GPU
-  mismatch`, `chance accuracy (0.51)`) as the run's description (the UI's Description column, left of the
-  metrics, so it is seen without scrolling), the outcome and the cell's GPU, batch size, precision and compile
-  setting as columns.
+- `mlflow.sharedViewState.kubesweep`: the runs table that `runs_url` opens (`&viewStateShareKey=kubesweep`):
+  every run, sorted by `wire.trial_metrics.RANK_METRIC` (samples/s of the runs that learned, best first; runs
+  whose accuracy stayed at chance have no such metric and come after them, with the OOM, mismatched and failed
+  runs; sorted, the UI lists child runs by themselves, not folded under the parent), and these columns, in this
+  order and width: the run's name, its Created column (narrowed to the run's status icon) and Duration; the
+  cell's axes as the run's params `gpu`, `batch_size`, `precision`, `compile` (the job logs them: short headers,
+  where the tags `kubesweep.gpu`... would head their columns with the whole tag name); the key metrics
+  `samples_per_s`, `accuracy`, `peak_mem_gib`, `cost_per_epoch` (`wire.trial_metrics.COMPARISON_METRICS`, logged by
+  each trial under those names); the run's description (the UI's Description column: a trial's flags `OOM`,
+  `GPU mismatch`, `chance accuracy (0.51)`, the parent's answer); then, to scroll to, `step_p50_ms` and the tag
+  `kubesweep.outcome`. `FIRST_SCREEN` lists what must be seen without scrolling sideways at that width.
+
+How MLflow's runs page (3.17.2; read from its bundle, `mlflow/server/js/build/static/js/`) gets its state:
+- the sort, filter and time range ("search facets": `searchFilter, orderByKey, orderByAsc, startTime,
+  lifecycleFilter, modelVersionFilter, datasetsFilter`) come from the URL, else from the browser's saved view;
+- everything else ("UI state": `selectedColumns, columnOrder, columnWidths, runsExpanded, runsPinned, runsHidden,
+  runsVisibilityMap, runsHiddenMode, compareRunCharts, compareRunSections, viewMaximized, runListHidden,
+  isAccordionReordered, groupBy, groupsExpanded, autoRefreshEnabled, useGroupedValuesInCharts, hideEmptyCharts,
+  globalLineChartConfig, chartsSearchFilter`) comes from the browser's localStorage (the user's saved view of
+  those experiments), or from a shared view: the experiment tag `mlflow.sharedViewState.<key>` that the URL
+  names with `viewStateShareKey=<key>` (raw JSON, or 3.15's named saved-view envelope; `runsExpanded`,
+  `runsPinned`, `runsHidden`, `runsVisibilityMap` and `autoRefreshEnabled` are not taken from it). With neither,
+  the table shows Run Name, Created, Dataset, Duration, Source and Models, and no metric, param or tag column:
+  no URL parameter, tag or param selects columns otherwise, and a link cannot write localStorage;
+- so the link names the shared view, and MLflow shows its "You're viewing a shared view" banner above the table
+  whenever it applies one (saved views included; no parameter turns it off). Its x hides it for the visit,
+  "Override saved view" makes the view the browser's own. Narrowing Created and Duration is as far as the
+  state reaches: Run Name, Created and Duration cannot be hidden, only sized (`columnWidths` sizes the columns
+  `columnOrder` lists, by their grid ids: `runDateAndNestInfo` is Created, `duration` Duration);
+- MLflow's assistant panel (a quarter of the window) opens by itself once per browser profile when the page's
+  host is localhost, 127.0.0.1 or ::1 (localStorage `mlflow.assistant.fab.autoOpenedOnFirstLoad`), whatever the
+  server says; closed once, it stays closed (`mlflow.assistant.panelOpen`). Neither the link nor `sweep ui`'s
+  server can keep it shut, short of serving the UI under another host name; docs/tracking.md says how to close
+  it. `FIRST_SCREEN` fits with it closed.
 """
 
 from __future__ import annotations
@@ -25,16 +51,37 @@ EXPERIMENT_KIND = "custom_model_development"
 VIEW_KEY = "kubesweep"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 SORT_METRIC = RANK_METRIC
+
+# the runs table's column ids (AG Grid's: Created and Duration have no canonical key)
+RUN_NAME = "attributes.`Run Name`"
+CREATED = "runDateAndNestInfo"
+DURATION = "duration"
 DESCRIPTION = "attributes.`Description`"  # the run's description (tag mlflow.note.content): its flags
-COLUMNS = [
-    DESCRIPTION,
-    *(f"metrics.`{m}`" for m in ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch", "step_p50_ms")),
-    *(f"tags.`kubesweep.{t}`" for t in ("outcome", "gpu", "batch_size", "precision", "compile")),
-]
+AXES = tuple(f"params.`{p}`" for p in ("gpu", "batch_size", "precision", "compile"))
+KEY_METRICS = tuple(f"metrics.`{m}`" for m in ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch"))
+MORE = ("metrics.`step_p50_ms`", "tags.`kubesweep.outcome`")  # right of the first screen
+FIRST_SCREEN = (*AXES, *KEY_METRICS, DESCRIPTION)  # seen at 1,400 px without scrolling sideways
+COLUMNS = [*AXES, *KEY_METRICS, DESCRIPTION, *MORE]  # the columns the view adds to name, Created and Duration
+
+# Widths in px, for MLflow's 12-13 px type: each header and value whole (the longest values: `h100-80gb`, `145ms`,
+# `chance accuracy (0.51)`), the name cut short (the axes say what it says), Created down to the run's status icon.
+# At 1,400 px the table is 1,146 px wide beside the side bar: the row checkboxes (73) and these up to the
+# description take 977, leaving the description 169, where the longest flags need 136 (and a vertical scroll
+# bar 15).
+WIDTHS = {
+    RUN_NAME: 100, CREATED: 40, DURATION: 62,
+    "params.`gpu`": 84, "params.`batch_size`": 80, "params.`precision`": 74, "params.`compile`": 68,
+    "metrics.`samples_per_s`": 106, "metrics.`accuracy`": 74, "metrics.`peak_mem_gib`": 104,
+    "metrics.`cost_per_epoch`": 112,
+    DESCRIPTION: 320,  # the parent's answer runs on; a trial's flags need its first 136
+    "metrics.`step_p50_ms`": 100, "tags.`kubesweep.outcome`": 140,
+}
+ORDER = [RUN_NAME, CREATED, DURATION, *COLUMNS]
 
 
 def view_state() -> str:
-    return json.dumps({"orderByKey": f"metrics.`{SORT_METRIC}`", "orderByAsc": False, "selectedColumns": COLUMNS},
+    return json.dumps({"orderByKey": f"metrics.`{SORT_METRIC}`", "orderByAsc": False, "selectedColumns": COLUMNS,
+                       "columnOrder": ORDER, "columnWidths": {c: WIDTHS[c] for c in ORDER}},
                       separators=(",", ":"))
 
 

@@ -116,7 +116,7 @@ def main() -> int:
             "kubesweep.engine": job.engine, "kubesweep.task": job.task}
     tracker = MlflowTrialLogger.from_env(trial.trial_id, trial.name, tags, out / "mlflow-spool.jsonl")
     params = {k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in job.model_dump(mode="json").items()}
-    params.update({"sweep": trial.sweep, "trial_id": trial.trial_id, "repeat": trial.repeat, "gpu": trial.gpu,
+    params.update({"sweep": trial.sweep, "trial_id": trial.trial_id, "repeat": trial.repeat, "gpu": trial.device,
                    "gpus_per_trial": trial.gpus_per_trial})
     tracker.log_params(params)
     data, code = build(trial, dt.datetime.now(dt.UTC).isoformat())

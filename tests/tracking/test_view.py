@@ -11,7 +11,20 @@ import re
 import urllib.request
 from typing import Any
 
-from kubesweep.tracking.view import COLUMNS, DESCRIPTION, VIEW_KEY, VIEW_TAG, view_state
+from kubesweep.tracking.view import (
+    AXES,
+    COLUMNS,
+    CREATED,
+    DESCRIPTION,
+    DURATION,
+    FIRST_SCREEN,
+    KEY_METRICS,
+    RUN_NAME,
+    VIEW_KEY,
+    VIEW_TAG,
+    WIDTHS,
+    view_state,
+)
 from kubesweep.wire import tags
 from kubesweep.wire.trial_metrics import RANK_METRIC
 from tests.support.mlflow_fixtures import MARKS_TRIALS, MarkedSweep
@@ -20,8 +33,21 @@ from tests.support.mlflow_fixtures import MARKS_TRIALS, MarkedSweep
 def test_the_view_ranks_by_a_metric_runs_at_chance_lack_and_shows_the_flags() -> None:
     state = json.loads(view_state())
     assert state["orderByKey"] == f"metrics.`{RANK_METRIC}`" and state["orderByAsc"] is False
-    # the run's description holds its flags; the UI puts that column left of the metrics
-    assert state["selectedColumns"] == COLUMNS and COLUMNS[0] == DESCRIPTION == "attributes.`Description`"
+    # the cell's axes as the params the job logs (short headers), then the key metrics, then the run's
+    # description, which holds its flags
+    assert AXES == ("params.`gpu`", "params.`batch_size`", "params.`precision`", "params.`compile`")
+    assert KEY_METRICS == ("metrics.`samples_per_s`", "metrics.`accuracy`", "metrics.`peak_mem_gib`",
+                           "metrics.`cost_per_epoch`")
+    assert DESCRIPTION == "attributes.`Description`"
+    assert state["selectedColumns"] == COLUMNS == [*AXES, *KEY_METRICS, DESCRIPTION, *COLUMNS[len(FIRST_SCREEN):]]
+    assert list(FIRST_SCREEN) == COLUMNS[:len(FIRST_SCREEN)]
+    # in that order after the columns MLflow always shows, each with its width
+    assert state["columnOrder"] == [RUN_NAME, CREATED, DURATION, *COLUMNS]
+    assert state["columnWidths"] == {c: WIDTHS[c] for c in state["columnOrder"]}
+    # at 1,400 px the table is 1,146 px wide beside MLflow's side bar, 73 of them the row checkboxes: the
+    # longest flags (136 px) and a vertical scroll bar (15) fit after the columns left of the description
+    left_of_flags = state["columnOrder"][:state["columnOrder"].index(DESCRIPTION)]
+    assert 73 + sum(WIDTHS[c] for c in left_of_flags) + 136 + 15 <= 1146
 
 
 def api(base: str, path: str, body: dict[str, Any] | None = None) -> Any:

@@ -3,7 +3,8 @@ real `mlflow server` of tests/support/mlflow_fixtures.py after the tracked sweep
 finds the experiment, lands on the sweep's runs view that kubesweep links to (training runs, every child run
 listed, best samples/s first, the comparison metrics as columns), and the report among the parent's artifacts.
 Then the sweep with a setting at chance accuracy (the fastest), an OOM and a GPU mismatch, on the link `sweep ui`
-prints: runs that learned first, and each flagged run's flags in its row without scrolling.
+prints, in a laptop's 1,400 x 900 window: runs that learned first, and without scrolling sideways each run's
+setting, its key metrics and a flagged run's flags in its row.
 Screenshots go to test-output/browser/ (tests/support/chromium.py); `mlflow-runs-view-marks.png` is
 docs/img/mlflow-runs-view-marks.png.
 """
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kubesweep.tracking.view import runs_url
+from kubesweep.tracking.view import AXES, DESCRIPTION, FIRST_SCREEN, KEY_METRICS, runs_url
 from kubesweep.wire import tags
 from kubesweep.wire.trial_metrics import RANK_METRIC
 from tests.support.chromium import SHOTS, launch
@@ -120,7 +121,7 @@ def test_the_runs_view_marks_runs_at_chance_oom_and_mismatch(marked_sweep: Marke
     SHOTS.mkdir(parents=True, exist_ok=True)
 
     with sync_playwright() as pw:
-        context = launch(pw, tmp_path / "chromium-profile", width=1600, height=900)
+        context = launch(pw, tmp_path / "chromium-profile", width=1400, height=900)  # a laptop's window
         try:
             page = context.new_page()
             page.set_default_timeout(TIMEOUT_MS)
@@ -130,15 +131,37 @@ def test_the_runs_view_marks_runs_at_chance_oom_and_mismatch(marked_sweep: Marke
             close = page.locator("[data-component-id='mlflow.assistant.chat_panel.close']")
             if close.count():  # MLflow's assistant panel, open on a first visit: closed, as a reader would
                 close.first.click()
-            # the runs table's own header (the UI draws a second one, of the same name, elsewhere)
-            expect(page.locator(".ag-header-cell[col-id='attributes.`Description`']")).to_be_in_viewport()
+            expect(close).to_have_count(0)
+
+            def whole(text: Any) -> None:
+                """The element holding a text shows it whole: no part beyond the table's edge (what a scrolled
+                box hides is out of the viewport) and none cut off with an ellipsis."""
+                expect(text).to_be_in_viewport(ratio=1)
+                assert text.evaluate("e => e.scrollWidth <= e.clientWidth"), text
+
+            # the runs table's own headers (the UI draws others, of the same names, elsewhere)
+            for column in FIRST_SCREEN:
+                header = page.locator(f".ag-header-cell[col-id='{column}']")
+                expect(header).to_have_count(1)
+                whole(header.get_by_text(column.split("`")[1], exact=True))  # `gpu`, not `kubesweep.gpu`
             expect(page.get_by_role("link", name=re.compile(r"^marks-")).first).to_have_text(best.info.run_name)
 
             def row(run_id: str) -> Any:
                 return page.locator(f".ag-row[row-id='{run_id}']")
 
+            def cell(run_id: str, column: str) -> Any:
+                return row(run_id).locator(f".ag-cell[col-id='{column}']")
+
             for run_id, flags in flagged.items():  # in the run's row, seen without scrolling sideways
-                expect(row(run_id).get_by_text(flags, exact=True)).to_be_in_viewport()
+                whole(cell(run_id, DESCRIPTION).get_by_text(flags, exact=True))
+            # the best run's setting (the params the job logs, `gpu` as the tag) and its numbers, whole in its row
+            setting = {a: best.data.params[a.split("`")[1]] for a in AXES}
+            assert setting["params.`gpu`"] == best.data.tags[tags.GPU], setting
+            for column, value in setting.items():
+                whole(cell(best.info.run_id, column).get_by_text(value, exact=True))
+            for column in KEY_METRICS:
+                value = f"{best.data.metrics[column.split('`')[1]]:g}"
+                whole(cell(best.info.run_id, column).get_by_text(value, exact=True))
             for run in learned:
                 expect(row(run.info.run_id).get_by_text(re.compile("chance|OOM|mismatch"))).to_have_count(0)
             index = {r.info.run_id: int(row(r.info.run_id).first.get_attribute("row-index") or -1) for r in children}
