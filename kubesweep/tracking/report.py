@@ -134,7 +134,8 @@ def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target:
         ("energy_per_epoch.png", "GPU energy per epoch: joules per sample over the measured steps (NVML's energy "
          "counter) x training rows",
          lambda: figs.bars(_finetune(cells), "kwh_per_epoch", "kWh", "Energy per epoch")),
-        ("heatmap.png", "The whole fine-tuning matrix: samples/s; grey cells say why there is no number",
+        ("heatmap.png", "The whole fine-tuning matrix: samples/s; grey cells say why there is no number, or hold a "
+         "flagged one",
          lambda: figs.heatmap(cells)),
         ("gpu_timeline.png", "Where the GPU time went: each trial's process (grey), the time it held its GPU "
          "(blue) and its measured training steps (green; drawn at the end of the blue span, where training "
