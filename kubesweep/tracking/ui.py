@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +28,7 @@ from kubesweep.tracking.view import VIEW_TAG, runs_url
 CLUSTER_SERVICE = "kubesweep-mlflow"
 CLUSTER_PORT = 5000
 LOG_FILE = "ui.log"  # in the kubesweep home
+APP_NAME = "kubesweep"  # the `mlflow.app` entry point (pyproject.toml): kubesweep/tracking/ui_app.py
 START_TIMEOUT_S = 300.0  # a first start on a busy machine takes tens of seconds (imports, store migrations)
 PROGRESS_EVERY_S = 5.0
 
@@ -44,22 +44,21 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def mlflow_executable() -> list[str]:
-    """`mlflow` next to this interpreter (the same environment), else on PATH, else `python -m mlflow`."""
+    """`mlflow` next to this interpreter, else `python -m mlflow`: the MLflow of this environment, where kubesweep's
+    app (`APP_NAME`) is installed beside it (an `mlflow` from elsewhere on PATH would not find it)."""
     beside = Path(sys.executable).with_name("mlflow")
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("mlflow")
-    return [found] if found else [sys.executable, "-m", "mlflow"]
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "mlflow"]
 
 
 def server_command(home: Path, port: int, host: str = "127.0.0.1", workers: int = 1,
                    backend_uri: str | None = None) -> list[str]:
-    """`mlflow server` over the kubesweep home's store: sqlite runs, artifacts served from <home>/mlartifacts."""
+    """`mlflow server` over the kubesweep home's store: sqlite runs, artifacts served from <home>/mlartifacts;
+    the app is kubesweep's (`APP_NAME`: MLflow's own plus the page the runs-view links go through)."""
     artifacts = (home / LOCAL_ARTIFACTS).resolve()
     artifacts.mkdir(parents=True, exist_ok=True)
     return [*mlflow_executable(), "server", "--backend-store-uri", backend_uri or local_store_uri(home),
             "--artifacts-destination", str(artifacts), "--serve-artifacts", "--host", host, "--port", str(port),
-            "--workers", str(workers)]
+            "--workers", str(workers), "--app-name", APP_NAME]
 
 
 class Stopped(Exception):
@@ -200,7 +199,8 @@ def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[
 
 
 def experiment_view(store_uri: str, experiment: str, base: str) -> str | None:
-    """The runs view URL of the experiment named `experiment` in the store; None when there is none."""
+    """The runs view URL of the experiment named `experiment` in the store, on `sweep ui`'s server at `base`;
+    None when there is none."""
     from mlflow.tracking import MlflowClient
 
 
@@ -209,11 +209,12 @@ def experiment_view(store_uri: str, experiment: str, base: str) -> str | None:
         found = MlflowClient(tracking_uri=store_uri).get_experiment_by_name(experiment)
     except Exception:  # an empty or unreadable store
         return None
-    return runs_url(base, found.experiment_id) if found is not None else None
+    return runs_url(base, found.experiment_id, served=True) if found is not None else None
 
 
 def sweep_views(store_uri: str, base: str) -> list[tuple[str, str]]:
-    """(experiment name, its runs view URL) for each experiment in the store that kubesweep tagged."""
+    """(experiment name, its runs view URL on `sweep ui`'s server at `base`) for each experiment in the store
+    that kubesweep tagged."""
     from mlflow.tracking import MlflowClient
 
 
@@ -223,7 +224,7 @@ def sweep_views(store_uri: str, base: str) -> list[tuple[str, str]]:
         experiments = MlflowClient(tracking_uri=store_uri).search_experiments(max_results=1000)
     except Exception:  # an empty or unreadable store: the server says what is wrong when it starts
         return []
-    return [(e.name, runs_url(base, e.experiment_id)) for e in experiments if VIEW_TAG in e.tags]
+    return [(e.name, runs_url(base, e.experiment_id, served=True)) for e in experiments if VIEW_TAG in e.tags]
 
 
 def cluster_directions(namespace: str, uri: str | None) -> str:

@@ -4,7 +4,8 @@ setting is best" at a glance, on a laptop (a 1,400 px wide window, MLflow's side
 Every experiment kubesweep creates or logs a sweep into carries two tags:
 - `mlflow.experimentKind = custom_model_development`: the UI treats it as model training (runs, charts,
   artifacts), not as a GenAI app (traces, judges);
-- `mlflow.sharedViewState.kubesweep`: the runs table that `runs_url` opens (`&viewStateShareKey=kubesweep`):
+- `mlflow.sharedViewState.kubesweep`: the runs table that `runs_url` opens (`&viewStateShareKey=kubesweep`, or
+  through `sweep ui`'s page, below):
   every run, sorted by `wire.trial_metrics.RANK_METRIC` (samples/s of the runs that learned, best first; runs
   whose accuracy stayed at chance have no such metric and come after them, with the OOM, mismatched and failed
   runs; sorted, the UI lists child runs by themselves, not folded under the parent), and these columns, in this
@@ -27,7 +28,7 @@ How MLflow's runs page (3.17.2; read from its bundle, `mlflow/server/js/build/st
   names with `viewStateShareKey=<key>` (raw JSON, or 3.15's named saved-view envelope; `runsExpanded`,
   `runsPinned`, `runsHidden`, `runsVisibilityMap` and `autoRefreshEnabled` are not taken from it). With neither,
   the table shows Run Name, Created, Dataset, Duration, Source and Models, and no metric, param or tag column:
-  no URL parameter, tag or param selects columns otherwise, and a link cannot write localStorage;
+  no URL parameter, tag or param selects columns otherwise, and a link to MLflow's page cannot write localStorage;
 - so the link names the shared view, and MLflow shows its "You're viewing a shared view" banner above the table
   whenever it applies one (saved views included; no parameter turns it off). Its x hides it for the visit,
   "Override saved view" makes the view the browser's own. Narrowing Created and Duration is as far as the
@@ -35,14 +36,28 @@ How MLflow's runs page (3.17.2; read from its bundle, `mlflow/server/js/build/st
   `columnOrder` lists, by their grid ids: `runDateAndNestInfo` is Created, `duration` Duration);
 - MLflow's assistant panel (a quarter of the window) opens by itself once per browser profile when the page's
   host is localhost, 127.0.0.1 or ::1 (localStorage `mlflow.assistant.fab.autoOpenedOnFirstLoad`), whatever the
-  server says; closed once, it stays closed (`mlflow.assistant.panelOpen`). Neither the link nor `sweep ui`'s
-  server can keep it shut, short of serving the UI under another host name; docs/tracking.md says how to close
-  it. `FIRST_SCREEN` fits with it closed.
+  server says; closed once, it stays closed (`mlflow.assistant.panelOpen`). A link to MLflow's page
+  cannot keep it shut; docs/tracking.md says how to close it. `FIRST_SCREEN` fits with it closed.
+
+The server `sweep ui` starts is MLflow's own app plus one page (kubesweep/tracking/ui_app.py, `--app-name
+kubesweep`), and its links (`runs_url(..., served=True)`) go through it: `/kubesweep/runs/<id>` writes the view
+into that browser's saved view of the experiment and marks the assistant as already opened once, then goes on to
+the plain runs URL with the sort in it (`plain_runs_fragment`): no shared view, so no banner, and no panel. What
+it writes, in MLflow's formats (3.17.2):
+- `STORAGE_KEY`: `MLflowLocalStorage-1.1-ExperimentPage-["<id>"]-ReactComponentState` (LocalStorageUtils,
+  version 1.1, scope `ExperimentPage-` + the JSON of the sorted id list), a JSON object: the search facets and the
+  UI state side by side (what "Override saved view" writes); the page reads the facets from it only when the URL
+  has none, and the URL's win (missing ones at their defaults), so the sort goes in both (`saved_state`);
+- `ASSISTANT_FLAG`: `mlflow.assistant.fab.autoOpenedOnFirstLoad_v1` (useLocalStorage: `<key>_v<version>`, the
+  value as JSON), `true`.
+Remote servers (the cluster's, any `--tracking-uri`) keep the shared-view link: banner and all.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.parse
+from typing import Any
 
 from kubesweep.wire.trial_metrics import RANK_METRIC
 
@@ -89,7 +104,36 @@ def experiment_tags() -> dict[str, str]:
     return {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_TAG: view_state()}
 
 
-def runs_url(base: str, experiment_id: str) -> str:
-    """The sweep's runs view on the MLflow server at `base` (the model-training side of the UI)."""
+SERVED_PATH = "/kubesweep/runs/"  # + the experiment id: the page `sweep ui`'s server adds (ui_app.py)
+ASSISTANT_FLAG = "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"
+FACETS = ("orderByKey", "orderByAsc")  # of the view's keys, those the URL carries ("search facets")
+
+
+def storage_key(experiment_id: str) -> str:
+    """The browser's saved view of the experiment `experiment_id` (localStorage)."""
+    return f"MLflowLocalStorage-1.1-ExperimentPage-{json.dumps([experiment_id])}-ReactComponentState"
+
+
+def saved_state() -> dict[str, Any]:
+    """The view as the browser's saved view holds it: the same keys as `view_state()`, facets and UI state."""
+    state: dict[str, Any] = json.loads(view_state())
+    return state
+
+
+def plain_runs_fragment(experiment_id: str) -> str:
+    """`#/experiments/<id>/runs?...`: the runs view with the view's sort in the URL and no shared view."""
+    state = saved_state()
+    query = urllib.parse.urlencode({"workflowType": "machine_learning",
+                                    **{k: json.dumps(state[k]) if isinstance(state[k], bool) else state[k]
+                                       for k in FACETS}})
+    return f"#/experiments/{experiment_id}/runs?{query}"
+
+
+def runs_url(base: str, experiment_id: str, *, served: bool = False) -> str:
+    """The sweep's runs view on the MLflow server at `base` (the model-training side of the UI). `served`: the
+    server `sweep ui` started (kubesweep's app), whose page opens it as the browser's own view (no banner, no
+    assistant panel); otherwise the shared view the experiment's tag holds."""
+    if served:
+        return f"{base.rstrip('/')}{SERVED_PATH}{experiment_id}"
     return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
             f"&viewStateShareKey={VIEW_KEY}")

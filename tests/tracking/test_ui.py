@@ -5,9 +5,12 @@ The workload is tests/support/tracked_job.py (the job's own MLflow logger, no tr
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,13 +18,21 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from kubesweep.tracking.ui import answers, free_port
-from kubesweep.tracking.view import runs_url
+from kubesweep.tracking.view import AXES, KEY_METRICS, experiment_tags, runs_url, view_state
+from kubesweep.wire.trial_metrics import RANK_METRIC
 from tests.support.mlflow_fixtures import (
+    MARKS_NAME,
+    MARKS_TRIALS,
+    ROOT,
     SERVER_START_TIMEOUT_S,
     TRACKED_JOB,
+    MarkedSweep,
     make_runner,
     quiet_mlflow_env,
     wait_http,
@@ -80,7 +91,8 @@ def test_default_local_store_and_sweep_ui(tmp_path: Path) -> None:
         served = get(f"{base}/get-artifact?path=results.json&run_uuid={run_id}")
         assert served == results
         assert "MLflow UI: http://127.0.0.1:" in log.read_text()
-        assert f"  local-one: {runs_url(base, experiment['experiment_id'])}" in log.read_text()  # the runs view
+        # the runs view, through kubesweep's page on the server `sweep ui` started
+        assert f"  local-one: {runs_url(base, experiment['experiment_id'], served=True)}" in log.read_text()
         server = descendants(ui.pid)
         assert server, "no mlflow server process under `sweep ui`"
         # SIGTERM to `sweep ui` alone (not its group: the server runs in a group of its own) stops the server
@@ -140,9 +152,11 @@ def test_sweep_ui_names_its_sweeps_runs_view_once_the_server_answers(tmp_path: P
         assert f"starting the MLflow server on {base} (store sqlite:///{home.resolve()}/mlflow.db); its output " \
                f"goes to {log}" in said
         experiment = get(f"{base}/api/2.0/mlflow/experiments/get-by-name?experiment_name=local-one")["experiment"]
-        url = runs_url(base, experiment["experiment_id"])
+        url = runs_url(base, experiment["experiment_id"], served=True)
         assert f"MLflow UI, the runs of sweep 'local-one' (best samples/s first): {url}" in said
         assert search(base, experiment["experiment_id"], "tags.`kubesweep.role` = 'parent'")
+        page = get(url)  # the server runs kubesweep's app: its page for the sweep's runs view
+        assert b"ReactComponentState" in page and b"location.replace(" in page, page[:500]
         ui.send_signal(signal.SIGTERM)
         assert ui.wait(timeout=60) == 0
     finally:
@@ -226,3 +240,141 @@ def assert_gone(pids: list[int], base: str, timeout: float = 30) -> None:
     except OSError:
         return
     raise AssertionError(f"{base} still answers after `sweep ui` stopped")
+
+
+class FakeStore:
+    """The tracking store as kubesweep's page asks it: experiment id -> its tags (no entry: no such experiment)."""
+
+    def __init__(self, experiments: dict[str, dict[str, str]]) -> None:
+        self.experiments = experiments
+        self.asked: list[str] = []
+
+    def get_experiment(self, experiment_id: str) -> Any:
+        from mlflow.exceptions import MlflowException
+
+        self.asked.append(experiment_id)
+        if experiment_id not in self.experiments:
+            raise MlflowException(f"no experiment {experiment_id}")
+        return SimpleNamespace(experiment_id=experiment_id, tags=self.experiments[experiment_id])
+
+
+def test_the_runs_page_writes_the_view_only_for_kubesweeps_experiments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kubesweep's page on `sweep ui`'s server (kubesweep/tracking/ui_app.py): only digits reach it (anything else is
+    a 404 that does not echo it, and the store is not asked); an experiment without kubesweep's view tag, or none at
+    all, is a plain redirect to its runs page; a sweep's experiment gets the page that saves the view and goes on to
+    the runs URL with the sort in it, every value in its script JSON with no way out of the script element."""
+    import mlflow.server.handlers
+    from flask import Flask
+
+    from kubesweep.tracking import ui_app
+    from kubesweep.tracking.view import ASSISTANT_FLAG, SERVED_PATH, plain_runs_fragment, saved_state, storage_key
+
+    store = FakeStore({"7": {"mlflow.experimentKind": "custom_model_development"}, "12": experiment_tags()})
+    monkeypatch.setattr(mlflow.server.handlers, "_get_tracking_store", lambda *a, **k: store)
+    monkeypatch.delenv("_MLFLOW_STATIC_PREFIX", raising=False)
+    app = Flask("kubesweep-test")
+    ui_app.add_routes(app)
+    client = app.test_client()
+
+    for bad in ("abc", "1%3Cscript%3Ealert(1)%3C%2Fscript%3E", "-1", "1.0", "%D9%A1", "1%20", "12abc",
+                "1" * 21, "12/extra"):
+        response = client.get(f"{SERVED_PATH}{bad}")
+        assert response.status_code == 404, bad
+        body = response.get_data(as_text=True)
+        assert "script" not in body.lower() and "alert" not in body and "abc" not in body, body
+    assert store.asked == []
+
+    for plain in ("7", "404"):  # not kubesweep's, or no such experiment: MLflow's runs page, nothing saved
+        response = client.get(f"{SERVED_PATH}{plain}")
+        assert response.status_code == 302
+        assert response.headers["Location"] == f"/#/experiments/{plain}/runs"
+        assert "localStorage" not in response.get_data(as_text=True)
+
+    response = client.get(f"{SERVED_PATH}12")
+    assert response.status_code == 200 and response.mimetype == "text/html"
+    page = response.get_data(as_text=True)
+    script = page.split("<script>", 1)[1].split("</script>", 1)[0]
+    assert "</" not in script and "<!--" not in script
+    # the script's values, read back as the browser would (JSON is JavaScript)
+    values = dict(re.findall(r"(key|state|flag|target) = (.+?)(?:, (?=\w+ = )|;\n)", script))
+    assert json.loads(values["key"]) == storage_key("12") == 'MLflowLocalStorage-1.1-ExperimentPage-["12"]-' \
+                                                            "ReactComponentState"
+    assert json.loads(values["state"]) == saved_state() == json.loads(view_state())
+    assert json.loads(values["flag"]) == ASSISTANT_FLAG == "mlflow.assistant.fab.autoOpenedOnFirstLoad_v1"
+    target = json.loads(values["target"])
+    assert target == "/" + plain_runs_fragment("12") == ("/#/experiments/12/runs?workflowType=machine_learning"
+                                                         "&orderByKey=metrics.%60ranked_samples_per_s%60"
+                                                         "&orderByAsc=false")
+    assert "viewStateShareKey" not in target and "location.replace(target)" in script
+    # only that script runs: the page's policy names its hash
+    digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in response.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in response.headers["Content-Security-Policy"]
+    assert ui_app._js("</script><!--&\u2028") == '"\\u003c/script\\u003e\\u003c!--\\u0026\\u2028"'
+
+
+@pytest.mark.browser
+def test_sweep_ui_name_opens_the_runs_view_without_banner_or_assistant(marked_sweep: MarkedSweep,
+                                                                       tmp_path: Path) -> None:
+    """`sweep ui NAME` on the marked sweep's store; its link in a fresh browser profile, in a laptop's 1,400 x 900
+    window: the sweep's runs view as the browser's own (no "shared view" banner), MLflow's assistant panel shut,
+    the setting's params and the key metrics as the table's headers in the viewport, the best run that learned
+    first. The screenshot is docs/img/mlflow-runs-view-marks.png."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.support.chromium import SHOTS, launch
+
+    ms = marked_sweep
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "KUBESWEEP_NO_TRACKING")}
+    env.update({**quiet_mlflow_env(), "KUBESWEEP_HOME": str(ms.home), "COLUMNS": "300"})
+    port = free_port()
+    terminal = tmp_path / "terminal.txt"
+    with terminal.open("wb") as sink:
+        ui = subprocess.Popen([sys.executable, "-m", "kubesweep", "ui", MARKS_NAME, "--port", str(port)], env=env,
+                              stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while not (link := re.search(r"best samples/s first\): (\S+)", terminal.read_text())):
+            assert ui.poll() is None and time.monotonic() < deadline, terminal.read_text()
+            time.sleep(0.1)
+        url = link[1]
+        base = f"http://127.0.0.1:{port}"
+        assert re.fullmatch(rf"{re.escape(base)}/kubesweep/runs/\d+", url), url
+
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=base)
+        experiment = client.get_experiment_by_name(MARKS_NAME)
+        assert experiment is not None and url == runs_url(base, experiment.experiment_id, served=True)
+        runs = client.search_runs([experiment.experiment_id], max_results=100)
+        learned = [r for r in runs if RANK_METRIC in r.data.metrics]
+        best = max(learned, key=lambda r: r.data.metrics["samples_per_s"])
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        shot = SHOTS / "mlflow-sweep-ui-1400.png"
+        with sync_playwright() as pw:
+            context = launch(pw, tmp_path / "chromium-profile", width=1400, height=900)  # fresh profile
+            try:
+                page = context.new_page()
+                page.set_default_timeout(120_000)
+                expect.set_options(timeout=120_000)
+                page.goto(url)
+                expect(page.get_by_text(f"{MARKS_TRIALS + 1} matching runs")).to_be_visible()
+                assert "/#/experiments/" in page.url and "viewStateShareKey" not in page.url, page.url
+                page.wait_for_timeout(2000)  # what opens by itself on a first visit has opened by now
+                expect(page.get_by_text("You're viewing a shared view")).to_have_count(0)
+                expect(page.locator("[data-component-id='mlflow.assistant.chat_panel.close']")).to_have_count(0)
+                for column in (*AXES, *KEY_METRICS):
+                    header = page.locator(f".ag-header-cell[col-id='{column}']")
+                    expect(header).to_have_count(1)
+                    expect(header.get_by_text(column.split("`")[1], exact=True)).to_be_in_viewport(ratio=1)
+                expect(page.get_by_role("link", name=re.compile(rf"^{MARKS_NAME}-")).first)\
+                    .to_have_text(best.info.run_name)
+                page.screenshot(path=str(shot))
+            finally:
+                context.close()
+        shutil.copyfile(shot, ROOT / "docs" / "img" / "mlflow-runs-view-marks.png")
+        ui.send_signal(signal.SIGTERM)
+        assert ui.wait(timeout=60) == 0
+    finally:
+        if ui.poll() is None:
+            os.killpg(ui.pid, signal.SIGKILL)

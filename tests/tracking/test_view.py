@@ -23,6 +23,7 @@ from kubesweep.tracking.view import (
     VIEW_KEY,
     VIEW_TAG,
     WIDTHS,
+    runs_url,
     view_state,
 )
 from kubesweep.wire import tags
@@ -60,9 +61,10 @@ def api(base: str, path: str, body: dict[str, Any] | None = None) -> Any:
 
 def test_the_runs_view_lists_runs_that_learned_first_and_flags_the_rest(marked_sweep: MarkedSweep) -> None:
     ms = marked_sweep
-    found = re.fullmatch(rf"{re.escape(ms.base)}/#/experiments/(\d+)/runs\?workflowType=machine_learning"
-                         rf"&viewStateShareKey={VIEW_KEY}", ms.runs_view)
+    found = re.fullmatch(rf"{re.escape(ms.base)}/kubesweep/runs/(\d+)", ms.runs_view)  # `sweep ui`'s link
     assert found, ms.runs_view
+    assert runs_url(ms.base, found[1]) == (f"{ms.base}/#/experiments/{found[1]}/runs"
+                                           f"?workflowType=machine_learning&viewStateShareKey={VIEW_KEY}")
     experiment = api(ms.base, f"experiments/get?experiment_id={found[1]}")["experiment"]
     state = json.loads({t["key"]: t["value"] for t in experiment["tags"]}[VIEW_TAG])
     order = f"{state['orderByKey']} {'ASC' if state['orderByAsc'] else 'DESC'}"  # as the UI sends it
