@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,15 +41,19 @@ class NotRunnable(SpecError):
 
 
 def check(plan: Plan, backend: str, *, any_gpu: bool = False, allow_unpinned: bool = False,
-          devices: Sequence[Device] | None = None) -> None:
+          devices: Sequence[Device] | None = None, reach: Callable[[], object] | None = None) -> None:
     """Raise `NotRunnable` with every problem that keeps `backend` from running the plan (see the module).
-    `devices`: this machine's GPUs (default: detected, `backends.local_machine.detect_gpus`)."""
+    `devices`: this machine's GPUs (default: detected, `backends.local_machine.detect_gpus`). `reach`: for
+    Kubernetes, raises when there is no cluster to run on (`submit`'s check): run once the spec has no problem of
+    every backend's, before what it lacks for a cluster (its image), so that no cluster is said first."""
     sweep = plan.sweep
     problems = list(_no_trials(plan))
     if not problems and backend == "local":
         problems += _missing_paths(plan)
         problems += _no_gpu_here(plan, any_gpu, devices)
     if not problems and backend == "kubernetes":
+        if reach is not None:
+            reach()
         problem = image_problem(sweep, allow_unpinned=allow_unpinned)
         if problem is not None:
             problems.append(sweep.problem(("spec", "image"), problem))

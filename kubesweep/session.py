@@ -234,12 +234,11 @@ class Session:
     def check(self, plan: Plan, *, cluster: bool = False) -> None:
         """What this session's backend needs of the plan before anything of it runs (`kubesweep.preflight`): raises
         `NotRunnable` (exit 2) with every problem. `submit` runs it first, with `cluster`: a Kubernetes backend
-        with no cluster configured says so first (`BackendError`), before what the spec lacks for one; `sweep
+        with no cluster configured says so (`BackendError`) before what the spec lacks for one (its image); `sweep
         validate` runs it alone, for a cluster it need not reach."""
         o = self.options
-        if cluster and o.backend == "kubernetes":
-            require_configuration(o.kubeconfig)
-        check(plan, o.backend, any_gpu=o.any_gpu, allow_unpinned=o.allow_unpinned)
+        check(plan, o.backend, any_gpu=o.any_gpu, allow_unpinned=o.allow_unpinned,
+              reach=(lambda: require_configuration(o.kubeconfig)) if cluster else None)
         self._checked = plan
 
     def submit(self, sweep: Sweep, plan: Plan) -> SweepStatus | None:

@@ -320,11 +320,16 @@ def test_validate_refuses_what_submit_would(sweep, tmp_path: Path) -> None:  # t
     data_message = (f"{missing}:5: spec.job.dataset: {absent} does not exist: '../sst2' names a local path (relative "
                     f"to the spec file's directory, {tmp_path}), which should be a directory of GLUE TSVs (train.tsv, "
                     "dev.tsv)")
+    no_image = f"{missing}:4: spec.image: required to run trials on Kubernetes"
     for path, expected in ((excluded, message), (missing, data_message)):
         for command in ("validate", "submit"):
             assert refused([command, str(path)], env, cwd=tmp_path) == expected
+            if path is missing and command == "submit":  # no cluster here: said before what the spec lacks for one
+                assert refused([command, str(path), "--backend", "kubernetes"], env, cwd=tmp_path, code=4)\
+                    .startswith("error: no Kubernetes cluster configured")
+                continue
             assert refused([command, str(path), "--backend", "kubernetes"], env, cwd=tmp_path).startswith(
-                expected if path is excluded else f"{missing}:4: spec.image: required to run trials on Kubernetes")
+                expected if path is excluded else no_image)
     assert not (tmp_path / "home").exists()
     (tmp_path / "sst2").mkdir()  # relative to the spec file, not to where the command runs
     (tmp_path / "sst2" / "train.tsv").write_text("sentence\tlabel\n")
