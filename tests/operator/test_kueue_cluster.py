@@ -196,7 +196,9 @@ def test_a_20_trial_sweep_in_a_4_gpu_queue_never_runs_more_than_4_and_says_why_t
     """20 one-GPU trials, a window of 8 Jobs: Kueue admits 4 at a time (its quota), the operator keeps Jobs
     waiting suspended in the queue, `sweep status` gives Kueue's reason for a waiting trial, and all succeed."""
     inst = queued
-    path = queued_sweep(tmp_path, "quota", [8, 16, 32, 64, 128], queue="solo", duration="1500ms", repeats=4)
+    # trials of 5 s keep some waiting for ~25 s, however loaded the machine (the operator may take 30 s to start and
+    # each `sweep status` several: at 1.5 s a loaded run could end its waiting before a status call caught it)
+    path = queued_sweep(tmp_path, "quota", [8, 16, 32, 64, 128], queue="solo", duration="5s", repeats=4)
     op = OperatorProcess(inst, tmp_path / "operator.log").start()
     reason = ""
     try:
@@ -208,7 +210,7 @@ def test_a_20_trial_sweep_in_a_4_gpu_queue_never_runs_more_than_4_and_says_why_t
                 return next((t["reason"] for t in shown["trials"] if "waiting for quota" in t.get("reason", "")),
                             None)
 
-            reason = _kwok().wait_until("a trial waiting for Kueue's quota", waiting_reason, 60, 0.5)
+            reason = _kwok().wait_until("a trial waiting for Kueue's quota", waiting_reason, 150, 0.5)
             status = wait_phase(inst, "quota", {"Succeeded", "Failed"}, timeout=240, op=op)
     finally:
         op.kill(signal.SIGTERM)
