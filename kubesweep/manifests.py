@@ -424,7 +424,7 @@ def render_plan(plan: Plan, *, allow_unpinned: bool = False, namespace: str | No
     """Every object the sweep makes: its trial Jobs and, for a search, the tuner Job as the operator runs it, in
     `tuner_image` (the operator's image; a search sweep without one is a RenderError)."""
     image = resolve_image(plan.sweep, allow_unpinned=allow_unpinned)
-    if plan.sweep.spec.search.adaptive and not tuner_image:
+    if plan.sweep.spec.adaptive and not tuner_image:
         raise RenderError(f"a {plan.sweep.spec.search.strategy} search's tuner runs the operator's image, not the "
                           "sweep's: pass --tuner-image IMAGE (the chart's operator image) or set "
                           "KUBESWEEP_TUNER_IMAGE")
@@ -433,7 +433,7 @@ def render_plan(plan: Plan, *, allow_unpinned: bool = False, namespace: str | No
     out: list[dict[str, Any]] = []
     for trial in plan.trials:
         out += render_trial(trial, plan.sweep, image=image, namespace=namespace, tracking=tracking, catalog=catalog)
-    if plan.sweep.spec.search.adaptive:  # the search makes its trials as it runs
+    if plan.sweep.spec.adaptive:  # the search makes its trials as it runs
         out.append(render_tuner_job(plan.sweep, image=tuner_image or image, trial_image=image, namespace=namespace,
                                     tracking=tracking))
     return out

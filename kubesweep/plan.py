@@ -157,7 +157,7 @@ def make_trial(sweep: Sweep, axes: Mapping[str, Any], repeat: int = 0,
     config = TrialConfig(
         sweep=sweep.name,
         trial_id=tid,
-        name=trial_name(sweep.name, gpu, job, repeat, spec.repeats, tid[:name_hash]),
+        name=trial_name(sweep.name, gpu, job, repeat, spec.most_repeats, tid[:name_hash]),
         repeat=repeat,
         gpu=gpu,
         gpu_product=catalog[gpu].product if gpu else None,
@@ -192,9 +192,10 @@ def count_cells(sweep: Sweep) -> int:
 
 def count_trials(sweep: Sweep) -> int:
     """The trials the sweep can make, counted without expanding it: for a grid search exactly
-    `len(plan(sweep).trials)` before the catalog drops cells (cells x repeats); for a search, its budget:
-    random, min(num_samples, cells) x repeats; tune, num_samples (algorithm grid: the points of the choice
-    grid); max_batch, cells x the most probes one cell's bisection can run."""
+    `len(plan(sweep).trials)` before the catalog drops cells (cells x repeats; under sequential repeats, cells x
+    the rule's max); for a search, its budget: random, min(num_samples, cells) x repeats; tune, num_samples
+    (algorithm grid: the points of the choice grid); max_batch, cells x the most probes one cell's bisection can
+    run."""
     search = sweep.spec.search
     if isinstance(search, TuneSearch):
         return _tune_budget(search)
@@ -222,7 +223,7 @@ def _tune_budget(search: TuneSearch) -> int:
 
 
 def _budget(sweep: Sweep, n_cells: int) -> int:
-    search, repeats = sweep.spec.search, sweep.spec.repeats
+    search, repeats = sweep.spec.search, sweep.spec.most_repeats
     if isinstance(search, RandomSearch):
         return min(search.num_samples, n_cells) * repeats
     if isinstance(search, MaxBatchSearch):
@@ -540,12 +541,16 @@ def plan(sweep: Sweep, catalog: Catalog | None = None, *, max_trials: int | None
         else:
             kept.append(cell)
     notes: list[str] = []
+    rule = sweep.spec.repeat_rule
+    if rule is not None:
+        notes.append(f"repeats: {rule.min} of each cell, then more (up to {rule.max}) until the 95% interval of "
+                     f"{rule.metric} is within ±{rule.target:g}%; the extra repeats are made as it runs")
     if isinstance(search, RandomSearch):
         chosen = sorted(random.Random(search.seed).sample(range(len(kept)), min(search.num_samples, len(kept))))
         if search.num_samples > len(kept):
             notes.append(f"random search asked for {search.num_samples} cells; the grid has {len(kept)}")
         kept = [kept[i] for i in chosen]
-    trials = [make_trial(sweep, cell, r, catalog) for r in range(sweep.spec.repeats) for cell in kept]
+    trials = [make_trial(sweep, cell, r, catalog) for r in range(sweep.spec.first_repeats) for cell in kept]
     return Plan(sweep=sweep, trials=interleave(_unique_names(sweep, trials, catalog)), dropped=dropped,
                 notes=notes)
 

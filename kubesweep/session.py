@@ -48,7 +48,7 @@ from kubesweep.tracking.records import from_results_dir, names_a_directory
 from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
 from kubesweep.tracking.sweep import Loaded, finish_parent, load_records, open_parent
 from kubesweep.tracking.target import TrackingTarget, resolve
-from kubesweep.tune.dispatch import run_search, summary_names
+from kubesweep.tune.dispatch import run_search, summary_names, summary_of
 from kubesweep.wire.env import TrackingEnv
 
 # Exit codes of `sweep` (and of the tuner, `python -m kubesweep.tune`)
@@ -175,11 +175,11 @@ class Session:
             sweep = self.backend.sweep_of(name)
         except SpecError:
             return True
-        return sweep.spec.search.adaptive if sweep is not None else unknown
+        return sweep.spec.adaptive if sweep is not None else unknown
 
     def search_runs_here(self, sweep: Sweep) -> bool:
         """The sweep's search runs in this process (`run_search`), not as the operator's tuner Job."""
-        return sweep.spec.search.adaptive and self.options.drives_searches
+        return sweep.spec.adaptive and self.options.drives_searches
 
     def search_storage(self, name: str) -> Path:
         """Where a search keeps its state (Ray Tune's experiment, the max-batch bisection): under the sweep's
@@ -266,7 +266,7 @@ class Session:
         before = self.backend.status(name)
         rerun = self.backend.to_rerun(before)
         unfinished = [t for t in before.trials if not t.phase.terminal]
-        if not sweep.spec.search.adaptive and not rerun and not unfinished:
+        if not sweep.spec.adaptive and not rerun and not unfinished:
             self.notify(f"sweep {name!r}: nothing to rerun: every trial has ended with an answer "
                         f"({_tally(before.trials)})", False)
             return sweep, before
@@ -336,7 +336,7 @@ class Session:
         if loaded.note:
             self.notify(f"note: {loaded.note}", True)
         cells = aggregate(loaded.records, target=target_accuracy, best_by=best_by)
-        searched = sweep is None or sweep.spec.search.adaptive  # a sweep not known here may be a search
+        searched = sweep is None or sweep.spec.adaptive  # a sweep not known here may be a search
         return Results(cells, loaded, target, sweep, searched)
 
     def merged_results(self, names: list[str], *, experiment: str | None, target_accuracy: float,
@@ -368,7 +368,7 @@ class Session:
     def search_found(self, name: str, sweep: Sweep | None, parent_run_id: str | None) -> dict[str, Any] | None:
         """What a search found: its file under the search storage, else the parent run's artifact in MLflow
         (`<strategy>/<strategy>.json`); any strategy's when the sweep is not known here."""
-        names = summary_names(sweep.spec.search.strategy if sweep is not None else None)
+        names = summary_names(summary_of(sweep) if sweep is not None else None)
         storage = self.search_storage(name)
         for _, file in names:
             try:

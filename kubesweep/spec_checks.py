@@ -116,7 +116,7 @@ def _size_problems(sweep: Sweep) -> Iterable[Problem]:
     size = len(json.dumps(doc))
     for limit, adaptive, where in ((MAX_SEARCH_BYTES, True, "its tuner Job carries it in an annotation"),
                                    (MAX_DOCUMENT_BYTES, False, "it is stored as one Kubernetes object")):
-        if size > limit and (sweep.spec.search.adaptive or not adaptive):
+        if size > limit and (sweep.spec.adaptive or not adaptive):
             yield Problem(("spec",), f"the sweep is {size / 1024:,.0f} KiB as JSON, over {limit // 1024} KiB: "
                                      f"{where}")
             return
@@ -164,6 +164,10 @@ def semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> I
                         yield Problem(("spec", kind, i, axis), f"not a matrix axis (axes: {known})")
     if isinstance(spec.search, RandomSearch) and not matrix_axes:
         yield Problem(("spec", "search", "strategy"), "random search draws from the matrix, which is empty")
+    if spec.repeat_rule is not None and spec.search.adaptive:
+        yield Problem(("spec", "repeats"), f"repeats {{min, max, target}} repeat the cells of a grid or random "
+                                           f"search; a {spec.search.strategy} search makes its own trials (give "
+                                           "repeats as a number)")
     if isinstance(spec.search, TuneSearch):
         yield from _tune_problems(spec.search, matrix_axes, catalog)
     if isinstance(spec.search, MaxBatchSearch):

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PrivateAttr, create_model
+from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, create_model, model_validator
 from pydantic.fields import FieldInfo
 
 from kubesweep.images import locked_reference
@@ -241,6 +241,46 @@ class MaxBatchSearch(_SearchRule):
 
 Search = Annotated[GridSearch | RandomSearch | TuneSearch | MaxBatchSearch, Field(discriminator="strategy")]
 
+# `repeats: {min, max, target}` runs as a search of its own (it adds repeats while the sweep runs)
+REPEATS_RUNNER = "kubesweep.tune.repeats:run_repeats"
+MAX_REPEATS = 100
+# what a cell's repeats may be measured until: a metric of the answer (kubesweep.wire.trial_metrics)
+REPEAT_METRICS = ("samples_per_s", "step_p50_ms", "latency_p99_ms", "epoch_s", "tta_s", "peak_mem_gib",
+                  "j_per_sample", "cost_per_epoch")
+
+
+def _percent(value: Any) -> Any:
+    """`3%` or 3 -> 3.0 (percent of the mean)."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            return float(value.strip()[:-1])
+        except ValueError:
+            return value
+    return value
+
+
+def _repeats_kind(value: Any) -> str:
+    """`repeats` is a rule when it is a mapping (or the model), else a count: one branch's errors, not both."""
+    return "rule" if isinstance(value, dict | SequentialRepeats) else "count"
+
+
+class SequentialRepeats(StrictModel):
+    """Repeat each cell until the 95% interval of its `metric` is within `target` of its mean (or `max` repeats),
+    spending repeats first where the answer is undecided (`kubesweep.tune.repeats`)."""
+
+    min: int = Field(3, ge=2, le=MAX_REPEATS, description="repeats every cell gets (at least 2: an interval)")
+    max: int = Field(10, ge=2, le=MAX_REPEATS, description="repeats a cell gets at most")
+    target: Annotated[float, BeforeValidator(_percent)] = Field(
+        3.0, ge=0.1, le=50, description="the 95% half-width to reach, in percent of the mean (3%: within ±3%)")
+    metric: Literal[REPEAT_METRICS] = Field(  # type: ignore[valid-type]
+        "samples_per_s", description="what the interval is of (samples_per_s: training or inference throughput)")
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> SequentialRepeats:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is more than max ({self.max})")
+        return self
+
 
 class SweepSpec(StrictModel):
     image: str | None = Field(None, description="a key of `images`, or a full reference pinned by @sha256")
@@ -251,7 +291,11 @@ class SweepSpec(StrictModel):
                                 description="extra cells added to the product")
     exclude: list[Cell] = Field(default_factory=list, max_length=MAX_AXIS_VALUES,  # type: ignore[valid-type]
                                 description="rules: cells matching all keys are dropped")
-    repeats: int = Field(1, ge=1, le=100)
+    repeats: Annotated[Annotated[int, Field(ge=1, le=MAX_REPEATS), Tag("count")]
+                       | Annotated[SequentialRepeats, Tag("rule")],
+                       Discriminator(_repeats_kind)] = Field(
+        1, description="runs of each cell: a number, or {min, max, target} to repeat each cell until its interval "
+                       "is within target")
     resources: Resources = Field(default_factory=Resources)
     concurrency: Concurrency = Field(default_factory=Concurrency)
     placement: Placement = Field(default_factory=Placement)
@@ -265,6 +309,32 @@ class SweepSpec(StrictModel):
                                           "suspended and run when Kueue admits them")
     priority_class: str | None = Field(None, max_length=63, pattern=DNS1123_LABEL,
                                        description="Kueue WorkloadPriorityClass of the trials (needs spec.queue)")
+
+
+    @property
+    def repeat_rule(self) -> SequentialRepeats | None:
+        """The sequential repeats rule, None for a fixed count."""
+        return self.repeats if isinstance(self.repeats, SequentialRepeats) else None
+
+    @property
+    def first_repeats(self) -> int:
+        """Repeats of each cell the plan holds from the start: the count, or the rule's min."""
+        return self.repeats.min if isinstance(self.repeats, SequentialRepeats) else self.repeats
+
+    @property
+    def most_repeats(self) -> int:
+        """Repeats of each cell at most: the count, or the rule's max."""
+        return self.repeats.max if isinstance(self.repeats, SequentialRepeats) else self.repeats
+
+    @property
+    def adaptive(self) -> bool:
+        """The sweep makes trials while it runs: a tune or max-batch search, or sequential repeats."""
+        return self.runner is not None
+
+    @property
+    def runner(self) -> str | None:
+        """`module:function` that drives the sweep to its end; None when the plan holds every trial."""
+        return self.search.runner or (REPEATS_RUNNER if self.repeat_rule is not None else None)
 
 
 class Sweep(StrictModel):

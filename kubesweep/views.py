@@ -113,11 +113,11 @@ def print_plan(console: Console, plan: Plan, *, limit: int | None = TABLE_ROWS) 
     table.add_column("id", style="dim")
     for axis in axes:
         table.add_column(axis)
-    if plan.sweep.spec.repeats > 1:
+    if plan.sweep.spec.most_repeats > 1:
         table.add_column("repeat", justify="right")
     for i, t in enumerate(plan.trials[:limit], 1):
         cells = [str(i), t.name, t.id, *(_fmt(t.axes.get(a)) for a in axes)]
-        if plan.sweep.spec.repeats > 1:
+        if plan.sweep.spec.most_repeats > 1:
             cells.append(str(t.repeat))
         _row(table, *cells)
     console.print(table)
@@ -526,9 +526,38 @@ def format_rows(rows: Sequence[ResultRow], fmt: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def repeats_lines(summary: dict[str, Any]) -> list[str]:
+    """What sequential repeats spent: the rule, the repeats against a fixed min and max, and the cells that stopped
+    at max without reaching the target."""
+    rule = summary.get("rule") or {}
+    cells = summary.get("cells") or []
+    low, high = _fmt(rule.get("min")), _fmt(rule.get("max"))
+    lines = [f"repeats until the 95% interval of {_fmt(rule.get('metric'))} is within ±{_fmt(rule.get('target'))}% "
+             f"({low} to {high} per cell): {_fmt(summary.get('repeats'))} repeats over {len(cells)} cells (a fixed "
+             f"{low}: {_fmt(summary.get('fixed_min'))}, a fixed {high}: {_fmt(summary.get('fixed_max'))})"]
+    for cell in cells:
+        if not isinstance(cell, dict) or cell.get("stopped") not in ("max", "no value"):
+            continue
+        axes = cell.get("axes")
+        axes = axes if isinstance(axes, dict) else {}
+        where = " ".join(f"{k}={_fmt(v)}" for k, v in axes.items())
+        n = _fmt(cell.get("repeats"))
+        width = cell.get("half_width_pct")
+        if cell["stopped"] == "no value":
+            why = f"no value in {n} repeats"
+        elif isinstance(width, int | float):
+            why = f"stopped at the max of {n} repeats at ±{width:.1f}%"
+        else:
+            why = f"stopped at the max of {n} repeats without an interval"
+        lines.append(f"  {clean(where, keep_lines=False)}: {why}")
+    return [clean(line, keep_lines=False) for line in lines]
+
+
 def search_lines(summary: dict[str, Any]) -> list[str]:
     """What a tune or max-batch search found, as lines of text."""
     lines: list[str] = []
+    if summary.get("strategy") == "repeats":
+        return repeats_lines(summary)
     if "cells" in summary:  # max-batch
         for cell in summary["cells"]:
             found = cell.get("max_batch")

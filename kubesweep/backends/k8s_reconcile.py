@@ -152,7 +152,7 @@ class JobReconciler:
         return cached[1]
 
     def _with_added(self, base: Plan) -> Plan:
-        if self.jobs.search is None or not base.sweep.spec.search.adaptive:
+        if self.jobs.search is None or not base.sweep.spec.adaptive:
             return base
         added = self.jobs.search.added(base.sweep.name)
         if not added:

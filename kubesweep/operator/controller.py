@@ -293,7 +293,7 @@ class OperatorBackend:
                 return None
             self.jobs.save(state, parent_run_id=run_id)
 
-        if state.sweep.spec.search.adaptive:
+        if state.sweep.spec.adaptive:
             message = self._ensure_tuner(state, tracking)
         try:
             status = self.jobs.reconcile(state)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from kubesweep.spec import SEARCH_RUNNERS
 
+REPEATS = "repeats"  # what sequential repeats write: repeats/repeats.json
+
 if TYPE_CHECKING:
     from kubesweep.backends.base import Backend, SweepStatus
     from kubesweep.spec import Sweep
@@ -30,17 +32,23 @@ class NoSearch(ValueError):
 def run_search(sweep: Sweep, backend: Backend, *, storage: Path, tracking: TrackingEnv | None = None,
                progress: Callable[[SweepStatus], None] | None = None) -> dict[str, Any]:
     """Run (or continue, from the state under `storage`) the sweep's search to its end; what it found."""
-    runner = sweep.spec.search.runner
+    runner = sweep.spec.runner
     if runner is None:
-        raise NoSearch(f"sweep {sweep.name!r} has no search to run (strategy {sweep.spec.search.strategy!r})")
+        raise NoSearch(f"sweep {sweep.name!r} has no search to run (strategy {sweep.spec.search.strategy!r}, "
+                       "a fixed number of repeats)")
     module, function = runner.split(":")
     run = getattr(importlib.import_module(module), function)
     summary: dict[str, Any] = run(sweep, backend, storage=storage, tracking=tracking, progress=progress).as_dict()
     return summary
 
 
+def summary_of(sweep: Sweep) -> str:
+    """The name of what the sweep's search writes: its strategy, or `repeats` under sequential repeats."""
+    return REPEATS if sweep.spec.repeat_rule is not None else sweep.spec.search.strategy
+
+
 def summary_names(strategy: str | None = None) -> list[tuple[str, str]]:
     """(artifact folder, file name) of what a search found: the strategy's, or every adaptive strategy's when
     the strategy is not known."""
-    strategies = [strategy] if strategy is not None else list(SEARCH_RUNNERS)
-    return [(s, f"{s}.json") for s in strategies if s in SEARCH_RUNNERS]
+    strategies = [strategy] if strategy is not None else [*SEARCH_RUNNERS, REPEATS]
+    return [(s, f"{s}.json") for s in strategies if s in SEARCH_RUNNERS or s == REPEATS]

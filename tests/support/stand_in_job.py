@@ -6,6 +6,8 @@ drive every path quickly:
   job.batch_size >= 256       -> outcome oom, exit 3
   job.learning_rate == 0.123  -> crashes with exit 1 and no results file
   job.learning_rate == 0.456  -> fails with exit 1: a CUDA assert, with terminal escape sequences, as its error
+  job.learning_rate == 0.321  -> samples/s 2% above, then 2% below the batch's rate (repeats 0 and 1), then at it
+  job.learning_rate == 0.789  -> samples/s 20% above or below the batch's rate, by the repeat's parity
   job.max_steps (if set)      -> sleeps max_steps / 10 seconds first (0.2 s by default), printing the job's step
                                  line (kubesweep.wire.progress) every 5 steps
 Each start appends a line to DIR/../../starts.log so tests can count how often a trial ran.
@@ -71,6 +73,11 @@ def main() -> int:
         print(CUDA_ASSERT, file=sys.stderr, flush=True)
     if outcome == "succeeded":
         rate = 100.0 * job["batch_size"]
+        repeat = int(trial.get("repeat") or 0)
+        if job.get("learning_rate") == 0.321:
+            rate *= {0: 1.02, 1: 0.98}.get(repeat, 1.0)
+        if job.get("learning_rate") == 0.789:
+            rate *= 1.2 if repeat % 2 == 0 else 0.8
         results["train"] = {"steps": 2, "target_steps": 2, "epochs_completed": 1.0, "samples": 2 * job["batch_size"],
                             "warmup_steps": 0, "warmup_time_s": 0.0, "measured_steps": 2,
                             "measured_samples": 2 * job["batch_size"], "measured_time_s": 0.02,

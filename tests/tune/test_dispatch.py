@@ -43,7 +43,8 @@ def test_the_spec_says_which_searches_are_adaptive_and_what_runs_them() -> None:
     assert max_batch.spec.search.runner == "kubesweep.tune.maxbatch:run_max_batch"
     assert summary_names("tune") == [("tune", "tune.json")]
     assert summary_names("grid") == []
-    assert summary_names(None) == [("tune", "tune.json"), ("max_batch", "max_batch.json")]
+    assert summary_names("repeats") == [("repeats", "repeats.json")]
+    assert summary_names(None) == [("tune", "tune.json"), ("max_batch", "max_batch.json"), ("repeats", "repeats.json")]
 
 
 def test_run_search_dispatches_on_the_spec(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,153 @@
+"""Sequential repeats (`repeats: {min, max, target}`): the stopping rule on known sequences, the spec, and a sweep
+run under the rule on the local backend with the stand-in job (tests/support/stand_in_job.py: its samples/s are
+exact, 2% apart for two repeats, or 20% apart for ever, by the learning rate), then continued."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubesweep.plan import count_trials, make_trial, plan
+from kubesweep.session import Options, Session
+from kubesweep.spec import SequentialRepeats, SpecError, parse_sweep
+from kubesweep.tune.repeats import AT_MAX, NO_VALUE, REACHED, CellRepeats, leaders, next_repeats
+from kubesweep.views import repeats_lines
+
+STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
+RULE = SequentialRepeats(min=3, max=6, target=3.0)
+
+
+def cell(values: list[float], *, repeats: int | None = None, ended: int | None = None,
+         group: tuple[str, str] = ("train", "H100")) -> CellRepeats:
+    n = repeats if repeats is not None else len(values)
+    trials = [make_trial(SWEEP, {"batch_size": 8}, r) for r in range(n)]
+    return CellRepeats({"batch_size": 8}, trials, ended=n if ended is None else ended, values=values, group=group)
+
+
+def doc(repeats: Any, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "reps"},
+            "spec": {"job": {"max_steps": 2}, "resources": {"gpus_per_trial": 0, "retries": 0},
+                     "matrix": {"batch_size": [8, 16]}, "repeats": repeats, **spec}}
+
+
+SWEEP = parse_sweep(doc({"min": 3, "max": 6}))
+
+
+# -- the rule on known sequences ------------------------------------------------------------------------------
+
+
+def test_a_cell_within_the_target_stops_and_a_wide_one_continues() -> None:
+    assert cell([100.0, 100.5, 99.5]).stopped(RULE) == REACHED  # ±1.2%
+    wide = cell([100.0, 110.0, 90.0])  # ±24.8%
+    assert wide.stopped(RULE) is None
+    assert next_repeats([wide], RULE, higher_is_better=True, width=4) == [0]
+    # two more repeats at the mean narrow it: [100, 110, 90, 100, 100] reads ±8.8%, still over 3%
+    assert cell([100.0, 110.0, 90.0, 100.0, 100.0]).stopped(RULE) is None
+
+
+def test_a_cell_at_max_stops_without_the_target_and_one_without_values_stops_at_min() -> None:
+    assert cell([120.0, 80.0, 120.0, 80.0, 120.0, 80.0]).stopped(RULE) == AT_MAX
+    assert cell([], repeats=3, ended=3).stopped(RULE) == NO_VALUE  # every repeat OOM: more would be too
+    assert cell([], repeats=2, ended=2).stopped(SequentialRepeats(min=2, max=5)) == NO_VALUE
+    # a repeat still running: judged once it ends, never given another meanwhile
+    running = cell([100.0, 130.0], repeats=3, ended=2)
+    assert running.stopped(RULE) is None
+    assert next_repeats([running], RULE, higher_is_better=True, width=4) == []
+
+
+def test_repeats_go_first_to_the_leaders_whose_intervals_overlap() -> None:
+    best = cell([100.0, 104.0, 96.0])  # 100 ± 9.9
+    close = cell([97.0, 101.0, 93.0])  # 97 ± 9.9: overlaps the best, the answer is undecided
+    far = cell([50.0, 60.0, 40.0])  # 50 ± 24.8: clearly behind, but wide
+    other_gpu = cell([30.0, 33.0, 27.0], group=("train", "H200"))  # the best of its own group
+    cells = [far, close, best, other_gpu]
+    assert leaders(cells, higher_is_better=True) == {1, 2, 3}
+    # one slot: a leader gets it, the widest first (the H200 leader reads ±24.8%, the H100 ones ±9.9%)
+    assert next_repeats(cells, RULE, higher_is_better=True, width=1) == [3]
+    assert next_repeats(cells, RULE, higher_is_better=True, width=3) == [3, 1, 2]
+    assert next_repeats(cells, RULE, higher_is_better=True, width=8) == [3, 1, 2, 0]
+    # lower is better (latency): the 50 is the leader, alone
+    assert leaders(cells[:3], higher_is_better=False) == {0}
+    # extra repeats in flight count against the width; the min repeats do not
+    in_flight = cell([100.0, 104.0, 96.0], repeats=4, ended=3)
+    assert next_repeats([in_flight, far], RULE, higher_is_better=True, width=1) == []
+    assert next_repeats([in_flight, far], RULE, higher_is_better=True, width=2) == [1]
+
+
+# -- the spec ---------------------------------------------------------------------------------------------------
+
+
+def test_the_spec_takes_a_count_or_a_rule_and_says_what_is_wrong() -> None:
+    sweep = parse_sweep(doc({"min": 2, "max": 5, "target": "2.5%"}))
+    rule = sweep.spec.repeat_rule
+    assert rule is not None and (rule.min, rule.max, rule.target, rule.metric) == (2, 5, 2.5, "samples_per_s")
+    assert sweep.spec.adaptive and sweep.spec.runner == "kubesweep.tune.repeats:run_repeats"
+    p = plan(sweep)
+    assert sorted(t.repeat for t in p.trials) == [0, 0, 1, 1]  # min of each cell to start with
+    assert any("within ±2.5%" in note for note in p.notes)
+    assert count_trials(sweep) == 10  # the budget: the rule's max
+    assert not parse_sweep(doc(3)).spec.adaptive and parse_sweep(doc(3)).spec.first_repeats == 3
+    for bad, words in (({"min": 5, "max": 3}, "min (5) is more than max (3)"),
+                       ({"target": 0.03}, "spec.repeats.target: must be >= 0.1, got 0.03"),
+                       ({"target": "three%"}, "spec.repeats.target: expected a number"),
+                       ({"min": 1}, "spec.repeats.min: must be >= 2"),
+                       ({"metric": "nonsense"}, "'nonsense' is not one of samples_per_s"),
+                       ("many", "spec.repeats: expected an integer")):
+        with pytest.raises(SpecError) as err:
+            parse_sweep(doc(bad))
+        assert "repeats" in str(err.value) and words in str(err.value), str(err.value)
+    with pytest.raises(SpecError) as err:
+        parse_sweep(doc({"min": 2}, search={"strategy": "max_batch"}))
+    assert "spec.repeats" in str(err.value) and "max_batch search makes its own trials" in str(err.value)
+
+
+# -- a sweep under the rule, local backend --------------------------------------------------------------------
+
+
+def test_a_sweep_repeats_each_cell_until_it_decides_and_a_second_run_continues_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBESWEEP_JOB_COMMAND", json.dumps([sys.executable, str(STAND_IN)]))
+    monkeypatch.setenv("KUBESWEEP_LOCAL_GPUS", "[]")
+    monkeypatch.delenv("KUBESWEEP_TUNE_STORAGE", raising=False)
+    home = tmp_path / "home"
+    sweep = parse_sweep({
+        "apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "reps"},
+        "spec": {"job": {"max_steps": 1}, "resources": {"gpus_per_trial": 0, "retries": 0},
+                 "concurrency": {"max_parallel": 4},
+                 "matrix": {"batch_size": [8, 256]},  # exact; out of memory
+                 "include": [{"batch_size": 16, "learning_rate": 0.321},  # 2% apart twice: within 3% at 4
+                             {"batch_size": 32, "learning_rate": 0.789}],  # 20% apart: never within
+                 "repeats": {"min": 3, "max": 5, "target": "3%"}}})
+    s = Session(Options(home=home, no_tracking=True, parallel=4))
+    assert s.submit(sweep, plan(sweep)) is None  # the rule runs here
+    ended = s.run_search(sweep)
+    found = ended.found
+    assert found is not None and found["strategy"] == "repeats"
+    by_batch = {c["axes"]["batch_size"]: c for c in found["cells"]}
+    assert {b: (c["repeats"], c["stopped"]) for b, c in by_batch.items()} == {
+        8: (3, "reached"), 256: (3, "no value"), 16: (4, "reached"), 32: (5, "max")}
+    assert by_batch[16]["half_width_pct"] < 3 < by_batch[32]["half_width_pct"]
+    assert (found["repeats"], found["fixed_min"], found["fixed_max"], found["at_max"]) == (15, 12, 20, 1)
+    status = s.backend.status("reps")
+    assert len(status.trials) == 15 and all(t.phase.terminal for t in status.trials)
+    starts = (home / "sweeps" / "reps" / "starts.log").read_text().splitlines()
+    assert len(starts) == 15  # no repeat ran twice
+    storage = s.search_storage("reps")
+    assert json.loads((storage / "repeats.json").read_text()) == found
+    assert s.search_found("reps", sweep, None) == found
+    lines = repeats_lines(found)
+    assert "15 repeats over 4 cells (a fixed 3: 12, a fixed 5: 20)" in lines[0]
+    assert any("batch_size=32" in line and "stopped at the max of 5 repeats" in line for line in lines[1:])
+    assert any("batch_size=256" in line and "no value in 3 repeats" in line for line in lines[1:])
+
+    # run again (a resumed sweep): the rule reads the repeats that ran, including the ones it added, and
+    # starts none of them again
+    (storage / "repeats.json").unlink()
+    again = Session(Options(home=home, no_tracking=True, parallel=4))
+    resumed, _ = again.resume("reps")
+    assert again.run_search(resumed).found == found
+    assert len((home / "sweeps" / "reps" / "starts.log").read_text().splitlines()) == 15
