@@ -47,7 +47,7 @@ from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, METRICS
 
 TABLE_METRICS = ("samples_per_s", "step_p50_ms", "peak_mem_gib", "tta_s", "accuracy", "cost_per_epoch",
                  "kwh_per_epoch")
-ACCURACY_METRICS = frozenset({"accuracy", "tta_s"})  # what a random-init model's numbers do not answer
+ACCURACY_METRICS = frozenset({"accuracy", "tta_s", "tta_train_s"})  # what a random-init model's numbers do not answer
 AXES = ("task", "gpu", "gpus", "batch_size", "precision", "compile")
 # settings that differ between repeats of one cell, or only say where the trial kept its files (a Kubernetes
 # trial's checkpoint directory is its own: /checkpoints/<sweep>/<trial id>)
@@ -415,7 +415,7 @@ def metric_text(cell: Cell, metric: str) -> str:
     text = fmt_number(stat.mean)
     if metric in ACCURACY_METRICS and cell.random_init:
         text += " (random init)"
-    if metric == "tta_s" and stat.n < cell.outcomes.get("succeeded", 0):
+    if metric in ("tta_s", "tta_train_s") and stat.n < cell.outcomes.get("succeeded", 0):
         text += f" ({stat.n}/{cell.outcomes['succeeded']})"
     if (rel := stat.relative_half_width) is not None:
         text += f" ±{rel * 100:.1f}%"

@@ -93,18 +93,20 @@ def gpu_table(cells: list[Cell], target: float) -> Table | None:
         rows.append([model, _gpu_label(cell), setting_text(cell), minutes, metric_text(cell, "warmup_s"),
                      metric_text(cell, "samples_per_s"), metric_text(cell, "peak_mem_gib"),
                      metric_text(cell, "kwh_per_epoch"),
-                     metric_text(cell, "cost_per_epoch"), metric_text(cell, "accuracy"), metric_text(cell, "tta_s"),
+                     metric_text(cell, "cost_per_epoch"), metric_text(cell, "accuracy"),
+                     metric_text(cell, "tta_train_s"),
                      str(len(cell.trials)), _flags(cell)])
     if len(rows) < 1:
         return None
     note = ("Per model and GPU type, the fine-tuning setting with the most samples/s among those that learned (a "
             "random-init speed run counts: its accuracy is not meaningful): mean ± the 95% interval's half-width "
             "over the repeats. min/epoch: training-loop wall time per epoch, the warm-up apart (warm-up s: "
-            f"compilation and each shape's first steps, once per run); TTA: to {target:g} dev accuracy, warm-up "
-            "included.")
+            f"compilation and each shape's first steps, once per run); TTA train s: to {target:g} dev accuracy, the "
+            "steps to it at the steady step time (the warm-up apart, so a compile cache that one repeat fills and "
+            "the next reads does not set them apart).")
     return Table("GPU types at their best setting", ["model", "GPU", "setting", "min/epoch", "warm-up s",
                                                     "samples/s",
-                                                    "peak GiB", "kWh/epoch", "$/epoch", "accuracy", "TTA s", "n",
+                                                    "peak GiB", "kWh/epoch", "$/epoch", "accuracy", "TTA train s", "n",
                                                     "flags"], rows, note)
 
 

@@ -17,6 +17,13 @@
   warmup_time_s) / (steps - warmup_steps)`: warm-up (compilation included) is charged in full to the first
   steps, the rest of the training loop is spread evenly over the remaining steps; an evaluation at the last step
   gives exactly `train_s`. Not reached: no TTA.
+- TTA train s: the same target reached, warm-up apart: the steps until that evaluation x the steady step time
+  (`(train_s - warmup_time_s) / (steps - warmup_steps)`), so the warm-up steps count at the speed of every other
+  step and their compilation not at all. It measures the setting's training, whatever the compile cache held;
+  the answer ranks time to accuracy by it, with the warm-up beside it.
+- warm-up cold s / warm-up warm s: `warm-up s` of a compiled trial whose compile cache held nothing of its graphs
+  (`compile_cache.hit` false, or no cache record) / held every one of them (`hit` true): one interval each, so
+  repeats that compiled and repeats that read the cache are never averaged together. Eager trials have neither.
 - energy: `energy.j_per_sample` (joules per sample over the measured window, NVML's energy counter) and
   `energy.kwh_per_epoch` (J/sample x training rows / 3.6e6);
 - warm-up s: `timings.compile_warmup_s`, the steps reported apart from the measured ones (compilation included);
@@ -49,6 +56,9 @@ METRICS: dict[str, tuple[str, bool]] = {
     "j_per_sample": ("J/sample", False),
     "kwh_per_epoch": ("kWh/epoch", False),
     "warmup_s": ("warm-up s", False),
+    "tta_train_s": ("TTA train s", False),
+    "warmup_cold_s": ("warm-up cold s", False),
+    "warmup_warm_s": ("warm-up warm s", False),
     "queue_wait_s": ("queue wait s", False),
 }
 # what a trial's MLflow run carries as metrics of these names, for the UI's runs view (kubesweep.tracking.view)
@@ -79,6 +89,35 @@ def time_to_accuracy(results: Results, target: float) -> float | None:
             return warm_s * step / warm_steps if warm_steps else 0.0
         return warm_s + (step - warm_steps) * (train_s - warm_s) / (steps - warm_steps)
     return None
+
+
+def train_time_to_accuracy(results: Results, target: float) -> float | None:
+    """Seconds of steady training until the first evaluation at or above `target`: its step x the steady step
+    time, warm-up apart (see the module docstring)."""
+    train = results.train
+    train_s = finite(results.timings.train_s)
+    if train is None or train_s is None:
+        return None
+    steps = finite(train.steps)
+    warm_steps = finite(train.warmup_steps) or 0.0
+    warm_s = min(train_s, finite(train.warmup_time_s) or 0.0)
+    if not steps or steps <= warm_steps:
+        return None
+    per_step = (train_s - warm_s) / (steps - warm_steps)
+    for point in results.eval:
+        accuracy = finite(point.accuracy)
+        if accuracy is not None and accuracy >= target:
+            return min(float(point.step), steps) * per_step
+    return None
+
+
+def warmup_by_cache(results: Results) -> tuple[float | None, float | None]:
+    """(cold, warm): a compiled trial's warm-up seconds as the one its compile cache state says; eager: neither."""
+    if not results.config.compile:
+        return None, None
+    warm_up = finite(results.timings.compile_warmup_s)
+    hit = results.compile_cache is not None and results.compile_cache.hit
+    return (None, warm_up) if hit else (warm_up, None)
 
 
 def peak_memory(results: Results) -> float | None:
@@ -135,6 +174,8 @@ def trial_metrics(results: Results | None, outcome: str, *, gpus: int, price_per
     out["warmup_s"] = finite(r.timings.compile_warmup_s)
     out["queue_wait_s"] = finite(r.timings.queue_wait_s)
     out["tta_s"] = time_to_accuracy(r, target) if inference is None else None
+    out["tta_train_s"] = train_time_to_accuracy(r, target) if inference is None else None
+    out["warmup_cold_s"], out["warmup_warm_s"] = warmup_by_cache(r)
     train_s = finite(r.timings.train_s)
     epochs = finite(r.train.epochs_completed) if r.train is not None else None
     if train_s is not None and epochs and r.train is not None:
