@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.tracking import intervals, sharing
+from kubesweep.tracking import intervals, machines, sharing
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire import trial_metrics
 from kubesweep.wire.config import ANY_GPU, CPU, JobConfig
@@ -137,6 +137,8 @@ class Cell:
     outcomes: Counter[str]
     best: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    left_out: list[TrialRecord] = field(default_factory=list)  # repeats of a machine that disagreed (machines.py)
+    machine_flag: str = ""
 
     @property
     def task(self) -> str:
@@ -170,6 +172,13 @@ class Cell:
         return [t for t in self.trials if t.outcome == "succeeded" and at_chance(t.results)]
 
     @property
+    def host_bound(self) -> bool:
+        """A repeat that succeeded measured the host, not the GPU: an inference GPU that waited for the host to
+        issue its batches, or a training GPU idle for most of its measured steps (`kubesweep.wire.flags`)."""
+        return any(host_bound_share(t.results) is not None or gpu_busy_low(t.results) is not None
+                   for t in self.trials if t.outcome == "succeeded")
+
+    @property
     def flags(self) -> list[str]:
         """What a reader must know beside this cell's numbers: `OOM`, `1/3 GPU mismatch`, `chance accuracy
         (0.50)`, `host-bound (99% issuing)` or `host-bound (GPU busy 37% of measured steps)` (the mean of the
@@ -195,6 +204,8 @@ class Cell:
                 out.append(of + flag(sum(bound) / len(bound)))
         if self.outcomes.get("succeeded") == 1:
             out.append("n=1")
+        if self.machine_flag:
+            out.append(self.machine_flag)
         moved = sharing.interference(self.trials)
         if moved is not None and moved.flag():
             out.append(str(moved.flag()))
@@ -209,6 +220,13 @@ class Cell:
 
     def key_values(self) -> dict[str, Any]:
         return {**self.axes.as_dict(), **self.extra}
+
+
+def machine_of(record: TrialRecord) -> str | None:
+    """The machine a trial ran on: its node's name (the hostname outside Kubernetes); None where unknown."""
+    env = record.results.environment if record.results is not None else {}
+    name = env.get("node_name") or env.get("hostname")
+    return str(name) if name else None
 
 
 def _cell_key(record: TrialRecord, catalog: Catalog) -> str:
@@ -239,11 +257,16 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
         gpu = gpu_type(ran, catalog) or (ANY_GPU if first.gpus and not ran.results else CPU)
         axes = CellAxes(task=first.job.task, gpu=gpu, gpus=first.gpus, batch_size=first.job.batch_size,
                         precision=first.job.precision, compile=_compile_text(first.job.compile))
-        per_trial = [record_metrics(t, catalog, target) for t in trials]
-        stats = {m: Stat([v for pt in per_trial if (v := pt[m]) is not None]) for m in METRICS}
-        cells.append(Cell(axes=axes, trials=sorted(trials, key=lambda t: t.repeat), metrics=stats,
-                          outcomes=Counter(t.outcome for t in trials),
-                          extra={k: _setting(first.job, k) for k in varying[_family(first.job)]}))
+        measured = [(t, record_metrics(t, catalog, target)) for t in trials]
+        verdict = machines.compare(measured, lambda tm: machine_of(tm[0]), lambda tm: tm[1][best_by],
+                                   unit=METRICS[best_by][0], fmt=fmt_number)
+        odd = {m.name for m in verdict.left_out}
+        kept = [(t, pt) for t, pt in measured if machine_of(t) not in odd]
+        stats = {m: Stat([v for _, pt in kept if (v := pt[m]) is not None]) for m in METRICS}
+        cells.append(Cell(axes=axes, trials=sorted((t for t, _ in kept), key=lambda t: t.repeat), metrics=stats,
+                          outcomes=Counter(t.outcome for t, _ in kept),
+                          extra={k: _setting(first.job, k) for k in varying[_family(first.job)]},
+                          left_out=[t for t, _ in measured if machine_of(t) in odd], machine_flag=verdict.flag))
     mark_best(cells, best_by)
     return cells
 
@@ -500,7 +523,8 @@ def to_json(cells: list[Cell], *, sweep: str, source: str, target: float, best_b
             {**cell.key_values(), "n": len(cell.trials), "status": cell.status, "outcomes": dict(cell.outcomes),
              "best": cell.best, "flags": cell.flags, "metrics": {m: s.as_dict() for m, s in cell.metrics.items()},
              "trials": [{"id": t.trial_id, "name": t.name, "repeat": t.repeat, "outcome": t.outcome,
-                         "reason": t.reason, "run_id": t.run_id} for t in cell.trials]}
+                         "reason": t.reason, "run_id": t.run_id} for t in cell.trials],
+             "left_out": [{"id": t.trial_id, "name": t.name, "machine": machine_of(t)} for t in cell.left_out]}
             for cell in cells
         ],
     }

@@ -207,16 +207,35 @@ def noisy_lines(cells: list[Cell]) -> list[str]:
     return [f"Noisier than ±{NOISY:.0%} in samples/s (95% interval): " + "; ".join(parts) + "."]
 
 
+HOST_BOUND_FIX = ("more DataLoader workers (num_workers), less padding (padding: bucketed), or step_graph: true "
+                  "(one CUDA graph per step or batch)")
+
+
 def gpu_lines(cells: list[Cell], task: str) -> list[str]:
-    """Per objective, the GPU types compared at their best settings: which is best and by how much, or tied."""
+    """Per objective, the GPU types compared at their best settings: which is best and by how much, or tied. Only
+    settings that measured the GPU take part: a host-bound setting (`Cell.host_bound`) measured its host, and a
+    GPU type whose every setting did is named as not compared, with what to change."""
     noun = "fine-tuning" if task == "finetune" else "inference"
     groups: dict[str, list[Cell]] = {}
+    host_only: dict[str, int] = {}
     for cell in cells:
         if task == "inference" or cell.axes.gpu != "cpu":
+            if cell.host_bound and cell.axes.gpu != "cpu":
+                host_only[str(cell.axes.gpu)] = host_only.get(str(cell.axes.gpu), 0) + 1
+                continue
             groups.setdefault(str(cell.axes.gpu), []).append(cell)
-    if len(groups) < 2:
-        return []
     lines = []
+    left = sorted(g for g in host_only if g not in groups)
+    if left and len(groups) + len(left) >= 2:
+        lines.append(f"GPU types, {noun}: {', '.join(left)} not compared: every setting of "
+                     f"{'it' if len(left) == 1 else 'them'} measured the host, not the GPU (host-bound); "
+                     f"{HOST_BOUND_FIX} would let it measure the GPU.")
+    elif host_only and len(groups) >= 2:
+        n = sum(host_only.values())
+        lines.append(f"GPU types, {noun}: compared on the settings that measured the GPU; {n} host-bound "
+                     f"setting{'s' if n != 1 else ''} left out of the comparison.")
+    if len(groups) < 2:
+        return lines
     for metric, objective in OBJECTIVES[task]:
         bests = [found for g in groups.values() if (found := best_cell(g, metric)) is not None]
         if len(bests) < 2:

@@ -22,6 +22,7 @@ from kubesweep.tracking.report import build
 from kubesweep.tracking.report_page import ANCHORS
 from kubesweep.wire.results import Results
 from tests.support.mlflow_fixtures import SWEEP_SPEC
+from tests.support.results_docs import monitor
 from tests.support.tracked_job import build as stand_in
 
 CPU_SPEC = """\
@@ -346,6 +347,29 @@ def test_the_answer_compares_gpu_types_at_their_best_settings_and_names_ties(tmp
     line = next(a for a in summary["answer"] if a.startswith("fine-tuning, highest throughput"))
     assert line.startswith("fine-tuning, highest throughput: 2 settings tied (95% intervals overlap): "), line
     assert "h100-80gb bs32 bf16 eager" in line and "h100-80gb bs16 bf16 eager" in line
+
+
+def test_gpu_types_are_compared_only_on_settings_that_measured_the_gpu(tmp_path: Path) -> None:
+    def idle(gpu: str, batches: tuple[int, ...]) -> Any:
+        def hook(trial: Any, results: dict[str, Any]) -> None:  # the GPU ran kernels 30% of its measured steps
+            if trial.gpu == gpu and trial.config.job.batch_size in batches:
+                results["gpu_monitor"] = monitor(30.0)
+        return hook
+
+    _, _, summary = report(tmp_path, records(GPU_SPEC, idle("l40s", (16, 32))))
+    answer = summary["answer"]
+    assert not any(a.startswith("GPU types, fine-tuning, highest throughput") for a in answer), answer
+    (line,) = [a for a in answer if a.startswith("GPU types, fine-tuning: ")]
+    assert "l40s not compared: every setting of it measured the host, not the GPU (host-bound)" in line, line
+    assert "num_workers" in line and "step_graph" in line  # what to change
+
+    _, _, summary = report(tmp_path, records(GPU_SPEC, idle("h100-80gb", (32,))))
+    answer = summary["answer"]
+    assert "GPU types, fine-tuning: compared on the settings that measured the GPU; 1 host-bound setting left out " \
+           "of the comparison." in answer
+    line = next(a for a in answer if a.startswith("GPU types, fine-tuning, highest throughput"))
+    # the H100's bs32 (1.67x the L40S's best) measured its host: the H100 is compared at bs16
+    assert "h100-80gb is 1.35x l40s at their best settings" in line, line
 
 
 def test_the_gpu_table_and_the_compile_break_even_table(tmp_path: Path) -> None:

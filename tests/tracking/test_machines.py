@@ -1,0 +1,53 @@
+"""Several machines of one GPU type in one setting (kubesweep/tracking/machines.py): the rule on known values, and a
+setting merged from three machines where one reads 30% below the others, as the same H100 model has."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubesweep.gpus import load_catalog
+from kubesweep.tracking import aggregate as agg
+from kubesweep.tracking.machines import compare
+from tests.tracking.test_aggregate import record, results
+
+
+def verdict(values: dict[str, list[float]]) -> Any:
+    items = [(machine, v) for machine, vs in values.items() for v in vs]
+    return compare(items, lambda i: i[0], lambda i: i[1], unit="samples/s", fmt=agg.fmt_number)
+
+
+def test_machines_that_agree_are_averaged_and_the_odd_one_of_three_is_named() -> None:
+    assert verdict({"a": [100.0, 101.0, 99.0], "b": [100.5, 99.5]}).left_out == []
+    assert verdict({"a": [100.0, 101.0]}).left_out == []  # one machine: nothing to compare
+    three = verdict({"a": [5400.0, 5420.0, 5380.0], "b": [5350.0, 5440.0], "c": [7686.0, 7700.0, 7672.0]})
+    assert [m.name for m in three.left_out] == ["c"]
+    assert three.flag == "machine c left out: 7,686 ±0.5% vs 5,398 samples/s on 2 others"
+    # no two of three agree: none can be told to be the odd one
+    assert verdict({"a": [100.0, 100.1], "b": [200.0, 200.1], "c": [300.0, 300.1]}).left_out == []
+
+
+def test_two_machines_that_disagree_are_both_kept_and_flagged() -> None:
+    two = verdict({"h100-a": [7686.0, 7700.0], "h100-b": [5400.0, 5420.0]})
+    assert two.left_out == []
+    assert two.flag == "2 machines disagree on samples/s: h100-a 7,693 ±1.2%, h100-b 5,410 ±2.3%"
+
+
+def on(machine: str, name: str, rate: float, repeat: int) -> Any:
+    return record(name, repeat=repeat, res=results(rate, environment={"node_name": machine}))
+
+
+def test_a_setting_merged_from_three_machines_leaves_out_the_one_that_disagrees() -> None:
+    recs = [on("h100-a", "a0", 5400.0, 0), on("h100-a", "a1", 5420.0, 1), on("h100-b", "b0", 5380.0, 0),
+            on("h100-b", "b1", 5440.0, 1), on("h100-c", "c0", 7686.0, 0), on("h100-c", "c1", 7700.0, 1)]
+    (cell,) = agg.aggregate(recs, catalog=load_catalog())
+    assert [t.name for t in cell.trials] == ["a0", "b0", "a1", "b1"]
+    assert [t.name for t in cell.left_out] == ["c0", "c1"]
+    assert cell.value("samples_per_s") == 5410.0  # not 6,171: the mean over the machines that agree
+    assert "machine h100-c left out: 7,693 ±1.2% vs 5,410 samples/s on 2 others" in cell.flags
+    doc = agg.to_json([cell], sweep="s", source="files", target=0.9, best_by="samples_per_s")
+    assert doc["cells"][0]["left_out"] == [{"id": "c0", "name": "c0", "machine": "h100-c"},
+                                           {"id": "c1", "name": "c1", "machine": "h100-c"}]
+    # trials with no machine recorded (older results files) are compared with nothing
+    (plain,) = agg.aggregate([record("p0", res=results(5400.0)), record("p1", repeat=1, res=results(7686.0))],
+                             catalog=load_catalog())
+    assert plain.left_out == [] and not any("machine" in f for f in plain.flags)
