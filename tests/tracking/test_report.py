@@ -113,7 +113,8 @@ def test_a_cpu_sweep_draws_every_figure_it_has_data_for(tmp_path: Path) -> None:
     assert "<h2>Comparison tables</h2>" not in main  # none drawn: no heading for them
     for gap in (*built.skipped, *built.table_notes, *built.unanswered):
         assert html.escape(gap) in left_out
-    assert "fine-tuning, soonest to the target accuracy (training time, warm-up apart): no trial reached 0.9" in " ".join(summary["unanswered"])
+    assert ("fine-tuning, soonest to the target accuracy (training time, warm-up apart): no trial reached 0.9"
+            in " ".join(summary["unanswered"]))
 
 
 def test_the_epochs_table_counts_its_epochs_in_words(tmp_path: Path) -> None:
