@@ -107,7 +107,7 @@ def _more(console: Console, hidden: int, what: str) -> None:
 
 def print_plan(console: Console, plan: Plan, *, limit: int | None = TABLE_ROWS) -> None:
     axes = list(dict.fromkeys(k for t in plan.trials for k in t.axes))
-    table = Table(title=plain(f"sweep {plan.sweep.name}: {len(plan.trials):,} trials"), title_justify="left")
+    table = Table(title=plain(f"sweep {plan.sweep.name}: {trials_text(plan)}"), title_justify="left")
     table.add_column("#", justify="right", style="dim")
     table.add_column("trial")
     table.add_column("id", style="dim")
@@ -150,25 +150,36 @@ def warn_if_large(err: Console, plan: Plan, confirm_over: int) -> None:
                   markup=False, soft_wrap=True)
 
 
+def trials_text(plan: Plan) -> str:
+    """`36 trials`, or under sequential repeats `36 trials to start, up to 96`."""
+    rule = plan.sweep.spec.repeat_rule
+    if rule is None or rule.max == rule.min:
+        return f"{len(plan.trials):,} trials"
+    return f"{len(plan.trials):,} trials to start, up to {len(plan.trials) // rule.min * rule.max:,}"
+
+
 def print_valid(console: Console, file: Path, plan: Plan, backend: str) -> None:
-    _say(console, f"{file}: valid for the {backend} backend — sweep {plan.sweep.name!r}, {len(plan.trials)} trials, "
+    _say(console, f"{file}: valid for the {backend} backend — sweep {plan.sweep.name!r}, {trials_text(plan)}, "
                   f"{len(plan.dropped)} cells dropped")
 
 
 def print_submitted(console: Console, file: Path, plan: Plan, backend: str, message: str) -> None:
-    _say(console, f"sweep {plan.sweep.name!r}: {len(plan.trials)} trials on the {backend} backend ({message})")
+    _say(console, f"sweep {plan.sweep.name!r}: {trials_text(plan)} on the {backend} backend ({message})")
     if plan.dropped:
         _say(console, f"{len(plan.dropped)} cells dropped (see `sweep plan {file}`)")
 
 
+def search_name(sweep: Sweep) -> str:
+    """`max_batch search`, or `sequential repeats` (a grid or random sweep under `repeats: {min, max, target}`)."""
+    return "sequential repeats" if sweep.spec.repeat_rule is not None else f"{sweep.spec.search.strategy} search"
+
+
 def print_search_detached(console: Console, sweep: Sweep) -> None:
-    _say(console, f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search detached; follow with "
-                  f"`sweep status {sweep.name}`")
+    _say(console, f"sweep {sweep.name!r}: {search_name(sweep)} detached; follow with `sweep status {sweep.name}`")
 
 
 def print_search_start(console: Console, sweep: Sweep, backend: str, storage: Path) -> None:
-    _say(console, f"sweep {sweep.name!r}: {sweep.spec.search.strategy} search on the {backend} backend "
-                  f"(state in {storage})")
+    _say(console, f"sweep {sweep.name!r}: {search_name(sweep)} on the {backend} backend (state in {storage})")
 
 
 def print_detached(console: Console, name: str) -> None:
