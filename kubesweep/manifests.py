@@ -355,7 +355,7 @@ MAX_TUNER_PREFIX = 63 - len("-tuner")
 
 def render_tuner_job(sweep: Sweep, *, image: str, trial_image: str | None = None, namespace: str | None = None,
                      tracking: TrackingEnv | None = None, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The Job that runs a search (`strategy: tune` or `max_batch`) in the cluster: `python -m kubesweep.tune`
+    """The Job that runs a search (`strategy: tune` or `max_batch`, or sequential repeats) in the cluster: `python -m kubesweep.tune`
     with the sweep's spec (from a pod annotation, through the downward API), driving the trial Jobs with the
     kubernetes backend.
 
@@ -425,7 +425,7 @@ def render_plan(plan: Plan, *, allow_unpinned: bool = False, namespace: str | No
     `tuner_image` (the operator's image; a search sweep without one is a RenderError)."""
     image = resolve_image(plan.sweep, allow_unpinned=allow_unpinned)
     if plan.sweep.spec.adaptive and not tuner_image:
-        raise RenderError(f"a {plan.sweep.spec.search.strategy} search's tuner runs the operator's image, not the "
+        raise RenderError(f"a {plan.sweep.spec.search_title}'s tuner runs the operator's image, not the "
                           "sweep's: pass --tuner-image IMAGE (the chart's operator image) or set "
                           "KUBESWEEP_TUNER_IMAGE")
     catalog = load_catalog()

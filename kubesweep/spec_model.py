@@ -327,6 +327,11 @@ class SweepSpec(StrictModel):
         return self.repeats.max if isinstance(self.repeats, SequentialRepeats) else self.repeats
 
     @property
+    def search_title(self) -> str:
+        """`max_batch search`, or `sequential repeats` (a grid or random sweep under `repeats: {min, max, target}`)."""
+        return "sequential repeats" if self.repeat_rule is not None else f"{self.search.strategy} search"
+
+    @property
     def adaptive(self) -> bool:
         """The sweep makes trials while it runs: a tune or max-batch search, or sequential repeats."""
         return self.runner is not None

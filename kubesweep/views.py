@@ -169,17 +169,12 @@ def print_submitted(console: Console, file: Path, plan: Plan, backend: str, mess
         _say(console, f"{len(plan.dropped)} cells dropped (see `sweep plan {file}`)")
 
 
-def search_name(sweep: Sweep) -> str:
-    """`max_batch search`, or `sequential repeats` (a grid or random sweep under `repeats: {min, max, target}`)."""
-    return "sequential repeats" if sweep.spec.repeat_rule is not None else f"{sweep.spec.search.strategy} search"
-
-
 def print_search_detached(console: Console, sweep: Sweep) -> None:
-    _say(console, f"sweep {sweep.name!r}: {search_name(sweep)} detached; follow with `sweep status {sweep.name}`")
+    _say(console, f"sweep {sweep.name!r}: {sweep.spec.search_title} detached; follow with `sweep status {sweep.name}`")
 
 
 def print_search_start(console: Console, sweep: Sweep, backend: str, storage: Path) -> None:
-    _say(console, f"sweep {sweep.name!r}: {search_name(sweep)} on the {backend} backend (state in {storage})")
+    _say(console, f"sweep {sweep.name!r}: {sweep.spec.search_title} on the {backend} backend (state in {storage})")
 
 
 def print_detached(console: Console, name: str) -> None:

@@ -335,18 +335,18 @@ class OperatorBackend:
         with the kubernetes backend; the operator creates that Job once."""
         name = tuner_name(state.sweep.name)
         if not self.tuner_image:
-            return (f"{state.sweep.spec.search.strategy} search: waiting, this operator has no tuner image "
+            return (f"{state.sweep.spec.search_title}: waiting, this operator has no tuner image "
                     "(--tuner-image or KUBESWEEP_TUNER_IMAGE; the chart sets it to the operator's image)")
-        strategy = state.sweep.spec.search.strategy
+        search = state.sweep.spec.search_title
         if self.sweeps.status_of(state.sweep.name).get("searchFinished"):
-            return f"{strategy} search: finished (tuner Job {name})"
+            return f"{search}: finished (tuner Job {name})"
         jobs = self.jobs.job_objects(state.sweep.name)
         tuner = next((j for j in jobs if j["metadata"]["name"] == name), None)
         if tuner is not None and job_finished(tuner):
             # recorded while the Job is still there (its TTL is at least UNGUARDED_TTL_FLOOR), so a tuner Job the
             # TTL controller removed later is never taken for one that has yet to run
             self.patch_status(state.sweep.name, {"searchFinished": True})
-            return f"{strategy} search: finished (tuner Job {name})"
+            return f"{search}: finished (tuner Job {name})"
         if tuner is None:
             trial_image = resolve_image(state.sweep, allow_unpinned=self.policy.allow_unpinned)
             if tracking is not None and state.parent_run_id and not tracking.parent_run_id:
@@ -356,7 +356,7 @@ class OperatorBackend:
             self.jobs.apply(self.api.batch.patch_namespaced_job,
                             render_tuner_job(state.sweep, image=self.tuner_image, trial_image=trial_image,
                                              namespace=self.namespace, tracking=tracking, owner=owner))
-        return f"{strategy} search: tuner Job {name} makes and runs the trials"
+        return f"{search}: tuner Job {name} makes and runs the trials"
 
     def _record_late(self, state: SweepState, status: SweepStatus) -> None:
         """Record outcomes that finished between reconcile's two looks at the cluster, so a published terminal

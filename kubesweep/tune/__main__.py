@@ -1,5 +1,5 @@
 """`python -m kubesweep.tune --spec SWEEP.yaml|json --backend kubernetes --storage DIR`: run a sweep's search
-(`strategy: tune` or `max_batch`) to its end; run again with the same storage, it resumes. The operator runs
+(`strategy: tune` or `max_batch`, or sequential repeats) to its end; run again with the same storage, it resumes. The operator runs
 this as the tuner Job of a search sweep (kubesweep.manifests.render_tuner_job); `sweep submit` runs the same
 code in-process.
 
