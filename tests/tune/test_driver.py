@@ -1,8 +1,8 @@
 """A tune sweep on the local backend with the real BERT job (tiny, random-init, CPU) and a real MLflow server:
-Optuna suggests 8 trials, ASHA judges them on the samples/s they report every 10 steps and stops the slow
+Optuna suggests 6 trials, ASHA judges them on the samples/s they report every 3 steps and stops the slow
 ones, whose processes are ended and whose MLflow runs are marked stopped. The tuner is killed (its whole
 process group, Ray included) once two trials have ended and is started again: it restores Ray Tune's state
-from the storage path, runs only the rest of the 8 suggestions, and reruns no trial."""
+from the storage path, runs only the rest of the 6 suggestions, and reruns no trial."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ apiVersion: kubesweep.io/v1alpha1
 kind: Sweep
 metadata: {{name: {NAME}}}
 spec:
-  job: {tiny_job(max_steps=120, log_every=5)}
+  job: {tiny_job(max_steps=60, log_every=3)}
   resources: {{gpus_per_trial: 0, retries: 0}}
   concurrency: {{max_parallel: 4}}
   search:
@@ -38,7 +38,7 @@ spec:
     scheduler: asha
     metric: samples_per_second
     mode: max
-    num_samples: 8
+    num_samples: 6
     max_concurrent: 4
     grace_period: 1
     space:
@@ -81,7 +81,7 @@ def test_optuna_asha_search_stops_trials_and_resumes_after_a_kill(mlflow_server:
     assert second.returncode == 0, output[-5000:]
 
     status = backend.status(NAME)
-    assert len(status.trials) == 8, [t.label for t in status.trials]
+    assert len(status.trials) == 6, [t.label for t in status.trials]
     assert all(t.phase.terminal for t in status.trials)
     assert all(t.attempts == 1 for t in status.trials), {t.name: t.attempts for t in status.trials}
     stopped = [t for t in status.trials if t.outcome == Outcome.STOPPED]
@@ -100,7 +100,7 @@ def test_optuna_asha_search_stops_trials_and_resumes_after_a_kill(mlflow_server:
 
     summary = json.loads((home / "sweeps" / NAME / "search" / "tune.json").read_text())
     assert summary["resumed"] is True
-    assert len(summary["trials"]) == 8
+    assert len(summary["trials"]) == 6
     assert summary["best"]["outcome"] == "succeeded"
 
     client = MlflowClient(tracking_uri=mlflow_server.url)
