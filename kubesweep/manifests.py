@@ -355,9 +355,9 @@ MAX_TUNER_PREFIX = 63 - len("-tuner")
 
 def render_tuner_job(sweep: Sweep, *, image: str, trial_image: str | None = None, namespace: str | None = None,
                      tracking: TrackingEnv | None = None, owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The Job that runs a search (`strategy: tune` or `max_batch`, or sequential repeats) in the cluster: `python -m kubesweep.tune`
-    with the sweep's spec (from a pod annotation, through the downward API), driving the trial Jobs with the
-    kubernetes backend.
+    """The Job that runs a search (`strategy: tune` or `max_batch`, or sequential repeats) in the cluster:
+    `python -m kubesweep.tune` with the sweep's spec (from a pod annotation, through the downward API), driving the
+    trial Jobs with the kubernetes backend.
 
     `image` runs the tuner, with a ServiceAccount token that may create Jobs; `trial_image` (default: `image`)
     runs the trials, without one. The operator passes its own image (code kubesweep ships) as `image`, so the

@@ -56,6 +56,7 @@ FLOORS: dict[str, int] = {
     "kubesweep.preflight": 6,
     "kubesweep.detach": 6,
     "kubesweep.views": 7,
+    "kubesweep.search_view": 7,
     "kubesweep.results_view": 7,
     "kubesweep.trial_progress": 7,
     "kubesweep.cli": 7,

@@ -184,34 +184,6 @@ def test_print_results_prints_a_row_per_trial() -> None:
     assert "sweep s: results" in text and "1235" in text and "oom" in text
 
 
-# -- searches --------------------------------------------------------------------------------------------------
-
-
-def test_search_lines_for_a_max_batch_search_give_each_cells_answer() -> None:
-    summary = {"cells": [{"gpu": "h100-80gb", "precision": "bf16", "max_batch": 512, "probes": 6},
-                         {"gpu": None, "precision": "fp32", "max_batch": None, "low": 8, "probes": 1}]}
-    assert views.search_lines(summary) == [
-        "max batch size h100-80gb bf16: 512 (6 probes)",
-        "max batch size cpu fp32: none fits (smallest tried: 8) (1 probes)",
-    ]
-
-
-def test_search_lines_for_a_tune_search_give_counts_the_best_trial_and_the_pareto_front() -> None:
-    summary = {"trials": [{"outcome": "succeeded"}, {"outcome": "stopped"}, {"outcome": "succeeded"}],
-               "metrics": ["samples_per_s", "accuracy"], "modes": ["max", "max"], "resumed": True,
-               "best": {"name": "t-7", "metrics": {"samples_per_s": 1234.5678}, "axes": {"batch_size": 64,
-                                                                                          "learning_rate": 3e-05}},
-               "pareto": [{"name": "t-3", "metrics": {"samples_per_s": 900.0, "accuracy": 0.9123},
-                           "axes": {"batch_size": 32}}]}
-    assert views.search_lines(summary) == [
-        "tune: 3 trials (1 stopped, 2 succeeded); metric samples_per_s, accuracy (max, max); resumed",
-        "best: t-7 (samples_per_s 1235) with batch_size=64 learning_rate=3e-05",
-        "pareto: t-3 (samples_per_s 900, accuracy 0.9123) with batch_size=32",
-    ]
-    assert views.search_lines({"trials": [{"outcome": "failed"}], "metrics": ["samples_per_s"], "modes": ["max"]})[
-        1] == "best: none (no trial succeeded within the constraints)"
-
-
 # -- text from outside: a trial, a results file, Kubernetes, MLflow ---------------------------------------------
 
 HOSTILE = "[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12] \x1b[31mAssertion failed\x1b[0m\x1b]0;title\x07 [bold]"

@@ -1,7 +1,7 @@
 """`python -m kubesweep.tune --spec SWEEP.yaml|json --backend kubernetes --storage DIR`: run a sweep's search
-(`strategy: tune` or `max_batch`, or sequential repeats) to its end; run again with the same storage, it resumes. The operator runs
-this as the tuner Job of a search sweep (kubesweep.manifests.render_tuner_job); `sweep submit` runs the same
-code in-process.
+(`strategy: tune` or `max_batch`, or sequential repeats) to its end; run again with the same storage, it resumes.
+The operator runs this as the tuner Job of a search sweep (kubesweep.manifests.render_tuner_job); `sweep submit`
+runs the same code in-process.
 
 Tracking comes from the environment: MLFLOW_TRACKING_URI, KUBESWEEP_EXPERIMENT, KUBESWEEP_PARENT_RUN_ID.
 Exit status: 0 when no trial failed, 1 otherwise, 2 for a bad spec, 4 when the backend fails.
@@ -17,11 +17,11 @@ from pathlib import Path
 
 from kubesweep.backend_factory import make_backend
 from kubesweep.backends.base import BackendError
+from kubesweep.search_view import search_lines
 from kubesweep.session import EXIT_BACKEND, EXIT_USAGE, exit_code
 from kubesweep.spec import SpecError, parse_sweep, parse_sweep_text
 from kubesweep.specfile import read_spec_text
 from kubesweep.tune.dispatch import NoSearch, run_search
-from kubesweep.views import search_lines
 from kubesweep.wire.env import TRACKING_SECRET_ENV, TrackingEnv
 
 

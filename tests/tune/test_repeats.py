@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from kubesweep.plan import count_trials, make_trial, plan
+from kubesweep.search_view import repeats_lines
 from kubesweep.session import Options, Session
 from kubesweep.spec import SequentialRepeats, SpecError, parse_sweep
 from kubesweep.tune.repeats import AT_MAX, NO_VALUE, REACHED, CellRepeats, leaders, next_repeats
-from kubesweep.views import repeats_lines
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
 RULE = SequentialRepeats(min=3, max=6, target=3.0)

@@ -1,0 +1,87 @@
+"""What a search found, as lines of text: a tune search's best and Pareto front, the max-batch answers, and what
+sequential repeats spent. `sweep submit`, `sweep results` and the tuner (`python -m kubesweep.tune`) print them.
+Every value comes from a summary file (a search's storage or its MLflow artifact): shown as text, never markup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubesweep.terminal_text import clean
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if value is False:
+        return "off"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def repeats_lines(summary: dict[str, Any]) -> list[str]:
+    """What sequential repeats spent: the rule, the repeats against a fixed min and max, and the cells that stopped
+    at max without reaching the target."""
+    rule = summary.get("rule") or {}
+    cells = summary.get("cells") or []
+    low, high = _value(rule.get("min")), _value(rule.get("max"))
+    lines = [f"repeats until the 95% interval of {_value(rule.get('metric'))} is within ±{_value(rule.get('target'))}% "
+             f"({low} to {high} per cell): {_value(summary.get('repeats'))} repeats over {len(cells)} cells (a fixed "
+             f"{low}: {_value(summary.get('fixed_min'))}, a fixed {high}: {_value(summary.get('fixed_max'))})"]
+    for cell in cells:
+        if not isinstance(cell, dict) or cell.get("stopped") not in ("max", "no value"):
+            continue
+        axes = cell.get("axes")
+        axes = axes if isinstance(axes, dict) else {}
+        where = " ".join(f"{k}={_value(v)}" for k, v in axes.items())
+        n = _value(cell.get("repeats"))
+        width = cell.get("half_width_pct")
+        if cell["stopped"] == "no value":
+            why = f"no value in {n} repeats"
+        elif isinstance(width, int | float):
+            why = f"stopped at the max of {n} repeats at ±{width:.1f}%"
+        else:
+            why = f"stopped at the max of {n} repeats without an interval"
+        lines.append(f"  {clean(where, keep_lines=False)}: {why}")
+    return [clean(line, keep_lines=False) for line in lines]
+
+
+def search_lines(summary: dict[str, Any]) -> list[str]:
+    """What a tune or max-batch search found, as lines of text."""
+    lines: list[str] = []
+    if summary.get("strategy") == "repeats":
+        return repeats_lines(summary)
+    if "cells" in summary:  # max-batch
+        for cell in summary["cells"]:
+            found = cell.get("max_batch")
+            text = f"{found}" if found is not None else f"none fits (smallest tried: {cell.get('low')})"
+            lines.append(f"max batch size {cell.get('gpu') or 'cpu'} {cell.get('precision')}: {text} "
+                         f"({cell.get('probes')} probes)")
+        return lines
+    trials = summary.get("trials") or []
+    outcomes: dict[str, int] = {}
+    for t in trials:
+        outcomes[t["outcome"]] = outcomes.get(t["outcome"], 0) + 1
+    counts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
+    metrics = summary.get("metrics") or []
+    lines.append(f"tune: {len(trials)} trials ({counts}); metric {', '.join(metrics)} "
+                 f"({', '.join(summary.get('modes') or [])})" + ("; resumed" if summary.get("resumed") else ""))
+    best = summary.get("best")
+    if best:
+        values = ", ".join(f"{k} {_fmt_num(v)}" for k, v in best["metrics"].items())
+        lines.append(f"best: {best['name']} ({values}) with {_axes_text(best['axes'])}")
+    elif trials:
+        lines.append("best: none (no trial succeeded within the constraints)")
+    for row in summary.get("pareto") or []:
+        values = ", ".join(f"{k} {_fmt_num(v)}" for k, v in row["metrics"].items())
+        lines.append(f"pareto: {row['name']} ({values}) with {_axes_text(row['axes'])}")
+    return lines
+
+
+def _fmt_num(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _axes_text(axes: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_fmt_num(v)}" for k, v in axes.items())
