@@ -403,7 +403,7 @@ def report(
     directory = (output or default).expanduser().resolve()
     try:
         built = build(r.cells, directory, sweep=name, source=r.loaded.source, target=target_accuracy,
-                      best_by=best_by.value, merged=len(names) > 1)
+                      best_by=best_by.value, merged=len(names) > 1, repeats=s.repeats_spent(names))
     except ReportPathError as exc:  # --output names a bad place: bad input; the home's own directory: the store's
         fail(str(exc), EXIT_USAGE if output is not None else EXIT_BACKEND)
     views.print_report(console, built)

@@ -365,6 +365,30 @@ class Session:
         return Results(cells, loaded, first.target if first is not None else self.tracking_target(names[0], None),
                        None, False)
 
+    def repeats_spent(self, names: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        """What sequential repeats spent in each of `names` that ran under the rule: (name, its `repeats.json`),
+        from a sweep's search storage or parent run, or from `search/repeats.json` of a directory of results files
+        (a local sweep's directory copied from another machine)."""
+        out = []
+        for name in names:
+            found: dict[str, Any] | None = None
+            if names_a_directory(name):
+                try:
+                    data = json.loads((Path(name).expanduser() / "search" / "repeats.json").read_text())
+                except (OSError, ValueError):
+                    data = None
+                found = data if isinstance(data, dict) else None
+            else:
+                try:
+                    sweep = self.backend.sweep_of(name)
+                except (BackendError, SpecError):
+                    sweep = None
+                if sweep is not None and sweep.spec.repeat_rule is not None:
+                    found = self.search_found(name, sweep, None)
+            if found is not None and found.get("strategy") == "repeats":
+                out.append((name, found))
+        return out
+
     def search_found(self, name: str, sweep: Sweep | None, parent_run_id: str | None) -> dict[str, Any] | None:
         """What a search found: its file under the search storage, else the parent run's artifact in MLflow
         (`<strategy>/<strategy>.json`); any strategy's when the sweep is not known here."""

@@ -54,6 +54,7 @@ from kubesweep.tracking.report_tables import (
     gpu_table,
     inference_table,
     queue_table,
+    repeats_table,
     sharing_table,
 )
 from kubesweep.wire.trial_metrics import METRICS
@@ -91,9 +92,11 @@ def _figure_gap(name: str, cells: list[Cell], target: float, merged: bool = Fals
 
 
 def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target: float, best_by: str,
-          catalog: Catalog | None = None, merged: bool = False) -> Report:
+          catalog: Catalog | None = None, merged: bool = False,
+          repeats: list[tuple[str, dict[str, Any]]] | None = None) -> Report:
     """Write report.html, the figures, report.md and summary.json into `directory`. `merged`: the cells come from
     several sweeps (machines, at other times): no GPU-busy figure or timeline, which need one sweep's wall time.
+    `repeats`: what sequential repeats spent in each sweep that ran under the rule ((where, repeats.json)).
 
     The files are written into a staging directory first and then each moved into place (a rename), report.html
     last: a build that fails leaves the report that was there as it was, never half of a new one. Other files in
@@ -101,7 +104,7 @@ def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target
     catalog = catalog or load_catalog()
     with staged(directory) as staging:
         report = _write(cells, staging, sweep=sweep, source=source, target=target, best_by=best_by,
-                        catalog=catalog, merged=merged)
+                        catalog=catalog, merged=merged, repeats=repeats or [])
         publish(staging, directory, [*FIGURES, "summary.json", "report.md", "report.html"])
     report.directory = directory
     return report
@@ -111,8 +114,15 @@ FIGURES = ("throughput.png", "compile_speedup.png", "peak_memory.png", "time_to_
            "energy_per_epoch.png", "heatmap.png", "gpu_timeline.png")
 
 
+def _rule_metric(repeats: list[tuple[str, dict[str, Any]]], best_by: str) -> str:
+    """The metric the sweeps' repeats rule measured until (the first sweep's), else `best_by`."""
+    rule = repeats[0][1].get("rule") if repeats else None
+    metric = rule.get("metric") if isinstance(rule, dict) else None
+    return metric if isinstance(metric, str) and metric in METRICS else best_by
+
+
 def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target: float, best_by: str,
-           catalog: Catalog, merged: bool) -> Report:
+           catalog: Catalog, merged: bool, repeats: list[tuple[str, dict[str, Any]]]) -> Report:
     """The report's files, written into `staging` (the report's directory until they are moved into place)."""
     report = Report(sweep, staging)
 
@@ -155,7 +165,9 @@ def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target:
         ("time for N epochs at batch 16", epochs_table), ("torch.compile break-even", breakeven_table),
         ("inference latency", inference_table), ("one GPU vs DDP", ddp_table),
         ("time to get a GPU (queue wait)", queue_table), ("trials alone or beside others", sharing_table),
-        ("GPU busy per device", lambda c: None if merged else device_table(c))]
+        ("GPU busy per device", lambda c: None if merged else device_table(c)),
+    ] + ([("repeats per setting", lambda c: repeats_table(c, repeats, _rule_metric(repeats, best_by)))]
+         if repeats else [])
     for title, make in makers:
         table = make(cells)
         if table is None:

@@ -228,3 +228,50 @@ def device_table(cells: list[Cell]) -> Table | None:
     return Table("GPU busy per device", ["node", "PCI bus id", "UUID", "trials", "measured training s", "busy"],
                  sharing.busy_rows(devices), "measured training steps on that GPU over the sweep's wall time "
                                              "(first trial's start to last results file)")
+
+
+def _matches(cell: Cell, axes: Any) -> bool:
+    """The summary cell's axes (a plan's: `gpu` and job settings) name this aggregated cell."""
+    if not isinstance(axes, dict) or not cell.trials:
+        return False
+    job = cell.trials[0].job
+    for key, value in axes.items():
+        have = cell.axes.gpu if key == "gpu" else getattr(job, key, None)
+        if key == "compile":
+            have, value = cell.axes.compile, ("off" if value in (False, None) else "on" if value is True else value)
+        if have != value:
+            return False
+    return True
+
+
+def repeats_table(cells: list[Cell], summaries: list[tuple[str, dict[str, Any]]], metric: str) -> Table | None:
+    """Sequential repeats (`repeats: {min, max, target}`): per setting, the repeats it got and the half-width its
+    interval reached, and which settings stopped at `max` without reaching the target, from each sweep's
+    `repeats.json` (`summaries`: (where it was read, the summary)). None when no sweep ran under the rule."""
+    if not summaries:
+        return None
+    stopped: dict[int, list[str]] = {}
+    rules = []
+    for where, summary in summaries:
+        given = summary.get("rule")
+        rule: dict[str, Any] = given if isinstance(given, dict) else {}
+        rules.append(f"{where}: {rule.get('min')} to {rule.get('max')} repeats a setting until the 95% interval of "
+                     f"{rule.get('metric')} is within ±{rule.get('target')}%, {summary.get('repeats')} repeats in all "
+                     f"(a fixed {rule.get('min')}: {summary.get('fixed_min')}, a fixed {rule.get('max')}: "
+                     f"{summary.get('fixed_max')})")
+        for entry in summary.get("cells") or []:
+            if not isinstance(entry, dict) or entry.get("stopped") not in ("max", "no value"):
+                continue
+            for i, cell in enumerate(cells):
+                if _matches(cell, entry.get("axes")):
+                    stopped.setdefault(i, []).append(f"{where}: {entry['stopped']}")
+    rows = []
+    for i, cell in enumerate(cells):
+        stat = cell.metrics[metric]
+        rel = stat.relative_half_width
+        rows.append([cell.task, _gpu_label(cell), setting_text(cell), str(len(cell.trials)),
+                     f"±{rel * 100:.1f}%" if rel is not None else "-", "; ".join(stopped.get(i, [])) or "target"])
+    note = ("Repeats under the rule: " + "; ".join(rules) + f". ± is the 95% interval's half-width of {metric} "
+            "over every repeat of the setting (all machines); 'max': stopped at the most repeats without reaching "
+            "the target, 'no value': no repeat measured it.")
+    return Table("repeats per setting", ["task", "GPU", "setting", "repeats", "±", "stopped"], rows, note)

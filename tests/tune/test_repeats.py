@@ -14,6 +14,7 @@ import pytest
 from kubesweep.plan import count_trials, make_trial, plan
 from kubesweep.search_view import repeats_lines
 from kubesweep.session import Options, Session
+from kubesweep.tracking.report import build
 from kubesweep.spec import SequentialRepeats, SpecError, parse_sweep
 from kubesweep.tune.repeats import AT_MAX, NO_VALUE, REACHED, CellRepeats, leaders, next_repeats
 
@@ -143,6 +144,20 @@ def test_a_sweep_repeats_each_cell_until_it_decides_and_a_second_run_continues_i
     assert "15 repeats over 4 cells (a fixed 3: 12, a fixed 5: 20)" in lines[0]
     assert any("batch_size=32" in line and "stopped at the max of 5 repeats" in line for line in lines[1:])
     assert any("batch_size=256" in line and "no value in 3 repeats" in line for line in lines[1:])
+
+    # the report states the rule and the repeats each setting got, from the sweep or its copied directory
+    spent = s.repeats_spent(["reps"])
+    assert spent == [("reps", found)]
+    assert s.repeats_spent([str(home / "sweeps" / "reps")]) == [(str(home / "sweeps" / "reps"), found)]
+    results = s.results("reps", experiment=None, target_accuracy=0.9, best_by="samples_per_s")
+    built = build(results.cells, tmp_path / "report", sweep="reps", source="files", target=0.9,
+                  best_by="samples_per_s", repeats=spent)
+    (table,) = [t for t in built.tables if t.title == "repeats per setting"]
+    assert "reps: 3 to 5 repeats a setting until the 95% interval of samples_per_s is within ±3.0%, 15 repeats" \
+           in table.note
+    rows = {row[2]: row for row in table.rows}
+    assert [(r[3], r[5]) for s_, r in sorted(rows.items()) if "bs32" in s_] == [("5", "reps: max")]
+    assert [(r[3], r[5]) for s_, r in sorted(rows.items()) if "bs16" in s_] == [("4", "target")]
 
     # run again (a resumed sweep): the rule reads the repeats that ran, including the ones it added, and
     # starts none of them again
