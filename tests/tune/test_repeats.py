@@ -14,8 +14,8 @@ import pytest
 from kubesweep.plan import count_trials, make_trial, plan
 from kubesweep.search_view import repeats_lines
 from kubesweep.session import Options, Session
-from kubesweep.tracking.report import build
 from kubesweep.spec import SequentialRepeats, SpecError, parse_sweep
+from kubesweep.tracking.report import build
 from kubesweep.tune.repeats import AT_MAX, NO_VALUE, REACHED, CellRepeats, leaders, next_repeats
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
