@@ -46,8 +46,8 @@ CHECKED_IN = ("manifests/crd/kubesweep.io.yaml", "charts/kubesweep/crds/kubeswee
 # Fields of spec that decide which trials exist, what each runs, and with which identity and privileges (images,
 # the ServiceAccount, the tracking server, the claims its pods mount) and where they queue (the Kueue LocalQueue and
 # priority: one sweep's trials are measured under one queue): fixed once the sweep exists.
-IMMUTABLE_FIELDS = ("image", "images", "job", "matrix", "include", "exclude", "repeats", "resources", "search",
-                    "tracking", "service_account", "storage", "queue", "priority_class")
+IMMUTABLE_FIELDS = ("image", "images", "job", "matrix", "include", "exclude", "repeats", "repeat_until",
+                    "resources", "search", "tracking", "service_account", "storage", "queue", "priority_class")
 
 SweepPhase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed", "Cancelled", "Invalid", "Empty"]
 TrialPhase = Literal["Pending", "Unschedulable", "Running", "Succeeded", "Failed", "Skipped", "Cancelled"]

@@ -35,6 +35,7 @@ from kubesweep.spec_model import Constraint as Constraint
 from kubesweep.spec_model import Distribution as Distribution
 from kubesweep.spec_model import MaxBatchSearch as MaxBatchSearch
 from kubesweep.spec_model import RandomSearch as RandomSearch
+from kubesweep.spec_model import RepeatUntil as RepeatUntil
 from kubesweep.spec_model import SequentialRepeats as SequentialRepeats
 from kubesweep.spec_model import Sweep as Sweep
 from kubesweep.spec_model import SweepSpec as SweepSpec

@@ -164,10 +164,16 @@ def semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> I
                         yield Problem(("spec", kind, i, axis), f"not a matrix axis (axes: {known})")
     if isinstance(spec.search, RandomSearch) and not matrix_axes:
         yield Problem(("spec", "search", "strategy"), "random search draws from the matrix, which is empty")
-    if spec.repeat_rule is not None and spec.search.adaptive:
-        yield Problem(("spec", "repeats"), f"repeats {{min, max, target}} repeat the cells of a grid or random "
-                                           f"search; a {spec.search.strategy} search makes its own trials (give "
-                                           "repeats as a number)")
+    if spec.repeat_until is not None:
+        if spec.search.adaptive:
+            yield Problem(("spec", "repeat_until"), f"repeat_until repeats the cells of a grid or random search; a "
+                                                    f"{spec.search.strategy} search makes its own trials")
+        if spec.repeats < 2:
+            yield Problem(("spec", "repeats"), f"repeat_until needs repeats of at least 2 (the runs every cell gets "
+                                               f"before its interval is read), got {spec.repeats}")
+        if spec.repeat_until.max < spec.repeats:
+            yield Problem(("spec", "repeat_until", "max"), f"{spec.repeat_until.max} is fewer than repeats "
+                                                           f"({spec.repeats}), the runs every cell gets first")
     if isinstance(spec.search, TuneSearch):
         yield from _tune_problems(spec.search, matrix_axes, catalog)
     if isinstance(spec.search, MaxBatchSearch):

@@ -122,5 +122,4 @@ def _is_tag(part: str) -> bool:
         "[" in part
         or part in ("int", "str", "bool", "float", "list", "dict", "none", "function-after", "function-before")
         or part in ("grid", "random", "tune", "max_batch")
-        or part in ("count", "rule")  # spec.repeats: a number, or the sequential rule
     )

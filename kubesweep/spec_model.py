@@ -6,10 +6,11 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Discriminator, Field, PrivateAttr, Tag, create_model, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, create_model
 from pydantic.fields import FieldInfo
 
 from kubesweep.images import locked_reference
@@ -241,7 +242,7 @@ class MaxBatchSearch(_SearchRule):
 
 Search = Annotated[GridSearch | RandomSearch | TuneSearch | MaxBatchSearch, Field(discriminator="strategy")]
 
-# `repeats: {min, max, target}` runs as a search of its own (it adds repeats while the sweep runs)
+# `repeat_until` runs as a search of its own (it adds repeats while the sweep runs)
 REPEATS_RUNNER = "kubesweep.tune.repeats:run_repeats"
 MAX_REPEATS = 100
 # what a cell's repeats may be measured until: a metric of the answer (kubesweep.wire.trial_metrics)
@@ -259,27 +260,26 @@ def _percent(value: Any) -> Any:
     return value
 
 
-def _repeats_kind(value: Any) -> str:
-    """`repeats` is a rule when it is a mapping (or the model), else a count: one branch's errors, not both."""
-    return "rule" if isinstance(value, dict | SequentialRepeats) else "count"
+class RepeatUntil(StrictModel):
+    """After `spec.repeats` runs, repeat each cell again until the 95% interval of its `metric` is within `target`
+    of its mean, or it has run `max` times (`kubesweep.tune.repeats`)."""
 
-
-class SequentialRepeats(StrictModel):
-    """Repeat each cell until the 95% interval of its `metric` is within `target` of its mean (or `max` repeats),
-    spending repeats first where the answer is undecided (`kubesweep.tune.repeats`)."""
-
-    min: int = Field(3, ge=2, le=MAX_REPEATS, description="repeats every cell gets (at least 2: an interval)")
-    max: int = Field(10, ge=2, le=MAX_REPEATS, description="repeats a cell gets at most")
     target: Annotated[float, BeforeValidator(_percent)] = Field(
         3.0, ge=0.1, le=50, description="the 95% half-width to reach, in percent of the mean (3%: within ±3%)")
+    max: int = Field(10, ge=2, le=MAX_REPEATS, description="runs of a cell at most")
     metric: Literal[REPEAT_METRICS] = Field(  # type: ignore[valid-type]
         "samples_per_s", description="what the interval is of (samples_per_s: training or inference throughput)")
 
-    @model_validator(mode="after")
-    def _min_within_max(self) -> SequentialRepeats:
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) is more than max ({self.max})")
-        return self
+
+@dataclass(frozen=True)
+class SequentialRepeats:
+    """The rule as it runs: `min` (spec.repeats) runs of every cell, then more up to `max` until the 95% interval
+    of `metric` is within ±`target` percent."""
+
+    min: int = 3
+    max: int = 10
+    target: float = 3.0
+    metric: str = "samples_per_s"
 
 
 class SweepSpec(StrictModel):
@@ -291,11 +291,10 @@ class SweepSpec(StrictModel):
                                 description="extra cells added to the product")
     exclude: list[Cell] = Field(default_factory=list, max_length=MAX_AXIS_VALUES,  # type: ignore[valid-type]
                                 description="rules: cells matching all keys are dropped")
-    repeats: Annotated[Annotated[int, Field(ge=1, le=MAX_REPEATS), Tag("count")]
-                       | Annotated[SequentialRepeats, Tag("rule")],
-                       Discriminator(_repeats_kind)] = Field(
-        1, description="runs of each cell: a number, or {min, max, target} to repeat each cell until its interval "
-                       "is within target")
+    repeats: int = Field(1, ge=1, le=MAX_REPEATS,
+                         description="runs of each cell (with repeat_until: the runs every cell gets first)")
+    repeat_until: RepeatUntil | None = Field(
+        None, description="repeat each cell beyond `repeats` until the 95% interval of its metric is within target")
     resources: Resources = Field(default_factory=Resources)
     concurrency: Concurrency = Field(default_factory=Concurrency)
     placement: Placement = Field(default_factory=Placement)
@@ -313,22 +312,26 @@ class SweepSpec(StrictModel):
 
     @property
     def repeat_rule(self) -> SequentialRepeats | None:
-        """The sequential repeats rule, None for a fixed count."""
-        return self.repeats if isinstance(self.repeats, SequentialRepeats) else None
+        """The sequential repeats rule (`repeat_until`, with `repeats` its min), None for a fixed count."""
+        until = self.repeat_until
+        if until is None:
+            return None
+        return SequentialRepeats(self.repeats, max(until.max, self.repeats), until.target, until.metric)
 
     @property
     def first_repeats(self) -> int:
-        """Repeats of each cell the plan holds from the start: the count, or the rule's min."""
-        return self.repeats.min if isinstance(self.repeats, SequentialRepeats) else self.repeats
+        """Repeats of each cell the plan holds from the start: `repeats`."""
+        return self.repeats
 
     @property
     def most_repeats(self) -> int:
-        """Repeats of each cell at most: the count, or the rule's max."""
-        return self.repeats.max if isinstance(self.repeats, SequentialRepeats) else self.repeats
+        """Repeats of each cell at most: `repeats`, or repeat_until's max."""
+        rule = self.repeat_rule
+        return rule.max if rule is not None else self.repeats
 
     @property
     def search_title(self) -> str:
-        """`max_batch search`, or `sequential repeats` (a grid or random sweep under `repeats: {min, max, target}`)."""
+        """`max_batch search`, or `sequential repeats` (a grid or random sweep with `repeat_until`)."""
         return "sequential repeats" if self.repeat_rule is not None else f"{self.search.strategy} search"
 
     @property

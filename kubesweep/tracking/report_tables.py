@@ -245,7 +245,7 @@ def _matches(cell: Cell, axes: Any) -> bool:
 
 
 def repeats_table(cells: list[Cell], summaries: list[tuple[str, dict[str, Any]]], metric: str) -> Table | None:
-    """Sequential repeats (`repeats: {min, max, target}`): per setting, the repeats it got and the half-width its
+    """Sequential repeats (`repeat_until`): per setting, the repeats it got and the half-width its
     interval reached, and which settings stopped at `max` without reaching the target, from each sweep's
     `repeats.json` (`summaries`: (where it was read, the summary)). None when no sweep ran under the rule."""
     if not summaries:

@@ -1,5 +1,5 @@
 """Searches that make trials while they run: `strategy: tune` (Ray Tune), `strategy: max_batch` (bisection) and
-sequential repeats (`repeats: {min, max, target}`).
+sequential repeats (`repeat_until: {target, max}`).
 
 - `kubesweep.tune.driver`: Ray Tune drives; each suggestion becomes a trial made by the planner
   (`plan.make_trial`) and run by a backend (local processes or Kubernetes Jobs). The trials' intermediate

@@ -1,6 +1,7 @@
 """Sequential repeats: each cell of a grid or random sweep repeated until its interval decides.
 
-    repeats: {min: 3, max: 10, target: 3%, metric: samples_per_s}
+    repeats: 3                                                  # min: every cell runs this often first
+    repeat_until: {target: 3%, max: 10, metric: samples_per_s}
 
 The plan holds `min` repeats of every cell. Once a cell's repeats have all ended, the rule reads the 95% interval
 of its metric (`kubesweep.tracking.intervals`: Student's t over the repeats that succeeded) and the cell stops when
@@ -23,6 +24,7 @@ What it decided goes to `repeats.json` under the search storage and to the paren
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import time
@@ -137,7 +139,7 @@ class RepeatsSummary:
 
     def as_dict(self) -> dict[str, Any]:
         spent = sum(len(c.trials) for c in self.cells)
-        return {"sweep": self.sweep, "strategy": "repeats", "rule": self.rule.model_dump(mode="json"),
+        return {"sweep": self.sweep, "strategy": "repeats", "rule": dataclasses.asdict(self.rule),
                 "repeats": spent, "fixed_min": len(self.cells) * self.rule.min,
                 "fixed_max": len(self.cells) * self.rule.max,
                 "at_max": sum(1 for c in self.cells if c.stopped(self.rule) == AT_MAX),
@@ -148,11 +150,11 @@ def run_repeats(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trac
                 progress: Callable[[SweepStatus], None] | None = None, poll_s: float = 0.5) -> RepeatsSummary:
     """Run (or continue) the sweep under its sequential repeats rule to its end; what each cell got."""
     rule = sweep.spec.repeat_rule
-    assert rule is not None, "run_repeats needs spec.repeats {min, max, target}"
+    assert rule is not None, "run_repeats needs spec.repeat_until"
     if getattr(backend, "results", None) is None and (tracking is None or not tracking.parent_run_id):
-        raise BackendError(f"sweep {sweep.name!r}: repeats {{min, max, target}} read each repeat's {rule.metric} "
-                           f"from MLflow on the {backend.name} backend, and this sweep is not tracked (turn "
-                           "tracking on, or give repeats as a number)")
+        raise BackendError(f"sweep {sweep.name!r}: repeat_until reads each repeat's {rule.metric} from MLflow on "
+                           f"the {backend.name} backend, and this sweep is not tracked (turn tracking on, or drop "
+                           "repeat_until)")
     higher = METRICS[rule.metric][1]
     first = plan(sweep)
     by_cell: dict[str, CellRepeats] = {}

@@ -1,4 +1,4 @@
-"""Sequential repeats (`repeats: {min, max, target}`): the stopping rule on known sequences, the spec, and a sweep
+"""Sequential repeats (`repeats` + `repeat_until`): the stopping rule on known sequences, the spec, and a sweep
 run under the rule on the local backend with the stand-in job (tests/support/stand_in_job.py: its samples/s are
 exact, 2% apart for two repeats, or 20% apart for ever, by the learning rate), then continued."""
 
@@ -29,13 +29,14 @@ def cell(values: list[float], *, repeats: int | None = None, ended: int | None =
     return CellRepeats({"batch_size": 8}, trials, ended=n if ended is None else ended, values=values, group=group)
 
 
-def doc(repeats: Any, **spec: Any) -> dict[str, Any]:
+def doc(repeats: int, until: Any = None, **spec: Any) -> dict[str, Any]:
+    more = {"repeat_until": until} if until is not None else {}
     return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "reps"},
             "spec": {"job": {"max_steps": 2}, "resources": {"gpus_per_trial": 0, "retries": 0},
-                     "matrix": {"batch_size": [8, 16]}, "repeats": repeats, **spec}}
+                     "matrix": {"batch_size": [8, 16]}, "repeats": repeats, **more, **spec}}
 
 
-SWEEP = parse_sweep(doc({"min": 3, "max": 6}))
+SWEEP = parse_sweep(doc(3, {"max": 6}))
 
 
 # -- the rule on known sequences ------------------------------------------------------------------------------
@@ -82,28 +83,28 @@ def test_repeats_go_first_to_the_leaders_whose_intervals_overlap() -> None:
 # -- the spec ---------------------------------------------------------------------------------------------------
 
 
-def test_the_spec_takes_a_count_or_a_rule_and_says_what_is_wrong() -> None:
-    sweep = parse_sweep(doc({"min": 2, "max": 5, "target": "2.5%"}))
-    rule = sweep.spec.repeat_rule
-    assert rule is not None and (rule.min, rule.max, rule.target, rule.metric) == (2, 5, 2.5, "samples_per_s")
+def test_the_spec_takes_a_rule_beside_the_count_and_says_what_is_wrong() -> None:
+    sweep = parse_sweep(doc(2, {"max": 5, "target": "2.5%"}))
+    assert sweep.spec.repeat_rule == SequentialRepeats(min=2, max=5, target=2.5, metric="samples_per_s")
     assert sweep.spec.adaptive and sweep.spec.runner == "kubesweep.tune.repeats:run_repeats"
     p = plan(sweep)
     assert sorted(t.repeat for t in p.trials) == [0, 0, 1, 1]  # min of each cell to start with
     assert any("within ±2.5%" in note for note in p.notes)
     assert count_trials(sweep) == 10  # the budget: the rule's max
     assert not parse_sweep(doc(3)).spec.adaptive and parse_sweep(doc(3)).spec.first_repeats == 3
-    for bad, words in (({"min": 5, "max": 3}, "min (5) is more than max (3)"),
-                       ({"target": 0.03}, "spec.repeats.target: must be >= 0.1, got 0.03"),
-                       ({"target": "three%"}, "spec.repeats.target: expected a number"),
-                       ({"min": 1}, "spec.repeats.min: must be >= 2"),
-                       ({"metric": "nonsense"}, "'nonsense' is not one of samples_per_s"),
-                       ("many", "spec.repeats: expected an integer")):
+    for repeats, until, words in ((5, {"max": 3}, "spec.repeat_until.max: 3 is fewer than repeats (5)"),
+                                  (1, {"max": 3}, "spec.repeats: repeat_until needs repeats of at least 2"),
+                                  (3, {"target": 0.03}, "spec.repeat_until.target: must be >= 0.1, got 0.03"),
+                                  (3, {"target": "three%"}, "spec.repeat_until.target: expected a number"),
+                                  (3, {"metric": "nonsense"}, "'nonsense' is not one of samples_per_s"),
+                                  (3, {"min": 2}, "spec.repeat_until.min")):
         with pytest.raises(SpecError) as err:
-            parse_sweep(doc(bad))
-        assert "repeats" in str(err.value) and words in str(err.value), str(err.value)
+            parse_sweep(doc(repeats, until))
+        assert words in str(err.value), str(err.value)
     with pytest.raises(SpecError) as err:
-        parse_sweep(doc({"min": 2}, search={"strategy": "max_batch"}))
-    assert "spec.repeats" in str(err.value) and "max_batch search makes its own trials" in str(err.value)
+        parse_sweep(doc(2, {"max": 4}, search={"strategy": "max_batch"}))
+    assert "spec.repeat_until: repeat_until repeats the cells of a grid or random search; a max_batch search" \
+        in str(err.value)
 
 
 # -- a sweep under the rule, local backend --------------------------------------------------------------------
@@ -122,7 +123,7 @@ def test_a_sweep_repeats_each_cell_until_it_decides_and_a_second_run_continues_i
                  "matrix": {"batch_size": [8, 256]},  # exact; out of memory
                  "include": [{"batch_size": 16, "learning_rate": 0.321},  # 2% apart twice: within 3% at 4
                              {"batch_size": 32, "learning_rate": 0.789}],  # 20% apart: never within
-                 "repeats": {"min": 3, "max": 5, "target": "3%"}}})
+                 "repeats": 3, "repeat_until": {"max": 5, "target": "3%"}}})
     s = Session(Options(home=home, no_tracking=True, parallel=4))
     assert s.submit(sweep, plan(sweep)) is None  # the rule runs here
     ended = s.run_search(sweep)

@@ -42,7 +42,7 @@ SPEC: dict[str, Any] = {
     "spec": {"image": DIGEST, "job": {"max_steps": 10}, "resources": {"gpus_per_trial": 1, "retries": 0},
              "concurrency": {"max_parallel": 4},
              "matrix": {"learning_rate": [1.0e-4, 0.789]},  # 0.789: 20% apart, never within the target
-             "repeats": {"min": 2, "max": 4, "target": "3%"}},
+             "repeats": 2, "repeat_until": {"max": 4, "target": "3%"}},
 }
 
 
