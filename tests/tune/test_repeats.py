@@ -167,3 +167,30 @@ def test_a_sweep_repeats_each_cell_until_it_decides_and_a_second_run_continues_i
     resumed, _ = again.resume("reps")
     assert again.run_search(resumed).found == found
     assert len((home / "sweeps" / "reps" / "starts.log").read_text().splitlines()) == 15
+
+
+def test_the_tuner_and_the_operators_render_run_the_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Under the operator the rule runs as the tuner Job (`python -m kubesweep.tune`), which `render` shows beside
+    the trial Jobs of the first repeats; the tuner runs it to its end (here on the local backend)."""
+    from kubesweep.manifests import render_plan
+    from kubesweep.tune.__main__ import main
+
+    digest = "registry.example/kubesweep-job@sha256:" + "0" * 64
+    sweep = parse_sweep({**doc(2, {"max": 3}), "spec": {**doc(2, {"max": 3})["spec"], "image": digest}})
+    objects = render_plan(plan(sweep), tuner_image="registry.example/kubesweep-operator@sha256:" + "1" * 64)
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    assert ("Job", "reps-tuner") in kinds and sum(1 for k, _ in kinds if k == "Job") == 4 + 1  # 2 cells x 2 + tuner
+
+    monkeypatch.setenv("KUBESWEEP_JOB_COMMAND", json.dumps([sys.executable, str(STAND_IN)]))
+    monkeypatch.setenv("KUBESWEEP_LOCAL_GPUS", "[]")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    spec = tmp_path / "reps.json"
+    spec.write_text(json.dumps(doc(2, {"max": 3})))
+    code = main(["--spec", str(spec), "--backend", "local", "--storage", str(tmp_path / "search"),
+                 "--home", str(tmp_path / "home")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "repeats until the 95% interval of samples_per_s is within ±3% (2 to 3 per cell): 4 repeats over 2 " \
+           "cells" in out
+    assert json.loads((tmp_path / "search" / "repeats.json").read_text())["repeats"] == 4
