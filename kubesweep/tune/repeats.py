@@ -15,7 +15,8 @@ GPU type, the leaders (the best cell by mean and every cell whose interval overl
 tie rule) get their next repeat before any other cell, widest interval first, and at most
 `spec.concurrency.max_parallel` extra repeats are in flight at once, so a busy backend runs the leaders' first.
 
-A repeat is an ordinary trial (`plan.make_trial` with its repeat index): its id is deterministic, so a resumed sweep
+A cancelled sweep (`sweep cancel`: a repeat ended cancelled) gets no repeat after it. A repeat is an ordinary trial
+(`plan.make_trial` with its repeat index): its id is deterministic, so a resumed sweep
 (a killed driver, `sweep resume`, a restarted tuner Job) reads the repeats that already ran and continues the rule.
 What it decided goes to `repeats.json` under the search storage and to the parent MLflow run (artifact
 `repeats/repeats.json`): the rule, and per cell its repeats, mean, half-width and why it stopped.
@@ -42,6 +43,7 @@ from kubesweep.tracking.records import TrialRecord, from_backend, from_mlflow
 from kubesweep.tracking.runs import SweepRuns, TrackingError
 from kubesweep.tracking.target import TrackingTarget
 from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.trial_metrics import METRICS
 
 SUMMARY = "repeats.json"
@@ -170,6 +172,11 @@ def run_repeats(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trac
         if progress is not None:
             progress(status)
         reader.update(cells, status)
+        if any(t.outcome == Outcome.CANCELLED for t in status.trials):  # `sweep cancel`: no repeat after it
+            if all(t.phase.terminal for t in status.trials):
+                break
+            time.sleep(poll_s)
+            continue
         picks = next_repeats(cells, rule, higher_is_better=higher, width=sweep.spec.concurrency.max_parallel)
         if picks:
             added = [make_trial(sweep, cells[i].axes, len(cells[i].trials)) for i in picks]

@@ -17,6 +17,7 @@ from kubesweep.session import Options, Session
 from kubesweep.spec import SequentialRepeats, SpecError, parse_sweep
 from kubesweep.tracking.report import build
 from kubesweep.tune.repeats import AT_MAX, NO_VALUE, REACHED, CellRepeats, leaders, next_repeats
+from kubesweep.wire.outcomes import Outcome
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
 RULE = SequentialRepeats(min=3, max=6, target=3.0)
@@ -194,3 +195,37 @@ def test_the_tuner_and_the_operators_render_run_the_rule(tmp_path: Path, monkeyp
     assert "repeats until the 95% interval of samples_per_s is within ±3% (2 to 3 per cell): 4 repeats over 2 " \
            "cells" in out
     assert json.loads((tmp_path / "search" / "repeats.json").read_text())["repeats"] == 4
+
+
+def test_a_cancelled_sweep_gets_no_repeat_after_the_cancel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sweep cancel` while the rule's first extra repeat runs: it ends cancelled and the rule adds none after it,
+    though the cell (20% apart) is far from its target."""
+    import threading
+    import time
+
+    monkeypatch.setenv("KUBESWEEP_JOB_COMMAND", json.dumps([sys.executable, str(STAND_IN)]))
+    monkeypatch.setenv("KUBESWEEP_LOCAL_GPUS", "[]")
+    monkeypatch.delenv("KUBESWEEP_TUNE_STORAGE", raising=False)
+    home = tmp_path / "home"
+    sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "reps"},
+                         "spec": {"job": {"max_steps": 30, "learning_rate": 0.789},  # 3 s a repeat, 20% apart
+                                  "resources": {"gpus_per_trial": 0, "retries": 0},
+                                  "matrix": {"batch_size": [32]}, "repeats": 2, "repeat_until": {"max": 8}}})
+    s = Session(Options(home=home, no_tracking=True, parallel=2))
+    assert s.submit(sweep, plan(sweep)) is None
+    ended: list[Any] = []
+    runner = threading.Thread(target=lambda: ended.append(s.run_search(sweep)), daemon=True)
+    runner.start()
+    starts = home / "sweeps" / "reps" / "starts.log"
+    deadline = time.monotonic() + 60
+    while not (starts.exists() and len(starts.read_text().splitlines()) >= 3):  # the 2 first, then an extra one
+        assert time.monotonic() < deadline, "no extra repeat started"
+        time.sleep(0.1)
+    cancelled, _ = Session(Options(home=home, no_tracking=True)).cancel("reps")
+    assert cancelled
+    runner.join(60)
+    assert not runner.is_alive(), "the rule went on after the cancel"
+    status = Session(Options(home=home, no_tracking=True)).backend.status("reps")
+    assert len(status.trials) == 3, [t.name for t in status.trials]  # none added after the cancel
+    assert status.trials[-1].outcome == Outcome.CANCELLED
+    assert all(t.phase.terminal for t in status.trials)
