@@ -256,7 +256,8 @@ def gpu_lines(cells: list[Cell], task: str) -> list[str]:
         elif higher:
             by = f"{a / b:.2f}x"
         else:
-            by = f"{(1 - a / b) * 100:.0f}% below"
+            # "100% below" says nothing of a GPU at 1/260 of the CPU's latency: a ratio from 2x on
+            by = f"{(1 - a / b) * 100:.0f}% below" if a / b > 0.5 else f"at 1/{b / a:.3g} of"
         rest = f"; {len(bests) - 2} more GPU types behind" if len(bests) > 2 else ""
         lines.append(f"GPU types, {noun}, {objective}: {_gpu_label(first)} is {by} {_gpu_label(second)} at "
                      f"their best settings ({versus}){rest}.")
