@@ -8,16 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubesweep.terminal_text import clean
-
-
-def _value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if value is False:
-        return "off"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+from kubesweep.terminal_text import value_text as _value
 
 
 def repeats_lines(summary: dict[str, Any]) -> list[str]:

@@ -32,3 +32,14 @@ def clean(value: Any, *, keep_lines: bool = True) -> str:
 def plain(value: Any, *, style: str = "", keep_lines: bool = True) -> Text:
     """`value` as literal text for Rich: cleaned, never parsed as markup."""
     return Text(clean(value, keep_lines=keep_lines), style=style)
+
+
+def value_text(value: Any) -> str:
+    """A setting or figure as a table cell shows it: `-` for none, `off` for false, 4 significant digits."""
+    if value is None:
+        return "-"
+    if value is False:
+        return "off"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

@@ -24,7 +24,7 @@ from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, row_of
 from kubesweep.search_view import search_lines
 from kubesweep.table_fit import Column, fit
-from kubesweep.terminal_text import clean, plain
+from kubesweep.terminal_text import clean, plain, value_text
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.busy import busy_text, gpu_busy
@@ -63,14 +63,7 @@ def _say(console: Console, line: Any, style: str = "") -> None:
     console.print(plain(line, style=style))
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if value is False:
-        return "off"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+_fmt = value_text
 
 
 # -- plan ------------------------------------------------------------------------------------------------

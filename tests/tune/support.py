@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.support.mlflow_fixtures import ROOT, MlflowServer, quiet_mlflow_env
 
@@ -34,3 +35,22 @@ def search_env(server: MlflowServer, home: Path, **extra: str) -> dict[str, str]
 
 def sweep_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "kubesweep", *args]
+
+
+def end_trial_pods(core: Any, namespace: str, trial_id: str) -> bool:
+    """Let a trial's pods on kwok succeed (kwok's pod-succeed Stage, 1 s on), as its job would by exiting; False
+    while it has none yet. A pod gone since the list (its Job was stopped) has nothing to end."""
+    from kubernetes.client.exceptions import ApiException
+
+    from kubesweep.manifests import LABEL_TRIAL
+    from tests.cluster.kwok_cluster import ANNOTATION_DURATION, ANNOTATION_OUTCOME
+
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{LABEL_TRIAL}={trial_id}").items
+    for pod in pods:
+        try:
+            core.patch_namespaced_pod(pod.metadata.name, namespace, {"metadata": {
+                "annotations": {ANNOTATION_OUTCOME: "succeed", ANNOTATION_DURATION: "1s"}}})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return bool(pods)

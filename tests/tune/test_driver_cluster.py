@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 from mlflow.tracking import MlflowClient
 
 from kubesweep.backends.kubernetes import KubernetesBackend
@@ -39,8 +38,8 @@ from kubesweep.tracking.sweep import open_parent
 from kubesweep.tracking.target import resolve
 from kubesweep.wire import tags
 from kubesweep.wire.outcomes import Outcome
-from tests.cluster.kwok_cluster import ANNOTATION_DURATION, ANNOTATION_OUTCOME
 from tests.support.mlflow_fixtures import ROOT, MlflowServer, quiet_mlflow_env
+from tests.tune.support import end_trial_pods
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -120,19 +119,7 @@ class StandInPods(threading.Thread):
                 logger.close()  # returns once everything is sent
         for trial_id, state in self.trials.items():
             if state["point"] == POINTS and not state.get("ended") and trial_id in alive:
-                state["ended"] = self._end_pods(trial_id)
-
-    def _end_pods(self, trial_id: str) -> bool:
-        """Let the trial's pods succeed (kwok's pod-succeed Stage, 1 s on); False while it has none yet."""
-        pods = self.backend.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_TRIAL}={trial_id}").items
-        for pod in pods:
-            try:
-                self.backend.core.patch_namespaced_pod(pod.metadata.name, self.namespace, {"metadata": {
-                    "annotations": {ANNOTATION_OUTCOME: "succeed", ANNOTATION_DURATION: "1s"}}})
-            except ApiException as exc:
-                if exc.status != 404:  # gone since the list (its Job was stopped): nothing to end
-                    raise
-        return bool(pods)
+                state["ended"] = end_trial_pods(self.backend.core, self.namespace, trial_id)
 
     def stop(self) -> None:
         self.halt.set()

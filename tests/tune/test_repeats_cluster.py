@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from kubesweep.backends.kubernetes import KubernetesBackend
 from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
@@ -30,8 +29,8 @@ from kubesweep.spec import parse_sweep
 from kubesweep.tracking.sweep import open_parent
 from kubesweep.tracking.target import resolve
 from kubesweep.wire.outcomes import Outcome
-from tests.cluster.kwok_cluster import ANNOTATION_DURATION, ANNOTATION_OUTCOME
 from tests.support.results_docs import results_doc, trial_parts
+from tests.tune.support import end_trial_pods
 
 pytestmark = [pytest.mark.cluster]
 
@@ -76,7 +75,7 @@ class StandInPods(threading.Thread):
                 config = json.loads(job.spec.template.metadata.annotations[ANNOTATION_CONFIG])
                 self._log(trial_id, config)
                 self.logged.add(trial_id)
-            if trial_id not in self.ended and self._end_pods(trial_id):
+            if trial_id not in self.ended and end_trial_pods(self.backend.core, self.namespace, trial_id):
                 self.ended.add(trial_id)
 
     def _log(self, trial_id: str, config: dict[str, Any]) -> None:
@@ -92,17 +91,6 @@ class StandInPods(threading.Thread):
         logger.start()
         logger.log_artifact(path)
         logger.close()  # returns once everything is sent
-
-    def _end_pods(self, trial_id: str) -> bool:
-        pods = self.backend.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_TRIAL}={trial_id}").items
-        for pod in pods:
-            try:
-                self.backend.core.patch_namespaced_pod(pod.metadata.name, self.namespace, {"metadata": {
-                    "annotations": {ANNOTATION_OUTCOME: "succeed", ANNOTATION_DURATION: "1s"}}})
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-        return bool(pods)
 
     def stop(self) -> None:
         self.halt.set()
