@@ -44,30 +44,47 @@ def search_lines(summary: dict[str, Any]) -> list[str]:
     if summary.get("strategy") == "repeats":
         return repeats_lines(summary)
     if "cells" in summary:  # max-batch
-        for cell in summary["cells"]:
+        for cell in _dicts(summary.get("cells")):
             found = cell.get("max_batch")
             text = f"{found}" if found is not None else f"none fits (smallest tried: {cell.get('low')})"
             lines.append(f"max batch size {cell.get('gpu') or 'cpu'} {cell.get('precision')}: {text} "
                          f"({cell.get('probes')} probes)")
-        return lines
-    trials = summary.get("trials") or []
+        return [clean(line, keep_lines=False) for line in lines]
+    trials = _dicts(summary.get("trials"))
     outcomes: dict[str, int] = {}
     for t in trials:
-        outcomes[t["outcome"]] = outcomes.get(t["outcome"], 0) + 1
+        outcome = str(t.get("outcome"))
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
     counts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
-    metrics = summary.get("metrics") or []
+    metrics = [str(m) for m in _list(summary.get("metrics"))]
+    modes = [str(m) for m in _list(summary.get("modes"))]
     lines.append(f"tune: {len(trials)} trials ({counts}); metric {', '.join(metrics)} "
-                 f"({', '.join(summary.get('modes') or [])})" + ("; resumed" if summary.get("resumed") else ""))
+                 f"({', '.join(modes)})" + ("; resumed" if summary.get("resumed") else ""))
     best = summary.get("best")
-    if best:
-        values = ", ".join(f"{k} {_fmt_num(v)}" for k, v in best["metrics"].items())
-        lines.append(f"best: {best['name']} ({values}) with {_axes_text(best['axes'])}")
+    if isinstance(best, dict) and best:
+        lines.append(f"best: {_row_text(best)}")
     elif trials:
         lines.append("best: none (no trial succeeded within the constraints)")
-    for row in summary.get("pareto") or []:
-        values = ", ".join(f"{k} {_fmt_num(v)}" for k, v in row["metrics"].items())
-        lines.append(f"pareto: {row['name']} ({values}) with {_axes_text(row['axes'])}")
-    return lines
+    for row in _dicts(summary.get("pareto")):
+        lines.append(f"pareto: {_row_text(row)}")
+    return [clean(line, keep_lines=False) for line in lines]
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The mappings of a summary's list (a summary file is data: anything else in it is passed over)."""
+    return [item for item in _list(value) if isinstance(item, dict)]
+
+
+def _row_text(row: dict[str, Any]) -> str:
+    """`t-7 (samples_per_s 1235) with batch_size=64`: a trial of a tune summary."""
+    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
+    axes = row.get("axes") if isinstance(row.get("axes"), dict) else {}
+    values = ", ".join(f"{k} {_fmt_num(v)}" for k, v in (metrics or {}).items())
+    return f"{row.get('name')} ({values}) with {_axes_text(axes or {})}"
 
 
 def _fmt_num(value: Any) -> str:

@@ -42,3 +42,15 @@ def test_repeats_lines_show_a_summarys_values_as_text_whatever_their_type() -> N
                                "many repeats over 3 cells")
     assert lines[1] == "  : stopped at the max of 8 repeats without an interval"
     assert lines[2].startswith("  batch_size=[bold]8") and "\x1b" not in lines[2]
+
+
+def test_a_tune_or_max_batch_summary_of_the_wrong_shape_is_shown_not_a_crash() -> None:
+    tune = {"trials": [{"outcome": "succeeded"}, "junk", {"outcome": ["x"]}], "metrics": "samples_per_s",
+            "modes": None, "best": {"name": "[red]t-1\x1b[2J", "metrics": "fast", "axes": ["bs"]},
+            "pareto": [7, {"name": "t-2"}]}
+    lines = search_view.search_lines(tune)
+    assert lines[0] == "tune: 2 trials (1 ['x'], 1 succeeded); metric  ()"
+    assert lines[1] == "best: [red]t-1 () with " and "\x1b" not in "".join(lines)
+    assert lines[2] == "pareto: t-2 () with "
+    assert search_view.search_lines({"cells": ["junk", {"gpu": None, "max_batch": 8, "probes": 2}]}) == [
+        "max batch size cpu None: 8 (2 probes)"]

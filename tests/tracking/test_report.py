@@ -13,17 +13,20 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from kubesweep.gpus import load_catalog
 from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep_text
 from kubesweep.tracking import figures as figs
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.tracking.report import build
+from kubesweep.tracking.report_answer import gpu_lines
 from kubesweep.tracking.report_page import ANCHORS
 from kubesweep.wire.results import Results
 from tests.support.mlflow_fixtures import SWEEP_SPEC
 from tests.support.results_docs import monitor
 from tests.support.tracked_job import build as stand_in
+from tests.tracking.test_aggregate import record
 
 CPU_SPEC = """\
 apiVersion: kubesweep.io/v1alpha1
@@ -431,3 +434,20 @@ def test_names_with_mathtext_are_drawn_as_literal_text(tmp_path: Path) -> None:
     texts = [t.get_text() for ax in fig.axes for t in ax.findobj(lambda o: hasattr(o, "get_text"))]
     assert any(r"$\notacommand{x^2}$" in t for t in texts), texts
     figs.save(fig, tmp_path / "f.png")
+
+
+def test_a_latency_under_half_the_others_is_said_as_a_fraction() -> None:
+    """`100% below` says nothing of a GPU at 1/260 of the CPU's latency; `12% below` stays as it was."""
+    def inference(name: str, gpu: str | None, p50: float, repeat: int) -> Any:
+        res = {"outcome": "succeeded", "device": "cuda" if gpu else "cpu",
+               "inference": {"samples_per_s": 8 / p50, "latency_s": {"p50": p50}}}
+        return record(name, gpu=gpu, repeat=repeat, gpus=1 if gpu else 0, task="inference", batch_size=8, res=res)
+
+    far = [inference("g0", "h100-80gb", 0.00113, 0), inference("g1", "h100-80gb", 0.00114, 1),
+           inference("c0", None, 0.2945, 0), inference("c1", None, 0.2946, 1)]
+    line = next(x for x in gpu_lines(aggregate(far, catalog=load_catalog()), "inference") if "p50" in x)
+    assert "h100-80gb is at 1/260 of CPU at their best settings" in line, line
+    near = [inference("g0", "h100-80gb", 0.0088, 0), inference("g1", "h100-80gb", 0.00881, 1),
+            inference("c0", None, 0.0100, 0), inference("c1", None, 0.01001, 1)]
+    line = next(x for x in gpu_lines(aggregate(near, catalog=load_catalog()), "inference") if "p50" in x)
+    assert "h100-80gb is 12% below CPU at their best settings" in line, line
