@@ -13,7 +13,7 @@ from kubesweep.terminal_text import value_text as _value
 
 def repeats_lines(summary: dict[str, Any]) -> list[str]:
     """What sequential repeats spent: the rule, the repeats against a fixed min and max, and the cells that stopped
-    at max without reaching the target."""
+    without reaching the target (at max, with no value, or host-bound)."""
     rule = summary.get("rule") or {}
     cells = summary.get("cells") or []
     low, high = _value(rule.get("min")), _value(rule.get("max"))
@@ -21,7 +21,7 @@ def repeats_lines(summary: dict[str, Any]) -> list[str]:
              f"({low} to {high} per cell): {_value(summary.get('repeats'))} repeats over {len(cells)} cells (a fixed "
              f"{low}: {_value(summary.get('fixed_min'))}, a fixed {high}: {_value(summary.get('fixed_max'))})"]
     for cell in cells:
-        if not isinstance(cell, dict) or cell.get("stopped") not in ("max", "no value"):
+        if not isinstance(cell, dict) or cell.get("stopped") not in ("max", "no value", "host-bound"):
             continue
         axes = cell.get("axes")
         axes = axes if isinstance(axes, dict) else {}
@@ -30,6 +30,10 @@ def repeats_lines(summary: dict[str, Any]) -> list[str]:
         width = cell.get("half_width_pct")
         if cell["stopped"] == "no value":
             why = f"no value in {n} repeats"
+        elif cell["stopped"] == "host-bound":
+            spread = f" at ±{width:.1f}%" if isinstance(width, int | float) else ""
+            why = (f"stopped after {n} repeats{spread}: host-bound (its spread is the host's; more repeats "
+                   "measure it again)")
         elif isinstance(width, int | float):
             why = f"stopped at the max of {n} repeats at ±{width:.1f}%"
         else:

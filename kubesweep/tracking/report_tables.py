@@ -246,8 +246,8 @@ def _matches(cell: Cell, axes: Any) -> bool:
 
 def repeats_table(cells: list[Cell], summaries: list[tuple[str, dict[str, Any]]], metric: str) -> Table | None:
     """Sequential repeats (`repeat_until`): per setting, the repeats it got and the half-width its
-    interval reached, and which settings stopped at `max` without reaching the target, from each sweep's
-    `repeats.json` (`summaries`: (where it was read, the summary)). None when no sweep ran under the rule."""
+    interval reached, and which settings stopped short of the target (`max`, `no value`, `host-bound`), from each
+    sweep's `repeats.json` (`summaries`: (where it was read, the summary)). None when no sweep ran under the rule."""
     if not summaries:
         return None
     stopped: dict[int, list[str]] = {}
@@ -260,7 +260,7 @@ def repeats_table(cells: list[Cell], summaries: list[tuple[str, dict[str, Any]]]
                      f"(a fixed {rule.get('min')}: {summary.get('fixed_min')}, a fixed {rule.get('max')}: "
                      f"{summary.get('fixed_max')})")
         for entry in summary.get("cells") or []:
-            if not isinstance(entry, dict) or entry.get("stopped") not in ("max", "no value"):
+            if not isinstance(entry, dict) or entry.get("stopped") not in ("max", "no value", "host-bound"):
                 continue
             for i, cell in enumerate(cells):
                 if _matches(cell, entry.get("axes")):
@@ -273,5 +273,6 @@ def repeats_table(cells: list[Cell], summaries: list[tuple[str, dict[str, Any]]]
                      f"±{rel * 100:.1f}%" if rel is not None else "-", "; ".join(stopped.get(i, [])) or "target"])
     note = ("Repeats under the rule: " + "; ".join(rules) + f". ± is the 95% interval's half-width of {metric} "
             "over every repeat of the setting (all machines); 'max': stopped at the most repeats without reaching "
-            "the target, 'no value': no repeat measured it.")
+            "the target, 'no value': no repeat measured it, 'host-bound': every repeat measured its host, not its GPU "
+            "(stopped at the min: more repeats would measure the host again).")
     return Table("repeats per setting", ["task", "GPU", "setting", "repeats", "±", "stopped"], rows, note)

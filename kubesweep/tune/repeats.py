@@ -7,8 +7,11 @@ The plan holds `min` repeats of every cell. Once a cell's repeats have all ended
 of its metric (`kubesweep.tracking.intervals`: Student's t over the repeats that succeeded) and the cell stops when
 
 - its half-width is within `target` percent of its mean (`reached`), or
-- it has had `max` repeats (`max`: the report names it), or
-- none of its repeats has a value (`no value`: every one ran out of memory or failed; more would too);
+- none of its repeats has a value (`no value`: every one ran out of memory or failed; more would too), or
+- every repeat that succeeded measured its host, not its GPU (`host-bound`, `kubesweep.wire.flags`: an inference GPU
+  waiting for the host to issue its batches, a training GPU idle for most of its measured steps): its spread is
+  the host's, more repeats would measure the host again, and the answer leaves it out of the GPU comparison, or
+- it has had `max` repeats (`max`: the report names it);
 
 otherwise it gets one more repeat. Repeats are spent first where the answer is undecided: within each task and
 GPU type, the leaders (the best cell by mean and every cell whose interval overlaps the best one's, the answer's
@@ -43,13 +46,16 @@ from kubesweep.tracking.records import TrialRecord, from_backend, from_mlflow
 from kubesweep.tracking.runs import SweepRuns, TrackingError
 from kubesweep.tracking.target import TrackingTarget
 from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.flags import gpu_busy_low, host_bound_share
 from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.trial_metrics import METRICS
 
 SUMMARY = "repeats.json"
 
 # why a cell stopped being repeated (None: it has not)
-REACHED, AT_MAX, NO_VALUE = "reached", "max", "no value"
+REACHED, AT_MAX, NO_VALUE, HOST_BOUND = "reached", "max", "no value", "host-bound"
+# the reasons the report names beside a cell (`reached` is what the rule is for)
+SHORT_OF_TARGET = (AT_MAX, NO_VALUE, HOST_BOUND)
 
 
 @dataclass
@@ -61,6 +67,7 @@ class CellRepeats:
     ended: int = 0
     values: list[float] = field(default_factory=list)  # the metric of the repeats that succeeded
     group: tuple[str, str] = ("", "")  # (task, GPU type): the answer compares cells within one
+    host_bound: bool = False  # every repeat that succeeded measured the host (`kubesweep.wire.flags`)
 
     @property
     def running(self) -> bool:
@@ -82,8 +89,8 @@ class CellRepeats:
         return intervals.interval(self.values)
 
     def stopped(self, rule: SequentialRepeats) -> str | None:
-        """Why the cell is repeated no more (`REACHED`, `AT_MAX`, `NO_VALUE`), None while it may be; a cell with a
-        repeat still running is judged once it ends."""
+        """Why the cell is repeated no more (`REACHED`, `NO_VALUE`, `HOST_BOUND`, `AT_MAX`), None while it may be;
+        a cell with a repeat still running is judged once it ends."""
         if self.running:
             return None
         width = self.half_width_pct
@@ -91,6 +98,8 @@ class CellRepeats:
             return REACHED
         if self.ended >= rule.min and not self.values:
             return NO_VALUE
+        if self.ended >= rule.min and self.host_bound:
+            return HOST_BOUND
         if len(self.trials) >= rule.max:
             return AT_MAX
         return None
@@ -229,6 +238,9 @@ class _Reader:
             records = [self.read[t.id] for t in cell.trials if t.id in self.read]
             cell.ended = len(records)
             cell.values = []
+            succeeded = [r.results for r in records if r.outcome == Outcome.SUCCEEDED.value]
+            cell.host_bound = bool(succeeded) and all(
+                host_bound_share(r) is not None or gpu_busy_low(r) is not None for r in succeeded)
             if records:
                 (agg,) = aggregate(records, best_by="samples_per_s")[:1] or (None,)
                 if agg is not None:

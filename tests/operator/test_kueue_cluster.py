@@ -236,7 +236,9 @@ def test_a_preempted_trial_is_requeued_and_resumes_its_job_and_its_outcome_is_re
     # the low trials run long enough to be still running when the high sweep's Job is made and admitted, however
     # loaded the machine (at 8 s, a loaded run's low trials could end first: nothing to preempt)
     low = queued_sweep(tmp_path, "low", [8, 16, 32, 64], queue="solo", duration="25s", priority_class="ks-low")
-    high = queued_sweep(tmp_path, "high", [8], queue="solo", duration="1s", priority_class="ks-high")
+    # the high trial holds the queue long enough that the low trials stay preempted (suspended, requeued) for
+    # several status reads, however loaded the machine: at 1 s a loaded run could readmit them between two reads
+    high = queued_sweep(tmp_path, "high", [8], queue="solo", duration="10s", priority_class="ks-high")
     doc = yaml.safe_load(high.read_text())
     doc["spec"]["resources"] = {"gpus_per_trial": 4}
     high.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -8,6 +8,7 @@ drive every path quickly:
   job.learning_rate == 0.456  -> fails with exit 1: a CUDA assert, with terminal escape sequences, as its error
   job.learning_rate == 0.321  -> samples/s 2% above, then 2% below the batch's rate (repeats 0 and 1), then at it
   job.learning_rate == 0.789  -> samples/s 20% above or below the batch's rate, by the repeat's parity
+  job.learning_rate == 0.654  -> the same, and host-bound: its GPU busy 20% of its measured steps (gpu_monitor)
   job.max_steps (if set)      -> sleeps max_steps / 10 seconds first (0.2 s by default), printing the job's step
                                  line (kubesweep.wire.progress) every 5 steps
 Each start appends a line to DIR/../../starts.log so tests can count how often a trial ran.
@@ -76,8 +77,13 @@ def main() -> int:
         repeat = int(trial.get("repeat") or 0)
         if job.get("learning_rate") == 0.321:
             rate *= {0: 1.02, 1: 0.98}.get(repeat, 1.0)
-        if job.get("learning_rate") == 0.789:
+        if job.get("learning_rate") in (0.789, 0.654):
             rate *= 1.2 if repeat % 2 == 0 else 0.8
+        if job.get("learning_rate") == 0.654:
+            results["gpu_monitor"] = {"interval_s": 0.25, "devices": [{
+                "index": 0, "samples": 12, "utilization_mean_pct": 20.0, "utilization_max_pct": 40.0,
+                "power_mean_w": None, "power_max_w": None, "temperature_max_c": None, "memory_used_max_bytes": 0,
+                "process_memory_max_bytes": None, "measured_samples": 8, "utilization_measured_pct": 20.0}]}
         results["train"] = {"steps": 2, "target_steps": 2, "epochs_completed": 1.0, "samples": 2 * job["batch_size"],
                             "warmup_steps": 0, "warmup_time_s": 0.0, "measured_steps": 2,
                             "measured_samples": 2 * job["batch_size"], "measured_time_s": 0.02,

@@ -16,7 +16,7 @@ from kubesweep.search_view import repeats_lines
 from kubesweep.session import Options, Session
 from kubesweep.spec import SequentialRepeats, SpecError, parse_sweep
 from kubesweep.tracking.report import build
-from kubesweep.tune.repeats import AT_MAX, NO_VALUE, REACHED, CellRepeats, leaders, next_repeats
+from kubesweep.tune.repeats import AT_MAX, HOST_BOUND, NO_VALUE, REACHED, CellRepeats, leaders, next_repeats
 from kubesweep.wire.outcomes import Outcome
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
@@ -56,6 +56,16 @@ def test_a_cell_at_max_stops_without_the_target_and_one_without_values_stops_at_
     assert cell([120.0, 80.0, 120.0, 80.0, 120.0, 80.0]).stopped(RULE) == AT_MAX
     assert cell([], repeats=3, ended=3).stopped(RULE) == NO_VALUE  # every repeat OOM: more would be too
     assert cell([], repeats=2, ended=2).stopped(SequentialRepeats(min=2, max=5)) == NO_VALUE
+    # every repeat measured its host: its spread is the host's, it stops at the min with the reason named
+    host = cell([120.0, 80.0, 120.0])
+    host.host_bound = True
+    assert host.stopped(RULE) == HOST_BOUND
+    assert next_repeats([host], RULE, higher_is_better=True, width=4) == []
+    early = cell([120.0, 80.0], repeats=2, ended=2)
+    early.host_bound = True
+    assert early.stopped(RULE) is None  # below the min: run the min first, like every cell
+    # a host-bound cell already within the target reached it: that is the reason to give
+    assert cell([100.0, 100.5, 99.5]).stopped(RULE) == REACHED
     # a repeat still running: judged once it ends, never given another meanwhile
     running = cell([100.0, 130.0], repeats=3, ended=2)
     assert running.stopped(RULE) is None
@@ -123,7 +133,9 @@ def test_a_sweep_repeats_each_cell_until_it_decides_and_a_second_run_continues_i
                  "concurrency": {"max_parallel": 4},
                  "matrix": {"batch_size": [8, 256]},  # exact; out of memory
                  "include": [{"batch_size": 16, "learning_rate": 0.321},  # 2% apart twice: within 3% at 4
-                             {"batch_size": 32, "learning_rate": 0.789}],  # 20% apart: never within
+                             {"batch_size": 32, "learning_rate": 0.789},  # 20% apart: never within
+                             # as wide, and its GPU busy 20% of its measured steps: host-bound, stops at the min
+                             {"batch_size": 64, "learning_rate": 0.654}],
                  "repeats": 3, "repeat_until": {"max": 5, "target": "3%"}}})
     s = Session(Options(home=home, no_tracking=True, parallel=4))
     assert s.submit(sweep, plan(sweep)) is None  # the rule runs here
@@ -132,20 +144,22 @@ def test_a_sweep_repeats_each_cell_until_it_decides_and_a_second_run_continues_i
     assert found is not None and found["strategy"] == "repeats"
     by_batch = {c["axes"]["batch_size"]: c for c in found["cells"]}
     assert {b: (c["repeats"], c["stopped"]) for b, c in by_batch.items()} == {
-        8: (3, "reached"), 256: (3, "no value"), 16: (4, "reached"), 32: (5, "max")}
+        8: (3, "reached"), 256: (3, "no value"), 16: (4, "reached"), 32: (5, "max"), 64: (3, "host-bound")}
     assert by_batch[16]["half_width_pct"] < 3 < by_batch[32]["half_width_pct"]
-    assert (found["repeats"], found["fixed_min"], found["fixed_max"], found["at_max"]) == (15, 12, 20, 1)
+    assert (found["repeats"], found["fixed_min"], found["fixed_max"], found["at_max"]) == (18, 15, 25, 1)
     status = s.backend.status("reps")
-    assert len(status.trials) == 15 and all(t.phase.terminal for t in status.trials)
+    assert len(status.trials) == 18 and all(t.phase.terminal for t in status.trials)
     starts = (home / "sweeps" / "reps" / "starts.log").read_text().splitlines()
-    assert len(starts) == 15  # no repeat ran twice
+    assert len(starts) == 18  # no repeat ran twice
     storage = s.search_storage("reps")
     assert json.loads((storage / "repeats.json").read_text()) == found
     assert s.search_found("reps", sweep, None) == found
     lines = repeats_lines(found)
-    assert "15 repeats over 4 cells (a fixed 3: 12, a fixed 5: 20)" in lines[0]
+    assert "18 repeats over 5 cells (a fixed 3: 15, a fixed 5: 25)" in lines[0]
     assert any("batch_size=32" in line and "stopped at the max of 5 repeats" in line for line in lines[1:])
     assert any("batch_size=256" in line and "no value in 3 repeats" in line for line in lines[1:])
+    assert any("batch_size=64" in line and "stopped after 3 repeats at ±" in line and "host-bound" in line
+               for line in lines[1:])
 
     # the report states the rule and the repeats each setting got, from the sweep or its copied directory
     spent = s.repeats_spent(["reps"])
@@ -155,11 +169,12 @@ def test_a_sweep_repeats_each_cell_until_it_decides_and_a_second_run_continues_i
     built = build(results.cells, tmp_path / "report", sweep="reps", source="files", target=0.9,
                   best_by="samples_per_s", repeats=spent)
     (table,) = [t for t in built.tables if t.title == "repeats per setting"]
-    assert "reps: 3 to 5 repeats a setting until the 95% interval of samples_per_s is within ±3.0%, 15 repeats" \
+    assert "reps: 3 to 5 repeats a setting until the 95% interval of samples_per_s is within ±3.0%, 18 repeats" \
            in table.note
     rows = {row[2]: row for row in table.rows}
     assert [(r[3], r[5]) for s_, r in sorted(rows.items()) if "bs32" in s_] == [("5", "reps: max")]
     assert [(r[3], r[5]) for s_, r in sorted(rows.items()) if "bs16" in s_] == [("4", "target")]
+    assert [(r[3], r[5]) for s_, r in sorted(rows.items()) if "bs64" in s_] == [("3", "reps: host-bound")]
 
     # run again (a resumed sweep): the rule reads the repeats that ran, including the ones it added, and
     # starts none of them again
@@ -167,7 +182,7 @@ def test_a_sweep_repeats_each_cell_until_it_decides_and_a_second_run_continues_i
     again = Session(Options(home=home, no_tracking=True, parallel=4))
     resumed, _ = again.resume("reps")
     assert again.run_search(resumed).found == found
-    assert len((home / "sweeps" / "reps" / "starts.log").read_text().splitlines()) == 15
+    assert len((home / "sweeps" / "reps" / "starts.log").read_text().splitlines()) == 18
 
 
 def test_the_tuner_and_the_operators_render_run_the_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
