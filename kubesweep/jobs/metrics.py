@@ -8,7 +8,7 @@ import resource
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -159,17 +159,18 @@ class NvmlSampler:
             if self.on_sample is not None:
                 self.on_sample(batch)
 
-    def summary(self, measured: tuple[float, float] | None = None) -> dict[str, Any]:
+    def summary(self, measured: tuple[float, float] | None = None,
+                pauses: Sequence[tuple[float, float]] = ()) -> dict[str, Any]:
         """Per device over the trial's life; with `measured` (Unix times of the first measured step's start and
-        the last one's end) also the utilization of the samples inside that window alone: warm-up, evaluation
-        and start-up excluded, what says whether the measured steps kept the GPU busy."""
+        the last one's end) also the utilization of the samples inside that window alone, less its `pauses` (when
+        the step clock stood still between measured steps: an evaluation, a checkpoint): warm-up, evaluation and
+        start-up excluded, what says whether the measured steps kept the GPU busy."""
         devices = []
         for index in self.devices:
             mine = [s for s in self.samples if s.index == index]
             if not mine:
                 continue
-            # a sample reports the past interval: it belongs to the window if that interval ended inside it
-            inside = [s for s in mine if measured is not None and measured[0] + self.interval_s <= s.t <= measured[1]]
+            inside = [s for s in mine if measured is not None and self._measured(s.t, measured, pauses)]
             power = [s.power_w for s in mine if s.power_w is not None]
             temps = [s.temperature_c for s in mine if s.temperature_c is not None]
             proc = [s.process_memory_bytes for s in mine if s.process_memory_bytes is not None]
@@ -190,6 +191,12 @@ class NvmlSampler:
                 }
             )
         return {"interval_s": self.interval_s, "devices": devices}
+
+    def _measured(self, t: float, measured: tuple[float, float], pauses: Sequence[tuple[float, float]]) -> bool:
+        """A sample reports the interval before it: it belongs to the measured steps if that interval lay inside
+        their window and overlapped none of its pauses."""
+        start = t - self.interval_s
+        return measured[0] <= start and t <= measured[1] and not any(start < b and a < t for a, b in pauses)
 
     def peak_used_bytes(self) -> int | None:
         proc = [s.process_memory_bytes for s in self.samples if s.process_memory_bytes is not None]

@@ -173,7 +173,7 @@ class TrialRun:
         finally:
             if sampler is not None:
                 sampler.stop()
-        self.fields["gpu_monitor"] = (sampler.summary(self._measured_window()) if sampler is not None
+        self.fields["gpu_monitor"] = (sampler.summary(*self._measured_window()) if sampler is not None
                                       and sampler.samples else None)
         memory = {**torch_memory_peaks(),
                   "nvml_peak_used_bytes": sampler.peak_used_bytes() if sampler is not None else None}
@@ -412,13 +412,15 @@ class TrialRun:
     def _metrics_summary(self, metrics: dict[str, float | None], step: int) -> None:
         self.tracker.log_metrics({k: v for k, v in metrics.items() if v is not None}, step)
 
-    def _measured_window(self) -> tuple[float, float] | None:
-        """The Unix times of the first measured step's start and the last one's end (training or inference)."""
+    def _measured_window(self) -> tuple[tuple[float, float] | None, list[tuple[float, float]]]:
+        """The Unix times of the first measured step's start and the last one's end (training or inference), and
+        the pauses between measured steps (an evaluation, a checkpoint)."""
         stats = self.fields.get("train") or self.fields.get("inference")
         if not isinstance(stats, dict):
-            return None
+            return None, []
         start, end = stats.get("measured_from"), stats.get("measured_until")
-        return (float(start), float(end)) if start is not None and end is not None else None
+        pauses = [(float(a), float(b)) for a, b in stats.get("measured_pauses") or []]
+        return ((float(start), float(end)) if start is not None and end is not None else None), pauses
 
     def _write_json(self, name: str, content: Any, key: str) -> None:
         (self.output_dir / name).write_text(

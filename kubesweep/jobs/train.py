@@ -90,6 +90,8 @@ class TrainOutcome:
     measured_time_s: float = 0.0
     measured_from: float | None = None  # Unix times: the first measured step's start, the last one's end
     measured_until: float | None = None
+    # Unix times the clock stood still between measured steps (an evaluation, a checkpoint): not measured
+    measured_pauses: list[tuple[float, float]] = field(default_factory=list)
     step_times: list[float] = field(default_factory=list)
     loss_curve: list[dict[str, Any]] = field(default_factory=list)
     eval_points: list[dict[str, Any]] = field(default_factory=list)
@@ -119,6 +121,8 @@ class TrainOutcome:
             "resumed_from_step": self.resumed_from_step,
             "measured_from": self.measured_from,
             "measured_until": self.measured_until,
+            "measured_pauses": [list(p) for p in self.measured_pauses
+                                if self.measured_until is not None and p[0] < self.measured_until] or None,
         }
 
 
@@ -133,6 +137,7 @@ class LogWindow:
     pending: list[StepMeta] = field(default_factory=list)
     lrs: list[float] = field(default_factory=list)
     last_print: float = 0.0
+    paused_at: float | None = None  # Unix time the clock was paused after steps had been measured
 
 
 @dataclass
@@ -423,13 +428,13 @@ class FineTuner:
         pending = window.pending
         metas, pending[:] = pending[: len(times)], pending[len(times) :]
         window_samples = window_time = 0.0
-        for meta, dt_s in zip(metas, times, strict=True):
+        for i, (meta, dt_s) in enumerate(zip(metas, times, strict=True)):
             if meta.warmup:
                 out.warmup_steps += 1
                 out.warmup_time_s += dt_s
                 continue
-            if out.measured_from is None:  # this window's steps ran back to back, ending about now
-                out.measured_from = time.time() - sum(times)
+            if out.measured_from is None:  # this window's steps ran back to back, ending about now: the first
+                out.measured_from = time.time() - sum(times[i:])  # measured one began after the warm-up ones
             out.measured_steps += 1
             out.measured_time_s += dt_s
             out.measured_samples += meta.samples
@@ -461,13 +466,18 @@ class FineTuner:
                             rate), flush=True)
 
     def _pause_clock(self, window: LogWindow) -> None:
-        """Read everything up to here, so eval/checkpoint time is not charged to the next step."""
+        """Read everything up to here, so eval/checkpoint time is not charged to the next step; once steps have
+        been measured, the pause is noted (`measured_pauses`: the GPU monitor leaves it out of their window)."""
         self._flush(window)
         window.pending.clear()
         window.clock.reset()
+        window.paused_at = time.time() if self.out.measured_from is not None else None
 
     def _resume_clock(self, window: LogWindow) -> None:
         """Start timing (and metering) steps again: what ran since the last read is not charged to them."""
+        if window.paused_at is not None:
+            self.out.measured_pauses.append((window.paused_at, time.time()))
+            window.paused_at = None
         window.clock.mark()
         if self.energy is not None:
             self.energy.mark()

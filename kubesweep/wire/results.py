@@ -95,6 +95,9 @@ class TrainStats(_Model):
     measured_from: float | None = Field(None, description="Unix time the first measured step began (its "
                                         "neighbours on the node are read against this window)")
     measured_until: float | None = Field(None, description="Unix time the last measured step ended")
+    measured_pauses: list[tuple[float, float]] | None = Field(
+        None, description="Unix times between measured steps when the clock stood still (an evaluation, a "
+        "checkpoint): inside measured_from..measured_until but not measured")
 
 
 class EvalPoint(_Model):

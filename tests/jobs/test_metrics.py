@@ -99,6 +99,12 @@ def test_utilization_over_the_measured_steps_alone() -> None:
     assert (device["measured_samples"], device["utilization_measured_pct"]) == (3, pytest.approx(200 / 3))
     (device,) = sampler.summary((101.5, 102.2))["devices"]
     assert device["measured_samples"] == 0 and device["utilization_measured_pct"] is None
+    # an evaluation or a checkpoint between measured steps (the step clock paused): the samples whose interval
+    # overlapped it are not the steps' (here the 40% one, 101..102, overlaps a pause from 101.5 to 101.8)
+    (device,) = sampler.summary((101.0, 104.0), [(101.5, 101.8)])["devices"]
+    assert (device["measured_samples"], device["utilization_measured_pct"]) == (2, pytest.approx(80.0))
+    (device,) = sampler.summary((100.0, 105.0), [(99.0, 100.2), (104.9, 106.0)])["devices"]
+    assert device["measured_samples"] == 3  # pauses at the window's ends take the samples they touch
 
 
 def test_sampler_without_devices_does_not_start() -> None:

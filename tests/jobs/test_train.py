@@ -24,6 +24,15 @@ def test_succeeds_with_complete_results(full_run: JobRun) -> None:
     assert results.train.tokens_per_s and results.train.padded_tokens_per_s
     assert results.train.tokens_per_s <= results.train.padded_tokens_per_s
     assert results.train.step_time_s is not None and results.train.step_time_s.n == 9
+    # the measured window: from the first measured step (after the 3 warm-up ones) to the last, less the
+    # checkpoints at steps 4 and 8 (the one at 12 comes after it), is the measured steps' time
+    train = results.train
+    assert train.measured_from is not None and train.measured_until is not None and train.measured_pauses
+    assert len(train.measured_pauses) == 2
+    assert all(train.measured_from < a < b < train.measured_until for a, b in train.measured_pauses)
+    paused = sum(b - a for a, b in train.measured_pauses)
+    excess = train.measured_until - train.measured_from - paused - train.measured_time_s
+    assert -0.05 < excess < max(0.08, train.warmup_time_s / 2), (excess, train.warmup_time_s)
     assert [p.step for p in results.loss_curve] == list(range(1, 13))
     assert results.eval and results.eval[-1].step == 12 and 0 <= results.eval[-1].accuracy <= 1
     assert results.final_accuracy == results.eval[-1].accuracy
