@@ -274,5 +274,5 @@ def repeats_table(cells: list[Cell], summaries: list[tuple[str, dict[str, Any]]]
     note = ("Repeats under the rule: " + "; ".join(rules) + f". ± is the 95% interval's half-width of {metric} "
             "over every repeat of the setting (all machines); 'max': stopped at the most repeats without reaching "
             "the target, 'no value': no repeat measured it, 'host-bound': every repeat measured its host, not its GPU "
-            "(stopped at the min: more repeats would measure the host again).")
+            "(more repeats would measure the host again).")
     return Table("repeats per setting", ["task", "GPU", "setting", "repeats", "±", "stopped"], rows, note)

@@ -54,8 +54,6 @@ SUMMARY = "repeats.json"
 
 # why a cell stopped being repeated (None: it has not)
 REACHED, AT_MAX, NO_VALUE, HOST_BOUND = "reached", "max", "no value", "host-bound"
-# the reasons the report names beside a cell (`reached` is what the rule is for)
-SHORT_OF_TARGET = (AT_MAX, NO_VALUE, HOST_BOUND)
 
 
 @dataclass
