@@ -65,10 +65,28 @@ def host_bound_flag(share: float) -> str:
     return f"host-bound ({share:.0%} issuing)"
 
 
+def window_holds_unmeasured_time(results: Results) -> bool:
+    """The training run's measured window (`measured_from`..`measured_until`, less its pauses) is longer than its
+    measured steps by more than a sample interval and a tenth: NVML's samples inside it read other work too. A
+    job before the window began at the first measured step wrote windows that held the warm-up (torch.compile,
+    graph capture): bert-base compiled at batch 256, 16.6 s of window for 3.8 s of steps."""
+    train, monitor = results.train, results.gpu_monitor
+    if train is None or monitor is None:
+        return False
+    start, end, measured = finite(train.measured_from), finite(train.measured_until), finite(train.measured_time_s)
+    if start is None or end is None or not measured:
+        return False
+    window = end - start - sum(b - a for a, b in train.measured_pauses or [])
+    return window - measured > max(monitor.interval_s, 0.1 * measured)
+
+
 def gpu_busy_low(results: Results | None) -> float | None:
     """How busy a training run's least busy GPU was over its measured steps (NVML), where that is under
-    GPU_BUSY_BOUND_PCT: its figure is the host's."""
+    GPU_BUSY_BOUND_PCT: its figure is the host's. None where the figure covers more than the measured steps
+    (`window_holds_unmeasured_time`): it is not the steps' to judge by."""
     if results is None or results.train is None or results.gpu_monitor is None:
+        return None
+    if window_holds_unmeasured_time(results):
         return None
     busy = [d.utilization_measured_pct for d in results.gpu_monitor.devices
             if d.utilization_measured_pct is not None and (d.measured_samples or 0) >= GPU_BUSY_SAMPLES]

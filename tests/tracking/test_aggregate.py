@@ -157,6 +157,21 @@ def test_an_inference_cell_whose_gpu_waited_for_the_host_says_so() -> None:
     [cell] = agg.aggregate([record(str(i), repeat=i, res=results(gpu_monitor=monitor(b)))
                             for i, b in enumerate((35.0, 40.0, 80.0))], catalog=CATALOG)
     assert cell.flags == ["2/3 host-bound (GPU busy 38% of measured steps)"]
+    # a window that held more than the measured steps (a job that began it at the warm-up, as the committed
+    # showcase-rule-h100 results did: 16.6 s of window for 3.8 s of steps and 12.8 s of torch.compile warm-up)
+    # read the compile's samples too: no flag from it. A window of the steps alone, pauses left out, keeps it.
+    def timed(window: float, pauses: list[list[float]] | None = None) -> dict[str, Any]:
+        doc = results(gpu_monitor=monitor(24.0))
+        doc["train"] |= {"measured_time_s": 3.8, "measured_from": 1000.0, "measured_until": 1000.0 + window,
+                         "measured_pauses": pauses}
+        return doc
+
+    [cell] = agg.aggregate([record("a", res=timed(16.61))], catalog=CATALOG)
+    assert cell.flags == ["n=1"] and not cell.host_bound
+    [cell] = agg.aggregate([record("a", res=timed(3.85))], catalog=CATALOG)
+    assert cell.flags == ["host-bound (GPU busy 24% of measured steps)", "n=1"] and cell.host_bound
+    [cell] = agg.aggregate([record("a", res=timed(9.85, [[1001.0, 1007.0]]))], catalog=CATALOG)
+    assert cell.host_bound  # 6 s of evaluation between measured steps: not the steps' time, not held against them
 
 
 def test_metric_text_gives_mean_cv_and_how_many_repeats_reached_the_target() -> None:
