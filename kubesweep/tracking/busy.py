@@ -92,8 +92,14 @@ def gpu_busy(records: list[TrialRecord]) -> dict[str, Any] | None:
 
 
 def busy_text(busy: dict[str, Any]) -> str:
+    """`GPU busy 74.2%: ...`; a fraction over 1 is no share of anything (the trials' measured time exceeds what
+    the sweep's wall allows its GPUs: their clocks or the GPUs they name disagree), and says so."""
     fraction = busy.get("fraction")
     share = f"{fraction:.1%}" if isinstance(fraction, float) else "-"
     gpus = f" on {busy['gpus']} GPUs" if busy.get("gpus", 1) > 1 else ""
+    if isinstance(fraction, float) and fraction > 1:
+        return (f"GPU busy not known: {busy['measured_train_s']:,.1f} s of measured training in "
+                f"{busy['wall_s']:,.1f} s of sweep wall{gpus} is more than its GPUs had (the results files' clocks "
+                f"or the GPUs they name disagree; {busy['trials']} GPU trials)")
     return (f"GPU busy {share}: {busy['measured_train_s']:,.1f} s of measured training in {busy['wall_s']:,.1f} s "
             f"of sweep wall{gpus} ({busy['trials']} GPU trials, {busy['wall_per_trial_s']:,.1f} s each)")
