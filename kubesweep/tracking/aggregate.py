@@ -41,6 +41,7 @@ from kubesweep.wire.flags import (
     gpu_busy_low,
     host_bound_flag,
     host_bound_share,
+    measured_host,
     random_init,
 )
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, METRICS
@@ -175,8 +176,7 @@ class Cell:
     def host_bound(self) -> bool:
         """A repeat that succeeded measured the host, not the GPU: an inference GPU that waited for the host to
         issue its batches, or a training GPU idle for most of its measured steps (`kubesweep.wire.flags`)."""
-        return any(host_bound_share(t.results) is not None or gpu_busy_low(t.results) is not None
-                   for t in self.trials if t.outcome == "succeeded")
+        return any(measured_host(t.results) for t in self.trials if t.outcome == "succeeded")
 
     @property
     def flags(self) -> list[str]:

@@ -46,7 +46,7 @@ from kubesweep.tracking.records import TrialRecord, from_backend, from_mlflow
 from kubesweep.tracking.runs import SweepRuns, TrackingError
 from kubesweep.tracking.target import TrackingTarget
 from kubesweep.wire.env import TrackingEnv
-from kubesweep.wire.flags import gpu_busy_low, host_bound_share
+from kubesweep.wire.flags import measured_host
 from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.trial_metrics import METRICS
 
@@ -237,8 +237,7 @@ class _Reader:
             cell.ended = len(records)
             cell.values = []
             succeeded = [r.results for r in records if r.outcome == Outcome.SUCCEEDED.value]
-            cell.host_bound = bool(succeeded) and all(
-                host_bound_share(r) is not None or gpu_busy_low(r) is not None for r in succeeded)
+            cell.host_bound = bool(succeeded) and all(map(measured_host, succeeded))
             if records:
                 (agg,) = aggregate(records, best_by="samples_per_s")[:1] or (None,)
                 if agg is not None:

@@ -98,6 +98,12 @@ def gpu_busy_flag(busy: float) -> str:
     return f"host-bound (GPU busy {busy:.0f}% of measured steps)"
 
 
+def measured_host(results: Results | None) -> bool:
+    """The run measured its host, not its GPU: an inference GPU that waited for the host to issue its batches, or
+    a training GPU idle for most of its measured steps."""
+    return host_bound_share(results) is not None or gpu_busy_low(results) is not None
+
+
 def trial_flags(outcome: str, results: Results | None) -> list[str]:
     """One trial's flags: `OOM`, `GPU mismatch` or `failed` by its outcome; `random init: accuracy not
     meaningful` for a random-init model; else `chance accuracy (0.51)` when it succeeded at chance; a run whose
