@@ -14,6 +14,7 @@ import os
 import platform
 import socket
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -93,6 +94,7 @@ def capture(devices: list[int]) -> dict[str, Any]:
         "captured_at": dt.datetime.now(dt.UTC).isoformat(),
         "node_name": os.environ.get("KUBESWEEP_NODE_NAME") or socket.gethostname(),
         "hostname": socket.gethostname(),
+        "boot_id": _boot_id(),
         "image": os.environ.get("KUBESWEEP_IMAGE"),
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -185,3 +187,12 @@ def _nccl_version() -> str | None:
     except Exception:
         return None
     return None
+
+
+def _boot_id() -> str | None:
+    """The running kernel's boot id: one per boot of a machine, the same in every container on it; it tells two
+    machines of one hostname apart (`kubesweep.tracking.aggregate.machine_of`). None where the kernel gives none."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None

@@ -27,9 +27,10 @@ from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import intervals, machines, sharing
+from kubesweep.tracking.busy import node_name
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire import trial_metrics
-from kubesweep.wire.config import ANY_GPU, CPU, JobConfig
+from kubesweep.wire.config import ANY_GPU, CPU, PATH_SETTINGS, JobConfig, is_local_path
 from kubesweep.wire.flags import (
     FLAGGED,
     OUTCOME_TEXT,
@@ -223,18 +224,67 @@ class Cell:
 
 
 def machine_of(record: TrialRecord) -> str | None:
-    """The machine a trial ran on: its node's name (the hostname outside Kubernetes); None where unknown."""
-    env = record.results.environment if record.results is not None else {}
-    name = env.get("node_name") or env.get("hostname")
-    return str(name) if name else None
+    """The machine a trial ran on: its node (`busy.node_name`: the name, told apart from another machine of the same
+    name by the kernel's boot id) or, in results written before the job recorded the boot id, the name and the
+    UUIDs of the trial's GPUs (`vm (2f2f41ff)`); None where the node is unknown."""
+    res = record.results
+    node = node_name(res) if res is not None else None
+    if res is None or node is None or res.environment.get("boot_id"):
+        return node
+    gpus = ",".join(sorted(str(g["uuid"])[:8] for g in res.environment.get("gpus") or []
+                           if isinstance(g, dict) and g.get("uuid")))
+    return f"{node} ({gpus})" if gpus else node
 
 
-def _cell_key(record: TrialRecord, catalog: Catalog) -> str:
+def _local_names(records: list[TrialRecord]) -> dict[str, str]:
+    """How a cell key names each local dataset or model path: by its last part, so that one spec run from two
+    checkouts (`/home/a/kubesweep/data/sst2`, `/tmp/ks/data/sst2`) on two machines meets in one cell; by the whole
+    path where two paths of one last part held different data (rows read, model size) and are not the same."""
+    content: dict[str, set[str]] = {}
+    for record in records:
+        for key in PATH_SETTINGS:
+            value = record.settings.get(key)
+            if isinstance(value, str) and is_local_path(value):
+                content.setdefault(_last_part(value), set()).add(_content(record, key))
+    return {name: name for name, seen in content.items() if len(seen - {""}) <= 1}
+
+
+def _last_part(ref: str) -> str:
+    return ref.rstrip("/").rsplit("/", 1)[-1] or ref
+
+
+def _content(record: TrialRecord, key: str) -> str:
+    """What a trial's results say of the data or model it read at `key` ("" where nothing was read)."""
+    res = record.results
+    if res is None:
+        return ""
+    if key == "dataset":
+        data = res.data or {}
+        return json.dumps([data.get("train_rows"), data.get("eval_rows")]) if data.get("train_rows") else ""
+    if key == "model":
+        model = res.model or {}
+        return json.dumps([model.get("architecture"), model.get("parameters")]) if model.get("parameters") else ""
+    return ""
+
+
+def _identity(record: TrialRecord, names: dict[str, str]) -> dict[str, Any]:
+    """The job settings that tell a trial's cell apart: its named settings less those that differ between repeats,
+    a local path by the name `_local_names` gives it."""
+    out = {}
+    for key, value in record.settings.items():
+        if key in _NOT_AXES:
+            continue
+        if key in PATH_SETTINGS and isinstance(value, str) and is_local_path(value):
+            value = names.get(_last_part(value), value)
+        out[key] = value
+    return out
+
+
+def _cell_key(record: TrialRecord, catalog: Catalog, names: dict[str, str]) -> str:
     """A cell is a GPU type and the job's settings: trials of sweeps merged from several machines meet in one cell
     when they ran the same settings on the same GPU type (named by NVML where the sweep did not ask for one)."""
-    job = {k: v for k, v in record.settings.items() if k not in _NOT_AXES}
-    return json.dumps({"gpu": gpu_type(record, catalog), "gpus": record.gpus, "job": job}, sort_keys=True,
-                      default=str)
+    return json.dumps({"gpu": gpu_type(record, catalog), "gpus": record.gpus, "job": _identity(record, names)},
+                      sort_keys=True, default=str)
 
 
 def _compile_text(value: Any) -> str:
@@ -246,10 +296,11 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
     """Cells in first-seen order, repeats merged, the best cell per (task, GPU type) marked."""
     catalog = catalog or load_catalog()
     sharing.annotate(records)
+    names = _local_names(records)
     groups: dict[str, list[TrialRecord]] = {}
     for record in records:
-        groups.setdefault(_cell_key(record, catalog), []).append(record)
-    varying = _varying(groups)
+        groups.setdefault(_cell_key(record, catalog, names), []).append(record)
+    varying = _varying(groups, names)
     cells = []
     for trials in groups.values():
         first = trials[0]
@@ -265,7 +316,7 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
         stats = {m: Stat([v for _, pt in kept if (v := pt[m]) is not None]) for m in METRICS}
         cells.append(Cell(axes=axes, trials=sorted((t for t, _ in kept), key=lambda t: t.repeat), metrics=stats,
                           outcomes=Counter(t.outcome for t, _ in kept),
-                          extra={k: _setting(first.job, k) for k in varying[_family(first.job)]},
+                          extra={k: _setting(first.job, k) for k in varying[_family(first, names)]},
                           left_out=[t for t, _ in measured if machine_of(t) in odd], machine_flag=verdict.flag))
     mark_best(cells, best_by)
     return cells
@@ -276,17 +327,18 @@ def _setting(job: JobConfig, key: str) -> Any:
     return job.model_dump(mode="json", include={key}).get(key)
 
 
-def _family(job: JobConfig) -> tuple[str, str]:
-    return job.task, job.model
+def _family(record: TrialRecord, names: dict[str, str]) -> tuple[str, str]:
+    """(task, model): the kind of run a cell is, a local model path by its `_local_names` name."""
+    return record.job.task, str(_identity(record, names).get("model", record.job.model))
 
 
-def _varying(groups: dict[str, list[TrialRecord]]) -> dict[tuple[str, str], list[str]]:
+def _varying(groups: dict[str, list[TrialRecord]], names: dict[str, str]) -> dict[tuple[str, str], list[str]]:
     """Per (task, model), the job settings beyond the standard axes that vary among its cells: a cell's extra
     columns. `model` itself where a task ran several. A sweep that mixes a speed study and a run to accuracy
     names, for each cell, only what sets it apart from its own kind."""
     families: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for trials in groups.values():
-        families.setdefault(_family(trials[0].job), []).append(trials[0].settings)
+        families.setdefault(_family(trials[0], names), []).append(_identity(trials[0], names))
     models_per_task: dict[str, set[str]] = {}
     for task, model in families:
         models_per_task.setdefault(task, set()).add(model)
@@ -297,6 +349,7 @@ def _varying(groups: dict[str, list[TrialRecord]]) -> dict[tuple[str, str], list
                       and len({json.dumps(j.get(k), default=str) for j in jobs}) > 1)
         out[family] = (["model"] if len(models_per_task[family[0]]) > 1 else []) + keys
     return out
+
 
 def best_cell(cells: list[Cell], metric: str) -> Cell | None:
     """The cell with the best mean of `metric` (higher or lower, as the metric goes) among those that have it;

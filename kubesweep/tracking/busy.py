@@ -39,8 +39,13 @@ def environment_gpus(results: Results) -> list[dict[str, Any]]:
 
 
 def node_name(results: Results) -> str | None:
+    """The node a trial ran on: its name (the hostname outside Kubernetes), with the kernel's boot id where the job
+    recorded it (`vm (5275ba46)`), since VMs of one image may all be called `vm`."""
     node = results.environment.get("node_name")
-    return str(node) if node else None
+    if not node:
+        return None
+    boot = results.environment.get("boot_id")
+    return f"{node} ({str(boot)[:8]})" if boot else str(node)
 
 
 def gpu_trials(records: Iterable[TrialRecord]) -> Iterator[tuple[Results, tuple[float, float]]]:

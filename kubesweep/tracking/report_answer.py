@@ -167,6 +167,7 @@ def answer_lines(cells: list[Cell], target: float, *, measured_only: bool = Fals
             else:
                 lines.append(f"{noun}, {objective}: {_shown(cell, metric)}{_margin(cell, group, metric)}.")
         lines += gpu_lines(group, task)
+        lines += precision_lines(group, task)
     return lines
 
 
@@ -251,17 +252,58 @@ def gpu_lines(cells: list[Cell], task: str) -> list[str]:
             lines.append(f"GPU types, {noun}, {objective}: tied at their best settings, 95% intervals overlap "
                          f"({versus}).")
             continue
-        if not b:
-            by = "ahead of"
-        elif higher:
-            by = f"{a / b:.2f}x"
-        else:
-            # "100% below" says nothing of a GPU at 1/260 of the CPU's latency: a ratio from 2x on
-            by = f"{(1 - a / b) * 100:.0f}% below" if a / b > 0.5 else f"at 1/{b / a:.3g} of"
+        by = _by(a, b, higher)
         rest = f"; {len(bests) - 2} more GPU types behind" if len(bests) > 2 else ""
         lines.append(f"GPU types, {noun}, {objective}: {_gpu_label(first)} is {by} {_gpu_label(second)} at "
                      f"their best settings ({versus}){rest}.")
     return lines
+
+
+def _by(a: float, b: float, higher: bool) -> str:
+    """How `a` stands to `b`: `1.12x` where higher is better, `11% below` or `at 1/260 of` where lower is."""
+    if not b:
+        return "ahead of"
+    if higher:
+        return f"{a / b:.2f}x"
+    # "100% below" says nothing of a GPU at 1/260 of the CPU's latency: a ratio from 2x on
+    return f"{(1 - a / b) * 100:.0f}% below" if a / b > 0.5 else f"at 1/{b / a:.3g} of"
+
+
+def precision_lines(cells: list[Cell], task: str) -> list[str]:
+    """Where the answer's throughput sentence names a tie (it then says nothing of how far the rest stand behind),
+    one sentence for the GPU types that ran several precisions: per GPU type, its precisions at their best settings
+    by throughput, best first, each after the first tied with it (95% intervals overlap) or how far behind.
+    Host-bound settings take no part: they measured the host, whatever the precision."""
+    noun = "fine-tuning" if task == "finetune" else "inference"
+    metric, objective = OBJECTIVES[task][0]
+    higher = METRICS[metric][1]
+    top = best_cell(cells, metric)
+    if top is None or not tied_with(top, cells, metric):
+        return []
+    by_gpu: dict[str, dict[str, list[Cell]]] = {}
+    for cell in cells:
+        if cell.axes.gpu != "cpu" and not cell.host_bound:
+            by_gpu.setdefault(str(cell.axes.gpu), {}).setdefault(str(cell.axes.precision), []).append(cell)
+    said = []
+    for gpu, precisions in by_gpu.items():
+        bests = [found for group in precisions.values() if (found := best_cell(group, metric)) is not None]
+        if len(bests) < 2:
+            continue
+        bests.sort(key=lambda c: c.value(metric) or 0.0, reverse=higher)
+        first = bests[0]
+        parts = [f"{first.axes.precision} {value_text(first, metric)}"]
+        for other in bests[1:]:
+            i1, i2 = first.metrics[metric].interval, other.metrics[metric].interval
+            if i1 is not None and i2 is not None and i1.overlaps(i2):
+                how = f"tied with {first.axes.precision}"
+            else:
+                ratio = _by(first.value(metric) or 0.0, other.value(metric) or 0.0, higher)
+                how = f"{first.axes.precision} is {ratio} it"
+            parts.append(f"{other.axes.precision} {value_text(other, metric)} ({how})")
+        said.append(f"on {gpu}, " + ", ".join(parts))
+    if not said:
+        return []
+    return [f"Precisions, {noun}, {objective}, at their best settings: {'; '.join(said)}."]
 
 
 def answer_table(cells: list[Cell], target: float) -> Table:

@@ -161,17 +161,22 @@ def inference_table(cells: list[Cell]) -> Table | None:
     cpu = [v for c in inf if c.axes.gpu == "cpu" and (v := c.value("step_p50_ms")) is not None]
     cpu_p50 = min(cpu) if cpu else None
     inf.sort(key=lambda c: (c.axes.gpu != "cpu", str(c.axes.gpu), int(c.axes.batch_size or 0),
-                            str(c.axes.precision), str(c.axes.compile)))
+                            str(c.axes.precision), str(c.axes.compile), _other_settings(c)))
+    # the settings beyond the axes that set cells apart (a CUDA graph or eager, the batches measured): without
+    # them two rows of one device, precision and batch would read as one setting twice
+    other = any(_other_settings(c) for c in inf)
     rows = []
     for cell in inf:
         p50 = cell.value("step_p50_ms")
         speedup = f"{cpu_p50 / p50:.1f}x" if cpu_p50 and p50 else "-"
         rows.append([_gpu_label(cell), str(cell.axes.precision), str(cell.axes.compile),
+                     *([_other_settings(cell)] if other else []),
                      str(cell.axes.batch_size), metric_text(cell, "step_p50_ms"),
                      metric_text(cell, "latency_p99_ms"), metric_text(cell, "samples_per_s"), speedup,
                      _flags(cell)])
     note = "latency = wall time of one batch (p50, p99 over the measured batches); speed-up = CPU p50 / p50."
-    return Table("Inference latency: CPU vs GPU vs FP16", ["device", "precision", "compile", "batch",
+    return Table("Inference latency: CPU vs GPU vs FP16", ["device", "precision", "compile",
+                                                          *(["other"] if other else []), "batch",
                                                           "p50 ms", "p99 ms", "samples/s", "speed-up vs CPU",
                                                           "flags"],
                  rows, note if cpu_p50 else note + " (no CPU trial: no speed-up)")
@@ -230,13 +235,23 @@ def device_table(cells: list[Cell]) -> Table | None:
                                              "(first trial's start to last results file)")
 
 
+def _entry_matches(cell: Cell, entry: dict[str, Any]) -> bool:
+    """A `repeats.json` cell (its task, the GPU type its repeats ran on and its plan's axes) names this aggregated
+    cell; merged with another GPU type's sweep, only that GPU type's cell."""
+    if entry.get("task") not in (None, cell.task):
+        return False
+    if entry.get("gpu") and str(entry["gpu"]) != str(cell.axes.gpu):
+        return False
+    return _matches(cell, entry.get("axes"))
+
+
 def _matches(cell: Cell, axes: Any) -> bool:
-    """The summary cell's axes (a plan's: `gpu` and job settings) name this aggregated cell."""
+    """The summary cell's axes (a plan's: `gpu`, `gpus_per_trial` and job settings) name this aggregated cell."""
     if not isinstance(axes, dict) or not cell.trials:
         return False
     job = cell.trials[0].job
     for key, value in axes.items():
-        have = cell.axes.gpu if key == "gpu" else getattr(job, key, None)
+        have = cell.axes.gpu if key == "gpu" else cell.axes.gpus if key == "gpus_per_trial" else getattr(job, key, None)
         if key == "compile":
             have, value = cell.axes.compile, ("off" if value in (False, None) else "on" if value is True else value)
         if have != value:
@@ -260,19 +275,24 @@ def repeats_table(cells: list[Cell], summaries: list[tuple[str, dict[str, Any]]]
                      f"(a fixed {rule.get('min')}: {summary.get('fixed_min')}, a fixed {rule.get('max')}: "
                      f"{summary.get('fixed_max')})")
         for entry in summary.get("cells") or []:
-            if not isinstance(entry, dict) or entry.get("stopped") not in ("max", "no value", "host-bound"):
+            if not isinstance(entry, dict):
                 continue
             for i, cell in enumerate(cells):
-                if _matches(cell, entry.get("axes")):
-                    stopped.setdefault(i, []).append(f"{where}: {entry['stopped']}")
+                if _entry_matches(cell, entry):
+                    how = entry.get("stopped")
+                    stopped.setdefault(i, []).append("" if how == "reached" else f"{where}: {how or 'cut short'}")
     rows = []
     for i, cell in enumerate(cells):
         stat = cell.metrics[metric]
         rel = stat.relative_half_width
+        said = stopped.get(i)
         rows.append([cell.task, _gpu_label(cell), setting_text(cell), str(len(cell.trials)),
-                     f"±{rel * 100:.1f}%" if rel is not None else "-", "; ".join(stopped.get(i, [])) or "target"])
+                     f"±{rel * 100:.1f}%" if rel is not None else "-",
+                     "-" if said is None else "; ".join(s for s in said if s) or "target"])
     note = ("Repeats under the rule: " + "; ".join(rules) + f". ± is the 95% interval's half-width of {metric} "
             "over every repeat of the setting (all machines); 'max': stopped at the most repeats without reaching "
             "the target, 'no value': no repeat measured it, 'host-bound': every repeat measured its host, not its GPU "
-            "(more repeats would measure the host again).")
+            "(more repeats would measure the host again), 'cut short': the sweep ended before the rule did; '-': "
+            "no sweep that ran it under the rule left its repeats.json (it ran without the rule, or was cut short "
+            "before it wrote one).")
     return Table("repeats per setting", ["task", "GPU", "setting", "repeats", "±", "stopped"], rows, note)

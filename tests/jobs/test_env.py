@@ -31,3 +31,12 @@ def test_nvml_identity_is_none_where_nvml_cannot_name_the_device() -> None:
     # CI has no GPU: NVML cannot start, and the identity says so rather than guessing (on a GPU machine the
     # trial's results carry the UUID and PCI bus id NVML reads inside the container: bench/gpu_node.py shared)
     assert env.nvml_identity(0) == {"nvml_uuid": None, "pci_bus_id": None}
+
+
+def test_capture_records_the_kernels_boot_id_beside_the_hostname() -> None:
+    """The boot id tells two machines of one hostname apart (kubesweep.tracking.aggregate.machine_of)."""
+    from pathlib import Path
+
+    captured = env.capture([])
+    assert captured["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert captured["hostname"] and captured["node_name"]

@@ -51,3 +51,49 @@ def test_a_setting_merged_from_three_machines_leaves_out_the_one_that_disagrees(
     (plain,) = agg.aggregate([record("p0", res=results(5400.0)), record("p1", repeat=1, res=results(7686.0))],
                              catalog=load_catalog())
     assert plain.left_out == [] and not any("machine" in f for f in plain.flags)
+
+
+def on_vm(boot: str | None, name: str, rate: float, repeat: int, gpu_uuid: str = "") -> Any:
+    """A trial on a VM whose hostname is `vm`, as every VM of one image may be: told apart by the kernel's boot id,
+    or, in results written before it was recorded, by its GPU's UUID."""
+    env: dict[str, Any] = {"node_name": "vm", "hostname": "vm",
+                           "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": gpu_uuid}]}
+    if boot is not None:
+        env["boot_id"] = boot
+    return record(name, repeat=repeat, res=results(rate, environment=env))
+
+
+def test_machines_of_one_hostname_are_told_apart_by_boot_id_or_gpu() -> None:
+    recs = [on_vm("aaaaaaaa-1", "a0", 5400.0, 0), on_vm("aaaaaaaa-1", "a1", 5420.0, 1),
+            on_vm("bbbbbbbb-2", "b0", 5380.0, 0), on_vm("bbbbbbbb-2", "b1", 5440.0, 1),
+            on_vm("cccccccc-3", "c0", 7686.0, 0), on_vm("cccccccc-3", "c1", 7700.0, 1)]
+    (cell,) = agg.aggregate(recs, catalog=load_catalog())
+    assert [t.name for t in cell.left_out] == ["c0", "c1"]
+    assert "machine vm (cccccccc) left out: 7,693 ±1.2% vs 5,410 samples/s on 2 others" in cell.flags
+    # older results: no boot id, the GPU's UUID tells the machines apart
+    old = [on_vm(None, "a0", 5400.0, 0, "2f2f41ff-6b31"), on_vm(None, "a1", 5420.0, 1, "2f2f41ff-6b31"),
+           on_vm(None, "b0", 7686.0, 0, "8b27bc16-c3f7"), on_vm(None, "b1", 7700.0, 1, "8b27bc16-c3f7")]
+    (two,) = agg.aggregate(old, catalog=load_catalog())
+    assert "2 machines disagree on samples/s: vm (2f2f41ff) 5,410 ±2.3%, vm (8b27bc16) 7,693 ±1.2%" in two.flags
+    # one machine's repeats on one hostname, whatever the GPU said: nothing to compare
+    (one,) = agg.aggregate([on_vm("aaaaaaaa-1", "a0", 5400.0, 0), on_vm("aaaaaaaa-1", "a1", 7686.0, 1)],
+                           catalog=load_catalog())
+    assert not any("machine" in f for f in one.flags)
+
+
+def from_checkout(checkout: str, name: str, rate: float, repeat: int, rows: int = 67349) -> Any:
+    """A trial of one spec run from a checkout at `checkout`: its dataset resolved to a path inside it."""
+    return record(name, repeat=repeat, dataset=f"{checkout}/data/sst2",
+                  res=results(rate, data={"dataset": f"{checkout}/data/sst2", "train_rows": rows, "eval_rows": 872}))
+
+
+def test_one_spec_run_from_two_checkouts_meets_in_one_setting() -> None:
+    recs = [from_checkout("/work/main", "a0", 5400.0, 0), from_checkout("/work/main", "a1", 5420.0, 1),
+            from_checkout("/tmp/ks", "b0", 5380.0, 0), from_checkout("/tmp/ks", "b1", 5440.0, 1),
+            record("p2", repeat=2, dataset="/tmp/ks/data/sst2")]  # pending: no results yet, same setting
+    (cell,) = agg.aggregate(recs, catalog=load_catalog())
+    assert len(cell.trials) == 5 and "dataset" not in cell.extra
+    # two datasets of one name that held different rows are two settings, named by their whole paths
+    other = [from_checkout("/work/main", "a0", 5400.0, 0), from_checkout("/srv/small", "s0", 5400.0, 0, rows=1000)]
+    cells = agg.aggregate(other, catalog=load_catalog())
+    assert sorted(c.extra["dataset"] for c in cells) == ["/srv/small/data/sst2", "/work/main/data/sst2"]

@@ -20,7 +20,7 @@ from kubesweep.tracking import figures as figs
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.tracking.report import build
-from kubesweep.tracking.report_answer import gpu_lines
+from kubesweep.tracking.report_answer import gpu_lines, precision_lines
 from kubesweep.tracking.report_page import ANCHORS
 from kubesweep.wire.results import Results
 from tests.support.mlflow_fixtures import SWEEP_SPEC
@@ -434,6 +434,33 @@ def test_names_with_mathtext_are_drawn_as_literal_text(tmp_path: Path) -> None:
     texts = [t.get_text() for ax in fig.axes for t in ax.findobj(lambda o: hasattr(o, "get_text"))]
     assert any(r"$\notacommand{x^2}$" in t for t in texts), texts
     figs.save(fig, tmp_path / "f.png")
+
+
+def test_the_precisions_of_one_gpu_type_are_compared_tied_or_by_how_much() -> None:
+    """Inference at batch 8: the answer's throughput sentence names bf16 and fp16 tied and says nothing of fp32; the
+    precisions sentence says fp32 stands 6.10x behind. A host-bound setting (it measured the host) and the CPU take
+    no part, and where the throughput sentence already says by how much, there is no precisions sentence."""
+    def inference(name: str, precision: str, rate: float, repeat: int, gpu: str | None = "h200",
+                  host_share: float = 0.1) -> Any:
+        res = {"outcome": "succeeded", "device": "cuda" if gpu else "cpu",
+               "inference": {"samples_per_s": rate, "latency_s": {"p50": 8 / rate}, "host_share": host_share}}
+        return record(name, gpu=gpu, repeat=repeat, gpus=1 if gpu else 0, task="inference", batch_size=8,
+                      precision=precision, step_graph=host_share < 0.5, res=res)
+
+    spread = (-100.0, 100.0, 0.0)
+    recs = [inference(f"{p}{r}", p, rate + spread[r], r) for p, rate in (("bf16", 7316.0), ("fp16", 7239.0))
+            for r in range(3)]
+    recs += [inference(f"fp32{r}", "fp32", 1199.0 + r, r) for r in range(3)]
+    recs += [inference(f"e{r}", "fp32", 800.0 + 50 * r, r, host_share=0.99) for r in range(3)]  # eager: host-bound
+    recs += [inference(f"c{r}", "fp32", 30.0 + r, r, gpu=None) for r in range(3)]
+    (line,) = precision_lines(aggregate(recs, catalog=load_catalog()), "inference")
+    assert line == ("Precisions, inference, highest throughput, at their best settings: on h200, bf16 7,316 "
+                    "samples/s ±3.4%, fp16 7,239 samples/s ±3.4% (tied with bf16), fp32 1,200 samples/s ±0.2% "
+                    "(bf16 is 6.10x it)."), line
+    # bf16 ahead of fp16, intervals apart: the throughput sentence says "1.01x the next best" itself
+    apart = [inference(f"{p}{r}", p, rate + r, r) for p, rate in (("bf16", 7316.0), ("fp16", 7239.0))
+             for r in range(3)]
+    assert precision_lines(aggregate(apart, catalog=load_catalog()), "inference") == []
 
 
 def test_a_latency_under_half_the_others_is_said_as_a_fraction() -> None:

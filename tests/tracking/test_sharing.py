@@ -23,7 +23,7 @@ def iso(t: float) -> str:
 
 def trial(name: str, *, start: float, end: float, node: str = "node-a", uuid: str = "GPU-1", rate: float = 1000.0,
           window: tuple[float, float] | None = None, repeat: int = 0, batch: int = 256,
-          measured_s: float = 10.0) -> TrialRecord:
+          measured_s: float = 10.0, boot: str | None = None) -> TrialRecord:
     """A GPU trial whose process ran from `start` to `end` (Unix seconds), measured in `window`."""
     w_start, w_end = window or (start + 5, end - 1)
     results: dict[str, Any] = {
@@ -34,6 +34,8 @@ def trial(name: str, *, start: float, end: float, node: str = "node-a", uuid: st
         "environment": {"node_name": node, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "nvml_uuid": uuid,
                                                      "pci_bus_id": f"00000000:{uuid[-1]}0:00.0"}]},
     }
+    if boot is not None:
+        results["environment"]["boot_id"] = boot
     return TrialRecord(trial_id=name, name=name, repeat=repeat, gpu="h100-80gb", gpus=1, outcome="succeeded",
                        job=JobConfig(task="finetune", batch_size=batch, precision="bf16"),
                        results=make_results(**results))
@@ -49,6 +51,16 @@ def test_a_neighbour_is_a_trial_on_the_same_node_during_the_measured_window() ->
     assert elsewhere.neighbours == []
     assert sharing.measured_text(a) == "shared with 1: during"
     assert sharing.measured_text(elsewhere) == "alone"
+
+
+def test_two_machines_of_one_hostname_are_not_neighbours() -> None:
+    """VMs of one image may all be called `vm`: the kernel's boot id tells them apart (`busy.node_name`)."""
+    a = trial("a", start=T0, end=T0 + 60, node="vm", boot="aaaaaaaa-1")
+    other_vm = trial("other-vm", start=T0, end=T0 + 60, node="vm", boot="bbbbbbbb-2")
+    same_vm = trial("same-vm", start=T0 + 10, end=T0 + 60, node="vm", boot="aaaaaaaa-1", uuid="GPU-2")
+    sharing.annotate([a, other_vm, same_vm])
+    assert a.neighbours == ["same-vm"] and other_vm.neighbours == []
+    assert [row[1] for row in sharing.sharing_rows([a, other_vm])] == ["vm (aaaaaaaa)", "vm (bbbbbbbb)"]
 
 
 def test_a_trial_without_results_is_not_judged() -> None:
