@@ -67,6 +67,22 @@ def resume_fingerprint(cfg: JobConfig) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def warmup_spans(warmup: list[bool], times: list[float], end: float) -> list[tuple[float, float]]:
+    """The (start, end) Unix times of the warm-up steps among steps that ran back to back for `times` seconds each
+    and ended at `end`, adjacent ones joined: time inside the measured window that no measured step used, which
+    the GPU monitor leaves out of it (`TrainOutcome.measured_pauses`)."""
+    spans: list[tuple[float, float]] = []
+    t = end - sum(times)
+    for is_warmup, dt in zip(warmup, times, strict=True):
+        if is_warmup:
+            if spans and spans[-1][1] == t:
+                spans[-1] = (spans[-1][0], t + dt)
+            else:
+                spans.append((t, t + dt))
+        t += dt
+    return spans
+
+
 @dataclass
 class StepMeta:
     warmup: bool
@@ -425,16 +441,18 @@ class FineTuner:
         loss_values = losses.tolist()  # the one host sync of the window
         window.loss_buf.zero_()
         times = window.clock.drain()
+        ended = time.time()  # the window's steps ran back to back, the last one ending about now
         pending = window.pending
         metas, pending[:] = pending[: len(times)], pending[len(times) :]
         window_samples = window_time = 0.0
+        measuring = out.measured_from is not None
         for i, (meta, dt_s) in enumerate(zip(metas, times, strict=True)):
             if meta.warmup:
                 out.warmup_steps += 1
                 out.warmup_time_s += dt_s
                 continue
-            if out.measured_from is None:  # this window's steps ran back to back, ending about now: the first
-                out.measured_from = time.time() - sum(times[i:])  # measured one began after the warm-up ones
+            if out.measured_from is None:  # the first measured step began after the window's warm-up steps
+                out.measured_from = ended - sum(times[i:])
             out.measured_steps += 1
             out.measured_time_s += dt_s
             out.measured_samples += meta.samples
@@ -444,7 +462,10 @@ class FineTuner:
             window_samples += meta.samples
             window_time += dt_s
         if window_time > 0:
-            out.measured_until = time.time()
+            out.measured_until = ended
+        if out.measured_from is not None:  # a shape's first steps (compile, graph capture) between measured ones
+            first = 0 if measuring else next(i for i, m in enumerate(metas) if not m.warmup)
+            out.measured_pauses += warmup_spans([m.warmup for m in metas[first:]], times[first:], ended)
         if self.energy is not None:  # after the window's host sync: its steps have run
             measured = len(metas) == n and not any(m.warmup for m in metas)
             self.energy.close(measured=measured, samples=int(window_samples), seconds=window_time)

@@ -96,8 +96,9 @@ class TrainStats(_Model):
                                         "neighbours on the node are read against this window)")
     measured_until: float | None = Field(None, description="Unix time the last measured step ended")
     measured_pauses: list[tuple[float, float]] | None = Field(
-        None, description="Unix times between measured steps when the clock stood still (an evaluation, a "
-        "checkpoint): inside measured_from..measured_until but not measured")
+        None, description="Unix times between measured steps that were not measured: the clock stood still (an "
+        "evaluation, a checkpoint) or a warm-up step ran (a new shape's first steps: compile, graph capture); "
+        "inside measured_from..measured_until")
 
 
 class EvalPoint(_Model):

@@ -85,3 +85,16 @@ def test_resume_after_crash_gives_identical_weights(
     assert expected.keys() == got.keys()
     for name, tensor in expected.items():
         assert (got[name] == tensor).all(), name
+
+
+def test_warmup_steps_between_measured_ones_are_left_out_of_the_window() -> None:
+    """A shape first seen after measuring began (compile, graph capture: a later epoch's last partial batch, a
+    bucket not met before) runs warm-up steps inside the measured window: their spans become pauses, so the GPU's
+    busy share is read over measured steps alone (a MiniLM run's window held 3.9 s of measured steps in 12.5 s)."""
+    from kubesweep.jobs.train import warmup_spans
+
+    # five steps ending at t=100: 1 s, a 2 s and a 3 s warm-up step back to back, 1 s, a 0.5 s warm-up step
+    spans = warmup_spans([False, True, True, False, True], [1.0, 2.0, 3.0, 1.0, 0.5], 100.0)
+    assert spans == [(93.5, 98.5), (99.5, 100.0)]
+    assert warmup_spans([False, False], [1.0, 1.0], 10.0) == []
+    assert warmup_spans([], [], 10.0) == []

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +28,6 @@ from kubesweep.wire.trial_metrics import RANK_METRIC
 from tests.support.mlflow_fixtures import (
     MARKS_NAME,
     MARKS_TRIALS,
-    ROOT,
     SERVER_START_TIMEOUT_S,
     TRACKED_JOB,
     MarkedSweep,
@@ -319,7 +317,8 @@ def test_sweep_ui_name_opens_the_runs_view_without_banner_or_assistant(marked_sw
     """`sweep ui NAME` on the marked sweep's store; its link in a fresh browser profile, in a laptop's 1,400 x 900
     window: the sweep's runs view as the browser's own (no "shared view" banner), MLflow's assistant panel shut,
     the setting's params and the key metrics as the table's headers in the viewport, the best run that learned
-    first. The screenshot is docs/img/mlflow-runs-view-marks.png."""
+    first. The screenshot goes to test-output/browser/mlflow-sweep-ui-1400.png (docs/img/mlflow-runs-view-marks.png
+    is a copy of it, taken by hand: a test run leaves the checkout's tracked files as they were)."""
     from playwright.sync_api import expect, sync_playwright
 
     from tests.support.chromium import SHOTS, launch
@@ -372,7 +371,6 @@ def test_sweep_ui_name_opens_the_runs_view_without_banner_or_assistant(marked_sw
                 page.screenshot(path=str(shot))
             finally:
                 context.close()
-        shutil.copyfile(shot, ROOT / "docs" / "img" / "mlflow-runs-view-marks.png")
         ui.send_signal(signal.SIGTERM)
         assert ui.wait(timeout=60) == 0
     finally:
