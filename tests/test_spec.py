@@ -35,7 +35,10 @@ def test_bad_spec_message(path: Path) -> None:
     assert all(m.startswith(f"{path}") for m in message.splitlines()), "every problem names the file"
 
 
-@pytest.mark.parametrize("spec", sorted((ROOT / "sweeps").glob("*.yaml")), ids=lambda p: p.stem)
+SHIPPED = sorted([*(ROOT / "sweeps").glob("*.yaml"), *(ROOT / "bench" / "specs").glob("*.yaml")])
+
+
+@pytest.mark.parametrize("spec", SHIPPED, ids=lambda p: p.stem)
 def test_shipped_specs_are_valid(spec: Path) -> None:
     sweep = load_sweep_file(spec)
     assert sweep.name
