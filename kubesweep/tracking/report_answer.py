@@ -103,7 +103,8 @@ def best_settings(cells: list[Cell], target: float) -> list[Best]:
 
 def _margin(best: Cell, cells: list[Cell], metric: str) -> str:
     """`; 1.75x the next best, cpu bs8 fp32 eager (226.8 ms ±10.2%)`: by how much the best beats the runner-up
-    (whose interval it does not overlap); empty where there is no runner-up."""
+    (whose interval it does not overlap), and `host-bound` beside a runner-up whose figure is its host's; empty
+    where there is no runner-up."""
     runner_up = best_cell([c for c in cells if c is not best], metric)
     mine, theirs = best.value(metric), runner_up.value(metric) if runner_up is not None else None
     if runner_up is None or not mine or not theirs:
@@ -111,7 +112,8 @@ def _margin(best: Cell, cells: list[Cell], metric: str) -> str:
     higher = METRICS[metric][1]
     ratio = mine / theirs if higher else theirs / mine
     how = "the next best" if higher else "lower than the next best"
-    return f"; {ratio:.2f}x {how}, {setting_text(runner_up, with_gpu=True)} ({value_text(runner_up, metric)})"
+    host = "; host-bound" if runner_up.host_bound and runner_up.axes.gpu != "cpu" else ""
+    return f"; {ratio:.2f}x {how}, {setting_text(runner_up, with_gpu=True)} ({value_text(runner_up, metric)}{host})"
 
 
 def _shown(cell: Cell, metric: str) -> str:

@@ -376,6 +376,22 @@ def test_gpu_types_are_compared_only_on_settings_that_measured_the_gpu(tmp_path:
     assert "h100-80gb is 1.35x l40s at their best settings" in line, line
 
 
+def test_a_host_bound_runner_up_is_named_so_beside_the_best(tmp_path: Path) -> None:
+    """The best setting's margin over a runner-up that measured its host says so: the ratio is to the host's
+    figure, not the GPU's."""
+    def idle(trial: Any, results: dict[str, Any]) -> None:  # the H100's bs16 kept its GPU busy 30% of its steps
+        if trial.gpu == "h100-80gb" and trial.config.job.batch_size == 16:
+            results["gpu_monitor"] = monitor(30.0)
+
+    _, _, summary = report(tmp_path, records(GPU_SPEC, idle))
+    [best] = [a for a in summary["answer"] if a.startswith("fine-tuning, highest throughput: h100-80gb bs32")]
+    assert re.search(r"; 1\.23x the next best, h100-80gb bs16 bf16 eager \([0-9,]+ samples/s ±[0-9.]+%; host-bound\)",
+                     best), best
+    _, _, summary = report(tmp_path, records(GPU_SPEC))
+    [best] = [a for a in summary["answer"] if a.startswith("fine-tuning, highest throughput: h100-80gb bs32")]
+    assert "host-bound" not in best, best
+
+
 def test_the_gpu_table_and_the_compile_break_even_table(tmp_path: Path) -> None:
     spec = GPU_SPEC.replace("precision: [bf16]}", "precision: [bf16], compile: [false, true]}")
     _, page, summary = report(tmp_path, records(spec))
