@@ -79,6 +79,21 @@ class LoggerStats:
     spool: str | None = None
 
 
+
+def _experiment_id(client: Any, name: str) -> str:
+    """The experiment `name`, made when missing; one another trial made between the read and the create (two
+    trials starting at once with no parent run) is used, not refused."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return str(found.experiment_id)
+    try:
+        return str(client.create_experiment(name))
+    except Exception:
+        raced = client.get_experiment_by_name(name)
+        if raced is None:
+            raise
+        return str(raced.experiment_id)
+
 class NullLogger:
     """Tracking off: same interface, does nothing."""
 
@@ -309,8 +324,7 @@ class MlflowTrialLogger:
         if self.parent_run_id:
             experiment_id = client.get_run(self.parent_run_id).info.experiment_id
         else:
-            found = client.get_experiment_by_name(self.experiment)
-            experiment_id = found.experiment_id if found else client.create_experiment(self.experiment)
+            experiment_id = _experiment_id(client, self.experiment)
         existing = client.search_runs(
             [experiment_id], filter_string=f"tags.`{tags.TRIAL_ID}` = '{self.trial_id}'", max_results=1
         )

@@ -170,8 +170,14 @@ class SweepRuns:
             folder = artifact_dir(self.target.artifact_root, self.target.experiment)
             folder.mkdir(parents=True, exist_ok=True)
             location = folder.resolve().as_uri()
-        return str(self._call("create the experiment", self.client.create_experiment, self.target.experiment,
-                              artifact_location=location, tags=experiment_tags()))
+        try:
+            return str(self._call("create the experiment", self.client.create_experiment, self.target.experiment,
+                                  artifact_location=location, tags=experiment_tags()))
+        except TrackingError:  # another process (a second `sweep submit`) may have made it since the read
+            raced = self._call("read the experiment", self.client.get_experiment_by_name, self.target.experiment)
+            if raced is None:
+                raise
+            return str(raced.experiment_id)
 
     def find_parent(self) -> str | None:
         """The sweep's parent run id (the oldest, should two submits have raced), or None."""

@@ -35,12 +35,22 @@ def count_starts(home: Path) -> object:
 
 
 def processes_gone(home: Path) -> object:
-    """Every process a trial started (pids in starts.log) has ended."""
+    """Every process a trial started has ended: those that wrote starts.log, and any process still running in its
+    trial directory (one stopped under load before it wrote its first line is only there)."""
 
     def gone(sweep: str, trial_id: str) -> bool:
         log = home / "sweeps" / sweep / "starts.log"
-        pids = [int(line.split()[1]) for line in log.read_text().splitlines() if line.split()[0] == trial_id]
-        return bool(pids) and not any(alive(pid) for pid in pids)
+        lines = log.read_text().splitlines() if log.exists() else []
+        pids = [int(line.split()[1]) for line in lines if line.split()[0] == trial_id]
+        trial_dirs = [str(d) for d in (home / "sweeps" / sweep / "trials").glob(f"*{trial_id[:8]}*")]
+        for entry in Path("/proc").glob("[0-9]*"):
+            try:
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if any(arg in trial_dirs for arg in argv):
+                pids.append(int(entry.name))
+        return not any(alive(pid) for pid in pids)
 
     return gone
 

@@ -316,3 +316,27 @@ def test_a_trial_stopped_by_sigterm_resumes_from_its_checkpoint(
     history = [m.step for m in c.get_metric_history(run.info.run_id, "train/loss")]
     assert sorted(history) == list(range(1, steps + 1)), history
     assert run.info.status == "FINISHED"
+
+
+def test_an_experiment_another_trial_made_at_once_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two trials with no parent run start at once on a fresh store: both read no experiment, one makes it, the
+    other's create is refused. The second logs into the one made rather than turning tracking off. The race made
+    certain on a real sqlite store: the first read says none while the experiment exists."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    made = MlflowClient(tracking_uri=uri).create_experiment("raced")
+    real_read = MlflowClient.get_experiment_by_name
+    reads: list[str] = []
+
+    def first_read_misses(self: Any, name: str) -> Any:
+        reads.append(name)
+        return None if len(reads) == 1 else real_read(self, name)
+
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", first_read_misses)
+    logger = MlflowTrialLogger(uri=uri, trial_id="trial-raced", run_name="t", experiment="raced")
+    logger.start()
+    logger.log_metrics({"train/loss": 0.5}, 1)
+    stats = logger.close()
+    assert reads and stats.dropped == 0 and stats.pending == 0 and logger.run_id is not None
+    assert MlflowClient(tracking_uri=uri).get_run(logger.run_id).info.experiment_id == made

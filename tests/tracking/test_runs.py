@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,6 +93,31 @@ def test_two_processes_open_a_fresh_home_at_once_twenty_times(tmp_path: Path,
         runs = SweepRuns(resolve(experiment="exp", home=tmp_path / f"home-{i}"), "sweep-a")
         assert runs.find_parent() is not None
         assert SweepRuns(resolve(experiment="exp", home=tmp_path / f"home-{i}"), "sweep-b").find_parent() is not None
+
+
+def test_an_experiment_made_by_another_process_between_the_read_and_the_create_is_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two `sweep submit` at once on a fresh store: both read no experiment, one creates it, the other's create
+    is refused (it exists). The second uses the one the first made rather than failing (seen in the two-process
+    test above, once in some twenty rounds). Here the race is made certain: the read says none, while another
+    client has made it in the real store."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    target = resolve(experiment="exp", home=tmp_path)
+    runs = SweepRuns(target, "sweep-a")
+    other = MlflowClient(tracking_uri=target.uri).create_experiment("exp")
+    real_read = runs.client.get_experiment_by_name
+    reads: list[str] = []
+
+    def first_read_misses(name: str) -> Any:
+        reads.append(name)
+        return None if len(reads) == 1 else real_read(name)
+
+    monkeypatch.setattr(runs.client, "get_experiment_by_name", first_read_misses)
+    assert runs.experiment_id(create=True) == other
+    parent, created = runs.ensure_parent(backend="local", trials=1)
+    assert created and MlflowClient(tracking_uri=target.uri).get_run(parent).info.experiment_id == other
 
 
 def test_a_damaged_store_file_is_one_error_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
