@@ -35,11 +35,14 @@ def plain(value: Any, *, style: str = "", keep_lines: bool = True) -> Text:
 
 
 def value_text(value: Any) -> str:
-    """A setting or figure as a table cell shows it: `-` for none, `off` for false, 4 significant digits."""
+    """A setting or figure as a table cell shows it: `-` for none, `off` for false and `on` for true, 4 significant
+    digits."""
     if value is None:
         return "-"
     if value is False:
         return "off"
+    if value is True:
+        return "on"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)

@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from kubesweep.terminal_text import clean, plain
+from kubesweep.terminal_text import clean, plain, value_text
 
 
 @pytest.mark.parametrize(("raw", "shown"), [
@@ -35,3 +35,9 @@ def test_plain_is_printed_literally_by_rich() -> None:
     console = Console(file=io.StringIO(), width=200, color_system=None)
     console.print(plain("[/pytorch/aten/foo.cu:12] \x1b[31m[red]boom[/red]"))
     assert console.file.getvalue() == "[/pytorch/aten/foo.cu:12] [red]boom[/red]\n"  # type: ignore[attr-defined]
+
+
+def test_a_table_cell_says_on_and_off_for_a_switch() -> None:
+    """A boolean setting (step_graph, random_init) reads `on` beside `off`, not `True` beside `off`."""
+    assert [value_text(v) for v in (True, False, None, 0, 1, 0.123456, "bf16")] == \
+        ["on", "off", "-", "0", "1", "0.1235", "bf16"]
