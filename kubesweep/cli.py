@@ -144,7 +144,7 @@ def _follow(s: Session, name: str, detach: bool) -> None:
         return
     ended = _watch(lambda progress: s.follow(name, progress), f"interrupted; finished trials are kept. "
                    f"`sweep resume {name}` continues, `sweep cancel {name}` stops", s, name)
-    views.print_ended(console, s.backend, name)
+    views.print_ended(console, s.backend, name, s.tta_target(name))
     raise typer.Exit(ended.code)
 
 
@@ -153,7 +153,7 @@ def _search(s: Session, sweep: Sweep) -> NoReturn:
     views.print_search_start(console, sweep, s.options.backend, s.search_storage(sweep.name))
     ended = _watch(lambda progress: s.run_search(sweep, progress), f"interrupted; the search state is kept. "
                    f"`sweep submit` of the same spec or `sweep resume {sweep.name}` continues it", s, sweep.name)
-    views.print_ended(console, s.backend, sweep.name)
+    views.print_ended(console, s.backend, sweep.name, sweep.spec.tta_target)
     views.print_search(console, ended.found or {})
     raise typer.Exit(ended.code)
 
@@ -319,7 +319,7 @@ def delete(
 @app.command()
 def results(
     names: opts.NamesArg = None, fmt: opts.ResultsFormatOpt = ResultsFormat.table, sort: opts.SortOpt = None,
-    reverse: opts.ReverseOpt = False, filters: opts.FilterOpt = None, target_accuracy: opts.TargetOpt = 0.90,
+    reverse: opts.ReverseOpt = False, filters: opts.FilterOpt = None, target_accuracy: opts.TargetOpt = None,
     best_by: opts.BestByOpt = MetricName.samples_per_s, per_trial: opts.PerTrialOpt = False,
     backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None,
@@ -349,7 +349,7 @@ def results(
     found = s.search_found(name, r.sweep, r.loaded.parent_run_id) if r.searched else None
     views.print_aggregated(console, fmt.value, name, cells, [] if len(names) > 1 else r.loaded.records,
                            source=r.loaded.source,
-                           target=target_accuracy, best_by=best_by.value, found=found, wide=wide)
+                           target=r.target_accuracy, best_by=best_by.value, found=found, wide=wide)
 
 
 def _list_sweeps(s: Session, command: str) -> None:
@@ -360,7 +360,7 @@ def _list_sweeps(s: Session, command: str) -> None:
     console.print(plain(f"name a sweep (or a directory of results files): `sweep {command} {example}`"))
 
 
-def _merged(s: Session, names: list[str], experiment: str | None, target: float, best_by: str,
+def _merged(s: Session, names: list[str], experiment: str | None, target: float | None, best_by: str,
             source: str) -> SweepResults:
     """`Session.merged_results`; a directory with a file that is not a results file is a usage error."""
     try:
@@ -372,7 +372,7 @@ def _merged(s: Session, names: list[str], experiment: str | None, target: float,
 
 @app.command()
 def report(
-    names: opts.NamesArg = None, output: opts.ReportDirOpt = None, target_accuracy: opts.TargetOpt = 0.90,
+    names: opts.NamesArg = None, output: opts.ReportDirOpt = None, target_accuracy: opts.TargetOpt = None,
     best_by: opts.BestByOpt = MetricName.samples_per_s, upload: opts.UploadOpt = True,
     backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, tracking_uri: opts.TrackingUriOpt = None,
@@ -402,7 +402,7 @@ def report(
                else s.options.home_dir / "reports" / "+".join(Path(n).name or "results" for n in names))
     directory = (output or default).expanduser().resolve()
     try:
-        built = build(r.cells, directory, sweep=name, source=r.loaded.source, target=target_accuracy,
+        built = build(r.cells, directory, sweep=name, source=r.loaded.source, target=r.target_accuracy,
                       best_by=best_by.value, merged=len(names) > 1, repeats=s.repeats_spent(names))
     except ReportPathError as exc:  # --output names a bad place: bad input; the home's own directory: the store's
         fail(str(exc), EXIT_USAGE if output is not None else EXIT_BACKEND)
@@ -412,7 +412,7 @@ def report(
             runs = SweepRuns(r.target, name)
             runs.log_report(r.loaded.parent_run_id, directory)
             if one_sweep:  # the answer on the parent run (a sweep the operator ran ends without one)
-                log_answer(runs, r.loaded.parent_run_id, r.cells, target_accuracy)
+                log_answer(runs, r.loaded.parent_run_id, r.cells, r.target_accuracy)
         except TrackingError as exc:
             fail(f"report written locally, but not logged to MLflow: {exc}", EXIT_BACKEND)
         console.print(plain(f"logged as artifacts report/ of MLflow run {r.loaded.parent_run_id} ({r.target.uri})"))

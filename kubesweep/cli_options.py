@@ -169,8 +169,9 @@ FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="keep printing u
 
 # -- results and reports -----------------------------------------------------------------------------------
 
-TargetOpt = Annotated[float, typer.Option("--target-accuracy", min=0.0, max=1.0, metavar="A",
-                                          help="dev accuracy that time-to-accuracy measures the time to")]
+TargetOpt = Annotated[float | None, typer.Option(
+    "--target-accuracy", min=0.0, max=1.0, metavar="A",
+    help="dev accuracy that time-to-accuracy measures the time to [default: the spec's target_accuracy, else 0.9]")]
 BestByOpt = Annotated[MetricName, typer.Option("--best-by", parser=choice(MetricName), metavar="METRIC",
                                                help=f"metric that picks the best setting per GPU type: "
                                                     f"{', '.join(m.value for m in MetricName)}")]

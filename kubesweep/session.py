@@ -50,6 +50,7 @@ from kubesweep.tracking.sweep import Loaded, finish_parent, load_records, open_p
 from kubesweep.tracking.target import TrackingTarget, resolve
 from kubesweep.tune.dispatch import run_search, summary_names, summary_of
 from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY
 
 # Exit codes of `sweep` (and of the tuner, `python -m kubesweep.tune`)
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -118,6 +119,7 @@ class Results:
     target: TrackingTarget
     sweep: Sweep | None  # the sweep as the backend keeps it (None: unknown here)
     searched: bool  # the sweep is a search, or may be one (its spec is unknown here)
+    target_accuracy: float = DEFAULT_TARGET_ACCURACY  # what time-to-accuracy was measured to
 
 
 def _quiet(message: str, warning: bool) -> None:
@@ -216,8 +218,17 @@ class Session:
     def _ended(self, name: str, status: SweepStatus, found: dict[str, Any] | None = None) -> Ended:
         code = exit_code(status)
         if self.target is not None:
-            finish_parent(self.tracking, self.target, name, failed=code != EXIT_OK, cells=self._answer_cells(name))
+            finish_parent(self.tracking, self.target, name, failed=code != EXIT_OK, cells=self._answer_cells(name),
+                          target_accuracy=self.tta_target(name))
         return Ended(status, code, found)
+
+    def tta_target(self, name: str) -> float:
+        """The dev accuracy the sweep's time to accuracy is measured to: its spec's `target_accuracy`, else 0.9."""
+        try:
+            sweep = self.backend.sweep_of(name)
+        except (BackendError, SpecError):
+            sweep = None
+        return sweep.spec.tta_target if sweep is not None else DEFAULT_TARGET_ACCURACY
 
     def _answer_cells(self, name: str) -> list[Cell] | None:
         """The ended sweep's cells, for the answer its parent run carries (None where they cannot be read: the
@@ -225,7 +236,7 @@ class Session:
         if self.tracking is None or self.target is None:
             return None
         try:
-            return aggregate(load_records(self.target, name, self.backend).records)
+            return aggregate(load_records(self.target, name, self.backend).records, target=self.tta_target(name))
         except (BackendError, TrackingError):
             return None
 
@@ -314,11 +325,11 @@ class Session:
 
     # -- results ----------------------------------------------------------------------------------------
 
-    def results(self, name: str, *, experiment: str | None, target_accuracy: float, best_by: str,
+    def results(self, name: str, *, experiment: str | None, target_accuracy: float | None, best_by: str,
                 source: str = "auto") -> Results:
         """The sweep's trials aggregated over repeats: from the backend's results files or MLflow
         (`kubesweep.tracking.sweep.load_records`). A backend that cannot be made is a note: MLflow may still
-        know the sweep."""
+        know the sweep. Time to accuracy is to `target_accuracy`, else the spec's `target_accuracy`, else 0.9."""
         backend: Backend | None
         sweep: Sweep | None = None
         try:
@@ -335,15 +346,18 @@ class Session:
         loaded = load_records(target, name, backend, source=source)
         if loaded.note:
             self.notify(f"note: {loaded.note}", True)
-        cells = aggregate(loaded.records, target=target_accuracy, best_by=best_by)
+        to = target_accuracy if target_accuracy is not None else \
+            sweep.spec.tta_target if sweep is not None else DEFAULT_TARGET_ACCURACY
+        cells = aggregate(loaded.records, target=to, best_by=best_by)
         searched = sweep is None or sweep.spec.adaptive  # a sweep not known here may be a search
-        return Results(cells, loaded, target, sweep, searched)
+        return Results(cells, loaded, target, sweep, searched, to)
 
-    def merged_results(self, names: list[str], *, experiment: str | None, target_accuracy: float,
+    def merged_results(self, names: list[str], *, experiment: str | None, target_accuracy: float | None,
                        best_by: str, source: str = "auto") -> Results:
         """Several sweeps' trials in one comparison: each NAME a sweep of this session's backend and tracking, or a
         directory of results files (another machine's sweep, copied here). Trials meet in one cell when they ran
-        the same settings on the same GPU type. One name: `results`."""
+        the same settings on the same GPU type. One name: `results`. Time to accuracy is to `target_accuracy`,
+        else the first named sweep's own target (a directory has no spec), else 0.9."""
         if len(names) == 1 and not names_a_directory(names[0]):
             return self.results(names[0], experiment=experiment, target_accuracy=target_accuracy, best_by=best_by,
                                 source=source)
@@ -361,9 +375,11 @@ class Session:
         records = [r for part in parts for r in part.records]
         loaded = Loaded(records, "; ".join(p.source for p in parts), "",
                         first.loaded.parent_run_id if first is not None else None)
-        cells = aggregate(records, target=target_accuracy, best_by=best_by)
+        to = target_accuracy if target_accuracy is not None else \
+            first.target_accuracy if first is not None else DEFAULT_TARGET_ACCURACY
+        cells = aggregate(records, target=to, best_by=best_by)
         return Results(cells, loaded, first.target if first is not None else self.tracking_target(names[0], None),
-                       None, False)
+                       None, False, to)
 
     def repeats_spent(self, names: list[str]) -> list[tuple[str, dict[str, Any]]]:
         """What sequential repeats spent in each of `names` that ran under the rule: (name, its `repeats.json`),

@@ -18,6 +18,7 @@ from kubesweep.specfile import Problem as Problem
 from kubesweep.specfile import SpecError as SpecError
 from kubesweep.wire.base import StrictModel
 from kubesweep.wire.config import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, JobConfig, normalize_compile
+from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY
 
 API_VERSION = "kubesweep.io/v1alpha1"
 KIND = "Sweep"
@@ -295,6 +296,10 @@ class SweepSpec(StrictModel):
                          description="runs of each cell (with repeat_until: the runs every cell gets first)")
     repeat_until: RepeatUntil | None = Field(
         None, description="repeat each cell beyond `repeats` until the 95% interval of its metric is within target")
+    target_accuracy: float | None = Field(
+        None, ge=0.0, le=1.0,
+        description="dev accuracy that time-to-accuracy measures the time to in the sweep's results, report and "
+                    "answer (what its model reaches in its epochs); `--target-accuracy` overrides it; default 0.9")
     resources: Resources = Field(default_factory=Resources)
     concurrency: Concurrency = Field(default_factory=Concurrency)
     placement: Placement = Field(default_factory=Placement)
@@ -309,6 +314,11 @@ class SweepSpec(StrictModel):
     priority_class: str | None = Field(None, max_length=63, pattern=DNS1123_LABEL,
                                        description="Kueue WorkloadPriorityClass of the trials (needs spec.queue)")
 
+
+    @property
+    def tta_target(self) -> float:
+        """The dev accuracy time-to-accuracy is measured to: `target_accuracy`, else the default (0.9)."""
+        return self.target_accuracy if self.target_accuracy is not None else DEFAULT_TARGET_ACCURACY
 
     @property
     def repeat_rule(self) -> SequentialRepeats | None:

@@ -473,10 +473,11 @@ def print_busy(console: Console, records: Sequence[Any]) -> None:
         _say(console, busy_text(busy))
 
 
-def print_ended(console: Console, backend: Backend, sweep: str) -> None:
-    """After a sweep ends: the aggregated table from the backend's own files (no MLflow round trip)."""
+def print_ended(console: Console, backend: Backend, sweep: str, target: float) -> None:
+    """After a sweep ends: the aggregated table from the backend's own files (no MLflow round trip); time to
+    accuracy to `target`."""
     records = from_backend(backend, sweep)
-    print_cells(console, sweep, aggregate(records), f"results files ({backend.name} backend)", 0.90,
+    print_cells(console, sweep, aggregate(records, target=target), f"results files ({backend.name} backend)", target,
                 "samples_per_s", partial=partial_text(records))
     print_busy(console, records)
     print_files_hint(console, backend, sweep)

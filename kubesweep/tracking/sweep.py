@@ -48,15 +48,16 @@ def open_parent(target: TrackingTarget, sweep: str, *, backend: str, trials: int
 
 
 def finish_parent(env: TrackingEnv | None, target: TrackingTarget, sweep: str, failed: bool,
-                  cells: list[Cell] | None = None) -> None:
-    """End the sweep's parent run, with the answer its `cells` give (`log_answer`)."""
+                  cells: list[Cell] | None = None, target_accuracy: float = DEFAULT_TARGET_ACCURACY) -> None:
+    """End the sweep's parent run, with the answer its `cells` give (`log_answer`; time to accuracy to
+    `target_accuracy`)."""
     if env is None or env.parent_run_id is None:
         return
     runs = SweepRuns(target, sweep)
     # the trials' runs are what matter; the parent's answer and end state are cosmetic, and each is tried
     if cells:
         with contextlib.suppress(TrackingError):
-            log_answer(runs, env.parent_run_id, cells, DEFAULT_TARGET_ACCURACY)
+            log_answer(runs, env.parent_run_id, cells, target_accuracy)
     with contextlib.suppress(TrackingError):
         runs.finish_parent(env.parent_run_id, "FAILED" if failed else "FINISHED")
 
