@@ -79,7 +79,6 @@ class LoggerStats:
     spool: str | None = None
 
 
-
 def _experiment_id(client: Any, name: str) -> str:
     """The experiment `name`, made when missing; one another trial made between the read and the create (two
     trials starting at once with no parent run) is used, not refused."""
@@ -93,6 +92,7 @@ def _experiment_id(client: Any, name: str) -> str:
         if raced is None:
             raise
         return str(raced.experiment_id)
+
 
 class NullLogger:
     """Tracking off: same interface, does nothing."""
