@@ -122,6 +122,11 @@ class Results:
     target_accuracy: float = DEFAULT_TARGET_ACCURACY  # what time-to-accuracy was measured to
 
 
+def _tta(sweep: Sweep | None) -> float:
+    """The accuracy time to accuracy is measured to for `sweep`: its spec's, else the default (a sweep unknown here)."""
+    return sweep.spec.tta_target if sweep is not None else DEFAULT_TARGET_ACCURACY
+
+
 def _quiet(message: str, warning: bool) -> None:
     pass
 
@@ -218,8 +223,9 @@ class Session:
     def _ended(self, name: str, status: SweepStatus, found: dict[str, Any] | None = None) -> Ended:
         code = exit_code(status)
         if self.target is not None:
-            finish_parent(self.tracking, self.target, name, failed=code != EXIT_OK, cells=self._answer_cells(name),
-                          target_accuracy=self.tta_target(name))
+            to = self.tta_target(name)
+            finish_parent(self.tracking, self.target, name, failed=code != EXIT_OK,
+                          cells=self._answer_cells(name, to), target_accuracy=to)
         return Ended(status, code, found)
 
     def tta_target(self, name: str) -> float:
@@ -228,15 +234,15 @@ class Session:
             sweep = self.backend.sweep_of(name)
         except (BackendError, SpecError):
             sweep = None
-        return sweep.spec.tta_target if sweep is not None else DEFAULT_TARGET_ACCURACY
+        return _tta(sweep)
 
-    def _answer_cells(self, name: str) -> list[Cell] | None:
+    def _answer_cells(self, name: str, target_accuracy: float) -> list[Cell] | None:
         """The ended sweep's cells, for the answer its parent run carries (None where they cannot be read: the
         parent run then ends without it)."""
         if self.tracking is None or self.target is None:
             return None
         try:
-            return aggregate(load_records(self.target, name, self.backend).records, target=self.tta_target(name))
+            return aggregate(load_records(self.target, name, self.backend).records, target=target_accuracy)
         except (BackendError, TrackingError):
             return None
 
@@ -346,8 +352,7 @@ class Session:
         loaded = load_records(target, name, backend, source=source)
         if loaded.note:
             self.notify(f"note: {loaded.note}", True)
-        to = target_accuracy if target_accuracy is not None else \
-            sweep.spec.tta_target if sweep is not None else DEFAULT_TARGET_ACCURACY
+        to = target_accuracy if target_accuracy is not None else _tta(sweep)
         cells = aggregate(loaded.records, target=to, best_by=best_by)
         searched = sweep is None or sweep.spec.adaptive  # a sweep not known here may be a search
         return Results(cells, loaded, target, sweep, searched, to)
