@@ -25,10 +25,21 @@ import yaml
 
 from kubesweep.gpus import GPU_RESOURCE, PRODUCT_LABEL, Catalog, load_catalog
 from kubesweep.images import LockError, lock_keys
-from kubesweep.jobs.command import PRIORITY_CLASS_ENV, QUEUE_ENV, QUEUED_AT_ENV, job_argv
+from kubesweep.jobs.command import (
+    CHECKPOINT_DIR_ENV,
+    CHECKPOINT_ROOT_ENV,
+    PRIORITY_CLASS_ENV,
+    QUEUE_ENV,
+    QUEUED_AT_ENV,
+    SWEEP_ENV,
+    TRIAL_ID_ENV,
+    WORKER_MODULE,
+    job_argv,
+)
 from kubesweep.plan import Plan, Trial
 from kubesweep.spec import DIGEST_RE, Sweep
 from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.handover import HANDOVER_ANNOTATION, HANDOVER_FILE
 from kubesweep.wire.outcomes import ExitCode
 
 GROUP = "kubesweep.io"
@@ -126,8 +137,8 @@ def trial_env(trial: Trial, sweep: Sweep, *, image: str, tracking: TrackingEnv |
     (a queued trial) its Kueue queue and priority class and when its Job was created, from which the job measures
     its wait for admission."""
     env: list[dict[str, Any]] = [
-        {"name": "KUBESWEEP_SWEEP", "value": trial.config.sweep},
-        {"name": "KUBESWEEP_TRIAL_ID", "value": trial.id},
+        {"name": SWEEP_ENV, "value": trial.config.sweep},
+        {"name": TRIAL_ID_ENV, "value": trial.id},
         {"name": "KUBESWEEP_IMAGE", "value": image},
         {"name": "KUBESWEEP_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "KUBESWEEP_TERMINATION_LOG", "value": "/dev/termination-log"},
@@ -144,7 +155,7 @@ def trial_env(trial: Trial, sweep: Sweep, *, image: str, tracking: TrackingEnv |
         if value:
             env.append({"name": name, "value": value})
     if sweep.spec.storage.checkpoint_claim:
-        env.append({"name": "KUBESWEEP_CHECKPOINT_DIR", "value": f"{CHECKPOINT_DIR}/{trial.config.sweep}/{trial.id}"})
+        env.append({"name": CHECKPOINT_DIR_ENV, "value": f"{CHECKPOINT_DIR}/{trial.config.sweep}/{trial.id}"})
     return env
 
 
@@ -274,20 +285,33 @@ def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None 
                queued_at: float | None = None) -> dict[str, Any]:
     """A trial's Job, composed of the builders above; `queued_at`: when it is created (a sweep with spec.queue),
     for the trial's queue wait."""
-    catalog = catalog or load_catalog()
-    spec = sweep.spec
-    res = spec.resources
     labels = trial_labels(trial)
     config_json = json.dumps(trial.config.model_dump(mode="json", by_alias=True), sort_keys=True)
     annotations = {ANNOTATION_CONFIG: config_json, ANNOTATION_LABEL: trial.label(), **(extra_annotations or {})}
     rendezvous = trial_rendezvous(trial)
     mounts, volumes = trial_volumes(sweep)
+    env = trial_env(trial, sweep, image=image, tracking=tracking, queued_at=queued_at)
+    return _job(trial, sweep, name=trial.name, labels=labels, annotations=annotations,
+                command=trial_command(trial, rendezvous), env=env, mounts=mounts, volumes=volumes,
+                rendezvous=rendezvous, deadline=sweep.spec.resources.deadline_seconds, image=image,
+                namespace=namespace, owner=owner, catalog=catalog)
+
+
+def _job(trial: Trial, sweep: Sweep, *, name: str, labels: dict[str, str], annotations: dict[str, str],
+         command: list[str], env: list[dict[str, Any]], mounts: list[dict[str, Any]], volumes: list[dict[str, Any]],
+         rendezvous: Rendezvous, deadline: int | None, image: str, namespace: str | None,
+         owner: Mapping[str, Any] | None, catalog: Catalog | None) -> dict[str, Any]:
+    """The Job around one container running `command`: resources and placement of `trial`'s kind, restricted
+    security, the failure policy, the queue's labels and suspension."""
+    catalog = catalog or load_catalog()
+    spec = sweep.spec
+    res = spec.resources
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "command": trial_command(trial, rendezvous),
-        "env": trial_env(trial, sweep, image=image, tracking=tracking, queued_at=queued_at),
+        "command": command,
+        "env": env,
         "resources": trial_resources(trial, sweep),
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -307,17 +331,62 @@ def render_job(trial: Trial, sweep: Sweep, *, image: str, namespace: str | None 
     }
     job_spec: dict[str, Any] = {
         "backoffLimit": res.retries,
-        "activeDeadlineSeconds": res.deadline_seconds,
+        **({"activeDeadlineSeconds": deadline} if deadline is not None else {}),
         "ttlSecondsAfterFinished": res.ttl_seconds_after_finished,
         "podFailurePolicy": trial_failure_policy(),
         "template": {"metadata": {"labels": dict(labels), "annotations": annotations}, "spec": pod_spec},
         **rendezvous.job,
     }
-    metadata = _object_metadata(trial.name, {**labels, **queue_labels(sweep)},
-                                annotations={ANNOTATION_LABEL: trial.label()}, namespace=namespace, owner=owner)
+    cell = {ANNOTATION_LABEL: annotations[ANNOTATION_LABEL]} if ANNOTATION_LABEL in annotations else {}
+    metadata = _object_metadata(name, {**labels, **queue_labels(sweep)}, annotations=cell, namespace=namespace,
+                                owner=owner)
     if spec.queue:  # created suspended: Kueue starts it when the queue's quota admits it
         job_spec["suspend"] = True
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+# A warm pod (spec.warm_pods): a Job per GPU slot whose pod runs `kubesweep.jobs.worker`, which runs the trials
+# handed over to it one after another (kubesweep/wire/handover.py).
+LABEL_WORKER = f"{GROUP}/worker"  # on a warm pod's Job and pod: the slot kind it runs trials of (`worker_key`)
+
+
+def warm(trial: Trial, sweep: Sweep) -> bool:
+    """Whether the trial runs in a warm pod: the sweep asks for them and the trial fits one pod."""
+    return sweep.spec.warm_pods and trial.num_nodes <= 1
+
+
+def worker_key(trial: Trial) -> str:
+    """The kind of slot a trial needs, which a warm pod is made for: its GPU type and count (a label value)."""
+    return f"{(trial.gpu or 'any').lower()}-{trial.gpus_per_trial}"[:63]
+
+
+def render_worker(trial: Trial, sweep: Sweep, *, name: str, image: str, namespace: str | None = None,
+                  tracking: TrackingEnv | None = None, owner: Mapping[str, Any] | None = None,
+                  catalog: Catalog | None = None, extra_annotations: Mapping[str, str] | None = None,
+                  queued_at: float | None = None) -> dict[str, Any]:
+    """A warm pod's Job, for trials of `trial`'s slot kind (`worker_key`): the trial Job's resources, placement,
+    security, volumes and failure policy; its command the worker, its config the hand-over (the pod's annotation
+    `kubesweep.io/handover`, written by the driver, read through the downward API); each trial's id and checkpoint
+    directory set by the worker. No activeDeadlineSeconds: the deadline is each trial's, kept by the driver."""
+    labels = {**sweep_labels(sweep.name), LABEL_WORKER: worker_key(trial)}
+    if trial.gpu:
+        labels[f"{GROUP}/gpu"] = trial.gpu
+    mounts, volumes = trial_volumes(sweep)
+    for volume in volumes:
+        if volume["name"] == "trial-config":
+            volume["downwardAPI"] = {"items": [
+                {"path": HANDOVER_FILE, "fieldRef": {"fieldPath": f"metadata.annotations['{HANDOVER_ANNOTATION}']"}}]}
+    env = [e for e in trial_env(trial, sweep, image=image, tracking=tracking, queued_at=queued_at)
+           if e["name"] not in (TRIAL_ID_ENV, CHECKPOINT_DIR_ENV)]
+    if sweep.spec.storage.checkpoint_claim:
+        env.append({"name": CHECKPOINT_ROOT_ENV, "value": CHECKPOINT_DIR})
+    command = ["python", "-m", WORKER_MODULE, "--handover", f"{CONFIG_DIR}/{HANDOVER_FILE}", "--output-dir",
+               OUTPUT_DIR, "--sweep", sweep.name]
+    annotations = {ANNOTATION_LABEL: f"warm pod for {trial.config.device} x{trial.gpus_per_trial}",
+                   **(extra_annotations or {})}
+    return _job(trial, sweep, name=name, labels=labels, annotations=annotations, command=command, env=env,
+                mounts=mounts, volumes=volumes, rendezvous=Rendezvous(), deadline=None, image=image,
+                namespace=namespace, owner=owner, catalog=catalog)
 
 
 def queue_labels(sweep: Sweep) -> dict[str, str]:

@@ -37,14 +37,18 @@ from kubesweep.backends.base import BackendError, Phase, SweepStatus, TrialStatu
 from kubesweep.backends.k8s_client import Api, api_error, api_message
 from kubesweep.backends.k8s_state import Recorded, SearchTrials, StateStore, SweepState, discard, phase_for
 from kubesweep.backends.k8s_status import Observed, observe
+from kubesweep.backends.k8s_warm import WarmPods
 from kubesweep.backends.k8s_watch import Informer, Obj
 from kubesweep.manifests import (
     FIELD_MANAGER,
     LABEL_SWEEP,
     LABEL_TRIAL,
+    LABEL_WORKER,
     UNGUARDED_TTL_FLOOR,
     render_trial,
     resolve_image,
+    warm,
+    worker_key,
 )
 from kubesweep.plan import Plan, Trial, make_trial, plan
 from kubesweep.wire.env import TrackingEnv
@@ -124,6 +128,7 @@ class JobReconciler:
         self.checkpoints = checkpoints or NoCheckpoints()
         self.name = name
         self.kueue = k8s_kueue.QueueReader(api.custom, api.namespace, api.call, (BackendError, api.ApiException))
+        self.warm = WarmPods(api, create=self.apply_all, protect=self.protect)
         self._plans: dict[str, Plan] = {}
         self._orders: dict[str, tuple[Plan, dict[str, int]]] = {}  # per sweep: the plan, trial id → position
         self._applied: dict[str, dict[str, float]] = {}  # sweep -> trial id -> when its Job was applied here
@@ -201,7 +206,8 @@ class JobReconciler:
         not shown yet counts as existing (Pending), so a lagging cache never makes it applied again."""
         name = state.sweep.name
         jobs, pods = self.objects(name)
-        jobs_by_trial = {j["metadata"]["labels"].get(LABEL_TRIAL): j for j in jobs}
+        jobs_by_trial = {j["metadata"]["labels"][LABEL_TRIAL]: j for j in jobs
+                         if LABEL_TRIAL in j["metadata"]["labels"]}
         pods_by_trial: dict[str, list[Obj]] = {}
         for pod in pods:
             pods_by_trial.setdefault(pod["metadata"].get("labels", {}).get(LABEL_TRIAL, ""), []).append(pod)
@@ -219,6 +225,8 @@ class JobReconciler:
             if trial.id in queued and not seen.phase.terminal:
                 seen = replace(seen, reason=queued[trial.id].reason)
             out[trial.id] = (seen, job is not None or trial.id in applied)
+        if state.sweep.spec.warm_pods:  # its one-node trials are read off its warm pods
+            out.update(self.warm.observe(state, p, jobs, pods))
         return out
 
     def statuses(self, state: SweepState, p: Plan, seen: Mapping[str, tuple[Observed, bool]]) -> list[TrialStatus]:
@@ -255,6 +263,8 @@ class JobReconciler:
         newly = {tid: Recorded(o.outcome, o.reason, o.started_at, o.finished_at)
                  for tid, (o, _) in seen.items()
                  if o.phase.terminal and o.outcome and tid not in state.outcomes}
+        if state.sweep.spec.warm_pods:
+            newly.update(self.warm.overdue(state, p, self.statuses(state, p, seen), time.time()))
         if newly:
             self.save(state, outcomes={**state.outcomes, **newly})
         statuses = self.statuses(state, p, seen)
@@ -267,18 +277,22 @@ class JobReconciler:
         return sweep in self._capped
 
     def _start_next(self, state: SweepState, p: Plan, statuses: list[TrialStatus]) -> int:
-        """Create the Jobs of the next trials the limits allow; returns how many."""
+        """Create the Jobs of the next trials the limits allow (for warm trials: hand them over, and make the warm
+        pods the limits allow); returns how many Jobs."""
         spec = state.sweep.spec
-        active = [s for s in statuses if s.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)
-                  or (s.phase == Phase.PENDING and s.attempts)]
-        room = spec.concurrency.max_parallel - len(active)
-        per_type = Counter(s.gpu for s in active)
-        chosen: list[Trial] = []
         trials = p.by_id()
+        own = [s for s in statuses if not warm(trials[s.trial_id], state.sweep)]  # trials with Jobs of their own
+        active = [s for s in own if s.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)
+                  or (s.phase == Phase.PENDING and s.attempts)]
+        held = self.warm.held(state.sweep.name) if spec.warm_pods else []  # slots of warm pods, by kind
+        gpu_of = {worker_key(t): t.gpu for t in p.trials}
+        room = spec.concurrency.max_parallel - len(active) - len(held)
+        per_type = Counter(s.gpu for s in active) + Counter(gpu_of.get(key) for key in held)
+        chosen: list[Trial] = []
         cap = self.jobs.max_starts_per_step
         if cap:
             room = min(room, cap)
-        for s in statuses:
+        for s in own:
             if room <= 0:
                 break
             if s.phase != Phase.PENDING or s.attempts:
@@ -291,12 +305,18 @@ class JobReconciler:
             room -= 1
         capped = cap is not None and len(chosen) >= cap
         (self._capped.add if capped else self._capped.discard)(state.sweep.name)
-        if not chosen:
+        if not chosen and not spec.warm_pods:
             return 0
         image = resolve_image(state.sweep, allow_unpinned=True)
         tracking = self.tracking(state)
         queued_at = time.time() if state.sweep.spec.queue else None  # the job measures its wait from here
         owner = self.store.owner(state.sweep.name)
+        made = 0
+        if spec.warm_pods:
+            made = self.warm.step(state, p, statuses, room - len(chosen), dict(per_type), image=image,
+                                  tracking=tracking, owner=owner, queued_at=queued_at)
+        if not chosen:
+            return made
         objects = []
         for trial in chosen:
             extra = dict(self.jobs.pod_annotations(trial)) if self.jobs.pod_annotations else None
@@ -308,7 +328,7 @@ class JobReconciler:
                     self.protect(obj)
                 objects.append(obj)
         self.apply_all(objects)
-        return len(chosen)
+        return len(chosen) + made
 
     def protect(self, job: dict[str, Any]) -> None:
         """Keep a trial's Job until its outcome is recorded: with finalizers (the operator's), the Job carries
@@ -382,7 +402,8 @@ class JobReconciler:
                 return
             self.create_job(obj)
             labels = obj["metadata"]["labels"]
-            self._applied.setdefault(labels[LABEL_SWEEP], {})[labels[LABEL_TRIAL]] = time.monotonic()
+            if LABEL_TRIAL in labels:  # a warm pod's Job is counted by `WarmPods` instead
+                self._applied.setdefault(labels[LABEL_SWEEP], {})[labels[LABEL_TRIAL]] = time.monotonic()
 
         with ThreadPoolExecutor(max_workers=min(WRITE_THREADS, len(objects))) as pool:
             list(pool.map(one, objects))
@@ -413,6 +434,8 @@ class JobReconciler:
         stopped = Recorded(Outcome.STOPPED, reason, trial.started_at, time.time())
         self.save(state, outcomes={**state.outcomes, trial.trial_id: stopped})
         self.delete_jobs(state.sweep.name, {trial.trial_id})
+        if state.sweep.spec.warm_pods:
+            self.warm.stop(state.sweep.name, trial.trial_id)
 
     def cancel(self, state: SweepState) -> None:
         """Record every unfinished trial cancelled (a trial whose Job just finished: its outcome), then delete
@@ -431,6 +454,9 @@ class JobReconciler:
         self.save(state, outcomes=outcomes, cancelled=True)
         unfinished = {s.trial_id for s in statuses if not s.phase.terminal}
         self.delete_jobs(sweep, unfinished, during="cancel")
+        for job in self.job_objects(sweep):  # warm pods: their trials are recorded cancelled or ended
+            if job["metadata"].get("labels", {}).get(LABEL_WORKER):
+                self._delete_job(job, "cancel")
 
     def resume(self, state: SweepState) -> None:
         """Forget the outcomes of trials that ended without an answer and delete their Jobs, so the next
@@ -466,12 +492,19 @@ class JobReconciler:
         for cache in (self._plans, self._orders, self._applied):
             cache.pop(sweep, None)  # type: ignore[attr-defined]
         self._capped.discard(sweep)
+        self.warm.forget(sweep)
         self.kueue.forget(sweep)
         self.store.forget(sweep)
 
     # -- logs --------------------------------------------------------------------------------------------
 
     def logs(self, sweep: str, trial: TrialStatus, follow: bool) -> Iterator[str]:
+        state = self.store.load(sweep)
+        p = self.plan_for(state)
+        trials = p.by_id()
+        if trial.trial_id in trials and warm(trials[trial.trial_id], state.sweep):
+            self.observe(state, p)  # the warm pods' events as they are now
+            return self.warm.trial_log(sweep, trial)
         _, pods = self.objects(sweep)
         return trial_log(self.api, pods, trial, follow)
 

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubesweep.backends.k8s_kueue import EVICTIONS_NOTED
-from kubesweep.manifests import LABEL_SWEEP, LABEL_TRIAL
+from kubesweep.manifests import LABEL_SWEEP, LABEL_TRIAL, LABEL_WORKER
+from kubesweep.wire.handover import HANDOVER_ANNOTATION
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -28,8 +29,8 @@ OnEvent = Callable[[str, Obj], None]  # (event type: ADDED, MODIFIED, DELETED, L
 PAGE = 500  # objects per LIST page
 
 _META = ("name", "namespace", "finalizers", "deletionTimestamp", "creationTimestamp", "uid")
-_LABELS = (LABEL_SWEEP, LABEL_TRIAL)
-_ANNOTATIONS = (EVICTIONS_NOTED,)
+_LABELS = (LABEL_SWEEP, LABEL_TRIAL, LABEL_WORKER)
+_ANNOTATIONS = (EVICTIONS_NOTED, HANDOVER_ANNOTATION)  # a warm pod's hand-over: what it runs
 _CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
 _JOB_STATUS = ("startTime", "completionTime", "active")
 _POD_CONDITIONS = ("PodScheduled", "DisruptionTarget")

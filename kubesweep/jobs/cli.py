@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from kubesweep.jobs.command import CHECKPOINT_DIR_ENV
 from kubesweep.jobs.errors import UsageError
 from kubesweep.jobs.model import resolve
 from kubesweep.wire.config import JobConfig, TrialConfig
@@ -31,7 +32,6 @@ from kubesweep.wire.outcomes import ExitCode
 # Set by the rendered Job when the sweep names a checkpoint claim: the trial's directory on it. The job keeps its
 # checkpoints there (unless the settings name a checkpoint_dir), and with them the MLflow spool and step record, so
 # a pod that replaces an evicted one resumes from the last checkpoint and logs every step once.
-CHECKPOINT_DIR_ENV = "KUBESWEEP_CHECKPOINT_DIR"
 
 TRIAL_FLAGS = {
     "sweep": str,

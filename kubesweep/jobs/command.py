@@ -14,6 +14,13 @@ QUEUED_AT_ENV = "KUBESWEEP_QUEUED_AT"
 QUEUE_ENV = "KUBESWEEP_QUEUE"
 PRIORITY_CLASS_ENV = "KUBESWEEP_PRIORITY_CLASS"
 QUEUE_TAGS = {QUEUE_ENV: tags.KUEUE_QUEUE, PRIORITY_CLASS_ENV: tags.KUEUE_PRIORITY_CLASS}
+# A trial's identity and its own directory on the checkpoint claim, so a retried pod resumes from it; a warm pod
+# (kubesweep/jobs/worker.py) has the claim's root and sets both per trial.
+SWEEP_ENV = "KUBESWEEP_SWEEP"
+TRIAL_ID_ENV = "KUBESWEEP_TRIAL_ID"
+CHECKPOINT_DIR_ENV = "KUBESWEEP_CHECKPOINT_DIR"
+CHECKPOINT_ROOT_ENV = "KUBESWEEP_CHECKPOINT_ROOT"
+WORKER_MODULE = "kubesweep.jobs.worker"
 
 
 def job_argv(config_path: str, output_dir: str, *, python: str = "python", gpus: int = 1,

@@ -45,15 +45,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from kubesweep.jobs.command import JOB_MODULE, QUEUED_AT_ENV, job_argv
+from kubesweep.jobs.command import (
+    CHECKPOINT_DIR_ENV,
+    CHECKPOINT_ROOT_ENV,
+    JOB_MODULE,
+    QUEUED_AT_ENV,
+    SWEEP_ENV,
+    TRIAL_ID_ENV,
+    job_argv,
+)
 from kubesweep.jobs.forkserver_handle import Handle
 from kubesweep.wire.handover import Handover, WorkerEvent, escape, read_handover
 from kubesweep.wire.outcomes import ExitCode, outcome_for_exit
 
-CHECKPOINT_ROOT_ENV = "KUBESWEEP_CHECKPOINT_ROOT"
-CHECKPOINT_DIR_ENV = "KUBESWEEP_CHECKPOINT_DIR"
-TRIAL_ID_ENV = "KUBESWEEP_TRIAL_ID"
-SWEEP_ENV = "KUBESWEEP_SWEEP"
 DEFAULT_IDLE_TIMEOUT_S = 300.0
 DEFAULT_GRACE_S = 30.0  # a pod's default terminationGracePeriodSeconds
 DEFAULT_POLL_S = 0.25
@@ -81,7 +85,7 @@ class Worker:
     poll: float = DEFAULT_POLL_S
     python: str = sys.executable
     forkserver: bool = True
-    ran: set[str] = field(default_factory=set)  # trials started in this pod, each once
+    ran: set[tuple[str, int]] = field(default_factory=set)  # (trial, attempt) started in this pod, each once
     running: Running | None = None
     terminating: bool = False
     _server: Handle | None = None
@@ -157,18 +161,18 @@ class Worker:
             self._bad_handover = problem
             print(f"worker: {problem}", file=sys.stderr, flush=True)
 
-    def _next(self, handed: Handover | None) -> tuple[str, dict[str, Any]] | None:
+    def _next(self, handed: Handover | None) -> tuple[str, int, dict[str, Any]] | None:
         if handed is None:
             return None
         for entry in handed.trials:
-            if entry.id not in self.ran:
-                return entry.id, entry.config
+            if (entry.id, entry.attempt) not in self.ran:
+                return entry.id, entry.attempt, entry.config
         return None
 
     # -- one trial ----------------------------------------------------------------------------------------
 
-    def _start(self, trial: str, config: dict[str, Any]) -> None:
-        self.ran.add(trial)
+    def _start(self, trial: str, attempt: int, config: dict[str, Any]) -> None:
+        self.ran.add((trial, attempt))
         problem = self._refusal(trial, config)
         if problem is not None:
             now = time.time()

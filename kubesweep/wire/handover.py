@@ -39,10 +39,12 @@ EventKind = Literal["ready", "start", "end", "idle", "exit"]
 
 
 class HandedTrial(StrictModel):
-    """One trial of the hand-over: its id and its resolved trial config (the `TrialConfig` document)."""
+    """One trial of the hand-over: its id, its resolved trial config (the `TrialConfig` document) and its attempt
+    (how often it ended before: a pod runs each attempt of a trial once)."""
 
     id: str = Field(pattern=TRIAL_ID_RE.pattern)
     config: dict[str, Any]
+    attempt: int = Field(0, ge=0)
 
 
 class Handover(StrictModel):

@@ -1,0 +1,391 @@
+"""Warm pods (`spec.warm_pods`): a sweep's one-node trials run in pods that each hold one GPU slot and run trial
+after trial, instead of a pod per trial. `WarmPods` is the reconciler's part for them (`k8s_reconcile`).
+
+A warm pod is a Job (`manifests.render_worker`) whose pod runs `kubesweep.jobs.worker`; the trials go to it in its
+hand-over (the pod's annotation `kubesweep.io/handover`, read in the pod through the downward API) and come back as
+event lines in its log (`kubesweep.wire.handover`). Nothing else is kept: where a trial stands is read off the
+cluster each step, like a Job's, so any process that follows the sweep (another shell, the operator after a
+restart) reads the same.
+
+A trial's state, from its warm pods (every pod of every warm Job of the sweep, live or ended):
+- an `end` event: how it ended. An end the pod's termination caused (eviction, preemption, deletion: the worker
+  says `the pod is terminating`) is no end: the trial is handed over again and resumes from its checkpoint. A
+  failure is retried while the failures number at most `resources.retries`; OOM and GPU mismatch never are;
+- a `start` without an end: Running while its pod lives; the pod gone or ended, the trial is handed over again;
+- listed in a live pod's hand-over, not started: Pending, with its slot (it counts as started for the limits);
+- otherwise Pending, waiting for a slot.
+
+Each step hands over, to each live pod of a trial's slot kind (`manifests.worker_key`), the trials it still runs
+plus up to `AHEAD` more, so the pod starts its next trial without waiting for a step; closes a pod's hand-over when
+no trial of its kind is left, so the pod ends and gives its GPU back at once; and makes warm Jobs for what is left,
+within `concurrency`. A trial is stopped by taking it out of its pod's hand-over; a trial running longer than
+`resources.deadline_seconds` is recorded failed and taken out. A hand-over names each trial with its attempt (how
+often it ended before), so a retried trial runs again even in the pod it failed in, and a pod replaced after an
+eviction never reruns what its predecessor finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubesweep.backends.base import BackendError, Phase, TrialStatus
+from kubesweep.backends.k8s_client import Api, api_error
+from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
+from kubesweep.backends.k8s_status import Observed, job_finished
+from kubesweep.backends.k8s_watch import Obj
+from kubesweep.manifests import LABEL_WORKER, render_worker, warm, worker_key
+from kubesweep.plan import Plan, Trial
+from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.handover import (
+    HANDOVER_ANNOTATION,
+    HandedTrial,
+    Handover,
+    WorkerEvent,
+    parse_events,
+    read_handover,
+    unescape,
+)
+from kubesweep.wire.outcomes import Outcome
+
+AHEAD = 1  # trials handed over beyond the one a pod runs
+INTERRUPTED = "the pod is terminating"  # the worker's reason for an end its pod's termination caused
+MERGE = "application/merge-patch+json"
+NAME_PREFIX = 63 - len("-warm-") - 8 - 1 - 5  # the sweep's part of a warm Job's name
+LOG_READ_S = 1.0  # a live pod's log is read at most this often
+MADE_GRACE_S = 60.0  # seconds a warm Job made here counts as held while no cache has shown it
+
+
+@dataclass
+class Pod:
+    """One warm pod as this step sees it: its Job and pod objects, its hand-over and its events so far."""
+
+    job: Obj
+    pod: Obj | None
+    handover: Handover | None
+    events: list[WorkerEvent]
+    newest: bool = True  # its Job's newest pod (an older one was replaced: evicted, or its worker failed)
+
+    @property
+    def key(self) -> str:
+        return str(self.job["metadata"].get("labels", {}).get(LABEL_WORKER, ""))
+
+    @property
+    def name(self) -> str | None:
+        return None if self.pod is None else str(self.pod["metadata"]["name"])
+
+    @property
+    def holds(self) -> bool:
+        """Its Job holds a slot: unfinished and not being deleted."""
+        return not job_finished(self.job) and not self.job["metadata"].get("deletionTimestamp")
+
+    @property
+    def live(self) -> bool:
+        """Still able to run trials: its Job unfinished and not being deleted, its pod (if any yet) pending or
+        running and not being deleted."""
+        if not self.newest or not self.holds:
+            return False
+        if self.pod is None:
+            return True
+        return self.pod.get("status", {}).get("phase") in (None, "Pending", "Running") and not (
+            self.pod["metadata"].get("deletionTimestamp"))
+
+
+@dataclass
+class Seen:
+    """One warm trial's story across its pods."""
+
+    ends: list[tuple[WorkerEvent, str]] = field(default_factory=list)  # (event, pod)
+    starts: list[tuple[WorkerEvent, str]] = field(default_factory=list)
+
+
+def _stories(pods: list[Pod]) -> dict[str, Seen]:
+    stories: dict[str, Seen] = {}
+    for pod in pods:
+        for event in pod.events:
+            if event.trial and event.event in ("start", "end"):
+                seen = stories.setdefault(event.trial, Seen())
+                (seen.starts if event.event == "start" else seen.ends).append((event, pod.name or ""))
+    for seen in stories.values():
+        seen.starts.sort(key=lambda e: e[0].at)
+        seen.ends.sort(key=lambda e: e[0].at)
+    return stories
+
+
+def _counted_failures(seen: Seen) -> int:
+    return sum(1 for e, _ in seen.ends if e.outcome == Outcome.FAILED.value and e.reason != INTERRUPTED)
+
+
+def observe_warm(trial: Trial, seen: Seen | None, pods: list[Pod], retries: int,
+                 listed: Mapping[str, Pod]) -> tuple[Observed, bool]:
+    """What the warm pods say of `trial` (Observed, and whether it holds a slot), by the rules of the module's
+    docstring; `listed`: trial id → the live pod whose hand-over lists it."""
+    seen = seen or Seen()
+    last_end = seen.ends[-1][0] if seen.ends else None
+    last_start = seen.starts[-1] if seen.starts else None
+    started_at = seen.starts[0][0].at if seen.starts else None
+    live = {p.name: p for p in pods if p.live and p.name}
+    if last_start is not None and (last_end is None or last_start[0].at > last_end.at):
+        if last_start[1] in live:
+            return Observed(Phase.RUNNING, started_at=last_start[0].at), True
+        interrupted = "its warm pod ended while it ran"
+    elif last_end is not None and last_end.reason != INTERRUPTED:
+        outcome = _outcome(last_end.outcome)
+        if outcome != Outcome.FAILED or _counted_failures(seen) > retries:
+            reason = last_end.reason or ("" if outcome == Outcome.SUCCEEDED else f"exit code {last_end.exit_code}")
+            return Observed(phase_for(outcome), outcome, reason, started_at, last_end.at), True
+        interrupted = f"retrying after: exit code {last_end.exit_code}"
+    else:
+        interrupted = "its warm pod was stopped while it ran" if last_end is not None else ""
+    if trial.id in listed:
+        return Observed(Phase.PENDING, reason=interrupted or "handed to a warm pod", started_at=started_at), True
+    return Observed(Phase.PENDING, reason=interrupted, started_at=started_at), False
+
+
+def _outcome(value: str | None) -> Outcome:
+    try:
+        return Outcome(value or Outcome.FAILED.value)
+    except ValueError:  # text from a pod: anything else is a failure
+        return Outcome.FAILED
+
+
+def attempt_of(seen: Seen | None) -> int:
+    """A trial's next attempt: how often it has ended before, in any pod."""
+    return len(seen.ends) if seen else 0
+
+
+def plan_handovers(sweep: str, pods: list[Pod], waiting: Mapping[str, list[Trial]], stories: Mapping[str, Seen],
+                   settled: set[str]) -> dict[str, Handover]:
+    """Each live pod's hand-over after this step: what it still runs (listed, neither ended there nor settled),
+    topped up from `waiting` (the pending trials of each slot kind, in plan order; taken from) to `1 + AHEAD`,
+    closed when none of its kind is left."""
+    out: dict[str, Handover] = {}
+    for pod in pods:
+        if not pod.live or pod.name is None:
+            continue
+        keep = [t for t in (pod.handover.trials if pod.handover else [])
+                if t.id not in settled and attempt_of(stories.get(t.id)) <= t.attempt]  # not ended yet
+        queue = waiting.get(pod.key, [])
+        while len(keep) < 1 + AHEAD and queue:
+            trial = queue.pop(0)
+            config = trial.config.model_dump(mode="json", by_alias=True)
+            keep.append(HandedTrial(id=trial.id, config=config, attempt=attempt_of(stories.get(trial.id))))
+        out[pod.name] = Handover(sweep=sweep, trials=keep, closed=not queue)
+    return out
+
+
+class WorkerLogs:
+    """The events in warm pods' logs, read through the logs API: a live pod's at most every `LOG_READ_S`, an
+    ended pod's once more after it ended, then kept."""
+
+    def __init__(self, api: Api, every: float = LOG_READ_S) -> None:
+        self.api = api
+        self.every = every
+        self._read: dict[str, tuple[float, bool, list[WorkerEvent]]] = {}  # pod uid -> (when, final, events)
+
+    def events(self, pod: Obj) -> list[WorkerEvent]:
+        meta = pod["metadata"]
+        uid = str(meta.get("uid") or meta["name"])
+        final = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+        now = time.monotonic()
+        cached = self._read.get(uid)
+        if cached is not None and (cached[1] or (not final and now - cached[0] < self.every)):
+            return cached[2]
+        text = self.text(str(meta["name"]))
+        if text is None:
+            return cached[2] if cached else []
+        events = parse_events(text.splitlines())
+        self._read[uid] = (now, final, events)
+        return events
+
+    def text(self, pod: str) -> str | None:
+        """The pod's log; None when it has none to give (not started, or gone)."""
+        try:
+            return str(self.api.core.read_namespaced_pod_log(pod, self.api.namespace))
+        except self.api.ApiException:  # 400: its container has not started; 404: the pod is gone
+            return None
+        except BackendError:
+            return None
+
+    def forget(self, live_uids: set[str]) -> None:
+        self._read = {k: v for k, v in self._read.items() if k in live_uids}
+
+
+Apply = Callable[[list[dict[str, Any]]], None]
+
+
+class WarmPods:
+    """The reconciler's part for warm trials: observe them, hand them over, make warm Jobs, stop them."""
+
+    def __init__(self, api: Api, *, create: Apply, protect: Callable[[dict[str, Any]], None]) -> None:
+        self.api = api
+        self.create = create
+        self.protect = protect
+        self.logs = WorkerLogs(api)
+        self._made: dict[str, dict[str, tuple[str, float]]] = {}  # sweep -> warm Job -> (slot kind, made when)
+        self._pods: dict[str, list[Pod]] = {}  # sweep -> its warm pods as the last `observe` read them
+
+    # -- observing ------------------------------------------------------------------------------------------
+
+    def pods(self, jobs: list[Obj], pods: list[Obj]) -> list[Pod]:
+        """The sweep's warm pods: each warm Job with each of its pods (the newest first), or alone while it has
+        none."""
+        workers = [j for j in jobs if j["metadata"].get("labels", {}).get(LABEL_WORKER)]
+        by_owner: dict[str, list[Obj]] = {}
+        for pod in pods:
+            for ref in pod["metadata"].get("ownerReferences") or []:
+                by_owner.setdefault(str(ref.get("uid")), []).append(pod)
+        out = []
+        for job in workers:
+            mine = sorted(by_owner.get(str(job["metadata"].get("uid")), []),
+                          key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
+            if not mine:
+                out.append(Pod(job, None, None, []))
+            for i, pod in enumerate(mine):
+                out.append(Pod(job, pod, _handover_of(pod), self.logs.events(pod), newest=i == 0))
+        return out
+
+    def observe(self, state: SweepState, p: Plan, jobs: list[Obj], pods: list[Obj]
+                ) -> dict[str, tuple[Observed, bool]]:
+        """trial id → (what the warm pods say, whether it holds a slot), for the sweep's warm trials."""
+        sweep = state.sweep
+        found = self._pods[sweep.name] = self.pods(jobs, pods)
+        stories = _stories(found)
+        listed = {t.id: pod for pod in found if pod.live and pod.handover for t in pod.handover.trials}
+        retries = sweep.spec.resources.retries
+        return {t.id: observe_warm(t, stories.get(t.id), found, retries, listed)
+                for t in p.trials if warm(t, sweep)}
+
+    def held(self, sweep: str) -> list[str]:
+        """The slot kind of each slot the sweep's warm pods hold: each warm Job that is unfinished and not being
+        deleted (whether its pod runs, is yet to come, or is being replaced), as the last `observe` read them, and
+        the warm Jobs made here that no cache shows yet."""
+        found = self._pods.get(sweep, [])
+        jobs = {p.job["metadata"]["name"]: p for p in found}
+        made = self._made.get(sweep, {})
+        now = time.monotonic()
+        for name in [n for n, (_, at) in made.items() if n in jobs or now - at > MADE_GRACE_S]:
+            del made[name]
+        return [p.key for p in jobs.values() if p.holds] + [key for key, _ in made.values()]
+
+    # -- driving --------------------------------------------------------------------------------------------
+
+    def step(self, state: SweepState, p: Plan, statuses: list[TrialStatus], room: int,
+             per_type: dict[str | None, int], *, image: str, tracking: TrackingEnv | None,
+             owner: Mapping[str, Any] | None, queued_at: float | None) -> int:
+        """Hand over, and make the warm Jobs the limits allow: `room` more slots (warm pods and trial Jobs
+        together); `per_type`: the slots each GPU type holds (updated). Returns how many warm Jobs it made."""
+        sweep = state.sweep
+        found = self._pods.get(sweep.name, [])
+        stories = _stories(found)
+        trials = p.by_id()
+        settled = {s.trial_id for s in statuses if s.phase.terminal} | set(state.outcomes)  # recorded: stop it
+        waiting: dict[str, list[Trial]] = {}
+        for s in statuses:
+            trial = trials[s.trial_id]
+            if s.phase == Phase.PENDING and not s.attempts and warm(trial, sweep):
+                waiting.setdefault(worker_key(trial), []).append(trial)
+        handovers = plan_handovers(sweep.name, found, waiting, stories, settled)
+        for pod in found:
+            if pod.name in handovers and handovers[pod.name] != pod.handover:
+                self.hand_over(pod.name, handovers[pod.name])
+        made: list[dict[str, Any]] = []
+        limit = sweep.spec.concurrency.per_gpu_type
+        for key, queue in waiting.items():
+            for trial in list(queue):
+                if room <= 0 or (limit and trial.gpu and per_type.get(trial.gpu, 0) >= limit):
+                    break
+                name = self._name(sweep.name, key)
+                job = render_worker(trial, sweep, name=name, image=image, namespace=self.api.namespace,
+                                    tracking=tracking, owner=owner, queued_at=queued_at)
+                self.protect(job)
+                made.append(job)
+                self._made.setdefault(sweep.name, {})[name] = (key, time.monotonic())
+                room -= 1
+                per_type[trial.gpu] = per_type.get(trial.gpu, 0) + 1
+                queue.pop(0)  # one trial's worth of slot; the pod gets its hand-over once it exists
+        if made:
+            self.create(made)
+        return len(made)
+
+    def overdue(self, state: SweepState, p: Plan, statuses: list[TrialStatus], now: float) -> dict[str, Recorded]:
+        """Warm trials running longer than the deadline, recorded failed (not yet recorded: the next step takes
+        them out of their pods' hand-overs, which stops them)."""
+        deadline = state.sweep.spec.resources.deadline_seconds
+        trials = p.by_id()
+        return {s.trial_id: Recorded(Outcome.FAILED, f"deadline exceeded after {deadline} s", s.started_at, now)
+                for s in statuses
+                if s.phase == Phase.RUNNING and s.started_at is not None and now - s.started_at > deadline
+                and s.trial_id not in state.outcomes and warm(trials[s.trial_id], state.sweep)}
+
+    def hand_over(self, pod: str, handover: Handover) -> None:
+        body = {"metadata": {"annotations": {HANDOVER_ANNOTATION: handover.to_annotation()}}}
+        with contextlib.suppress(self.api.ApiException):  # 404: the pod is gone; the next step sees it
+            self.api.write(self.api.core.patch_namespaced_pod, pod, self.api.namespace, body,
+                           _content_type=MERGE, _preload_content=False)
+
+    def stop(self, sweep: str, trial_id: str) -> None:
+        """Take a trial out of the hand-over of every live pod that lists it (its worker stops it)."""
+        for pod in self._pods.get(sweep, []):
+            if pod.live and pod.name and pod.handover and any(t.id == trial_id for t in pod.handover.trials):
+                self.hand_over(pod.name, Handover(sweep=sweep, closed=pod.handover.closed,
+                                                  trials=[t for t in pod.handover.trials if t.id != trial_id]))
+
+    def warm_jobs(self, jobs: list[Obj]) -> list[Obj]:
+        return [j for j in jobs if j["metadata"].get("labels", {}).get(LABEL_WORKER)]
+
+    def forget(self, sweep: str) -> None:
+        self._made.pop(sweep, None)
+        self._pods.pop(sweep, None)
+
+    @staticmethod
+    def _name(sweep: str, key: str) -> str:
+        digest = hashlib.sha256(f"{sweep}/{key}".encode()).hexdigest()[:8]
+        return f"{sweep[:NAME_PREFIX].rstrip('-')}-warm-{digest}-{os.urandom(3).hex()[:5]}"
+
+    # -- logs -----------------------------------------------------------------------------------------------
+
+    def trial_log(self, sweep: str, trial: TrialStatus) -> Iterator[str]:
+        """The trial's lines from the log of the warm pod it last started in, unescaped."""
+        started = [(e.at, pod) for pod in self._pods.get(sweep, []) for e in pod.events
+                   if e.event == "start" and e.trial == trial.trial_id and pod.name]
+        if not started:
+            raise BackendError(f"trial {trial.name} has not started in a warm pod ({trial.phase.value}"
+                               f"{': ' + trial.reason if trial.reason else ''}); no log yet")
+        pod = max(started, key=lambda s: s[0])[1]
+        assert pod.name is not None
+        try:
+            text = self.api.core.read_namespaced_pod_log(pod.name, self.api.namespace)
+        except self.api.ApiException as exc:
+            raise BackendError(f"cannot read the log of pod {pod.name}: {api_error(exc)}") from None
+        yield "".join(line + "\n" for line in slice_trial(str(text).splitlines(), trial.trial_id))
+
+
+def slice_trial(lines: list[str], trial: str) -> list[str]:
+    """A trial's own lines in a warm pod's log: those between its last start event and its end, unescaped."""
+    out: list[str] = []
+    inside = False
+    for line in lines:
+        event = parse_events([line])
+        if event and event[0].trial == trial and event[0].event == "start":
+            out, inside = [], True
+        elif event and event[0].trial == trial and event[0].event == "end":
+            inside = False
+        elif inside and not event:
+            out.append(unescape(line))
+    return out
+
+
+def _handover_of(pod: Obj) -> Handover | None:
+    text = (pod["metadata"].get("annotations") or {}).get(HANDOVER_ANNOTATION)
+    if not text:
+        return None
+    with contextlib.suppress(ValueError):
+        return read_handover(text)
+    return None
+

@@ -1,0 +1,196 @@
+"""Warm pods (`k8s_warm.WarmPods`, spec.warm_pods) in the Job reconciler, against the in-memory stand-in for the
+API server of tests/backends/test_k8s_reconcile.py, with pods whose annotations and logs the test writes as a
+kubelet and a worker would: what is handed over, made, recorded and stopped. Warm pods as real containers on a real
+kubelet: tests/backends/test_k8s_warm_realnode.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kubernetes
+import pytest
+
+from kubesweep.backends.base import Phase
+from kubesweep.backends.k8s_client import Api
+from kubesweep.backends.k8s_reconcile import JobReconciler, Listed
+from kubesweep.backends.k8s_warm import INTERRUPTED, slice_trial
+from kubesweep.manifests import LABEL_TRIAL, LABEL_WORKER
+from kubesweep.spec import parse_sweep
+from kubesweep.wire.handover import HANDOVER_ANNOTATION, Handover, WorkerEvent, escape
+from kubesweep.wire.outcomes import Outcome
+from tests.backends.test_k8s_reconcile import DIGEST, _Batch, _Resp, _Store
+
+T0 = time.time()  # the workers' clock: events are stamped with epoch seconds
+
+
+class _Core:
+    """Pods by name, each with the log its worker printed; hand-over patches as the API server takes them."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.logs: dict[str, list[str]] = {}
+        self.patches: list[str] = []
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> _Resp:
+        return _Resp({"items": list(self.pods.values())})
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Mapping[str, Any], **kwargs: Any) -> _Resp:
+        self.patches.append(name)
+        self.pods[name]["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
+        return _Resp()
+
+    def read_namespaced_pod_log(self, name: str, namespace: str, **kwargs: Any) -> str:
+        if name not in self.pods:
+            raise kubernetes.client.ApiException(status=404)
+        return "".join(line + "\n" for line in self.logs.get(name, []))
+
+    # -- what the Job controller, the kubelet and the worker do ------------------------------------------
+
+    def start_pod(self, job: Mapping[str, Any], name: str, phase: str = "Running") -> None:
+        self.pods[name] = {"metadata": {"name": name, "uid": f"uid-{name}", "labels": dict(job["metadata"]["labels"]),
+                                        "ownerReferences": [{"uid": job["metadata"]["uid"]}],
+                                        "creationTimestamp": f"2026-01-01T00:00:{len(self.pods):02d}Z"},
+                           "status": {"phase": phase}}
+        self.logs[name] = [WorkerEvent("ready", 1.0, reason="sweep s").line()]
+
+    def handover(self, pod: str) -> Handover:
+        return Handover.model_validate_json(self.pods[pod]["metadata"]["annotations"][HANDOVER_ANNOTATION])
+
+    def run(self, pod: str, trial: str, *, at: float, code: int | None = 0, outcome: str = "succeeded",
+            reason: str | None = None, lines: tuple[str, ...] = ()) -> None:
+        """The worker starts `trial` (and ends it, unless `code` is None)."""
+        log = self.logs[pod]
+        log.append(WorkerEvent("start", at, trial=trial).line())
+        log.extend(escape(line) for line in lines)
+        if code is not None:
+            log.append(WorkerEvent("end", at + 1, trial=trial, exit_code=code, outcome=outcome, reason=reason).line())
+
+
+def warm_reconciler(**spec: Any) -> tuple[JobReconciler, _Store, _Batch, _Core]:
+    sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"},
+                         "spec": {"image": DIGEST, "matrix": {"gpu": ["l4"], "batch_size": [8, 16, 32]},
+                                  "warm_pods": True, **spec}})
+    api = Api(kubernetes.client.ApiClient(), "ns")
+    batch, core = _Batch(), _Core()
+    api.batch, api.core = batch, core
+    store = _Store(sweep)
+    engine = JobReconciler(api, store=store, source=Listed(), tracking=lambda state: None)
+    engine.warm.logs.every = 0  # each step reads the logs the test just wrote
+    return engine, store, batch, core
+
+
+def test_a_warm_pod_gets_trials_one_ahead_runs_them_in_turn_and_is_closed_when_none_is_left() -> None:
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1}, resources={"retries": 0})
+    first = engine.reconcile(store.load("s"))
+    t1, t2, t3 = (t.trial_id for t in first.trials)
+    (name,) = batch.creates  # one slot: one warm Job, no trial Job
+    job = batch.jobs[name]
+    assert job["metadata"]["labels"][LABEL_WORKER] == "l4-1" and LABEL_TRIAL not in job["metadata"]["labels"]
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][:3] == ["python", "-m",
+                                                                              "kubesweep.jobs.worker"]
+    assert [t.phase for t in first.trials] == [Phase.PENDING] * 3
+    engine.reconcile(store.load("s"))
+    assert batch.creates == [name]  # held while no pod shows it: not made twice
+
+    core.start_pod(job, "w-1", phase="Pending")  # handed over before its container starts
+    engine.reconcile(store.load("s"))
+    handed = core.handover("w-1")
+    assert [t.id for t in handed.trials] == [t1, t2] and not handed.closed and handed.sweep == "s"
+    assert handed.trials[0].config["trial_id"] == t1 and handed.trials[0].config["job"]["batch_size"] == 8
+
+    core.pods["w-1"]["status"]["phase"] = "Running"
+    core.run("w-1", t1, at=T0 + 10.0, lines=("step 1/2", WorkerEvent("end", 0, trial=t3, exit_code=0).line()))
+    core.run("w-1", t2, at=T0 + 20.0, code=None)
+    status = engine.reconcile(store.load("s"))
+    by_id = {t.trial_id: t for t in status.trials}
+    assert store.state.outcomes[t1].outcome == Outcome.SUCCEEDED
+    assert by_id[t1].started_at == pytest.approx(T0 + 10.0, abs=0.01)
+    assert by_id[t2].phase == Phase.RUNNING and by_id[t3].phase == Phase.PENDING  # t3: a trial's line is no event
+    handed = core.handover("w-1")
+    assert [t.id for t in handed.trials] == [t2, t3] and handed.closed  # nothing of its kind left after t3
+
+    core.logs["w-1"].append(WorkerEvent("end", T0 + 21.0, trial=t2, exit_code=3, outcome="oom").line())
+    core.run("w-1", t3, at=T0 + 30.0)
+    status = engine.reconcile(store.load("s"))
+    assert {t: store.state.outcomes[t].outcome for t in (t2, t3)} == {t2: Outcome.OOM, t3: Outcome.SUCCEEDED}
+    assert status.done and core.handover("w-1") == Handover(sweep="s", closed=True)  # the worker ends
+    assert batch.creates == [name]
+    assert slice_trial(core.logs["w-1"], t1) == ["step 1/2", WorkerEvent("end", 0, trial=t3, exit_code=0).line()]
+
+
+def test_an_evicted_warm_pods_trial_is_handed_over_again_and_a_failure_retried_with_its_next_attempt() -> None:
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1}, resources={"retries": 1},
+                                                 matrix={"gpu": ["l4"], "batch_size": [8]})
+    engine.reconcile(store.load("s"))
+    job = batch.jobs[batch.creates[0]]
+    core.start_pod(job, "w-1")
+    (t1,) = (t.trial_id for t in engine.reconcile(store.load("s")).trials)
+    core.run("w-1", t1, at=T0 + 10.0, code=1, outcome="failed")
+    status = engine.reconcile(store.load("s"))  # one failure of one allowed retry: pending again
+    assert status.trials[0].phase == Phase.PENDING and "retrying after: exit code 1" in status.trials[0].reason
+    engine.reconcile(store.load("s"))
+    assert [(t.id, t.attempt) for t in core.handover("w-1").trials] == [(t1, 1)]  # run again, in the same pod
+
+    core.run("w-1", t1, at=T0 + 20.0, code=None)
+    assert engine.reconcile(store.load("s")).trials[0].phase == Phase.RUNNING
+    # evicted: the worker stops the trial (it keeps its checkpoint), the Job controller makes another pod
+    core.logs["w-1"].append(WorkerEvent("end", T0 + 25.0, trial=t1, exit_code=1, outcome="cancelled",
+                                        reason=INTERRUPTED).line())
+    core.pods["w-1"]["status"] = {"phase": "Failed", "reason": "Evicted"}
+    status = engine.reconcile(store.load("s"))
+    assert status.trials[0].phase == Phase.PENDING and t1 not in store.state.outcomes  # no end: handed over again
+    core.start_pod(job, "w-2")
+    engine.reconcile(store.load("s"))
+    assert [(t.id, t.attempt) for t in core.handover("w-2").trials] == [(t1, 2)]
+    assert "w-1" not in core.patches[-1:]  # the ended pod is never handed anything
+    core.run("w-2", t1, at=T0 + 30.0)
+    engine.reconcile(store.load("s"))
+    assert store.state.outcomes[t1].outcome == Outcome.SUCCEEDED
+    assert store.state.outcomes[t1].started_at == pytest.approx(T0 + 10.0, abs=0.01)  # its first start
+
+
+def test_stop_and_cancel_take_trials_out_and_delete_the_warm_pods() -> None:
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1})
+    engine.reconcile(store.load("s"))
+    job = batch.jobs[batch.creates[0]]
+    core.start_pod(job, "w-1")
+    t1, t2, t3 = (t.trial_id for t in engine.reconcile(store.load("s")).trials)
+    core.run("w-1", t1, at=T0 + 10.0, code=None)
+    status = engine.reconcile(store.load("s"))
+    engine.stop(store.load("s"), status.trials[0], "asha")
+    assert [t.id for t in core.handover("w-1").trials] == [t2]  # its worker stops it
+    assert store.state.outcomes[t1].outcome == Outcome.STOPPED
+    engine.cancel(store.load("s"))
+    assert batch.deleted == [job["metadata"]["name"]]
+    assert {store.state.outcomes[t].outcome for t in (t2, t3)} == {Outcome.CANCELLED}
+
+
+def test_a_trial_past_its_deadline_is_recorded_failed_and_taken_out() -> None:
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1},
+                                                 resources={"deadline_seconds": 60})
+    engine.reconcile(store.load("s"))
+    core.start_pod(batch.jobs[batch.creates[0]], "w-1")
+    t1 = engine.reconcile(store.load("s")).trials[0].trial_id
+    core.run("w-1", t1, at=T0 - 61.0, code=None)
+    engine.reconcile(store.load("s"))
+    assert store.state.outcomes[t1].outcome == Outcome.FAILED
+    assert store.state.outcomes[t1].reason == "deadline exceeded after 60 s"
+    engine.reconcile(store.load("s"))
+    assert t1 not in [t.id for t in core.handover("w-1").trials]
+
+
+def test_a_warm_pods_log_is_data() -> None:
+    """Event lines that are not events, or name no trial of the sweep, change nothing; a pod's hand-over that is
+    not one is read as none."""
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1})
+    engine.reconcile(store.load("s"))
+    core.start_pod(batch.jobs[batch.creates[0]], "w-1")
+    core.logs["w-1"] += ['kubesweep.worker {"event": "end", "at": "x", "trial": "t"}', "kubesweep.worker \x1b[2J",
+                         json.dumps({"event": "end"})]
+    core.pods["w-1"]["metadata"]["annotations"] = {HANDOVER_ANNOTATION: "{not json"}
+    status = engine.reconcile(store.load("s"))
+    assert [t.phase for t in status.trials] == [Phase.PENDING] * 3
+    assert len(core.handover("w-1").trials) == 2
