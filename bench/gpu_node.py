@@ -603,6 +603,103 @@ def faults(args: argparse.Namespace) -> None:
     write_json(args.out, "faults.json", result)
 
 
+def busy(results: dict[str, Any]) -> dict[str, Any]:
+    """GPU busy over a sweep's trials (`kubesweep.tracking.busy`'s measure): measured training seconds over the
+    span from the first trial's start to the last one's end, and each trial's wall."""
+    from kubesweep.tracking.busy import measured_train_s, trial_span
+    from kubesweep.wire.results import Results
+
+    typed = [Results.model_validate(r) for r in results.values() if "trial" in r]
+    spans = [s for s in (trial_span(r) for r in typed) if s is not None]
+    if not spans:
+        return {}
+    wall = max(e for _, e in spans) - min(s for s, _ in spans)
+    measured = sum(measured_train_s(r) for r in typed)
+    return {"fraction": round(measured / wall, 4) if wall > 0 else None, "measured_train_s": round(measured, 1),
+            "wall_s": round(wall, 1), "trials": len(spans), "wall_per_trial_s": round(wall / len(spans), 1),
+            "per_trial": {r.trial.name: {"span_s": round(e - s, 1), "measured_train_s": round(measured_train_s(r), 1),
+                                         "startup_s": r.timings.startup_s, "first_step_s": r.timings.first_step_s}
+                          for r, (s, e) in zip(typed, (trial_span(r) for r in typed), strict=True) if s is not None}}
+
+
+def worker_events(api: gpu_node.Api, prefix: str) -> dict[str, Any]:
+    """Each warm pod of a sweep (by name prefix): its timing and the events its worker printed."""
+    from kubesweep.wire.handover import parse_events
+
+    out = {}
+    for pod in api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]:
+        name = pod["metadata"]["name"]
+        if name.startswith(prefix) and "kubesweep.io/worker" in pod["metadata"].get("labels", {}):
+            text = api.text(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/log")
+            out[name] = {**pod_timing(pod), "events": [e.__dict__ for e in parse_events(text.splitlines())]}
+    return out
+
+
+def warm(args: argparse.Namespace) -> None:
+    """The `sweep` step's spec with spec.warm_pods (one warm pod runs its trials in turn), GPU busy beside the
+    `sweep` (a pod per trial) and `local` steps' figures when they ran; then, in warm pods, a CUDA OOM followed by
+    a good trial, and a warm pod evicted mid-trial whose trial resumes and whose next trial still runs."""
+    import yaml
+
+    env, api, image, uri = on_node()
+    gpu = gpu_key(api)
+    k8s = ["--backend", "kubernetes", "--direct", "-n", NAMESPACE]
+    result: dict[str, Any] = {"image": image}
+    spec = sweep_spec("gpu-node-warm", image, gpu, args)
+    spec["spec"]["warm_pods"] = True
+    path = args.out / "gpu-node-warm.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    t0 = time.monotonic()
+    proc = sweep_cli(args.out, "submit", str(path), *k8s, "--tracking-uri", uri, env=env, timeout=args.timeout)
+    result["submit"] = {"exit": proc.returncode, "wall_s": round(time.monotonic() - t0, 1)}
+    for fmt in ("json", "table"):
+        out = sweep_cli(args.out, "results", "gpu-node-warm", *k8s, "--tracking-uri", uri, "-f", fmt, env=env)
+        (args.out / f"warm-results.{fmt}").write_text(out.stdout)
+    result["pods"] = worker_events(api, "gpu-node-warm")
+    result["trials"] = trial_timings(uri, "gpu-node-warm")
+    result["busy"] = {"warm": busy(results_files(uri, "gpu-node-warm"))}
+    for other in ("gpu-node", "gpu-node-local"):
+        if found := results_files(uri, other):
+            result["busy"]["pod-per-trial" if other == "gpu-node" else "local"] = busy(found)
+    log(f"GPU busy: { {k: v.get('fraction') for k, v in result['busy'].items()} }")
+    write_json(args.out, "warm.json", result)
+    if args.warm_faults:
+        warm_faults(args, env, api, image, uri, gpu)
+
+
+def warm_faults(args: argparse.Namespace, env: dict[str, str], api: gpu_node.Api, image: str, uri: str,
+                gpu: str) -> None:
+    import yaml
+
+    k8s = ["--backend", "kubernetes", "--direct", "-n", NAMESPACE, "--tracking-uri", uri]
+    result: dict[str, Any] = {}
+    oom = sweep_spec("gpu-node-warm-oom", image, gpu, args, padding="max_length", compile_scope="model",
+                     sdpa_backend="math", epochs=1)
+    oom["spec"]["matrix"] = {"gpu": [gpu], "batch_size": [8192, 256], "precision": ["fp32"]}
+    oom["spec"]["warm_pods"] = True
+    (args.out / "gpu-node-warm-oom.yaml").write_text(yaml.safe_dump(oom, sort_keys=False))
+    proc = sweep_cli(args.out, "submit", str(args.out / "gpu-node-warm-oom.yaml"), *k8s, env=env, timeout=600)
+    result["oom"] = {"exit": proc.returncode, "pods": worker_events(api, "gpu-node-warm-oom"),
+                     "trials": trial_timings(uri, "gpu-node-warm-oom")}
+    evict = sweep_spec("gpu-node-warm-evict", image, gpu, args, epochs=2, checkpoint_every=100)
+    evict["spec"]["matrix"] = {"gpu": [gpu], "batch_size": [256, 512], "precision": ["bf16"]}
+    evict["spec"]["warm_pods"] = True
+    (args.out / "gpu-node-warm-evict.yaml").write_text(yaml.safe_dump(evict, sort_keys=False))
+    sweep_cli(args.out, "submit", str(args.out / "gpu-node-warm-evict.yaml"), *k8s, "--detach", env=env)
+    ckpt = gpu_node.ROOT / "volumes" / "checkpoints" / "gpu-node-warm-evict"
+    waited = wait_for(lambda: any((d / "state.pt").is_file() for d in ckpt.glob("*/step-[0-9]*")), 300,
+                      "the first checkpoint")
+    (victim,) = [n for n, p in worker_events(api, "gpu-node-warm-evict").items() if p["exit_code"] is None]
+    api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods/{victim}/eviction",
+             {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": NAMESPACE}})
+    log(f"evicted warm pod {victim} {waited:.0f}s after submit")
+    done = wait_for(lambda: "Succeeded" in sweep_cli(args.out, "status", "gpu-node-warm-evict", *k8s[:-2],
+                                                      env=env).stdout, 600, "the evicted warm sweep")
+    result["evict"] = {"victim": victim, "done_after_s": done, "pods": worker_events(api, "gpu-node-warm-evict"),
+                       "trials": trial_timings(uri, "gpu-node-warm-evict")}
+    write_json(args.out, "warm-faults.json", result)
+
+
 def operator(args: argparse.Namespace) -> None:
     """A smaller sweep through the operator: the Sweep resource, reconciled by `python -m kubesweep.operator`."""
     import yaml
@@ -815,7 +912,8 @@ def every_step(args: argparse.Namespace) -> None:
     """sweep, local, faults and operator in turn, each on its own: one that fails leaves the others to run."""
     import traceback
 
-    steps = {"sweep": sweep, "local": local, "faults": faults, "operator": operator, "shared": shared, "ddp": ddp}
+    steps = {"sweep": sweep, "local": local, "warm": warm, "faults": faults, "operator": operator, "shared": shared,
+             "ddp": ddp}
     for name in args.steps:
         fn = steps[name]
         t0 = time.monotonic()
@@ -838,6 +936,8 @@ def main(argv: list[str] | None = None) -> int:
                            ("node", node, "there: bring the node up and build the job image"),
                            ("sweep", sweep, "there: the GPU sweep on the node, through the Kubernetes backend"),
                            ("local", local, "there: the same spec on the local backend, same machine"),
+                           ("warm", warm, "there: the sweep's spec in warm pods (spec.warm_pods), GPU busy beside "
+                                          "the sweep and local steps; --warm-faults: an OOM, an eviction"),
                            ("faults", faults, "there: a CUDA OOM in a pod; an evicted trial resumes"),
                            ("operator", operator, "there: a smaller sweep through the operator (Sweep resource)"),
                            ("shared", shared, "there: the same cells alone on the node and 4 at a time"),
@@ -854,8 +954,11 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--inference-batches", type=int, default=2000)
         sp.add_argument("--ddp-cases", nargs="+", choices=["one-pod", "two-pods"], default=["one-pod", "two-pods"],
                         help="ddp: 1, 2, 4 GPUs in one pod; 2 pods x 2 GPUs")
+        sp.add_argument("--warm-faults", action="store_true",
+                        help="warm: also a CUDA OOM then a good trial in one warm pod, and an evicted warm pod")
         if name == "all":
-            sp.add_argument("--steps", nargs="+", choices=["sweep", "local", "faults", "operator", "shared", "ddp"],
+            sp.add_argument("--steps", nargs="+",
+                            choices=["sweep", "local", "warm", "faults", "operator", "shared", "ddp"],
                             default=["sweep", "local", "faults", "operator"], help="the steps, in this order")
         sp.set_defaults(fn=fn)
     args = p.parse_args(argv)

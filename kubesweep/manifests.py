@@ -490,8 +490,10 @@ def render_trial(trial: Trial, sweep: Sweep, *, image: str, **kwargs: Any) -> li
 
 def render_plan(plan: Plan, *, allow_unpinned: bool = False, namespace: str | None = None,
                 tracking: TrackingEnv | None = None, tuner_image: str | None = None) -> list[dict[str, Any]]:
-    """Every object the sweep makes: its trial Jobs and, for a search, the tuner Job as the operator runs it, in
-    `tuner_image` (the operator's image; a search sweep without one is a RenderError)."""
+    """Every object the sweep makes: its trial Jobs (with spec.warm_pods, a warm pod's Job for each slot kind
+    instead, which the driver hands its trials to and makes as many of as `concurrency` allows) and, for a search,
+    the tuner Job as the operator runs it, in `tuner_image` (the operator's image; a search sweep without one is a
+    RenderError)."""
     image = resolve_image(plan.sweep, allow_unpinned=allow_unpinned)
     if plan.sweep.spec.adaptive and not tuner_image:
         raise RenderError(f"a {plan.sweep.spec.search_title}'s tuner runs the operator's image, not the "
@@ -500,8 +502,15 @@ def render_plan(plan: Plan, *, allow_unpinned: bool = False, namespace: str | No
     catalog = load_catalog()
     namespace = namespace or plan.sweep.metadata.namespace
     out: list[dict[str, Any]] = []
+    slots: dict[str, Trial] = {}  # warm pods: one Job per slot kind shown; the driver hands the trials over
     for trial in plan.trials:
+        if warm(trial, plan.sweep):
+            slots.setdefault(worker_key(trial), trial)
+            continue
         out += render_trial(trial, plan.sweep, image=image, namespace=namespace, tracking=tracking, catalog=catalog)
+    for key, trial in slots.items():
+        out.append(render_worker(trial, plan.sweep, name=f"{plan.sweep.name[:40].rstrip('-')}-warm-{key}"[:63],
+                                 image=image, namespace=namespace, tracking=tracking, catalog=catalog))
     if plan.sweep.spec.adaptive:  # the search makes its trials as it runs
         out.append(render_tuner_job(plan.sweep, image=tuner_image or image, trial_image=image, namespace=namespace,
                                     tracking=tracking))

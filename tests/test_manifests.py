@@ -40,6 +40,7 @@ CASES = {
     "volumes": {"storage": {"cache_claim": "hf-cache", "checkpoint_claim": "ckpt"}, "service_account": "trials"},
     "queued": {"queue": "team-a", "priority_class": "research-low"},
     "alone": {"placement": {"alone": True}},
+    "warm": {"warm_pods": True, "storage": {"checkpoint_claim": "ckpt"}, "queue": "team-a"},
 }
 
 
@@ -248,3 +249,31 @@ def test_a_sweep_author_steers_neither_the_tuners_identity_nor_its_state() -> No
     (volume,) = [v for v in tuner["volumes"] if v["name"] == mount["name"]]
     assert volume == {"name": mount["name"], "emptyDir": {}}
     assert tuner["restartPolicy"] == "OnFailure"  # a crashed tuner restarts in its pod and resumes from there
+
+
+def test_a_warm_sweep_renders_a_warm_pods_job_per_slot_kind_and_multi_node_trials_their_own() -> None:
+    """spec.warm_pods: a warm pod's Job per GPU type and count, shaped as a trial's (resources, placement, claims,
+    security, the queue) with the worker as its command, its hand-over from its pod's annotation, each trial's
+    identity and checkpoint directory left to the worker, and no deadline of its own."""
+    objects = rendered(warm_pods=True, matrix={"gpu": ["h100-80gb", "l4"], "batch_size": [8, 16]},
+                       storage={"checkpoint_claim": "ckpt"}, queue="team-a")
+    assert [o["metadata"]["name"] for o in objects] == ["render-warm-h100-80gb-1", "render-warm-l4-1"]
+    job = objects[0]
+    assert job["metadata"]["labels"]["kubesweep.io/worker"] == "h100-80gb-1" and job["spec"]["suspend"] is True
+    container = pod(job)["containers"][0]
+    assert container["command"] == ["python", "-m", "kubesweep.jobs.worker", "--handover",
+                                    "/etc/kubesweep/handover.json", "--output-dir", "/workspace/output",
+                                    "--sweep", "render"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod(job)["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert "KUBESWEEP_TRIAL_ID" not in env and "KUBESWEEP_CHECKPOINT_DIR" not in env
+    assert env["KUBESWEEP_CHECKPOINT_ROOT"] == "/checkpoints" and env["KUBESWEEP_SWEEP"] == "render"
+    (config,) = [v for v in pod(job)["volumes"] if v["name"] == "trial-config"]
+    assert config["downwardAPI"]["items"] == [
+        {"path": "handover.json", "fieldRef": {"fieldPath": "metadata.annotations['kubesweep.io/handover']"}}]
+    assert "activeDeadlineSeconds" not in job["spec"] and pod(job)["automountServiceAccountToken"] is False
+    assert "kubesweep.io/trial-config" not in job["spec"]["template"]["metadata"]["annotations"]
+    multi = rendered(warm_pods=True, resources={"gpus_per_trial": 8, "num_nodes": 2})
+    assert {o["kind"] for o in multi} == {"Job", "Service"} and all(
+        "kubesweep.io/worker" not in o["metadata"]["labels"] for o in multi)

@@ -37,7 +37,7 @@ from kubesweep.backends.base import BackendError, Phase, SweepStatus, TrialStatu
 from kubesweep.backends.k8s_client import Api, api_error, api_message
 from kubesweep.backends.k8s_state import Recorded, SearchTrials, StateStore, SweepState, discard, phase_for
 from kubesweep.backends.k8s_status import Observed, observe
-from kubesweep.backends.k8s_warm import WarmPods
+from kubesweep.backends.k8s_warm import WarmPods, warm_trial_log
 from kubesweep.backends.k8s_watch import Informer, Obj
 from kubesweep.manifests import (
     FIELD_MANAGER,
@@ -499,20 +499,18 @@ class JobReconciler:
     # -- logs --------------------------------------------------------------------------------------------
 
     def logs(self, sweep: str, trial: TrialStatus, follow: bool) -> Iterator[str]:
-        state = self.store.load(sweep)
-        p = self.plan_for(state)
-        trials = p.by_id()
-        if trial.trial_id in trials and warm(trials[trial.trial_id], state.sweep):
-            self.observe(state, p)  # the warm pods' events as they are now
-            return self.warm.trial_log(sweep, trial)
         _, pods = self.objects(sweep)
         return trial_log(self.api, pods, trial, follow)
 
 
 def trial_log(api: Api, pods: list[Obj], trial: TrialStatus, follow: bool) -> Iterator[str]:
-    """The log of the trial's newest pod among `pods`: all of it, or followed as it grows."""
+    """The log of the trial's newest pod among `pods`: all of it, or followed as it grows; a trial without a pod of
+    its own, its lines in the warm pod it ran in (`k8s_warm.warm_trial_log`)."""
     mine = sorted((p for p in pods if p["metadata"].get("labels", {}).get(LABEL_TRIAL) == trial.trial_id),
                   key=lambda p: p["metadata"].get("creationTimestamp") or "")
+    if not mine and any(p["metadata"].get("labels", {}).get(LABEL_WORKER) for p in pods):
+        yield from warm_trial_log(api, pods, trial, follow)
+        return
     if not mine:
         raise BackendError(f"trial {trial.name} has no pod ({trial.phase.value}"
                            f"{': ' + trial.reason if trial.reason else ''}); no log yet")

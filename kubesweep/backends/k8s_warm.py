@@ -43,6 +43,7 @@ from kubesweep.manifests import LABEL_WORKER, render_worker, warm, worker_key
 from kubesweep.plan import Plan, Trial
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.handover import (
+    EVENT_PREFIX,
     HANDOVER_ANNOTATION,
     HandedTrial,
     Handover,
@@ -133,6 +134,9 @@ def observe_warm(trial: Trial, seen: Seen | None, pods: list[Pod], retries: int,
     if last_start is not None and (last_end is None or last_start[0].at > last_end.at):
         if last_start[1] in live:
             return Observed(Phase.RUNNING, started_at=last_start[0].at), True
+        if any(p.name == last_start[1] and _oom_killed(p.pod) for p in pods):  # the memory limit: the trial's
+            return Observed(Phase.FAILED, Outcome.OOM, "OOMKilled: over the pod's memory limit (exit code 137)",
+                            started_at, last_start[0].at), True
         interrupted = "its warm pod ended while it ran"
     elif last_end is not None and last_end.reason != INTERRUPTED:
         outcome = _outcome(last_end.outcome)
@@ -145,6 +149,15 @@ def observe_warm(trial: Trial, seen: Seen | None, pods: list[Pod], retries: int,
     if trial.id in listed:
         return Observed(Phase.PENDING, reason=interrupted or "handed to a warm pod", started_at=started_at), True
     return Observed(Phase.PENDING, reason=interrupted, started_at=started_at), False
+
+
+def _oom_killed(pod: Obj | None) -> bool:
+    """The pod's container was killed at its memory limit (the trial it ran then is the one that outgrew it)."""
+    for status in (pod or {}).get("status", {}).get("containerStatuses") or []:
+        for state in (status.get("state") or {}, status.get("lastState") or {}):
+            if (state.get("terminated") or {}).get("reason") == "OOMKilled":
+                return True
+    return False
 
 
 def _outcome(value: str | None) -> Outcome:
@@ -348,22 +361,57 @@ class WarmPods:
         digest = hashlib.sha256(f"{sweep}/{key}".encode()).hexdigest()[:8]
         return f"{sweep[:NAME_PREFIX].rstrip('-')}-warm-{digest}-{os.urandom(3).hex()[:5]}"
 
-    # -- logs -----------------------------------------------------------------------------------------------
-
-    def trial_log(self, sweep: str, trial: TrialStatus) -> Iterator[str]:
-        """The trial's lines from the log of the warm pod it last started in, unescaped."""
-        started = [(e.at, pod) for pod in self._pods.get(sweep, []) for e in pod.events
-                   if e.event == "start" and e.trial == trial.trial_id and pod.name]
-        if not started:
-            raise BackendError(f"trial {trial.name} has not started in a warm pod ({trial.phase.value}"
-                               f"{': ' + trial.reason if trial.reason else ''}); no log yet")
-        pod = max(started, key=lambda s: s[0])[1]
-        assert pod.name is not None
+def warm_trial_log(api: Api, pods: list[Obj], trial: TrialStatus, follow: bool) -> Iterator[str]:
+    """The trial's own lines from the log of the warm pod it last started in (among `pods`, the sweep's), unescaped;
+    `follow`: as they come, until the trial ends there."""
+    workers = sorted((p for p in pods if p["metadata"].get("labels", {}).get(LABEL_WORKER)),
+                     key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
+    for pod in workers:
+        name = str(pod["metadata"]["name"])
         try:
-            text = self.api.core.read_namespaced_pod_log(pod.name, self.api.namespace)
-        except self.api.ApiException as exc:
-            raise BackendError(f"cannot read the log of pod {pod.name}: {api_error(exc)}") from None
-        yield "".join(line + "\n" for line in slice_trial(str(text).splitlines(), trial.trial_id))
+            text = str(api.core.read_namespaced_pod_log(name, api.namespace))
+        except api.ApiException:  # not started, or gone
+            continue
+        lines = text.splitlines()
+        if not any(line.startswith(EVENT_PREFIX) and _is_start(line, trial.trial_id) for line in lines):
+            continue
+        if not follow or _ended(lines, trial.trial_id):
+            yield "".join(line + "\n" for line in slice_trial(lines, trial.trial_id))
+            return
+        try:
+            resp = api.core.read_namespaced_pod_log(name, api.namespace, follow=True, _preload_content=False)
+            yield from _follow_slice(resp.stream(4096), trial.trial_id)
+        except api.ApiException as exc:
+            raise BackendError(f"cannot read the log of pod {name}: {api_error(exc)}") from None
+        return
+    raise BackendError(f"trial {trial.name} has not started in a warm pod ({trial.phase.value}"
+                       f"{': ' + trial.reason if trial.reason else ''}); no log yet")
+
+
+def _is_start(line: str, trial: str) -> bool:
+    events = parse_events([line])
+    return bool(events) and events[0].event == "start" and events[0].trial == trial
+
+
+def _ended(lines: list[str], trial: str) -> bool:
+    return any(e.event == "end" and e.trial == trial for e in parse_events(lines))
+
+
+def _follow_slice(chunks: Iterator[bytes], trial: str) -> Iterator[str]:
+    """The trial's lines of a followed pod log, from its last start (`slice_trial`, line by line) to its end."""
+    buffered, inside = "", False
+    for chunk in chunks:
+        buffered += chunk.decode(errors="replace")
+        *complete, buffered = buffered.split("\n")
+        for line in complete:
+            events = parse_events([line])
+            event = events[0] if events and events[0].trial == trial else None
+            if event is not None and event.event == "start":
+                inside = True
+            elif event is not None and event.event == "end" and inside:
+                return
+            elif inside and not events:
+                yield unescape(line) + "\n"
 
 
 def slice_trial(lines: list[str], trial: str) -> list[str]:

@@ -30,7 +30,7 @@ from kubesweep.backends.k8s_client import Api
 from kubesweep.backends.k8s_reconcile import JobPolicy, JobReconciler, JobRefused, Listed, ObjectSource
 from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
 from kubesweep.backends.k8s_status import job_finished
-from kubesweep.manifests import LABEL_TRIAL, render_tuner_job, resolve_image, tuner_name
+from kubesweep.manifests import LABEL_TRIAL, LABEL_WORKER, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import admission, testhooks
 from kubesweep.operator.cache import CacheSource, ClusterCache
 from kubesweep.operator.evictions import EvictionTags
@@ -179,8 +179,9 @@ class OperatorBackend:
         return replace(status, trials=trials)
 
     def _release_recorded(self, name: str, jobs: list[dict[str, Any]]) -> None:
-        """Remove the finalizer from every Job whose trial's outcome is recorded (`final` in its slice), and
-        from Jobs that this Sweep (by UID) does not own."""
+        """Remove the finalizer from every Job whose trial's outcome is recorded (`final` in its slice), from
+        finished warm pods' Jobs (this step read their pods' last events and recorded what ended there), and from
+        Jobs that this Sweep (by UID) does not own."""
         uid = self._body(name).get("metadata", {}).get("uid")
         recorded = self.sweeps.recorded(name)
         done = []
@@ -189,7 +190,9 @@ class OperatorBackend:
             if FINALIZER_OUTCOME not in (meta.get("finalizers") or []):
                 continue
             owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
-            if meta.get("labels", {}).get(LABEL_TRIAL) in recorded or uid not in owners:
+            labels = meta.get("labels", {})
+            if labels.get(LABEL_TRIAL) in recorded or uid not in owners or (
+                    labels.get(LABEL_WORKER) and job_finished(job)):
                 done.append(job)
         self.jobs.release_all(done)
 

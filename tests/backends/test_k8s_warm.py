@@ -119,6 +119,8 @@ def test_a_warm_pod_gets_trials_one_ahead_runs_them_in_turn_and_is_closed_when_n
     assert status.done and core.handover("w-1") == Handover(sweep="s", closed=True)  # the worker ends
     assert batch.creates == [name]
     assert slice_trial(core.logs["w-1"], t1) == ["step 1/2", WorkerEvent("end", 0, trial=t3, exit_code=0).line()]
+    shown = {t.trial_id: t for t in status.trials}
+    assert "".join(engine.logs("s", shown[t1], follow=False)).splitlines() == slice_trial(core.logs["w-1"], t1)
 
 
 def test_an_evicted_warm_pods_trial_is_handed_over_again_and_a_failure_retried_with_its_next_attempt() -> None:
@@ -150,6 +152,18 @@ def test_an_evicted_warm_pods_trial_is_handed_over_again_and_a_failure_retried_w
     engine.reconcile(store.load("s"))
     assert store.state.outcomes[t1].outcome == Outcome.SUCCEEDED
     assert store.state.outcomes[t1].started_at == pytest.approx(T0 + 10.0, abs=0.01)  # its first start
+
+
+def test_a_trial_running_when_its_warm_pod_is_killed_at_its_memory_limit_is_oom() -> None:
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1})
+    engine.reconcile(store.load("s"))
+    core.start_pod(batch.jobs[batch.creates[0]], "w-1")
+    t1 = engine.reconcile(store.load("s")).trials[0].trial_id
+    core.run("w-1", t1, at=T0 + 10.0, code=None)
+    core.pods["w-1"]["status"] = {"phase": "Failed", "containerStatuses": [
+        {"name": "job", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}
+    engine.reconcile(store.load("s"))
+    assert store.state.outcomes[t1].outcome == Outcome.OOM and "OOMKilled" in store.state.outcomes[t1].reason
 
 
 def test_stop_and_cancel_take_trials_out_and_delete_the_warm_pods() -> None:

@@ -328,6 +328,12 @@ class Api:
     def get(self, path: str) -> Any:
         return self.call("GET", path)
 
+    def text(self, path: str) -> str:
+        """A GET whose answer is text (a pod's log)."""
+        req = urllib.request.Request(self.base + path, method="GET")
+        with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
+            return str(resp.read().decode("utf-8", errors="replace"))
+
     def node(self) -> dict[str, Any] | None:
         try:
             return dict(self.get(f"/api/v1/nodes/{NODE_NAME}"))

