@@ -11,6 +11,8 @@ to travel beside the repository in one call), with the machine's PyTorch Python:
     python3 bench/gpu_node.py node  --out DIR     # node up, job image built and imported (`up` + `image`)
     python3 bench/gpu_node.py sweep --out DIR     # the GPU sweep through `sweep submit --backend kubernetes`
     python3 bench/gpu_node.py local --out DIR     # the same spec on the local backend, same machine
+    python3 bench/gpu_node.py warm  --out DIR     # the sweep's spec in warm pods (spec.warm_pods): GPU busy
+    python3 bench/gpu_node.py warm-faults --out DIR  # in warm pods: a CUDA OOM then a good trial; an eviction
     python3 bench/gpu_node.py faults --out DIR    # a CUDA OOM in a pod; an evicted pod resumes from its checkpoint
     python3 bench/gpu_node.py operator --out DIR  # a smaller sweep through the operator (the Sweep resource)
     python3 bench/gpu_node.py all --out DIR       # sweep, local, faults and operator in turn
@@ -618,7 +620,8 @@ def busy(results: dict[str, Any]) -> dict[str, Any]:
     return {"fraction": round(measured / wall, 4) if wall > 0 else None, "measured_train_s": round(measured, 1),
             "wall_s": round(wall, 1), "trials": len(spans), "wall_per_trial_s": round(wall / len(spans), 1),
             "per_trial": {r.trial.name: {"span_s": round(e - s, 1), "measured_train_s": round(measured_train_s(r), 1),
-                                         "startup_s": r.timings.startup_s, "first_step_s": r.timings.first_step_s}
+                                         "startup_s": r.timings.startup_s, "model_s": r.timings.model_s,
+                                         "compile_warmup_s": r.timings.compile_warmup_s}
                           for r, (s, e) in zip(typed, (trial_span(r) for r in typed), strict=True) if s is not None}}
 
 
@@ -663,14 +666,15 @@ def warm(args: argparse.Namespace) -> None:
             result["busy"]["pod-per-trial" if other == "gpu-node" else "local"] = busy(found)
     log(f"GPU busy: { {k: v.get('fraction') for k, v in result['busy'].items()} }")
     write_json(args.out, "warm.json", result)
-    if args.warm_faults:
-        warm_faults(args, env, api, image, uri, gpu)
 
 
-def warm_faults(args: argparse.Namespace, env: dict[str, str], api: gpu_node.Api, image: str, uri: str,
-                gpu: str) -> None:
+def warm_faults(args: argparse.Namespace) -> None:
+    """In warm pods: a CUDA OOM followed by a good trial in the same pod, and a warm pod evicted mid-trial whose
+    trial resumes from its checkpoint and whose next trial still runs."""
     import yaml
 
+    env, api, image, uri = on_node()
+    gpu = gpu_key(api)
     k8s = ["--backend", "kubernetes", "--direct", "-n", NAMESPACE, "--tracking-uri", uri]
     result: dict[str, Any] = {}
     oom = sweep_spec("gpu-node-warm-oom", image, gpu, args, padding="max_length", compile_scope="model",
@@ -912,8 +916,8 @@ def every_step(args: argparse.Namespace) -> None:
     """sweep, local, faults and operator in turn, each on its own: one that fails leaves the others to run."""
     import traceback
 
-    steps = {"sweep": sweep, "local": local, "warm": warm, "faults": faults, "operator": operator, "shared": shared,
-             "ddp": ddp}
+    steps = {"sweep": sweep, "local": local, "warm": warm, "warm-faults": warm_faults, "faults": faults,
+             "operator": operator, "shared": shared, "ddp": ddp}
     for name in args.steps:
         fn = steps[name]
         t0 = time.monotonic()
@@ -937,7 +941,9 @@ def main(argv: list[str] | None = None) -> int:
                            ("sweep", sweep, "there: the GPU sweep on the node, through the Kubernetes backend"),
                            ("local", local, "there: the same spec on the local backend, same machine"),
                            ("warm", warm, "there: the sweep's spec in warm pods (spec.warm_pods), GPU busy beside "
-                                          "the sweep and local steps; --warm-faults: an OOM, an eviction"),
+                                          "the sweep and local steps"),
+                           ("warm-faults", warm_faults, "there: in warm pods, a CUDA OOM then a good trial; an "
+                                                        "evicted warm pod's trial resumes"),
                            ("faults", faults, "there: a CUDA OOM in a pod; an evicted trial resumes"),
                            ("operator", operator, "there: a smaller sweep through the operator (Sweep resource)"),
                            ("shared", shared, "there: the same cells alone on the node and 4 at a time"),
@@ -954,11 +960,9 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--inference-batches", type=int, default=2000)
         sp.add_argument("--ddp-cases", nargs="+", choices=["one-pod", "two-pods"], default=["one-pod", "two-pods"],
                         help="ddp: 1, 2, 4 GPUs in one pod; 2 pods x 2 GPUs")
-        sp.add_argument("--warm-faults", action="store_true",
-                        help="warm: also a CUDA OOM then a good trial in one warm pod, and an evicted warm pod")
         if name == "all":
             sp.add_argument("--steps", nargs="+",
-                            choices=["sweep", "local", "warm", "faults", "operator", "shared", "ddp"],
+                            choices=["sweep", "local", "warm", "warm-faults", "faults", "operator", "shared", "ddp"],
                             default=["sweep", "local", "faults", "operator"], help="the steps, in this order")
         sp.set_defaults(fn=fn)
     args = p.parse_args(argv)
