@@ -147,8 +147,20 @@ def observe_warm(trial: Trial, seen: Seen | None, pods: list[Pod], retries: int,
     else:
         interrupted = "its warm pod was stopped while it ran" if last_end is not None else ""
     if trial.id in listed:
+        unschedulable = _unschedulable(listed[trial.id].pod)
+        if unschedulable is not None:  # the scheduler's words, as for a trial's own pod
+            return Observed(Phase.UNSCHEDULABLE, reason=unschedulable, started_at=started_at), True
         return Observed(Phase.PENDING, reason=interrupted or "handed to a warm pod", started_at=started_at), True
     return Observed(Phase.PENDING, reason=interrupted, started_at=started_at), False
+
+
+def _unschedulable(pod: Obj | None) -> str | None:
+    """The scheduler's message when the pod cannot be placed (PodScheduled False, Unschedulable), else None."""
+    for cond in (pod or {}).get("status", {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == (
+                "Unschedulable"):
+            return str(cond.get("message") or "unschedulable")
+    return None
 
 
 def _oom_killed(pod: Obj | None) -> bool:

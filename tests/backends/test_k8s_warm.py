@@ -166,6 +166,19 @@ def test_a_trial_running_when_its_warm_pod_is_killed_at_its_memory_limit_is_oom(
     assert store.state.outcomes[t1].outcome == Outcome.OOM and "OOMKilled" in store.state.outcomes[t1].reason
 
 
+def test_trials_handed_to_a_warm_pod_the_scheduler_cannot_place_say_why() -> None:
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1})
+    engine.reconcile(store.load("s"))
+    core.start_pod(batch.jobs[batch.creates[0]], "w-1", phase="Pending")
+    core.pods["w-1"]["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                                 "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."}]
+    engine.reconcile(store.load("s"))
+    status = engine.reconcile(store.load("s"))
+    waiting = [t for t in status.trials if t.phase == Phase.UNSCHEDULABLE]
+    assert len(waiting) == 2 and "Insufficient nvidia.com/gpu" in waiting[0].reason  # the two handed to it
+    assert batch.creates == [batch.creates[0]]  # its slot still held: no second warm pod for the same slot
+
+
 def test_stop_and_cancel_take_trials_out_and_delete_the_warm_pods() -> None:
     engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1})
     engine.reconcile(store.load("s"))

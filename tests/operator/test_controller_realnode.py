@@ -666,6 +666,82 @@ def test_a_cancelled_warm_sweep_stops_its_running_trial_and_its_warm_pod(stack: 
                                       namespace=stack.namespace)["items"]
 
 
+def test_a_warm_pod_preempted_by_kueue_requeues_its_trial_which_resumes_and_its_next_trial_still_runs(
+        stack: Stack, kueue: Any, tmp_path: Path) -> None:
+    """A warm sweep in a Kueue queue whose quota holds one pod: the warm Job is admitted as one workload, is
+    preempted mid-trial by a Job of a higher priority, and is admitted again once that has run; its new pod is
+    handed the preempted trial, which resumes from its checkpoint with every step logged once, and then the trial
+    it had not started; the Job then completes, giving its quota back."""
+    cluster, ns, name, queue = stack.cluster, stack.namespace, "real-warm-kueue", "rn-warm"
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "rn-warm-node"}},
+        {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": "rn-warm-urgent"}, "value": 1000},
+        {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": "rn-warm"}, "spec": {
+            "namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "rn-warm-node",
+                                "resources": [{"name": "cpu", "nominalQuota": "1"},
+                                              {"name": "memory", "nominalQuota": "3Gi"}]}]}]}},
+        {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": queue, "namespace": ns},
+         "spec": {"clusterQueue": "rn-warm"}},
+    ]
+    cluster.kubectl("label", "namespace", ns, "kubesweep.io/kueue=enabled")
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+    try:
+        path = _write_spec(tmp_path / "sweep.yaml", name, stack.image,
+                           job={"train_samples": 400, "batch_size": 8, "max_steps": RESUMED_STEPS,
+                                "checkpoint_every": 10, "keep_checkpoints": 2, "precision": "fp32"},
+                           storage={"cache_claim": "data", "checkpoint_claim": "checkpoints"}, repeats=2,
+                           max_parallel=1, warm_pods=True)
+        doc = yaml.safe_load(path.read_text())
+        doc["spec"]["queue"] = queue
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        out = stack.sweep("submit", str(path), "--detach")
+        assert out.returncode == 0, out.stdout + out.stderr
+        trial_dirs = stack.checkpoints / name
+        first: Path = _kc().wait_until(
+            "the first checkpoint", lambda: next(iter(sorted(trial_dirs.glob("*/step-*"))), None)
+            if trial_dirs.is_dir() else None, 900, interval=0.5)
+        preempted_trial = first.parent.name
+        (job,) = cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
+        assert job["metadata"]["labels"]["kubesweep.io/worker"] == "any-0"
+        (pod,) = [p for p in stack.pods(name) if p["status"].get("phase") == "Running"]
+        cluster.apply([_preemptor(ns, stack.image, queue, "rn-warm-urgent")])
+        status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=900)
+        assert status["phase"] == "Succeeded", f"{json.dumps(status)[:3000]}\n{stack.diagnostics()}"
+
+        def complete() -> dict[str, Any] | None:
+            (found,) = cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
+            conds = found["status"].get("conditions", [])
+            return found if any(c["type"] == "Complete" and c["status"] == "True" for c in conds) else None
+
+        after = _kc().wait_until("the warm Job complete", complete, 120, interval=1.0)
+        assert after["metadata"]["uid"] == job["metadata"]["uid"]  # one warm Job, suspended and resumed by Kueue
+        (resumed_pod,) = stack.pods(name)  # the preempted pod is gone
+        assert resumed_pod["metadata"]["name"] != pod["metadata"]["name"]
+        assert resumed_pod["status"]["phase"] == "Succeeded"
+        events = _worker_events(stack, resumed_pod["metadata"]["name"])
+        starts = [e.trial for e in events if e.event == "start"]
+        assert starts[0] == preempted_trial and len(starts) == 2, events  # the preempted one first, then the next
+        assert [e.exit_code for e in events if e.event == "end"] == [0, 0], events
+        (workload,) = [w for w in cluster.get_json("workloads", namespace=ns)["items"]
+                       if any(r.get("uid") == job["metadata"]["uid"] for r in w["metadata"]["ownerReferences"])]
+        evictions = workload["status"]["schedulingStats"]["evictions"]
+        assert [(e["reason"], e["count"]) for e in evictions] == [("Preempted", 1)], evictions
+        assert cluster.get_json("job", "urgent", namespace=ns)["status"].get("succeeded") == 1
+        (run,) = [r for r in stack.child_runs(name) if r.data.tags["kubesweep.trial_id"] == preempted_trial]
+        client = stack.mlflow()
+        results = json.loads(Path(client.download_artifacts(run.info.run_id, "results.json",
+                                                            str(tmp_path))).read_text())
+        assert results["train"]["resumed_from_step"] >= int(first.name.split("-")[1]), results["train"]
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+        assert sorted(steps) == list(range(1, RESUMED_STEPS + 1)), steps  # every step once
+    finally:
+        cluster.kubectl("delete", "job", "urgent", "-n", ns, "--ignore-not-found", "--wait=false", check=False)
+        cluster.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", check=False,
+                        input=yaml.safe_dump_all(objects))
+        cluster.kubectl("label", "namespace", ns, "kubesweep.io/kueue-", check=False)
+
+
 # ------------------------------------------------------------------------------------------------ 6: locked down
 
 PROBE = r"""
