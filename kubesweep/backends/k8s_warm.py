@@ -11,7 +11,9 @@ A trial's state, from its warm pods (every pod of every warm Job of the sweep, l
 - an `end` event: how it ended. An end the pod's termination caused (eviction, preemption, deletion: the worker
   says `the pod is terminating`) is no end: the trial is handed over again and resumes from its checkpoint. A
   failure is retried while the failures number at most `resources.retries`; OOM and GPU mismatch never are;
-- a `start` without an end: Running while its pod lives; the pod gone or ended, the trial is handed over again;
+- a `start` without an end: Running while its pod lives; the pod gone or ended, the trial is handed over again,
+  unless the pod was killed at its memory limit (the trial is OOM) or pods have ended under it more than
+  `resources.retries + LOST_RUNS_ALLOWED` times without a word from their worker (failed);
 - listed in a live pod's hand-over, not started: Pending, with its slot (it counts as started for the limits);
 - otherwise Pending, waiting for a slot.
 
@@ -59,6 +61,7 @@ INTERRUPTED = "the pod is terminating"  # the worker's reason for an end its pod
 MERGE = "application/merge-patch+json"
 NAME_PREFIX = 63 - len("-warm-") - 8 - 1 - 5  # the sweep's part of a warm Job's name
 LOG_READ_S = 1.0  # a live pod's log is read at most this often
+LOST_RUNS_ALLOWED = 2  # runs a pod may end under a trial, beyond its retries, before the trial is failed
 MADE_GRACE_S = 60.0  # seconds a warm Job made here counts as held while no cache has shown it
 
 
@@ -136,6 +139,10 @@ def observe_warm(trial: Trial, seen: Seen | None, pods: list[Pod], retries: int,
             return Observed(Phase.RUNNING, started_at=last_start[0].at), True
         if any(p.name == last_start[1] and _oom_killed(p.pod) for p in pods):  # the memory limit: the trial's
             return Observed(Phase.FAILED, Outcome.OOM, "OOMKilled: over the pod's memory limit (exit code 137)",
+                            started_at, last_start[0].at), True
+        lost = len(seen.starts) - len(seen.ends)  # runs its pod ended under it without a word from its worker
+        if lost > retries + LOST_RUNS_ALLOWED:  # a trial that takes its pod down with it must not run for ever
+            return Observed(Phase.FAILED, Outcome.FAILED, f"its warm pod ended {lost} times while it ran",
                             started_at, last_start[0].at), True
         interrupted = "its warm pod ended while it ran"
     elif last_end is not None and last_end.reason != INTERRUPTED:

@@ -166,6 +166,24 @@ def test_a_trial_running_when_its_warm_pod_is_killed_at_its_memory_limit_is_oom(
     assert store.state.outcomes[t1].outcome == Outcome.OOM and "OOMKilled" in store.state.outcomes[t1].reason
 
 
+def test_a_trial_whose_warm_pods_keep_ending_under_it_is_failed_not_run_for_ever() -> None:
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1}, resources={"retries": 0},
+                                                 matrix={"gpu": ["l4"], "batch_size": [8]})
+    engine.reconcile(store.load("s"))
+    job = batch.jobs[batch.creates[0]]
+    t1 = None
+    for n in range(1, 4):
+        core.start_pod(job, f"w-{n}")
+        status = engine.reconcile(store.load("s"))
+        t1 = status.trials[0].trial_id
+        core.run(f"w-{n}", t1, at=T0 + n, code=None)
+        engine.reconcile(store.load("s"))
+        core.pods[f"w-{n}"]["status"] = {"phase": "Failed"}  # the worker died with it, no word
+        status = engine.reconcile(store.load("s"))
+    assert t1 is not None and store.state.outcomes[t1].outcome == Outcome.FAILED
+    assert store.state.outcomes[t1].reason == "its warm pod ended 3 times while it ran"
+
+
 def test_trials_handed_to_a_warm_pod_the_scheduler_cannot_place_say_why() -> None:
     engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1})
     engine.reconcile(store.load("s"))
