@@ -414,14 +414,15 @@ def test_kubelet_outage_mid_sweep_loses_and_duplicates_nothing(stack: Stack, cpu
 RESUMED_STEPS = 150
 
 
-def _checkpointing_trial(stack: Stack, tmp_path: Path, name: str, queue: str | None = None
+def _checkpointing_trial(stack: Stack, tmp_path: Path, name: str, queue: str | None = None, **spec: Any
                          ) -> tuple[Path, dict[str, Any]]:
-    """`sweep submit` of one trial of RESUMED_STEPS steps that checkpoints every 10 (in Kueue's `queue`, if
-    named); returns its first checkpoint and its running pod once it has one."""
+    """`sweep submit` of one trial (`spec`: `_write_spec`'s options, as `repeats`) of RESUMED_STEPS steps that
+    checkpoints every 10 (in Kueue's `queue`, if named); returns the first checkpoint and the running pod once
+    there is one."""
     path = _write_spec(tmp_path / "sweep.yaml", name, stack.image,
                        job={"train_samples": 400, "batch_size": 8, "max_steps": RESUMED_STEPS,
                             "checkpoint_every": 10, "keep_checkpoints": 2, "precision": "fp32"},
-                       storage={"cache_claim": "data", "checkpoint_claim": "checkpoints"})
+                       storage={"cache_claim": "data", "checkpoint_claim": "checkpoints"}, **spec)
     if queue:
         doc = yaml.safe_load(path.read_text())
         doc["spec"]["queue"] = queue
@@ -482,6 +483,23 @@ def test_evicted_trial_resumes_from_its_checkpoint_and_logs_every_step_once(stac
 KUEUE = "kueue.x-k8s.io/v1beta2"
 
 
+def _one_pod_queue(namespace: str, queue: str, prefix: str) -> list[dict[str, Any]]:
+    """A ClusterQueue `queue` with room for one trial pod (1 cpu, 3Gi) that preempts lower priorities within it,
+    its LocalQueue `queue` in `namespace`, and a WorkloadPriorityClass `<prefix>-urgent` above the trials'."""
+    return [
+        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": f"{prefix}-node"}},
+        {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": f"{prefix}-urgent"},
+         "value": 1000},
+        {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": queue}, "spec": {
+            "namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": f"{prefix}-node",
+                                "resources": [{"name": "cpu", "nominalQuota": "1"},
+                                              {"name": "memory", "nominalQuota": "3Gi"}]}]}]}},
+        {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": queue, "namespace": namespace},
+         "spec": {"clusterQueue": queue}},
+    ]
+
+
 def _preemptor(namespace: str, image: str, queue: str, priority_class: str) -> dict[str, Any]:
     """Another team's Job in the same ClusterQueue at a higher Kueue priority: it needs the quota a trial holds."""
     container = {"name": "main", "image": image, "command": ["python", "-c", "import time; time.sleep(15)"],
@@ -503,16 +521,7 @@ def test_trial_preempted_by_kueue_resumes_from_its_checkpoint_and_logs_every_ste
     preempts it (Kueue suspends its Job: the pod is stopped, SIGTERM, and deleted); readmitted once that Job is
     done, the trial's next pod resumes from its checkpoint. MLflow has each step once and Kueue's words as tags."""
     cluster, ns, name, queue = stack.cluster, stack.namespace, "real-kueue", "rn-shared"
-    objects: list[dict[str, Any]] = [
-        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "rn-node"}},
-        {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": "rn-urgent"}, "value": 1000},
-        {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": "rn-shared"}, "spec": {
-            "namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "rn-node", "resources": [
-                {"name": "cpu", "nominalQuota": "1"}, {"name": "memory", "nominalQuota": "3Gi"}]}]}]}},
-        {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": queue, "namespace": ns},
-         "spec": {"clusterQueue": "rn-shared"}},
-    ]
+    objects = _one_pod_queue(ns, queue, "rn")
     cluster.kubectl("label", "namespace", ns, "kubesweep.io/kueue=enabled")
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
     try:
@@ -673,38 +682,15 @@ def test_a_warm_pod_preempted_by_kueue_requeues_its_trial_which_resumes_and_its_
     handed the preempted trial, which resumes from its checkpoint with every step logged once, and then the trial
     it had not started; the Job then completes, giving its quota back."""
     cluster, ns, name, queue = stack.cluster, stack.namespace, "real-warm-kueue", "rn-warm"
-    objects: list[dict[str, Any]] = [
-        {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "rn-warm-node"}},
-        {"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": {"name": "rn-warm-urgent"}, "value": 1000},
-        {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": "rn-warm"}, "spec": {
-            "namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "rn-warm-node",
-                                "resources": [{"name": "cpu", "nominalQuota": "1"},
-                                              {"name": "memory", "nominalQuota": "3Gi"}]}]}]}},
-        {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": {"name": queue, "namespace": ns},
-         "spec": {"clusterQueue": "rn-warm"}},
-    ]
+    objects = _one_pod_queue(ns, queue, "rn-warm")
     cluster.kubectl("label", "namespace", ns, "kubesweep.io/kueue=enabled")
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
     try:
-        path = _write_spec(tmp_path / "sweep.yaml", name, stack.image,
-                           job={"train_samples": 400, "batch_size": 8, "max_steps": RESUMED_STEPS,
-                                "checkpoint_every": 10, "keep_checkpoints": 2, "precision": "fp32"},
-                           storage={"cache_claim": "data", "checkpoint_claim": "checkpoints"}, repeats=2,
-                           max_parallel=1, warm_pods=True)
-        doc = yaml.safe_load(path.read_text())
-        doc["spec"]["queue"] = queue
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        out = stack.sweep("submit", str(path), "--detach")
-        assert out.returncode == 0, out.stdout + out.stderr
-        trial_dirs = stack.checkpoints / name
-        first: Path = _kc().wait_until(
-            "the first checkpoint", lambda: next(iter(sorted(trial_dirs.glob("*/step-*"))), None)
-            if trial_dirs.is_dir() else None, 900, interval=0.5)
+        first, pod = _checkpointing_trial(stack, tmp_path, name, queue=queue, repeats=2, max_parallel=1,
+                                          warm_pods=True)
         preempted_trial = first.parent.name
         (job,) = cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
         assert job["metadata"]["labels"]["kubesweep.io/worker"] == "any-0"
-        (pod,) = [p for p in stack.pods(name) if p["status"].get("phase") == "Running"]
         cluster.apply([_preemptor(ns, stack.image, queue, "rn-warm-urgent")])
         status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=900)
         assert status["phase"] == "Succeeded", f"{json.dumps(status)[:3000]}\n{stack.diagnostics()}"
