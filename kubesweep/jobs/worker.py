@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -128,6 +129,7 @@ class Worker:
         finally:
             if self._server is not None:
                 self._server.terminate()
+            shutil.rmtree(self.work, ignore_errors=True)
 
     def terminate(self) -> None:
         """SIGTERM: stop the running trial (it keeps its checkpoint) and end once it has ended."""
