@@ -14,13 +14,16 @@ import logging
 import os
 import socket
 import sys
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from kubesweep.backends.base import BackendError
 from kubesweep.backends.k8s_client import load_config
 from kubesweep.operator import testhooks
 from kubesweep.operator.cache import ClusterCache
+from kubesweep.operator.client import crd_installed
 from kubesweep.operator.controller import SweepController
 from kubesweep.operator.leader import LeaseElector
 from kubesweep.operator.mlflow_rest import TrackingPolicy
@@ -117,6 +120,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+CRD_WAIT_S = 120.0  # how long a replica waits at its start for the API server to serve the Sweep resource
+
+
+def wait_served(api_client: Any, timeout: float, interval: float = 1.0) -> bool:
+    """Whether the API server serves the Sweep resource within `timeout` seconds (asked every `interval`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if crd_installed(api_client):
+                return True
+        except BackendError as exc:  # not reachable yet: asked again
+            logging.getLogger("kubesweep.operator").warning("waiting for the Sweep resource: %s", exc)
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     namespaces = args.namespace or ([] if args.all_namespaces else _env_list("KUBESWEEP_WATCH_NAMESPACES"))
@@ -180,6 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         if faults:
             logging.getLogger("kubesweep.operator").warning("TEST FAULT POINTS: kill at %s, stop at %s",
                                                             faults.kill_at, faults.stop_at)
+    # kopf finds the resources it serves once, at its start (it may not watch CRDs): a replica started before the
+    # API server serves the Sweep resource (the chart's CRD just made) would never serve a Sweep
+    if not wait_served(api_client, CRD_WAIT_S):
+        sys.stderr.write(f"error: the API server does not serve sweeps.kubesweep.io after {CRD_WAIT_S:g} s: install "
+                         "the chart's CRD (charts/kubesweep/crds/); exiting so that a restart looks again\n")
+        return 1
     # standalone: kopf's own peering is off; the Lease above decides who acts.
     runtime = Runtime(elector, supervisor, cache=cache, on_lead=controller.leading)
     kopf.run(clusterwide=args.all_namespaces, namespaces=namespaces, liveness_endpoint=args.liveness,
