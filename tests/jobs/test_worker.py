@@ -181,9 +181,8 @@ def test_a_trial_cannot_reach_the_workers_output_through_proc() -> None:
     tmp_path.chmod(0o777)
     user = 65534  # nobody
     python = _python_for_others()
-    site = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "pydantic").is_dir())
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "KUBESWEEP_SWEEP": SWEEP,
-           "PYTHONPATH": os.pathsep.join([str(REPO), site])}
+           "PYTHONPATH": str(_worker_code_for_others(tmp_path / "lib"))}
     # Its standard output a pipe owned by its user, as the container runtime makes a container's (so that the
     # container's processes can open /dev/stdout).
     read_end, write_end = os.pipe()
@@ -195,6 +194,9 @@ def test_a_trial_cannot_reach_the_workers_output_through_proc() -> None:
     log = os.fdopen(read_end, "r")
     try:
         first = log.readline()
+        if not first.startswith("kubesweep.worker "):  # it failed to start: all it said
+            proc.wait(timeout=60)
+            first += log.read()
         assert first.startswith("kubesweep.worker ") and '"ready"' in first, first
         attack = ("import sys\ntry:\n    open(f'/proc/{sys.argv[1]}/fd/1', 'w').write('kubesweep.worker {}\\n')\n"
                   "except PermissionError:\n    print('refused')\nelse:\n    print('written')\n")
@@ -218,6 +220,31 @@ def _python_for_others() -> str:
         if path.is_file() and all(p.stat().st_mode & 0o001 for p in (path, *path.parents)):
             return candidate
     pytest.fail(f"no {version} that another user may run")
+
+
+def _worker_code_for_others(dest: Path) -> Path:
+    """A copy, in `dest`, of every package the worker imports, from the checkout and this environment: another
+    user may not enter either (a checkout in a directory only its owner enters, as a fresh clone in mktemp's)."""
+    probe = ("import json, sys, kubesweep.jobs.worker\n"
+             "print(json.dumps(sorted({m.__file__ for n, m in list(sys.modules.items())\n"
+             "    if '.' not in n and getattr(m, '__file__', None)})))")
+    files = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                                      cwd=REPO, timeout=120).stdout)
+    dest.mkdir(parents=True, exist_ok=True)
+    roots = [Path(p) for p in sys.path if p and Path(p).is_dir() and ("site-packages" in p or Path(p) == REPO)]
+    for file in map(Path, files):
+        root = max((r for r in roots if file.is_relative_to(r)), key=lambda r: len(r.parts), default=None)
+        if root is None:  # the standard library: the other user's Python has its own
+            continue
+        top = root / file.relative_to(root).parts[0]
+        target = dest / top.name
+        if top.is_dir() and not target.exists():
+            shutil.copytree(top, target, ignore=shutil.ignore_patterns("__pycache__"))
+        elif top.is_file():
+            shutil.copy(top, target)
+    for path in (dest, *dest.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest
 
 
 def _wait_for_steps(log: Path, timeout: float = 300) -> None:

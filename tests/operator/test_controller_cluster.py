@@ -1044,27 +1044,26 @@ def test_operator_entry_point_help() -> None:
 
 def test_without_the_crd_the_cli_says_how_to_install_and_direct_mode_works(installed: Installed,
                                                                           tmp_path: Path) -> None:
-    """Runs last in this module: it removes the CRD (and so every Sweep) and puts it back."""
-    cluster = installed.cluster
-    cluster.kubectl("delete", "crd", "sweeps.kubesweep.io", "--wait=true", timeout=120)
+    """On a control plane of its own (started for this test, about 5 s): the test cluster's CRD is shared by
+    every worker's sweeps, and deleting it there deleted another module's running Sweep."""
+    kwok = _kwok()
+    bare = kwok.start_cluster(f"{kwok.pytest_cluster_name()}-nocrd-{uuid.uuid4().hex[:4]}", recreate=True)
     try:
+        bare.kubectl("create", "namespace", installed.namespace)
+        alone = Installed(bare, installed.namespace, installed.sa_kubeconfig, installed.catalog)
         path = sweep_file(tmp_path, "direct", {"gpu": ["l4"], "batch_size": [8]}, hooks={})
-        refused = cli(installed, "submit", str(path), "--detach", check=4)
+        refused = cli(alone, "submit", str(path), "--detach", check=4)
         assert "no Sweep CRD" in refused.stderr and "helm install kubesweep charts/kubesweep" in refused.stderr
         assert "--direct" in refused.stderr
-        done = cli(installed, "submit", str(path), "--direct", check=0, timeout=180)
+        done = cli(alone, "submit", str(path), "--direct", check=0, timeout=180)
         assert ": Succeeded" in done.stdout  # the progress line of the one trial
-        cm = cluster.get_json("configmap", "kubesweep-sweep-direct", namespace=installed.namespace)
+        cm = bare.get_json("configmap", "kubesweep-sweep-direct", namespace=alone.namespace)
         assert "sweep.json" in cm["data"]
         # no operator removes finalizers here: the direct backend's Jobs carry none, and a TTL floor instead
-        job = sweep_jobs(installed, "direct")[0]
+        job = sweep_jobs(alone, "direct")[0]
         assert not job["metadata"].get("finalizers") and job["spec"]["ttlSecondsAfterFinished"] >= 600
     finally:
-        cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds" / "kubesweep.io.yaml"))
-        # kubectl's own 30 s were once not enough on a loaded machine (the names of a just-deleted CRD are
-        # released asynchronously)
-        cluster.kubectl("wait", "--for=condition=Established", "crd/sweeps.kubesweep.io", "--timeout=150s",
-                        timeout=180)
+        kwok.stop_cluster(bare.name, bare.bin_dir)
 
 
 def test_a_job_the_api_server_refuses_is_reported_and_odd_sweeps_stay_small(
