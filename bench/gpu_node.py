@@ -480,6 +480,7 @@ def sweep_spec(name: str, image: str, gpu: str, args: argparse.Namespace, **job:
         "resources": {"gpus_per_trial": 1, "cpu": "8", "memory": "48Gi", "shm_size": "8Gi"},
         "storage": {"cache_claim": "cache", "checkpoint_claim": "checkpoints"},
         "concurrency": {"max_parallel": 1},
+        "warm_pods": False,  # the `sweep` step: a pod per trial; the `warm` step turns it on
         "tracking": {"experiment": name}}}
 
 

@@ -308,10 +308,10 @@ class SweepSpec(StrictModel):
     service_account: str | None = Field(None, pattern=DNS1123_LABEL, description="ServiceAccount of trial pods")
     search: Search = Field(default_factory=GridSearch)
     suspend: bool = Field(False, description="true: start no new trials")
-    warm_pods: bool = Field(False, description="Kubernetes: run the one-node trials in warm pods, one per GPU "
-                                               "slot, each running the sweep's trials one after another (a fresh "
-                                               "process each, imports and compile cache kept); false: a pod per "
-                                               "trial")
+    warm_pods: bool = Field(True, description="Kubernetes: run the one-node trials in warm pods, one per GPU "
+                                              "slot, each running the sweep's trials one after another (a fresh "
+                                              "process each, imports and compile cache kept); false: a pod per "
+                                              "trial")
     queue: str | None = Field(None, max_length=63, pattern=DNS1123_LABEL,
                               description="Kueue LocalQueue of the sweep's namespace: trial Jobs are created "
                                           "suspended and run when Kueue admits them")

@@ -151,6 +151,7 @@ def tiny_spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     "batch_size": 8, "max_seq_len": 32, "num_workers": 0, "pin_memory": False,
                     "measure_skip_steps": 1, "log_every": 1},
             "resources": {"gpus_per_trial": 0, "cpu": "2", "memory": "4Gi"},
+            "warm_pods": False,  # the trial's own Job, rendered and run as it is
         },
     })
 

@@ -19,7 +19,8 @@ DIGEST = "registry.example/kubesweep-job@sha256:" + "ab" * 32
 
 
 def sweep_doc(**spec: Any) -> dict[str, Any]:
-    base = {"image": DIGEST, "matrix": {"gpu": ["h100-80gb", "l4"], "precision": ["bf16"]}}
+    """A sweep whose trials render as Jobs of their own (spec.warm_pods false; the default is tested below)."""
+    base = {"image": DIGEST, "matrix": {"gpu": ["h100-80gb", "l4"], "precision": ["bf16"]}, "warm_pods": False}
     return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "render"},
             "spec": {**base, **spec}}
 
@@ -277,3 +278,13 @@ def test_a_warm_sweep_renders_a_warm_pods_job_per_slot_kind_and_multi_node_trial
     multi = rendered(warm_pods=True, resources={"gpus_per_trial": 8, "num_nodes": 2})
     assert {o["kind"] for o in multi} == {"Job", "Service"} and all(
         "kubesweep.io/worker" not in o["metadata"]["labels"] for o in multi)
+
+
+def test_warm_pods_are_the_default() -> None:
+    """A spec that does not say: its one-node trials run in warm pods; `false` gives each trial its own Job."""
+    doc = sweep_doc(matrix={"gpu": ["l4"], "batch_size": [8, 16]})
+    del doc["spec"]["warm_pods"]
+    assert parse_sweep(doc).spec.warm_pods is True
+    assert [o["metadata"]["labels"].get("kubesweep.io/worker") for o in render_plan(plan(parse_sweep(doc)))] == \
+        ["l4-1"]
+    assert len(rendered(matrix={"gpu": ["l4"], "batch_size": [8, 16]})) == 2

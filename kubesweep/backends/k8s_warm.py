@@ -358,8 +358,20 @@ class WarmPods:
     def hand_over(self, pod: str, handover: Handover) -> None:
         body = {"metadata": {"annotations": {HANDOVER_ANNOTATION: handover.to_annotation()}}}
         with contextlib.suppress(self.api.ApiException):  # 404: the pod is gone; the next step sees it
-            self.api.write(self.api.core.patch_namespaced_pod, pod, self.api.namespace, body,
-                           _content_type=MERGE, _preload_content=False)
+            self.api.write(self._patch_pod, pod, self.api.namespace, body, _content_type=MERGE,
+                           _preload_content=False)
+
+    def _patch_pod(self, *args: Any, **kwargs: Any) -> Any:
+        """The hand-over's patch; refused for want of the right, it says what warm pods need and the way out."""
+        try:
+            return self.api.core.patch_namespaced_pod(*args, **kwargs)
+        except self.api.ApiException as exc:
+            if getattr(exc, "status", None) != 403:
+                raise
+            raise BackendError(f"{api_error(exc)}; warm pods (spec.warm_pods, the default) are handed their trials "
+                               f"by a patch of the pod, which needs `patch` on pods in namespace "
+                               f"{self.api.namespace!r}: grant it, or set spec.warm_pods: false for a pod per "
+                               "trial") from None
 
     def stop(self, sweep: str, trial_id: str) -> None:
         """Take a trial out of the hand-over of every live pod that lists it (its worker stops it)."""

@@ -40,8 +40,11 @@ def make_plan(name: str, matrix: dict[str, Any], **spec: Any) -> Plan:
         "apiVersion": "kubesweep.io/v1alpha1",
         "kind": "Sweep",
         "metadata": {"name": name},
+        # a pod per trial: the Kubernetes harnesses run on kwok, which runs no containers, so no warm pod's worker
+        # (spec.warm_pods, the default) could run there; warm pods are proven on the real node
+        # (tests/operator/test_controller_realnode.py) and against the API stand-in (tests/backends/test_k8s_warm.py)
         "spec": {"job": {"max_steps": 2}, "matrix": matrix, "resources": {"gpus_per_trial": 0, "retries": 0},
-                 **spec},
+                 "warm_pods": False, **spec},
     }
     return plan(parse_sweep(doc))
 

@@ -111,7 +111,8 @@ class _Checkpoints:
 
 def reconciler(jobs: JobPolicy | None = None, **spec: Any) -> tuple[JobReconciler, _Store, _Batch, _Checkpoints]:
     sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"},
-                         "spec": {"image": DIGEST, "matrix": {"gpu": ["l4"], "batch_size": [8, 16, 32]}, **spec}})
+                         "spec": {"image": DIGEST, "matrix": {"gpu": ["l4"], "batch_size": [8, 16, 32]},
+                                  "warm_pods": False, **spec}})  # a Job per trial; warm pods: test_k8s_warm.py
     api = Api(kubernetes.client.ApiClient(), "ns")
     batch = _Batch()
     api.batch, api.core = batch, _Core()

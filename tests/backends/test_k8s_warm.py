@@ -1,7 +1,7 @@
 """Warm pods (`k8s_warm.WarmPods`, spec.warm_pods) in the Job reconciler, against the in-memory stand-in for the
 API server of tests/backends/test_k8s_reconcile.py, with pods whose annotations and logs the test writes as a
 kubelet and a worker would: what is handed over, made, recorded and stopped. Warm pods as real containers on a real
-kubelet: tests/backends/test_k8s_warm_realnode.py."""
+kubelet: the warm tests of tests/operator/test_controller_realnode.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from kubesweep.backends.base import Phase
+from kubesweep.backends.base import BackendError, Phase
 from kubesweep.backends.k8s_client import Api
 from kubesweep.backends.k8s_reconcile import JobReconciler, Listed
 from kubesweep.backends.k8s_warm import INTERRUPTED, slice_trial
@@ -239,3 +239,24 @@ def test_a_warm_pods_log_is_data() -> None:
     status = engine.reconcile(store.load("s"))
     assert [t.phase for t in status.trials] == [Phase.PENDING] * 3
     assert len(core.handover("w-1").trials) == 2
+
+
+def test_a_driver_that_may_not_patch_pods_is_told_what_warm_pods_need_and_the_way_out() -> None:
+    """Warm pods are the default: a `--direct` user whose role lacks `patch` on pods gets the API server's words,
+    the right that is missing and `spec.warm_pods: false`, not trials that never start."""
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1})
+    engine.reconcile(store.load("s"))
+    (name,) = batch.creates
+    core.start_pod(batch.jobs[name], "w-1")
+    body = json.dumps({"reason": "Forbidden", "message": 'pods "w-1" is forbidden: User "alice" cannot patch '
+                                                         'resource "pods" in API group "" in the namespace "ns"'})
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise kubernetes.client.ApiException(status=403, reason="Forbidden", body=body)
+
+    core.patch_namespaced_pod = refuse  # type: ignore[method-assign]
+    with pytest.raises(BackendError) as refused:
+        engine.reconcile(store.load("s"))
+    message = str(refused.value)
+    assert message.startswith('Forbidden: pods "w-1" is forbidden: User "alice" cannot patch'), message
+    assert "`patch` on pods in namespace 'ns'" in message and "spec.warm_pods: false" in message

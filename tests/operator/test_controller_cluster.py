@@ -281,6 +281,7 @@ def sweep_file(tmp_path: Path, name: str, matrix: dict[str, Any], *, hooks: Any,
     doc["metadata"] = {"name": name, "annotations": {"kubesweep.io/test-pod-annotations": json.dumps(hooks)}}
     doc["spec"]["image"] = JOB_IMAGE
     doc["spec"]["matrix"] = matrix
+    doc["spec"]["warm_pods"] = False  # kwok runs no containers: no warm pod's worker could run here
     if concurrency:
         doc["spec"]["concurrency"] = concurrency
     path = tmp_path / f"{name}.yaml"
@@ -814,7 +815,7 @@ def test_a_finished_tuner_is_recorded_and_never_run_again(installed: Installed, 
 
     name = "search-once"
     doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": name},
-           "spec": {"image": JOB_IMAGE, "resources": {"ttl_seconds_after_finished": 0},
+           "spec": {"image": JOB_IMAGE, "resources": {"ttl_seconds_after_finished": 0}, "warm_pods": False,
                     "search": {"strategy": "tune", "num_samples": 2,
                                "space": {"batch_size": {"type": "choice", "values": [8, 16]}}}}}
     path = tmp_path / f"{name}.yaml"
@@ -979,7 +980,7 @@ def test_a_two_slice_sweep_succeeds_with_bounded_objects_across_a_restart(instal
     doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep",
            "metadata": {"name": name, "annotations": {
                "kubesweep.io/test-pod-annotations": json.dumps({"kubesweep.io/test-duration": "1s"})}},
-           "spec": {"image": JOB_IMAGE, "job": {"max_steps": 2},
+           "spec": {"image": JOB_IMAGE, "job": {"max_steps": 2}, "warm_pods": False,
                     "matrix": {"seed": list(range(SCALE_TRIALS // 50)),
                                "learning_rate": [round(1e-5 * (i + 1), 6) for i in range(50)]},
                     "resources": {"gpus_per_trial": 0, "cpu": "10m", "memory": "16Mi", "retries": 0},

@@ -52,6 +52,7 @@ SPEC: dict[str, Any] = {
     "apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": NAME},
     "spec": {
         "image": DIGEST,
+        "warm_pods": False,  # kwok runs no containers: no warm pod's worker could run here
         "job": {"max_steps": 100},
         "resources": {"gpus_per_trial": 1, "retries": 0},
         "concurrency": {"max_parallel": 4},

@@ -196,7 +196,11 @@ def test_the_tuner_and_the_operators_render_run_the_rule(tmp_path: Path, monkeyp
     sweep = parse_sweep({**doc(2, {"max": 3}), "spec": {**doc(2, {"max": 3})["spec"], "image": digest}})
     objects = render_plan(plan(sweep), tuner_image="registry.example/kubesweep-operator@sha256:" + "1" * 64)
     kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
-    assert ("Job", "reps-tuner") in kinds and sum(1 for k, _ in kinds if k == "Job") == 4 + 1  # 2 cells x 2 + tuner
+    assert ("Job", "reps-tuner") in kinds and sum(1 for k, _ in kinds if k == "Job") == 1 + 1  # a warm pod + tuner
+    off = parse_sweep({**sweep.to_document(), "spec": {**sweep.to_document()["spec"], "warm_pods": False}})
+    jobs = [o for o in render_plan(plan(off), tuner_image="registry.example/kubesweep-operator@sha256:" + "1" * 64)
+            if o["kind"] == "Job"]
+    assert len(jobs) == 4 + 1  # a pod per trial: 2 cells x 2 first repeats, and the tuner
 
     monkeypatch.setenv("KUBESWEEP_JOB_COMMAND", json.dumps([sys.executable, str(STAND_IN)]))
     monkeypatch.setenv("KUBESWEEP_LOCAL_GPUS", "[]")

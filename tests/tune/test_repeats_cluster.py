@@ -38,7 +38,8 @@ NAME = "reps-kwok"
 DIGEST = "registry.example/kubesweep-job@sha256:" + "0" * 64
 SPEC: dict[str, Any] = {
     "apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": NAME},
-    "spec": {"image": DIGEST, "job": {"max_steps": 10}, "resources": {"gpus_per_trial": 1, "retries": 0},
+    "spec": {"image": DIGEST, "warm_pods": False,  # kwok runs no containers: no warm pod's worker runs here
+             "job": {"max_steps": 10}, "resources": {"gpus_per_trial": 1, "retries": 0},
              "concurrency": {"max_parallel": 4},
              "matrix": {"learning_rate": [1.0e-4, 0.789]},  # 0.789: 20% apart, never within the target
              "repeats": 2, "repeat_until": {"max": 4, "target": "3%"}},
