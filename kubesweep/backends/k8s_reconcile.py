@@ -58,6 +58,7 @@ APPLY = "application/apply-patch+yaml"
 STRATEGIC = "application/strategic-merge-patch+json"
 WRITE_THREADS = 8
 APPLIED_GRACE = 60.0  # seconds a Job applied here counts as existing while no cache has shown it
+WARM_JOB = "warm-job/"  # a warm Job's key beside the trial ids whose Jobs Kueue's reader reads (no trial id has "/")
 # Answers to a Job create that the same Job gets again on every try: invalid (422), too large (413), refused by
 # admission or a quota (403), malformed (400)
 REFUSALS = frozenset({400, 403, 413, 422})
@@ -215,7 +216,11 @@ class JobReconciler:
         now = time.monotonic()
         for tid in [t for t, at in applied.items() if t in jobs_by_trial or now - at > APPLIED_GRACE]:
             del applied[tid]
-        queued = self.kueue.waiting(state.sweep.name, state.sweep.spec.queue, jobs_by_trial)
+        warm_jobs: dict[str | None, Obj] = {f"{WARM_JOB}{j['metadata']['name']}": j
+                                            for j in self.warm.warm_jobs(jobs)} if state.sweep.spec.warm_pods else {}
+        queued = self.kueue.waiting(state.sweep.name, state.sweep.spec.queue, {**jobs_by_trial, **warm_jobs})
+        slot_words = {warm_jobs[k]["metadata"]["labels"][LABEL_WORKER]: queued.pop(k) for k in list(queued)
+                      if k in warm_jobs}  # a warm Job's slot kind -> Kueue's word on it
         if self.evictions is not None and (evicted := k8s_kueue.not_noted(queued, jobs_by_trial)):
             self.evictions.evicted(state, evicted)
         out = {}
@@ -226,7 +231,7 @@ class JobReconciler:
                 seen = replace(seen, reason=queued[trial.id].reason)
             out[trial.id] = (seen, job is not None or trial.id in applied)
         if state.sweep.spec.warm_pods:  # its one-node trials are read off its warm pods
-            out.update(self.warm.observe(state, p, jobs, pods))
+            out.update(self.warm.observe(state, p, jobs, pods, slot_words))
         return out
 
     def statuses(self, state: SweepState, p: Plan, seen: Mapping[str, tuple[Observed, bool]]) -> list[TrialStatus]:

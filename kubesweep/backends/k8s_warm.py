@@ -33,11 +33,12 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, TrialStatus
 from kubesweep.backends.k8s_client import Api, api_error
+from kubesweep.backends.k8s_kueue import Admission
 from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
 from kubesweep.backends.k8s_status import Observed, job_finished
 from kubesweep.backends.k8s_watch import Obj
@@ -282,16 +283,26 @@ class WarmPods:
                 out.append(Pod(job, pod, _handover_of(pod), self.logs.events(pod), newest=i == 0))
         return out
 
-    def observe(self, state: SweepState, p: Plan, jobs: list[Obj], pods: list[Obj]
-                ) -> dict[str, tuple[Observed, bool]]:
-        """trial id → (what the warm pods say, whether it holds a slot), for the sweep's warm trials."""
+    def observe(self, state: SweepState, p: Plan, jobs: list[Obj], pods: list[Obj],
+                queued: Mapping[str, Admission] | None = None) -> dict[str, tuple[Observed, bool]]:
+        """trial id → (what the warm pods say, whether it holds a slot), for the sweep's warm trials. `queued`:
+        slot kind → Kueue's word on a suspended warm Job of that kind, which a trial of the kind that no pod has
+        been handed yet waits for (in Kueue's words, as a trial's own Job would)."""
         sweep = state.sweep
         found = self._pods[sweep.name] = self.pods(jobs, pods)
         stories = _stories(found)
         listed = {t.id: pod for pod in found if pod.live and pod.handover for t in pod.handover.trials}
         retries = sweep.spec.resources.retries
-        return {t.id: observe_warm(t, stories.get(t.id), found, retries, listed)
-                for t in p.trials if warm(t, sweep)}
+        out = {}
+        for trial in p.trials:
+            if not warm(trial, sweep):
+                continue
+            seen, holds = observe_warm(trial, stories.get(trial.id), found, retries, listed)
+            word = (queued or {}).get(worker_key(trial))
+            if word is not None and seen.phase == Phase.PENDING and trial.id not in listed:
+                seen = replace(seen, reason=f"{seen.reason}; {word.reason}" if seen.reason else word.reason)
+            out[trial.id] = (seen, holds)
+        return out
 
     def held(self, sweep: str) -> list[str]:
         """The slot kind of each slot the sweep's warm pods hold: each warm Job that is unfinished and not being

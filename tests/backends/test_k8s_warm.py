@@ -13,6 +13,7 @@ from typing import Any
 import kubernetes
 import pytest
 
+from kubesweep.backends import k8s_kueue
 from kubesweep.backends.base import BackendError, Phase
 from kubesweep.backends.k8s_client import Api
 from kubesweep.backends.k8s_reconcile import JobReconciler, Listed
@@ -21,6 +22,7 @@ from kubesweep.manifests import LABEL_TRIAL, LABEL_WORKER
 from kubesweep.spec import parse_sweep
 from kubesweep.wire.handover import HANDOVER_ANNOTATION, Handover, WorkerEvent, escape
 from kubesweep.wire.outcomes import Outcome
+from tests.backends.test_k8s_kueue import PENDING, FakeCustomApi, cond, workload
 from tests.backends.test_k8s_reconcile import DIGEST, _Batch, _Resp, _Store
 
 T0 = time.time()  # the workers' clock: events are stamped with epoch seconds
@@ -69,13 +71,15 @@ class _Core:
             log.append(WorkerEvent("end", at + 1, trial=trial, exit_code=code, outcome=outcome, reason=reason).line())
 
 
-def warm_reconciler(**spec: Any) -> tuple[JobReconciler, _Store, _Batch, _Core]:
+def warm_reconciler(custom: Any = None, **spec: Any) -> tuple[JobReconciler, _Store, _Batch, _Core]:
     sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"},
                          "spec": {"image": DIGEST, "matrix": {"gpu": ["l4"], "batch_size": [8, 16, 32]},
                                   "warm_pods": True, **spec}})
     api = Api(kubernetes.client.ApiClient(), "ns")
     batch, core = _Batch(), _Core()
     api.batch, api.core = batch, core
+    if custom is not None:  # Kueue's Workloads
+        api.custom = custom
     store = _Store(sweep)
     engine = JobReconciler(api, store=store, source=Listed(), tracking=lambda state: None)
     engine.warm.logs.every = 0  # each step reads the logs the test just wrote
@@ -260,3 +264,29 @@ def test_a_driver_that_may_not_patch_pods_is_told_what_warm_pods_need_and_the_wa
     message = str(refused.value)
     assert message.startswith('Forbidden: pods "w-1" is forbidden: User "alice" cannot patch'), message
     assert "`patch` on pods in namespace 'ns'" in message and "spec.warm_pods: false" in message
+
+
+def test_a_trial_waiting_for_its_warm_pods_admission_says_so_in_kueues_words(monkeypatch: pytest.MonkeyPatch
+                                                                            ) -> None:
+    """With spec.queue a warm Job is created suspended; until Kueue admits it, the trials of its slot kind (which no
+    pod has yet) show Kueue's words on its Workload, as a trial's own Job would, and nothing else does."""
+    monkeypatch.setattr(k8s_kueue, "PASSING_S", 0.0)  # the reader reads a Workload it has not seen at each step
+    workloads: list[dict[str, Any]] = []
+    api_custom = FakeCustomApi(workloads)
+    engine, store, batch, core = warm_reconciler(queue="team-a", concurrency={"max_parallel": 1},
+                                                 custom=api_custom)
+    engine.reconcile(store.load("s"))
+    (name,) = batch.creates
+    assert batch.jobs[name]["spec"]["suspend"] is True
+    workloads.append(workload(cond("QuotaReserved", "False", "Pending", PENDING)))
+    workloads[-1]["metadata"]["ownerReferences"] = [{"kind": "Job", "uid": batch.jobs[name]["metadata"]["uid"]}]
+    status = engine.status(store.load("s"))
+    assert {t.phase for t in status.trials} == {Phase.PENDING}
+    assert all(t.reason.startswith("waiting for quota in LocalQueue team-a: couldn't assign flavors")
+               for t in status.trials), [t.reason for t in status.trials]
+
+    batch.jobs[name]["spec"]["suspend"] = False  # admitted: its pod comes, and is handed the first two trials
+    core.start_pod(batch.jobs[name], "w-1")
+    engine.reconcile(store.load("s"))
+    status = engine.status(store.load("s"))
+    assert [t.reason for t in status.trials] == ["handed to a warm pod", "handed to a warm pod", ""]
