@@ -191,7 +191,8 @@ def render(
     max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS, tuner_image: opts.TunerImageOpt = None,
 ) -> None:
     """Print the Kubernetes manifests (a YAML stream) the spec's trials run as (after the checks `submit
-    --backend kubernetes` runs); a search sweep's tuner Job as the operator runs it, in --tuner-image."""
+    --backend kubernetes` runs): a warm pod's Job per GPU slot kind (spec.warm_pods, the default; false: a Job per
+    trial); a search sweep's tuner Job as the operator runs it, in --tuner-image."""
     p = make_plan(load(file, allow_unpinned), max_trials)
     session(BackendName.kubernetes, allow_unpinned=allow_unpinned).check(p)
     try:

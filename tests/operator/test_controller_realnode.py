@@ -500,6 +500,15 @@ def _one_pod_queue(namespace: str, queue: str, prefix: str) -> list[dict[str, An
     ]
 
 
+def _preempted_in_status(stack: Stack, name: str) -> list[str] | None:
+    """The operator's status of the sweep's trials that it shows preempted by Kueue (in Kueue's words, while
+    their Job waits to be admitted again), or None while it shows none."""
+    slices = stack.cluster.get_json("trialslices", "-l", f"kubesweep.io/sweep={name}",
+                                    namespace=stack.namespace)["items"]
+    reasons = [TrialEntry.decode(text).reason for s in slices for text in (s.get("trials") or {}).values()]
+    return [r for r in reasons if "preempted by Kueue" in r] or None
+
+
 def _preemptor(namespace: str, image: str, queue: str, priority_class: str) -> dict[str, Any]:
     """Another team's Job in the same ClusterQueue at a higher Kueue priority: it needs the quota a trial holds."""
     container = {"name": "main", "image": image, "command": ["python", "-c", "import time; time.sleep(15)"],
@@ -528,14 +537,9 @@ def test_trial_preempted_by_kueue_resumes_from_its_checkpoint_and_logs_every_ste
         first, pod = _checkpointing_trial(stack, tmp_path, name, queue=queue)
         (job,) = cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
         cluster.apply([_preemptor(ns, stack.image, queue, "rn-urgent")])
-
-        def preempted_in_status() -> str | None:  # the operator's status, in Kueue's words, while the Job waits
-            slices = cluster.get_json("trialslices", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
-            reasons = [TrialEntry.decode(text).reason for s in slices for text in (s.get("trials") or {}).values()]
-            return next((r for r in reasons if r.startswith("preempted by Kueue")), None)
-
-        reason = _kc().wait_until("the trial shown preempted by Kueue", preempted_in_status, 120, interval=0.5)
-        assert "LocalQueue rn-shared" in reason, reason
+        (reason,) = _kc().wait_until("the trial shown preempted by Kueue", lambda: _preempted_in_status(stack, name),
+                                     120, interval=0.5)
+        assert reason.startswith("preempted by Kueue") and "LocalQueue rn-shared" in reason, reason
         status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=900)
         assert status["phase"] == "Succeeded", f"{json.dumps(status)[:3000]}\n{stack.diagnostics()}"
 
@@ -692,6 +696,12 @@ def test_a_warm_pod_preempted_by_kueue_requeues_its_trial_which_resumes_and_its_
         (job,) = cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
         assert job["metadata"]["labels"]["kubesweep.io/worker"] == "any-0"
         cluster.apply([_preemptor(ns, stack.image, queue, "rn-warm-urgent")])
+        # while the warm Job waits to be admitted again, both its trials say so in Kueue's words: the one it ran
+        # and the one it had not started
+        reasons = _kc().wait_until("the warm trials shown preempted by Kueue",
+                                   lambda: (found := _preempted_in_status(stack, name)) and len(found) == 2 and found,
+                                   120, interval=0.5)
+        assert all("requeued in LocalQueue rn-warm" in r for r in reasons), reasons
         status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=900)
         assert status["phase"] == "Succeeded", f"{json.dumps(status)[:3000]}\n{stack.diagnostics()}"
 
