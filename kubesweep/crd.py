@@ -47,7 +47,8 @@ CHECKED_IN = ("manifests/crd/kubesweep.io.yaml", "charts/kubesweep/crds/kubeswee
 # the ServiceAccount, the tracking server, the claims its pods mount) and where they queue (the Kueue LocalQueue and
 # priority: one sweep's trials are measured under one queue): fixed once the sweep exists.
 IMMUTABLE_FIELDS = ("image", "images", "job", "matrix", "include", "exclude", "repeats", "repeat_until",
-                    "resources", "search", "tracking", "service_account", "storage", "queue", "priority_class")
+                    "resources", "search", "tracking", "service_account", "storage", "queue", "priority_class",
+                    "warm_pods")
 
 SweepPhase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed", "Cancelled", "Invalid", "Empty"]
 TrialPhase = Literal["Pending", "Unschedulable", "Running", "Succeeded", "Failed", "Skipped", "Cancelled"]

@@ -47,7 +47,6 @@ from kubesweep.manifests import (
     UNGUARDED_TTL_FLOOR,
     render_trial,
     resolve_image,
-    warm,
     worker_key,
 )
 from kubesweep.plan import Plan, Trial, make_trial, plan
@@ -231,7 +230,7 @@ class JobReconciler:
                 seen = replace(seen, reason=queued[trial.id].reason)
             out[trial.id] = (seen, job is not None or trial.id in applied)
         if state.sweep.spec.warm_pods:  # its one-node trials are read off its warm pods
-            out.update(self.warm.observe(state, p, jobs, pods, slot_words))
+            out.update(self.warm.observe(state, p, jobs, pods, slot_words, own=jobs_by_trial))
         return out
 
     def statuses(self, state: SweepState, p: Plan, seen: Mapping[str, tuple[Observed, bool]]) -> list[TrialStatus]:
@@ -286,7 +285,7 @@ class JobReconciler:
         pods the limits allow); returns how many Jobs."""
         spec = state.sweep.spec
         trials = p.by_id()
-        own = [s for s in statuses if not warm(trials[s.trial_id], state.sweep)]  # trials with Jobs of their own
+        own = [s for s in statuses if not self.warm.runs(trials[s.trial_id], state.sweep)]  # Jobs of their own
         active = [s for s in own if s.phase in (Phase.RUNNING, Phase.UNSCHEDULABLE)
                   or (s.phase == Phase.PENDING and s.attempts)]
         held = self.warm.held(state.sweep.name) if spec.warm_pods else []  # slots of warm pods, by kind

@@ -24,6 +24,10 @@ within `concurrency`. A trial is stopped by taking it out of its pod's hand-over
 `resources.deadline_seconds` is recorded failed and taken out. A hand-over names each trial with its attempt (how
 often it ended before), so a retried trial runs again even in the pod it failed in, and a pod replaced after an
 eviction never reruns what its predecessor finished.
+
+A trial that has a Job of its own stays with it (`WarmPods.runs`): a Sweep applied without `spec.warm_pods` before
+warm pods were the default started its trials in Jobs of their own, and an operator of today must not hand those to
+a warm pod as well.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import contextlib
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -44,6 +48,7 @@ from kubesweep.backends.k8s_status import Observed, job_finished
 from kubesweep.backends.k8s_watch import Obj
 from kubesweep.manifests import LABEL_WORKER, render_worker, warm, worker_key
 from kubesweep.plan import Plan, Trial
+from kubesweep.spec import Sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.handover import (
     EVENT_PREFIX,
@@ -262,6 +267,12 @@ class WarmPods:
         self.logs = WorkerLogs(api)
         self._made: dict[str, dict[str, tuple[str, float]]] = {}  # sweep -> warm Job -> (slot kind, made when)
         self._pods: dict[str, list[Pod]] = {}  # sweep -> its warm pods as the last `observe` read them
+        self._own: dict[str, set[str]] = {}  # sweep -> its trials with a Job of their own, as `observe` was told
+
+    def runs(self, trial: Trial, sweep: Sweep) -> bool:
+        """Whether a warm pod runs the trial: the sweep asks for warm pods, the trial fits one pod, and it has no
+        Job of its own (one made before the sweep ran in warm pods keeps it)."""
+        return warm(trial, sweep) and trial.id not in self._own.get(sweep.name, ())
 
     # -- observing ------------------------------------------------------------------------------------------
 
@@ -284,18 +295,21 @@ class WarmPods:
         return out
 
     def observe(self, state: SweepState, p: Plan, jobs: list[Obj], pods: list[Obj],
-                queued: Mapping[str, Admission] | None = None) -> dict[str, tuple[Observed, bool]]:
+                queued: Mapping[str, Admission] | None = None, own: Iterable[str] = ()
+                ) -> dict[str, tuple[Observed, bool]]:
         """trial id → (what the warm pods say, whether it holds a slot), for the sweep's warm trials. `queued`:
         slot kind → Kueue's word on a suspended warm Job of that kind, which a trial of the kind that no pod has
-        been handed yet waits for (in Kueue's words, as a trial's own Job would)."""
+        been handed yet waits for (in Kueue's words, as a trial's own Job would); `own`: the trials that have a Job
+        of their own (not warm trials, until the next `observe`)."""
         sweep = state.sweep
+        self._own[sweep.name] = set(own)
         found = self._pods[sweep.name] = self.pods(jobs, pods)
         stories = _stories(found)
         listed = {t.id: pod for pod in found if pod.live and pod.handover for t in pod.handover.trials}
         retries = sweep.spec.resources.retries
         out = {}
         for trial in p.trials:
-            if not warm(trial, sweep):
+            if not self.runs(trial, sweep):
                 continue
             seen, holds = observe_warm(trial, stories.get(trial.id), found, retries, listed)
             word = (queued or {}).get(worker_key(trial))
@@ -331,7 +345,7 @@ class WarmPods:
         waiting: dict[str, list[Trial]] = {}
         for s in statuses:
             trial = trials[s.trial_id]
-            if s.phase == Phase.PENDING and not s.attempts and warm(trial, sweep):
+            if s.phase == Phase.PENDING and not s.attempts and self.runs(trial, sweep):
                 waiting.setdefault(worker_key(trial), []).append(trial)
         handovers = plan_handovers(sweep.name, found, waiting, stories, settled)
         for pod in found:
@@ -364,7 +378,7 @@ class WarmPods:
         return {s.trial_id: Recorded(Outcome.FAILED, f"deadline exceeded after {deadline} s", s.started_at, now)
                 for s in statuses
                 if s.phase == Phase.RUNNING and s.started_at is not None and now - s.started_at > deadline
-                and s.trial_id not in state.outcomes and warm(trials[s.trial_id], state.sweep)}
+                and s.trial_id not in state.outcomes and self.runs(trials[s.trial_id], state.sweep)}
 
     def hand_over(self, pod: str, handover: Handover) -> None:
         body = {"metadata": {"annotations": {HANDOVER_ANNOTATION: handover.to_annotation()}}}
@@ -395,6 +409,7 @@ class WarmPods:
         return [j for j in jobs if j["metadata"].get("labels", {}).get(LABEL_WORKER)]
 
     def forget(self, sweep: str) -> None:
+        self._own.pop(sweep, None)
         self._made.pop(sweep, None)
         self._pods.pop(sweep, None)
 

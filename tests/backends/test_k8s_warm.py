@@ -18,7 +18,8 @@ from kubesweep.backends.base import BackendError, Phase
 from kubesweep.backends.k8s_client import Api
 from kubesweep.backends.k8s_reconcile import JobReconciler, Listed
 from kubesweep.backends.k8s_warm import INTERRUPTED, slice_trial
-from kubesweep.manifests import LABEL_TRIAL, LABEL_WORKER
+from kubesweep.manifests import LABEL_TRIAL, LABEL_WORKER, render_trial
+from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep
 from kubesweep.wire.handover import HANDOVER_ANNOTATION, Handover, WorkerEvent, escape
 from kubesweep.wire.outcomes import Outcome
@@ -290,3 +291,30 @@ def test_a_trial_waiting_for_its_warm_pods_admission_says_so_in_kueues_words(mon
     engine.reconcile(store.load("s"))
     status = engine.status(store.load("s"))
     assert [t.reason for t in status.trials] == ["handed to a warm pod", "handed to a warm pod", ""]
+
+
+def test_a_trial_with_a_job_of_its_own_keeps_it_and_is_never_handed_to_a_warm_pod() -> None:
+    """A Sweep applied without spec.warm_pods while a pod per trial was the default had its first trial's Job made
+    then; read by today's driver, whose default is warm pods, that trial stays with its Job (never handed over,
+    never run twice) and the others run in a warm pod."""
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 2}, resources={"retries": 0})
+    old = parse_sweep({**store.state.sweep.to_document(),
+                       "spec": {**store.state.sweep.to_document()["spec"], "warm_pods": False}})
+    first = plan(old).trials[0]
+    (job,) = [o for o in render_trial(first, old, image=DIGEST, namespace="ns") if o["kind"] == "Job"]
+    batch.create_namespaced_job("ns", job)
+    t1, t2, t3 = (t.id for t in plan(store.state.sweep).trials)
+    assert t1 == first.id
+
+    engine.reconcile(store.load("s"))
+    (warm_job,) = [n for n in batch.creates if n != job["metadata"]["name"]]  # the one slot left: a warm pod
+    core.start_pod(batch.jobs[warm_job], "w-1")
+    engine.reconcile(store.load("s"))
+    assert [t.id for t in core.handover("w-1").trials] == [t2, t3]
+    batch.finish(t1)
+    core.run("w-1", t2, at=T0 + 10.0)
+    core.run("w-1", t3, at=T0 + 20.0)
+    status = engine.reconcile(store.load("s"))
+    assert {t: store.state.outcomes[t].outcome for t in (t1, t2, t3)} == dict.fromkeys((t1, t2, t3),
+                                                                                     Outcome.SUCCEEDED)
+    assert status.done and t1 not in core.patches and all(t1 not in str(core.handover(p)) for p in core.pods)
