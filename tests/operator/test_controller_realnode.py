@@ -658,6 +658,33 @@ def test_a_warm_pod_runs_the_sweeps_trials_in_turn_through_an_operator_restart_a
         tid for tid, ds in by_dataset.items() if ds == "/cache/sst2")
 
 
+def test_direct_runs_a_sweep_that_does_not_say_in_a_warm_pod(stack: Stack, tmp_path: Path) -> None:
+    """Warm pods are the default, for `sweep submit --direct` as for the operator: a spec that does not name
+    spec.warm_pods runs its two one-node trials in one warm pod, one after the other, and the driver ends with both
+    succeeded and the warm Job complete (its hand-over closed)."""
+    name = "real-direct-warm"
+    path = _write_spec(tmp_path / "sweep.yaml", name, stack.image, job={"train_samples": 64, "epochs": 1},
+                       matrix={"batch_size": [8, 16]}, max_parallel=1, retries=0)
+    doc = yaml.safe_load(path.read_text())
+    del doc["spec"]["warm_pods"]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = stack.sweep("submit", str(path), "--direct", "--no-tracking", timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (job,) = stack.cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=stack.namespace)["items"]
+    assert job["metadata"]["labels"]["kubesweep.io/worker"] == "any-0", job["metadata"]["labels"]
+
+    def complete() -> dict[str, Any] | None:
+        found = stack.cluster.get_json("job", job["metadata"]["name"], namespace=stack.namespace)
+        return found if any(c["type"] == "Complete" and c["status"] == "True"
+                            for c in found["status"].get("conditions", [])) else None
+
+    _kc().wait_until("the warm Job complete", complete, 120, interval=1.0)
+    (pod,) = stack.pods(name)
+    events = _worker_events(stack, pod["metadata"]["name"])
+    assert [e.exit_code for e in events if e.event == "end"] == [0, 0], events
+    assert len({e.trial for e in events if e.event == "start"}) == 2, events
+
+
 def test_a_cancelled_warm_sweep_stops_its_running_trial_and_its_warm_pod(stack: Stack, tmp_path: Path) -> None:
     name = "real-warm-cancel"
     path = _write_spec(tmp_path / "sweep.yaml", name, stack.image, job={"train_samples": 4096, "epochs": 50},
