@@ -217,8 +217,9 @@ class JobReconciler:
             del applied[tid]
         warm_jobs: dict[str | None, Obj] = {f"{WARM_JOB}{j['metadata']['name']}": j
                                             for j in self.warm.warm_jobs(jobs)} if state.sweep.spec.warm_pods else {}
-        queued = self.kueue.waiting(state.sweep.name, state.sweep.spec.queue, {**jobs_by_trial, **warm_jobs})
-        slot_words = {warm_jobs[k]["metadata"]["labels"][LABEL_WORKER]: queued.pop(k) for k in list(queued)
+        words = self.kueue.waiting(state.sweep.name, state.sweep.spec.queue, {**jobs_by_trial, **warm_jobs})
+        queued = {k: word for k, word in words.items() if k not in warm_jobs}
+        slot_words = {warm_jobs[k]["metadata"]["labels"][LABEL_WORKER]: word for k, word in words.items()
                       if k in warm_jobs}  # a warm Job's slot kind -> Kueue's word on it
         if self.evictions is not None and (evicted := k8s_kueue.not_noted(queued, jobs_by_trial)):
             self.evictions.evicted(state, evicted)
