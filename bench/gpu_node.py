@@ -12,6 +12,7 @@ to travel beside the repository in one call), with the machine's PyTorch Python:
     python3 bench/gpu_node.py sweep --out DIR     # the GPU sweep through `sweep submit --backend kubernetes`
     python3 bench/gpu_node.py local --out DIR     # the same spec on the local backend, same machine
     python3 bench/gpu_node.py warm  --out DIR     # the sweep's spec in warm pods (spec.warm_pods): GPU busy
+    python3 bench/gpu_node.py warm-operator --out DIR  # the same through the operator (a Sweep resource)
     python3 bench/gpu_node.py warm-faults --out DIR  # in warm pods: a CUDA OOM then a good trial; an eviction
     python3 bench/gpu_node.py faults --out DIR    # a CUDA OOM in a pod; an evicted pod resumes from its checkpoint
     python3 bench/gpu_node.py operator --out DIR  # a smaller sweep through the operator (the Sweep resource)
@@ -25,12 +26,14 @@ already up, an image already imported, are reused.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -502,7 +505,29 @@ def sweep(args: argparse.Namespace) -> None:
     t0 = time.monotonic()
     proc = sweep_cli(args.out, "submit", str(spec_path), *k8s, "--tracking-uri", uri, env=env, timeout=args.timeout)
     result["submit"] = {"exit": proc.returncode, "wall_s": time.monotonic() - t0}
-    # A trial for a GPU type the node does not have: Pending, and status says why.
+    if not args.lean:  # a trial for a GPU type the node does not have: Pending, and status says why
+        result["other_gpu_status"] = missing_gpu_status(args, image, gpu, uri, env, k8s)
+    for fmt in ("json", "table"):
+        proc = sweep_cli(args.out, "results", "gpu-node", *k8s, "--tracking-uri", uri, "-f", fmt, env=env)
+        (args.out / f"results.{fmt}").write_text(proc.stdout)
+    proc = sweep_cli(args.out, "results", "gpu-node", *k8s, "--tracking-uri", uri, "--per-trial", "-f", "json",
+                     env=env)
+    (args.out / "per-trial.json").write_text(proc.stdout)
+    if not args.lean:
+        sweep_cli(args.out, "report", "gpu-node", "--backend", "kubernetes", "-n", NAMESPACE, "--tracking-uri", uri,
+                  "-o", str(args.out / "report"), env=env)  # the report reads MLflow alone: no --direct
+    pods = api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+    result["pods"] = {p["metadata"]["name"]: pod_timing(p) for p in pods
+                      if p["metadata"]["name"].startswith(f"gpu-node-{gpu}")}
+    result["trials"] = trial_timings(uri, "gpu-node")
+    write_json(args.out, "sweep.json", result)
+
+
+def missing_gpu_status(args: argparse.Namespace, image: str, gpu: str, uri: str, env: dict[str, str],
+                       k8s: list[str]) -> str:
+    """A sweep of one trial for a GPU type the node does not have: what `sweep status` says of it while Pending."""
+    import yaml
+
     other = next(k for k in ("h200", "h100-80gb") if k != gpu)
     other_spec = sweep_spec("gpu-node-other", image, other, args)
     other_spec["spec"]["matrix"] = {"gpu": [other], "batch_size": [args.batch_sizes[0]]}
@@ -510,21 +535,9 @@ def sweep(args: argparse.Namespace) -> None:
     other_path.write_text(yaml.safe_dump(other_spec, sort_keys=False))
     sweep_cli(args.out, "submit", str(other_path), *k8s, "--tracking-uri", uri, "--detach", env=env)
     time.sleep(15)
-    result["other_gpu_status"] = sweep_cli(args.out, "status", "gpu-node-other", *k8s, env=env).stdout
+    status = sweep_cli(args.out, "status", "gpu-node-other", *k8s, env=env).stdout
     sweep_cli(args.out, "cancel", "gpu-node-other", *k8s, env=env)
-    for fmt in ("json", "table"):
-        proc = sweep_cli(args.out, "results", "gpu-node", *k8s, "--tracking-uri", uri, "-f", fmt, env=env)
-        (args.out / f"results.{fmt}").write_text(proc.stdout)
-    proc = sweep_cli(args.out, "results", "gpu-node", *k8s, "--tracking-uri", uri, "--per-trial", "-f", "json",
-                     env=env)
-    (args.out / "per-trial.json").write_text(proc.stdout)
-    sweep_cli(args.out, "report", "gpu-node", "--backend", "kubernetes", "-n", NAMESPACE, "--tracking-uri", uri,
-              "-o", str(args.out / "report"), env=env)  # the report reads MLflow alone: no --direct
-    pods = api.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
-    result["pods"] = {p["metadata"]["name"]: pod_timing(p) for p in pods
-                      if p["metadata"]["name"].startswith(f"gpu-node-{gpu}")}
-    result["trials"] = trial_timings(uri, "gpu-node")
-    write_json(args.out, "sweep.json", result)
+    return status
 
 
 def local(args: argparse.Namespace) -> None:
@@ -639,34 +652,38 @@ def worker_events(api: gpu_node.Api, prefix: str) -> dict[str, Any]:
     return out
 
 
-def warm(args: argparse.Namespace) -> None:
+def warm(args: argparse.Namespace, *, via: str = "direct") -> None:
     """The `sweep` step's spec with spec.warm_pods (one warm pod runs its trials in turn), GPU busy beside the
-    `sweep` (a pod per trial) and `local` steps' figures when they ran; then, in warm pods, a CUDA OOM followed by
-    a good trial, and a warm pod evicted mid-trial whose trial resumes and whose next trial still runs."""
+    `sweep` (a pod per trial) and `local` steps' figures when they ran. `via="operator"`: the same sweep applied as
+    a Sweep resource and run by `python -m kubesweep.operator`, rather than by `sweep submit --direct`."""
     import yaml
 
     env, api, image, uri = on_node()
     gpu = gpu_key(api)
-    k8s = ["--backend", "kubernetes", "--direct", "-n", NAMESPACE]
-    result: dict[str, Any] = {"image": image}
-    spec = sweep_spec("gpu-node-warm", image, gpu, args)
+    name, stem = ("gpu-node-warm", "warm") if via == "direct" else ("gpu-node-opwarm", "warm-operator")
+    k8s = ["--backend", "kubernetes", "-n", NAMESPACE, *(["--direct"] if via == "direct" else [])]
+    result: dict[str, Any] = {"image": image, "via": via}
+    spec = sweep_spec(name, image, gpu, args)
     spec["spec"]["warm_pods"] = True
-    path = args.out / "gpu-node-warm.yaml"
+    path = args.out / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    t0 = time.monotonic()
-    proc = sweep_cli(args.out, "submit", str(path), *k8s, "--tracking-uri", uri, env=env, timeout=args.timeout)
-    result["submit"] = {"exit": proc.returncode, "wall_s": round(time.monotonic() - t0, 1)}
+    with operator_running(args, env, api, uri) if via == "operator" else contextlib.nullcontext():
+        t0 = time.monotonic()
+        proc = sweep_cli(args.out, "submit", str(path), *k8s, "--tracking-uri", uri, env=env, timeout=args.timeout)
+        result["submit"] = {"exit": proc.returncode, "wall_s": round(time.monotonic() - t0, 1)}
+        result["status"] = sweep_cli(args.out, "status", name, *k8s, env=env).stdout
     for fmt in ("json", "table"):
-        out = sweep_cli(args.out, "results", "gpu-node-warm", *k8s, "--tracking-uri", uri, "-f", fmt, env=env)
-        (args.out / f"warm-results.{fmt}").write_text(out.stdout)
-    result["pods"] = worker_events(api, "gpu-node-warm")
-    result["trials"] = trial_timings(uri, "gpu-node-warm")
-    result["busy"] = {"warm": busy(results_files(uri, "gpu-node-warm"))}
-    for other in ("gpu-node", "gpu-node-local"):
-        if found := results_files(uri, other):
-            result["busy"]["pod-per-trial" if other == "gpu-node" else "local"] = busy(found)
+        out = sweep_cli(args.out, "results", name, *k8s, "--tracking-uri", uri, "-f", fmt, env=env)
+        (args.out / f"{stem}-results.{fmt}").write_text(out.stdout)
+    result["pods"] = worker_events(api, name)
+    result["trials"] = trial_timings(uri, name)
+    result["busy"] = {stem: busy(results_files(uri, name))}
+    for other, key in (("gpu-node", "pod-per-trial"), ("gpu-node-local", "local"), ("gpu-node-warm", "warm"),
+                       ("gpu-node-opwarm", "warm-operator")):
+        if key not in result["busy"] and (found := results_files(uri, other)):
+            result["busy"][key] = busy(found)
     log(f"GPU busy: { {k: v.get('fraction') for k, v in result['busy'].items()} }")
-    write_json(args.out, "warm.json", result)
+    write_json(args.out, f"{stem}.json", result)
 
 
 def warm_faults(args: argparse.Namespace) -> None:
@@ -705,12 +722,12 @@ def warm_faults(args: argparse.Namespace) -> None:
     write_json(args.out, "warm-faults.json", result)
 
 
-def operator(args: argparse.Namespace) -> None:
-    """A smaller sweep through the operator: the Sweep resource, reconciled by `python -m kubesweep.operator`."""
+@contextlib.contextmanager
+def operator_running(args: argparse.Namespace, env: dict[str, str], api: gpu_node.Api,
+                     uri: str) -> Iterator[subprocess.Popen[bytes]]:
+    """The Sweep CRDs served and `python -m kubesweep.operator` running as a host process for the block's length."""
     import yaml
 
-    env, api, image, uri = on_node()
-    gpu = gpu_key(api)
     for crd in yaml.safe_load_all((ROOT / "charts" / "kubesweep" / "crds" / "kubesweep.io.yaml").read_text()):
         if crd:
             try:
@@ -732,6 +749,19 @@ def operator(args: argparse.Namespace) -> None:
                                "--lease-namespace", NAMESPACE, "--identity", "gpu-node", "--mlflow-uri", uri,
                                "--tracking-allowed-host", host, "--resync", "5"],
                               env=env, stdout=log_file, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        yield op
+    finally:
+        op.terminate()
+        op.wait(timeout=60)
+
+
+def operator(args: argparse.Namespace) -> None:
+    """A smaller sweep through the operator: the Sweep resource, reconciled by `python -m kubesweep.operator`."""
+    import yaml
+
+    env, api, image, uri = on_node()
+    gpu = gpu_key(api)
     name = "gpu-node-operator"
     spec = sweep_spec(name, image, gpu, args, epochs=1)
     spec["spec"]["matrix"] = {"gpu": [gpu], "batch_size": args.batch_sizes, "precision": args.precisions[:1],
@@ -740,7 +770,7 @@ def operator(args: argparse.Namespace) -> None:
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     k8s = ["--backend", "kubernetes", "-n", NAMESPACE]
     result: dict[str, Any] = {}
-    try:
+    with operator_running(args, env, api, uri):
         t0 = time.monotonic()
         proc = sweep_cli(args.out, "submit", str(path), *k8s, "--tracking-uri", uri, env=env, timeout=args.timeout)
         result["submit"] = {"exit": proc.returncode, "wall_s": time.monotonic() - t0}
@@ -749,9 +779,6 @@ def operator(args: argparse.Namespace) -> None:
                                   or {}).get("status")
         result["results"] = sweep_cli(args.out, "results", name, *k8s, "--tracking-uri", uri, env=env).stdout
         result["trials"] = trial_timings(uri, name)
-    finally:
-        op.terminate()
-        op.wait(timeout=60)
     write_json(args.out, "operator.json", result)
 
 
@@ -917,8 +944,8 @@ def every_step(args: argparse.Namespace) -> None:
     """sweep, local, faults and operator in turn, each on its own: one that fails leaves the others to run."""
     import traceback
 
-    steps = {"sweep": sweep, "local": local, "warm": warm, "warm-faults": warm_faults, "faults": faults,
-             "operator": operator, "shared": shared, "ddp": ddp}
+    steps = {"sweep": sweep, "local": local, "warm": warm, "warm-operator": lambda a: warm(a, via="operator"),
+             "warm-faults": warm_faults, "faults": faults, "operator": operator, "shared": shared, "ddp": ddp}
     for name in args.steps:
         fn = steps[name]
         t0 = time.monotonic()
@@ -943,6 +970,8 @@ def main(argv: list[str] | None = None) -> int:
                            ("local", local, "there: the same spec on the local backend, same machine"),
                            ("warm", warm, "there: the sweep's spec in warm pods (spec.warm_pods), GPU busy beside "
                                           "the sweep and local steps"),
+                           ("warm-operator", lambda a: warm(a, via="operator"),
+                            "there: the warm step's sweep as a Sweep resource, run by the operator"),
                            ("warm-faults", warm_faults, "there: in warm pods, a CUDA OOM then a good trial; an "
                                                         "evicted warm pod's trial resumes"),
                            ("faults", faults, "there: a CUDA OOM in a pod; an evicted trial resumes"),
@@ -956,6 +985,8 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--precisions", nargs="+", default=["bf16", "fp16"])
         sp.add_argument("--epochs", type=float, default=3, help="epochs of SST-2 per trial (3: the usual recipe)")
         sp.add_argument("--timeout", type=float, default=900)
+        sp.add_argument("--lean", action="store_true", help="sweep: the sweep and its results alone (no trial for a "
+                                                            "missing GPU type, no report)")
         sp.add_argument("--repeats", type=int, default=3, help="repeats of each cell alone (`shared`: twice as "
                                                                 "many side by side)")
         sp.add_argument("--inference-batches", type=int, default=2000)
@@ -963,7 +994,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="ddp: 1, 2, 4 GPUs in one pod; 2 pods x 2 GPUs")
         if name == "all":
             sp.add_argument("--steps", nargs="+",
-                            choices=["sweep", "local", "warm", "warm-faults", "faults", "operator", "shared", "ddp"],
+                            choices=["sweep", "local", "warm", "warm-operator", "warm-faults", "faults", "operator",
+                                     "shared", "ddp"],
                             default=["sweep", "local", "faults", "operator"], help="the steps, in this order")
         sp.set_defaults(fn=fn)
     args = p.parse_args(argv)
