@@ -144,7 +144,7 @@ def _follow(s: Session, name: str, detach: bool) -> None:
         return
     ended = _watch(lambda progress: s.follow(name, progress), f"interrupted; finished trials are kept. "
                    f"`sweep resume {name}` continues, `sweep cancel {name}` stops", s, name)
-    views.print_ended(console, s.backend, name, s.tta_target(name))
+    views.print_ended(console, s.backend, name, s.tta_target(name), s.ended_records(name))
     raise typer.Exit(ended.code)
 
 
@@ -153,7 +153,7 @@ def _search(s: Session, sweep: Sweep) -> NoReturn:
     views.print_search_start(console, sweep, s.options.backend, s.search_storage(sweep.name))
     ended = _watch(lambda progress: s.run_search(sweep, progress), f"interrupted; the search state is kept. "
                    f"`sweep submit` of the same spec or `sweep resume {sweep.name}` continues it", s, sweep.name)
-    views.print_ended(console, s.backend, sweep.name, sweep.spec.tta_target)
+    views.print_ended(console, s.backend, sweep.name, sweep.spec.tta_target, s.ended_records(sweep.name))
     views.print_search(console, ended.found or {})
     raise typer.Exit(ended.code)
 

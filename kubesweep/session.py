@@ -44,7 +44,7 @@ from kubesweep.plan import Plan
 from kubesweep.preflight import check
 from kubesweep.spec import SpecError, Sweep
 from kubesweep.tracking.aggregate import Cell, aggregate
-from kubesweep.tracking.records import from_results_dir, names_a_directory
+from kubesweep.tracking.records import from_backend, from_results_dir, names_a_directory
 from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
 from kubesweep.tracking.sweep import Loaded, finish_parent, load_records, open_parent
 from kubesweep.tracking.target import TrackingTarget, resolve
@@ -209,6 +209,13 @@ class Session:
         """Find or create the sweep's parent run (said through `notify`); off is not an error. A backend made
         already starts its trials with the new env from now on."""
         target = self.tracking_target(sweep.name, sweep)
+        if self._backend is not None and self._backend.opens_parent_run:
+            # the operator opens the parent run, owns it and keeps its record: one opened here would be a second,
+            # which no trial logs under and which a later `sweep results` could take for the sweep's
+            self.notify(f"tracking: the operator opens the sweep's MLflow parent run and keeps its record; "
+                        f"`sweep status {sweep.name}` names it", False)
+            self.target, self.tracking = target, None
+            return None
         opened = open_parent(target, sweep.name, backend=self.options.backend, trials=trials,
                              spec=sweep.to_document())
         self.notify(opened.message, opened.warning)
@@ -235,6 +242,22 @@ class Session:
         except (BackendError, SpecError):
             sweep = None
         return _tta(sweep)
+
+    def ended_records(self, name: str) -> Loaded:
+        """The trials of a sweep that has just ended, for the summary `submit` and `resume` print: the backend's
+        own results files where it keeps them on this machine, else the sweep's MLflow runs (a cluster's trials
+        write their figures there alone), else the backend's status (outcomes without figures, the note says
+        why)."""
+        if self.target is not None and self.target.enabled:
+            try:
+                return load_records(self.target, name, self.backend)
+            except (BackendError, TrackingError) as exc:
+                note = f"MLflow could not be read: {exc}; trials' outcomes only, no figures"
+        else:
+            note = "" if getattr(self.backend, "results", None) is not None else (
+                f"tracking is off and the {self.backend.name} backend keeps no results files on this machine: "
+                "trials' outcomes only, no figures")
+        return Loaded(from_backend(self.backend, name), f"results files ({self.backend.name} backend)", note)
 
     def _answer_cells(self, name: str, target_accuracy: float) -> list[Cell] | None:
         """The ended sweep's cells, for the answer its parent run carries (None where they cannot be read: the

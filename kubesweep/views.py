@@ -28,7 +28,7 @@ from kubesweep.terminal_text import clean, plain, value_text
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.busy import busy_text, gpu_busy
-from kubesweep.tracking.records import from_backend
+from kubesweep.tracking.sweep import Loaded
 from kubesweep.trial_progress import Peek, ProgressReader, duration
 
 if TYPE_CHECKING:
@@ -473,12 +473,14 @@ def print_busy(console: Console, records: Sequence[Any]) -> None:
         _say(console, busy_text(busy))
 
 
-def print_ended(console: Console, backend: Backend, sweep: str, target: float) -> None:
-    """After a sweep ends: the aggregated table from the backend's own files (no MLflow round trip); time to
-    accuracy to `target`."""
-    records = from_backend(backend, sweep)
-    print_cells(console, sweep, aggregate(records, target=target), f"results files ({backend.name} backend)", target,
-                "samples_per_s", partial=partial_text(records))
+def print_ended(console: Console, backend: Backend, sweep: str, target: float, loaded: Loaded) -> None:
+    """After a sweep ends: the aggregated table of its trials as `Session.ended_records` read them (`loaded`: the
+    backend's own files, else MLflow); time to accuracy to `target`."""
+    records = loaded.records
+    print_cells(console, sweep, aggregate(records, target=target), loaded.source, target, "samples_per_s",
+                partial=partial_text(records))
+    if loaded.note:
+        _say(console, f"note: {loaded.note}")
     print_busy(console, records)
     print_files_hint(console, backend, sweep)
 

@@ -201,6 +201,35 @@ def test_use_tracking_is_kept_with_a_local_sweep(home: Path) -> None:
     assert not (home / "sweeps" / sweep.name / "tracking.json").exists()
 
 
+class _OperatorClient:
+    """Stands for the operator's Sweep client (`SweepClient`: the operator opens the sweep's parent run and keeps
+    its record; tests/operator run the real one on a cluster). Only what `open_tracking` reads."""
+
+    name = "kubernetes"
+    opens_parent_run = True
+    tracking: TrackingEnv | None = None
+
+    def use_tracking(self, sweep: str, tracking: TrackingEnv | None) -> None:
+        self.tracking = tracking
+
+
+def test_a_sweep_run_by_the_operator_gets_no_second_parent_run_from_the_client(home: Path,
+                                                                               mlflow_server: Any) -> None:
+    """The operator opens the parent run its trials log under; a parent opened by `sweep submit` as well would be
+    one no trial logs under, found first by `sweep results` (the oldest) and read as a sweep without figures."""
+    from kubesweep.tracking.runs import SweepRuns
+
+    recorder = Recorder()
+    s = Session(Options(backend="kubernetes", home=home, tracking_uri=mlflow_server.url), notify=recorder.notify)
+    s._backend = _OperatorClient()  # type: ignore[assignment]
+    sweep = make_sweep("operator-owned", batches=[8])
+    assert s.open_tracking(sweep, 1) is None
+    assert recorder.messages == [("tracking: the operator opens the sweep's MLflow parent run and keeps its record; "
+                                  "`sweep status operator-owned` names it", False)]
+    assert s.target is not None and s.target.uri == mlflow_server.url  # results are still read from there
+    assert SweepRuns(s.target, sweep.name).find_parent() is None
+
+
 # -- searches ------------------------------------------------------------------------------------------------
 
 

@@ -136,6 +136,9 @@ class Backend(ABC):
     name: str = "abstract"
     # the MLflow env of the trials this backend starts (None: not tracked); see `use_tracking`
     tracking: TrackingEnv | None = None
+    # True where a controller of the backend's own (the operator) opens the sweep's MLflow parent run, owns it and
+    # keeps its record (`parent_run_id`): a client then opens none, and reads the sweep's runs under that record
+    opens_parent_run: bool = False
 
     def submit(self, plan: Plan, *, wait: bool = False, progress: ProgressCallback | None = None) -> SweepStatus:
         """Start a sweep's trials. Submitting the same plan again starts nothing twice."""

@@ -75,6 +75,7 @@ class SweepClient(Backend):
     else. Reads need get/list on sweeps and trialslices."""
 
     name = "kubernetes"
+    opens_parent_run = True  # the operator opens the sweep's parent run and records it in the Sweep's status
 
     def __init__(self, namespace: str | None = None, kubeconfig: str | Path | None = None, *,
                  api_client: Any = None, tracking: TrackingEnv | None = None, allow_unpinned: bool = False,

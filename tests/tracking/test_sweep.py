@@ -287,14 +287,58 @@ def test_results_from_mlflow_through_the_backends_record_of_the_parent_run(track
     assert len(out["cells"]) == SWEEP_CELLS
 
 
+class _OperatorRecord:
+    """Stands for the operator's Sweep client (`kubesweep.operator.client.SweepClient`; its cluster tests run the
+    real one): the operator opens the sweep's parent run and keeps its record. Only what `load_records` reads."""
+
+    name = "kubernetes"
+    opens_parent_run = True
+
+    def __init__(self, parent: str) -> None:
+        self.parent = parent
+
+    def parent_run_id(self, sweep: str) -> str:
+        return self.parent
+
+    def status(self, sweep: str) -> Any:
+        return SweepStatus(sweep, self.name, [])
+
+
+def test_the_operators_record_of_the_parent_run_wins_over_an_older_run_made_with_its_tags(
+        tracked_sweep: TrackedSweep) -> None:
+    """Where the operator owns a sweep's parent run, `sweep results` reads the runs under the run it recorded, never
+    a run found by its tags: an older run with the sweep's name and the parent's role in the same experiment (a
+    second parent opened by a client, or one made by anyone who may write to the experiment) takes nothing over."""
+    ts = tracked_sweep
+    (parent,) = [p.info.run_id for p in parents(ts)]
+    c = client(ts)
+    experiment = c.get_experiment_by_name(EXPERIMENT)
+    decoy = c.create_run(experiment.experiment_id, start_time=1, run_name=ts.name,
+                         tags={"kubesweep.sweep": ts.name, "kubesweep.role": "parent"}).info.run_id
+    try:
+        target = TrackingTarget(ts.server.url, EXPERIMENT, "flag")
+        assert load_records(target, ts.name, None).parent_run_id == decoy  # found by its tags: the oldest
+        loaded = load_records(target, ts.name, _OperatorRecord(parent))  # type: ignore[arg-type]
+        assert loaded.parent_run_id == parent, loaded.source
+        assert loaded.source == f"MLflow {ts.server.url}, parent run {parent} (the kubernetes backend's record)"
+        assert len(loaded.records) == SWEEP_TRIALS
+        assert len(aggregate(loaded.records, target=0.9)) == SWEEP_CELLS
+    finally:
+        c.delete_run(decoy)
+
+
 class _NoFilesBackend:
     """Stands for a backend that keeps no results files on this machine (the Kubernetes ones: their cluster tests
     run the real thing); only what `load_records` reads of it."""
 
     name = "kubernetes"
+    opens_parent_run = False
 
     def status(self, sweep: str) -> Any:
         return SweepStatus(sweep, self.name, [TrialStatus("t1", f"{sweep}-t1", "cell", None, Phase.SUCCEEDED)])
+
+    def trial_dir(self, sweep: str, trial: str) -> None:
+        return None
 
 
 def test_a_backend_without_results_files_and_tracking_off_says_it_has_no_figures() -> None:
@@ -315,3 +359,34 @@ def test_a_gpu_name_a_trial_reports_cannot_shape_the_answers_tag_keys() -> None:
                for i in range(2)]
     keys = list(answer_tags(aggregate(records), 0.9))
     assert keys and all(re.fullmatch(r"kubesweep\.best\.finetune\.[A-Za-z0-9_-]{1,64}\.[a-z_0-9]+", k) for k in keys)
+
+
+def test_the_table_after_a_cluster_sweep_ends_holds_its_figures_from_mlflow(tracked_sweep: TrackedSweep) -> None:
+    """A Kubernetes backend keeps no results files here: the table `sweep submit` prints once the sweep has ended
+    reads the trials' MLflow runs, as `sweep results` does, rather than showing every figure as `-`."""
+    from rich.console import Console
+
+    from kubesweep import views
+    from kubesweep.session import Options, Session
+
+    ts = tracked_sweep
+    s = Session(Options(backend="kubernetes", tracking_uri=ts.server.url))
+    s._backend = _NoFilesBackend()  # type: ignore[assignment]
+    s.target = TrackingTarget(ts.server.url, EXPERIMENT, "flag")
+    loaded = s.ended_records(ts.name)
+    assert loaded.source.startswith(f"MLflow {ts.server.url}, experiment {EXPERIMENT!r}"), loaded.source
+    console = Console(record=True, width=200)
+    views.print_ended(console, s.backend, ts.name, 0.9, loaded)
+    text = console.export_text()
+    assert f"from MLflow {ts.server.url}" in " ".join(text.split()) and "no figures for" not in text, text
+    expected = expected_cells(ts)
+    for cell in aggregate(loaded.records, target=0.9):
+        a = cell.axes
+        want = expected[(cell.task, a.gpu, a.gpus, a.batch_size, a.precision, a.compile)]
+        got = cell.metrics["samples_per_s"]
+        assert got.n == len(want.get("samples_per_s", [])) and (
+            got.mean == pytest.approx(statistics.fmean(want["samples_per_s"])) if got.n else got.mean is None)
+    # tracking off: outcomes only, and the note says why
+    s.target = TrackingTarget(None, EXPERIMENT, "off", off_reason="tracking is off")
+    off = s.ended_records(ts.name)
+    assert off.records[0].results is None and "keeps no results files on this machine" in off.note
