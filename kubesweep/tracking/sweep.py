@@ -96,7 +96,7 @@ def load_records(target: TrackingTarget, sweep: str, backend: Backend | None, *,
     """The sweep's trials. `auto`: the backend's own results files when it keeps them on this machine (the local
     backend: the same results.json its MLflow runs hold, without a round trip) or when tracking is off, else
     MLflow (the child runs of the sweep's parent run: where the backend's controller owns that run, the one it
-    records, before any found by its tags), else the backend's status. `files` and `mlflow` insist.
+    records and never one found by its tags), else the backend's status. `files` and `mlflow` insist.
 
     Raises `runs.TrackingError` when MLflow is asked for but cannot be read, and `BackendError` (`SweepNotFound`)
     when what is asked for does not know the sweep.
@@ -116,18 +116,23 @@ def load_records(target: TrackingTarget, sweep: str, backend: Backend | None, *,
     if not target.enabled:
         raise TrackingError(f"{target.describe()}: no MLflow to read the sweep's results from")
     runs = SweepRuns(target, sweep)
-    owned = backend is not None and backend.opens_parent_run
-    # where the operator owns the parent run, its record decides which run is the sweep's, before any run found
-    # by name in the experiment (which anyone who may write to it can make)
-    if owned and (loaded := _from_record(runs, target, backend, sweep)) is not None:
-        return loaded
+    if backend is not None and backend.opens_parent_run:
+        # the operator owns the parent run: its record alone says which run is the sweep's, never a run found by
+        # its tags in the experiment (which anyone who may write to it can make)
+        if (loaded := _from_record(runs, target, backend, sweep)) is not None:
+            return loaded
+        missing = f"the operator records no MLflow parent run for sweep {sweep!r} that {target.uri} holds"
+        if source == "mlflow":
+            raise SweepNotFound(f"sweep {sweep!r}: {missing}")
+        return Loaded(from_backend(backend, sweep), f"results files ({backend.name} backend)",
+                      f"{missing}; reading the backend's results files")
     parent = runs.find_parent()
     if parent is not None:
         return Loaded(from_mlflow(runs, parent, backend, sweep),
                       f"MLflow {target.uri}, experiment {target.experiment!r}, parent run {parent}", "", parent)
     # the backend's record of the sweep's parent run: where its experiment is not the name asked for (the
     # operator's, on a server with a user per namespace, is `<namespace>/<experiment>`)
-    if not owned and (loaded := _from_record(runs, target, backend, sweep)) is not None:
+    if (loaded := _from_record(runs, target, backend, sweep)) is not None:
         return loaded
     missing = f"no MLflow parent run for sweep {sweep!r} in experiment {target.experiment!r} at {target.uri}"
     if source == "mlflow" or backend is None:

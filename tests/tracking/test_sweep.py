@@ -294,17 +294,17 @@ class _OperatorRecord:
     name = "kubernetes"
     opens_parent_run = True
 
-    def __init__(self, parent: str) -> None:
+    def __init__(self, parent: str | None) -> None:
         self.parent = parent
 
-    def parent_run_id(self, sweep: str) -> str:
+    def parent_run_id(self, sweep: str) -> str | None:
         return self.parent
 
     def status(self, sweep: str) -> Any:
         return SweepStatus(sweep, self.name, [])
 
 
-def test_the_operators_record_of_the_parent_run_wins_over_an_older_run_made_with_its_tags(
+def test_the_operators_record_of_the_parent_run_decides_and_an_older_run_made_with_its_tags_never_does(
         tracked_sweep: TrackedSweep) -> None:
     """Where the operator owns a sweep's parent run, `sweep results` reads the runs under the run it recorded, never
     a run found by its tags: an older run with the sweep's name and the parent's role in the same experiment (a
@@ -323,6 +323,10 @@ def test_the_operators_record_of_the_parent_run_wins_over_an_older_run_made_with
         assert loaded.source == f"MLflow {ts.server.url}, parent run {parent} (the kubernetes backend's record)"
         assert len(loaded.records) == SWEEP_TRIALS
         assert len(aggregate(loaded.records, target=0.9)) == SWEEP_CELLS
+        # no record yet (or one this server does not hold): the run found by its tags is still not the sweep's
+        unrecorded = load_records(target, ts.name, _OperatorRecord(None))  # type: ignore[arg-type]
+        assert unrecorded.parent_run_id is None and unrecorded.records == []
+        assert "the operator records no MLflow parent run for sweep 'tracked'" in unrecorded.note
     finally:
         c.delete_run(decoy)
 
