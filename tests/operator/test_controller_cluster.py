@@ -534,7 +534,7 @@ def test_killing_the_operator_repeatedly_loses_and_duplicates_nothing(installed:
 
 def test_two_replicas_one_leader_and_takeover(installed: Installed, tmp_path: Path) -> None:
     a = OperatorProcess(installed, tmp_path / "a.log", identity="replica-a", lease_duration=6).start()
-    _kwok().wait_until("replica-a leads", lambda: "leading" in a.text() or None, 30)
+    _kwok().wait_until("replica-a leads", lambda: "leading" in a.text() or None, 120)
     b = OperatorProcess(installed, tmp_path / "b.log", identity="replica-b", lease_duration=6).start()
     try:
         path = sweep_file(tmp_path, "ha", {"gpu": ["l4"], "batch_size": [8, 16, 32]},
@@ -863,7 +863,7 @@ def test_a_paused_leader_makes_no_write_after_a_standby_took_over(installed: Ins
     b = OperatorProcess(installed, tmp_path / "b.log", identity="paused-b")
     with Recorder(installed, name) as rec:
         try:
-            _kwok().wait_until("replica-a leads", lambda: "leading" in a.text() or None, 30)
+            _kwok().wait_until("replica-a leads", lambda: "leading" in a.text() or None, 120)
             b.start()
             kubectl_apply(installed, path)
             _kwok().wait_until("A stopped itself", lambda: a.state() == "T" or None, 60)
@@ -873,7 +873,7 @@ def test_a_paused_leader_makes_no_write_after_a_standby_took_over(installed: Ins
                                .get("done", 0) >= 2 or None, 60)
             assert a.proc is not None
             a.proc.send_signal(signal.SIGCONT)
-            _kwok().wait_until("A continued", lambda: "continued after SIGSTOP" in a.text() or None, 30)
+            _kwok().wait_until("A continued", lambda: "continued after SIGSTOP" in a.text() or None, 60)
             status = wait_phase(installed, name, {"Succeeded", "Failed"}, timeout=120, op=b)
             time.sleep(5)  # A's Lease rounds (every 2 s) and resyncs after it was continued
         finally:
