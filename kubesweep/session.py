@@ -162,6 +162,7 @@ class Session:
         self.target: TrackingTarget | None = None  # set by open_tracking
         self.tracking: TrackingEnv | None = None  # the parent run's env for the trials (None: not tracked)
         self._checked: Plan | None = None  # the plan `check` passed last
+        self._ended_read: dict[str, Loaded] = {}  # an ended sweep's trials as read for its answer, for its summary
 
     # -- the backend ------------------------------------------------------------------------------------
 
@@ -248,6 +249,8 @@ class Session:
         own results files where it keeps them on this machine, else the sweep's MLflow runs (a cluster's trials
         write their figures there alone), else the backend's status (outcomes without figures, the note says
         why)."""
+        if name in self._ended_read:  # read once already, for the answer its parent run carries
+            return self._ended_read[name]
         if self.target is not None and self.target.enabled:
             try:
                 return load_records(self.target, name, self.backend)
@@ -265,9 +268,10 @@ class Session:
         if self.tracking is None or self.target is None:
             return None
         try:
-            return aggregate(load_records(self.target, name, self.backend).records, target=target_accuracy)
+            self._ended_read[name] = load_records(self.target, name, self.backend)
         except (BackendError, TrackingError):
             return None
+        return aggregate(self._ended_read[name].records, target=target_accuracy)
 
     # -- a sweep's life ---------------------------------------------------------------------------------
 
