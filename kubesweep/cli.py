@@ -139,8 +139,7 @@ def _watch(run: Callable[[ProgressCallback], Ended], interrupted: str, s: Sessio
 
 def _follow(s: Session, name: str, detach: bool) -> None:
     if detach:
-        s.detach(name)
-        views.print_detached(console, name)
+        views.print_detached(console, name, s.detach(name))
         return
     ended = _watch(lambda progress: s.follow(name, progress), f"interrupted; finished trials are kept. "
                    f"`sweep resume {name}` continues, `sweep cancel {name}` stops", s, name)
@@ -241,9 +240,15 @@ def submit(
 
 
 @app.command("_drive", hidden=True)
-def drive(name: str, home: opts.HomeOpt = None) -> None:
-    """Run a local sweep's supervisor until every trial is done (used by --detach)."""
-    raise typer.Exit(session(home=home).follow(name).code)
+def drive(
+    name: str, home: opts.HomeOpt = None, backend: opts.BackendOpt = BackendName.local,
+    namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
+    tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
+) -> None:
+    """Drive a sweep until every trial is done (used by --detach): a local sweep's supervisor, or a `--direct`
+    Kubernetes sweep's reconciler."""
+    s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
+    raise typer.Exit(s.drive(name).code)
 
 
 @app.command()

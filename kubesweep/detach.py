@@ -22,11 +22,21 @@ def driver_log(home: Path, name: str) -> Path:
     return home / "sweeps" / name / "driver.log"
 
 
-def spawn_driver(name: str, home: Path | None) -> Path:
-    """`sweep _drive NAME`: the supervisor of a local sweep, which starts its trials until every one has ended."""
+def spawn_driver(name: str, home: Path | None, *, backend: str = "local", namespace: str | None = None,
+                 kubeconfig: Path | None = None, tracking_uri: str | None = None, no_tracking: bool = False) -> Path:
+    """`sweep _drive NAME`: the driver of a sweep whose waiter drives it (a local sweep's supervisor; a
+    `--direct` Kubernetes sweep's reconciler, which starts its Jobs as room frees up and hands its warm pods their
+    trials), until every trial has ended."""
     home_path = home or default_home()
     log = driver_log(home_path, name)
-    _spawn([sys.executable, "-m", "kubesweep", "_drive", name, "--home", str(home_path)], log)
+    argv = [sys.executable, "-m", "kubesweep", "_drive", name, "--home", str(home_path)]
+    if backend != "local":
+        argv += ["--backend", backend, "--direct"]
+        argv += ["--namespace", namespace] if namespace else []
+        argv += ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
+        argv += ["--tracking-uri", tracking_uri] if tracking_uri else []
+        argv += ["--no-tracking"] if no_tracking else []
+    _spawn(argv, log)
     return log
 
 

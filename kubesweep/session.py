@@ -335,10 +335,25 @@ class Session:
                            progress=progress)
         return self._ended(sweep.name, self.backend.status(sweep.name), found)
 
-    def detach(self, name: str) -> None:
-        """Leave the sweep to run without this process: a local sweep gets a driver process of its own."""
-        if self.options.backend == "local":
-            spawn_driver(name, self.options.home)
+    def detach(self, name: str) -> Path | None:
+        """Leave the sweep to run without this process. A sweep driven by whoever waits on it (local; Kubernetes
+        with `--direct`) gets a driver process of its own: its log. None where the operator drives it."""
+        if not self.backend.driven_by_waiter:
+            return None
+        o = self.options
+        return spawn_driver(name, o.home, backend=o.backend, namespace=o.namespace, kubeconfig=o.kubeconfig,
+                            tracking_uri=o.tracking_uri, no_tracking=o.no_tracking)
+
+    def drive(self, name: str) -> Ended:
+        """A detached driver's work (`sweep _drive`): drive the sweep to its end, then finish its parent run. A
+        backend that keeps no tracking env with the sweep (Kubernetes) finds the sweep's parent run again first,
+        as `sweep resume` does, so the trials it starts log under it."""
+        if self.options.backend != "local":
+            sweep = self.backend.sweep_of(name)
+            if sweep is None:
+                raise SweepNotFound(f"no {self.options.backend} sweep named {name!r}")
+            self.open_tracking(sweep, len(self.backend.status(name).trials))
+        return self.follow(name)
 
     def detach_search(self, file: Path, name: str, *, allow_unpinned: bool, max_trials: int) -> Path:
         """Run the search of the spec `file` in a process of its own; its log file."""

@@ -171,8 +171,9 @@ def print_search_start(console: Console, sweep: Sweep, backend: str, storage: Pa
     _say(console, f"sweep {sweep.name!r}: {sweep.spec.search_title} on the {backend} backend (state in {storage})")
 
 
-def print_detached(console: Console, name: str) -> None:
-    _say(console, f"detached; follow with `sweep status {name}`, results with `sweep results {name}`")
+def print_detached(console: Console, name: str, log: Path | None = None) -> None:
+    driver = f" (its driver's log: {log})" if log is not None else ""
+    _say(console, f"detached{driver}; follow with `sweep status {name}`, results with `sweep results {name}`")
 
 
 def print_cancelled(console: Console, name: str, cancelled: bool, status: SweepStatus) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from kubesweep import detach
+from kubesweep.backends.kubernetes import KubernetesBackend
+from kubesweep.operator.client import SweepClient
 from kubesweep.plan import plan
 from kubesweep.session import Options, Session
 from kubesweep.spec import parse_sweep
@@ -57,3 +59,25 @@ def test_a_detached_search_is_the_same_submit_with_the_same_options(tmp_path: Pa
                                                                              max_trials=5)
     assert started[1][0][4:] == [str(spec.resolve()), "--home", str(tmp_path / "home"), "--backend", "local",
                                  "--parallel", str(Options().parallel), "--max-trials", "5", "--no-tracking", "--yes"]
+
+
+def test_a_detached_direct_kubernetes_sweep_gets_a_driver_with_the_same_options(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sweep submit --direct --detach` on Kubernetes: whoever waits drives such a sweep (its next Jobs, its warm
+    pods' hand-overs), so a driver process of its own is started with the same cluster and tracking options; a
+    sweep the operator drives gets none."""
+    started: list[tuple[list[str], Path]] = []
+    monkeypatch.setattr(detach, "_spawn", lambda argv, log: started.append((argv, log)))  # not started here
+    options = Options(home=tmp_path / "home", backend="kubernetes", tracking_uri="http://mlflow:5000",
+                      namespace="team", kubeconfig=tmp_path / "kc", direct=True)
+    session = Session(options)
+    monkeypatch.setattr(session, "_backend", KubernetesBackend.__new__(KubernetesBackend))  # no cluster here
+    log = session.detach("k")
+    ((argv, spawned_log),) = started
+    assert log == spawned_log == tmp_path / "home" / "sweeps" / "k" / "driver.log"
+    assert argv == [sys.executable, "-m", "kubesweep", "_drive", "k", "--home", str(tmp_path / "home"),
+                    "--backend", "kubernetes", "--direct", "--namespace", "team", "--kubeconfig",
+                    str(tmp_path / "kc"), "--tracking-uri", "http://mlflow:5000"]
+    operator = Session(Options(home=tmp_path / "home", backend="kubernetes", namespace="team"))
+    monkeypatch.setattr(operator, "_backend", SweepClient.__new__(SweepClient))
+    assert operator.detach("k") is None and len(started) == 1

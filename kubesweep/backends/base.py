@@ -139,6 +139,9 @@ class Backend(ABC):
     # True where a controller of the backend's own (the operator) opens the sweep's MLflow parent run, owns it and
     # keeps its record (`parent_run_id`): a client then opens none, and reads the sweep's runs under that record
     opens_parent_run: bool = False
+    # True where whoever waits on a sweep drives it (starts its trials, hands warm pods their next trial): a sweep
+    # left detached then needs a driver process of its own (`sweep _drive`). False where a controller drives it.
+    driven_by_waiter: bool = True
 
     def submit(self, plan: Plan, *, wait: bool = False, progress: ProgressCallback | None = None) -> SweepStatus:
         """Start a sweep's trials. Submitting the same plan again starts nothing twice."""

@@ -76,6 +76,7 @@ class SweepClient(Backend):
 
     name = "kubernetes"
     opens_parent_run = True  # the operator opens the sweep's parent run and records it in the Sweep's status
+    driven_by_waiter = False  # the operator drives the sweep; a client that waits only reads it
 
     def __init__(self, namespace: str | None = None, kubeconfig: str | Path | None = None, *,
                  api_client: Any = None, tracking: TrackingEnv | None = None, allow_unpinned: bool = False,

@@ -661,15 +661,32 @@ def test_a_warm_pod_runs_the_sweeps_trials_in_turn_through_an_operator_restart_a
 def test_direct_runs_a_sweep_that_does_not_say_in_a_warm_pod(stack: Stack, tmp_path: Path) -> None:
     """Warm pods are the default, for `sweep submit --direct` as for the operator: a spec that does not name
     spec.warm_pods runs its two one-node trials in one warm pod, one after the other, and the driver ends with both
-    succeeded and the warm Job complete (its hand-over closed)."""
+    succeeded and the warm Job complete (its hand-over closed). Submitted with --detach: the shell returns at once
+    and a driver process of its own hands the warm pod its trials (`sweep status` only reads, so without that
+    driver the warm pod would wait for a hand-over for ever)."""
     name = "real-direct-warm"
     path = _write_spec(tmp_path / "sweep.yaml", name, stack.image, job={"train_samples": 64, "epochs": 1},
                        matrix={"batch_size": [8, 16]}, max_parallel=1, retries=0)
     doc = yaml.safe_load(path.read_text())
     del doc["spec"]["warm_pods"]
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    out = stack.sweep("submit", str(path), "--direct", "--no-tracking", timeout=900)
+    home = tmp_path / "home"
+    out = stack.sweep("submit", str(path), "--direct", "--no-tracking", "--detach", "--home", str(home), timeout=120)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    log = home / "sweeps" / name / "driver.log"
+    assert str(log) in out.stdout.replace("\n", ""), out.stdout
+
+    def ended() -> dict[str, Any] | None:
+        shown = stack.sweep("status", name, "--direct", "-o", "json")
+        found: dict[str, Any] = json.loads(shown.stdout) if shown.returncode == 0 else {}
+        return found if found.get("trials") and all(t["outcome"] for t in found["trials"]) else None
+
+    try:
+        status = _kc().wait_until("the detached direct sweep ended", ended, 900, interval=2.0)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\ndriver log: {log.read_text()[-3000:] if log.exists() else '(none)'}\n"
+                             f"{stack.diagnostics()}") from None
+    assert {t["phase"] for t in status["trials"]} == {"Succeeded"}, status
     (job,) = stack.cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=stack.namespace)["items"]
     assert job["metadata"]["labels"]["kubesweep.io/worker"] == "any-0", job["metadata"]["labels"]
 
