@@ -239,6 +239,13 @@ def sweep_cli(out: Path, *argv: str, env: dict[str, str], check: bool = False,
     return proc
 
 
+def ended(out: Path, name: str, backend: list[str], env: dict[str, str]) -> bool:
+    """Whether every trial of the sweep has an outcome (`sweep status -o json`), whatever it is."""
+    proc = sweep_cli(out, "status", name, *backend, "-o", "json", env=env)
+    trials = json.loads(proc.stdout).get("trials") if proc.returncode == 0 else None
+    return bool(trials) and all(t["outcome"] for t in trials)
+
+
 def write_json(out: Path, name: str, data: Any) -> None:
     (out / name).write_text(json.dumps(data, indent=1, default=str))
     log(f"wrote {out / name}")
@@ -607,8 +614,7 @@ def faults(args: argparse.Namespace) -> None:
     api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods/{victim}/eviction",
              {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": NAMESPACE}})
     log(f"evicted {victim} {waited:.0f}s after submit, checkpoints: {sorted(p.name for p in ckpt.rglob('*'))}")
-    done = wait_for(lambda: "Succeeded" in sweep_cli(args.out, "status", "gpu-node-evict", *k8s[:-2],
-                                                      env=env).stdout, 420, "the evicted sweep")
+    done = wait_for(lambda: ended(args.out, "gpu-node-evict", k8s[:-2], env), 420, "the evicted sweep")
     result["evict"] = {"victim": victim, "done_after_s": done, "per_trial": sweep_cli(
         args.out, "results", "gpu-node-evict", *k8s[:-2], "--per-trial", "-f", "json", env=env).stdout,
         "pods": {p["metadata"]["name"]: pod_timing(p)
@@ -695,14 +701,18 @@ def warm_faults(args: argparse.Namespace) -> None:
     gpu = gpu_key(api)
     k8s = ["--backend", "kubernetes", "--direct", "-n", NAMESPACE, "--tracking-uri", uri]
     result: dict[str, Any] = {}
-    oom = sweep_spec("gpu-node-warm-oom", image, gpu, args, padding="max_length", compile_scope="model",
-                     sdpa_backend="math", epochs=1)
-    oom["spec"]["matrix"] = {"gpu": [gpu], "batch_size": [8192, 256], "precision": ["fp32"]}
-    oom["spec"]["warm_pods"] = True
-    (args.out / "gpu-node-warm-oom.yaml").write_text(yaml.safe_dump(oom, sort_keys=False))
-    proc = sweep_cli(args.out, "submit", str(args.out / "gpu-node-warm-oom.yaml"), *k8s, env=env, timeout=600)
-    result["oom"] = {"exit": proc.returncode, "pods": worker_events(api, "gpu-node-warm-oom"),
-                     "trials": trial_timings(uri, "gpu-node-warm-oom")}
+    if "oom" in args.faults:
+        oom = sweep_spec("gpu-node-warm-oom", image, gpu, args, padding="max_length", compile_scope="model",
+                         sdpa_backend="math", epochs=1)
+        oom["spec"]["matrix"] = {"gpu": [gpu], "batch_size": [8192, 256], "precision": ["fp32"]}
+        oom["spec"]["warm_pods"] = True
+        (args.out / "gpu-node-warm-oom.yaml").write_text(yaml.safe_dump(oom, sort_keys=False))
+        proc = sweep_cli(args.out, "submit", str(args.out / "gpu-node-warm-oom.yaml"), *k8s, env=env, timeout=600)
+        result["oom"] = {"exit": proc.returncode, "pods": worker_events(api, "gpu-node-warm-oom"),
+                         "trials": trial_timings(uri, "gpu-node-warm-oom")}
+        write_json(args.out, "warm-faults.json", result)
+    if "evict" not in args.faults:
+        return
     evict = sweep_spec("gpu-node-warm-evict", image, gpu, args, epochs=2, checkpoint_every=100)
     evict["spec"]["matrix"] = {"gpu": [gpu], "batch_size": [256, 512], "precision": ["bf16"]}
     evict["spec"]["warm_pods"] = True
@@ -711,14 +721,20 @@ def warm_faults(args: argparse.Namespace) -> None:
     ckpt = gpu_node.ROOT / "volumes" / "checkpoints" / "gpu-node-warm-evict"
     waited = wait_for(lambda: any((d / "state.pt").is_file() for d in ckpt.glob("*/step-[0-9]*")), 300,
                       "the first checkpoint")
-    (victim,) = [n for n, p in worker_events(api, "gpu-node-warm-evict").items() if p["exit_code"] is None]
+    before = worker_events(api, "gpu-node-warm-evict")
+    (victim,) = [n for n, p in before.items() if p["exit_code"] is None]
     api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/pods/{victim}/eviction",
              {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": NAMESPACE}})
     log(f"evicted warm pod {victim} {waited:.0f}s after submit")
-    done = wait_for(lambda: "Succeeded" in sweep_cli(args.out, "status", "gpu-node-warm-evict", *k8s[:-2],
-                                                      env=env).stdout, 600, "the evicted warm sweep")
-    result["evict"] = {"victim": victim, "done_after_s": done, "pods": worker_events(api, "gpu-node-warm-evict"),
-                       "trials": trial_timings(uri, "gpu-node-warm-evict")}
+    done = wait_for(lambda: ended(args.out, "gpu-node-warm-evict", k8s[:-2], env), 600, "the evicted warm sweep")
+    result["evict"] = {"victim": victim, "victim_before_eviction": before[victim], "done_after_s": done,
+                       "pods": worker_events(api, "gpu-node-warm-evict"),
+                       "trials": trial_timings(uri, "gpu-node-warm-evict"),
+                       "status": json.loads(sweep_cli(args.out, "status", "gpu-node-warm-evict", *k8s[:-2], "-o",
+                                                      "json", env=env).stdout)}
+    driver = Path(env.get("KUBESWEEP_HOME") or Path.home() / ".kubesweep") / "sweeps" / "gpu-node-warm-evict"
+    if (driver / "driver.log").is_file():  # the detached driver's (`sweep submit --detach`)
+        shutil.copy(driver / "driver.log", args.out / "warm-evict-driver.log")
     write_json(args.out, "warm-faults.json", result)
 
 
@@ -992,6 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--inference-batches", type=int, default=2000)
         sp.add_argument("--ddp-cases", nargs="+", choices=["one-pod", "two-pods"], default=["one-pod", "two-pods"],
                         help="ddp: 1, 2, 4 GPUs in one pod; 2 pods x 2 GPUs")
+        sp.add_argument("--faults", nargs="+", choices=["oom", "evict"], default=["oom", "evict"],
+                        help="warm-faults: a CUDA OOM then a good trial; a warm pod evicted mid-trial")
         if name == "all":
             sp.add_argument("--steps", nargs="+",
                             choices=["sweep", "local", "warm", "warm-operator", "warm-faults", "faults", "operator",
