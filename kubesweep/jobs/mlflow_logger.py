@@ -24,7 +24,9 @@ is not used. Environment:
 - `KUBESWEEP_EXPERIMENT`: experiment name (default `kubesweep`; the parent run's experiment wins);
 - `KUBESWEEP_PARENT_RUN_ID`: the sweep's run;
 - `KUBESWEEP_TRIAL_ID`: the trial's id (default: the trial config's).
-mlflow is imported lazily, in the sender thread: importing this module needs only the standard library.
+The requests go through `mlflow_client`: MLflow's REST API for an http(s) server (no mlflow package needed),
+mlflow's own client for any other store (imported in the sender thread). Importing this module needs only the
+standard library.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubesweep.jobs.mlflow_client import MetricRecord, TrackingClient, client_for
 from kubesweep.wire import tags
 
 log = logging.getLogger(__name__)
@@ -79,7 +82,7 @@ class LoggerStats:
     spool: str | None = None
 
 
-def _experiment_id(client: Any, name: str) -> str:
+def _experiment_id(client: TrackingClient, name: str) -> str:
     """The experiment `name`, made when missing; one another trial made between the read and the create (two
     trials starting at once with no parent run) is used, not refused."""
     found = client.get_experiment_by_name(name)
@@ -137,7 +140,7 @@ class MlflowTrialLogger:
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _closing: bool = False
     _thread: threading.Thread | None = None
-    _client: Any = None
+    _client: TrackingClient | None = None
     _replaying: Path | None = None
     _prior_steps: dict[str, int] = field(default_factory=dict)  # sent by earlier attempts into _prior_run
     _prior_run: str | None = None
@@ -151,7 +154,7 @@ class MlflowTrialLogger:
         if not uri:
             print("tracking: off (MLFLOW_TRACKING_URI is not set)", flush=True)
             return NullLogger()
-        if importlib.util.find_spec("mlflow") is None:  # not an outage: nothing to retry
+        if not uri.startswith(("http://", "https://")) and importlib.util.find_spec("mlflow") is None:
             print(f"tracking: off (MLFLOW_TRACKING_URI is {uri}, but mlflow is not installed: "
                   "pip install 'kubesweep[tracking]')", flush=True)
             return NullLogger()
@@ -286,23 +289,21 @@ class MlflowTrialLogger:
         return batch
 
     def _send(self, batch: list[_Op]) -> None:
-        from mlflow.entities import Metric, Param, RunTag
-
         client = self._ensure_run()
         assert self.run_id is not None
         kind = batch[0].kind
         if kind == "metrics":
             prior = self._prior_steps if self._prior_run == self.run_id else {}
-            metrics = [Metric(k, v, ts, step) for op in batch for (k, v, ts, step) in op.payload
+            metrics = [MetricRecord(k, v, ts, step) for op in batch for (k, v, ts, step) in op.payload
                        if step > prior.get(k, -1)]
             for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
                 client.log_batch(self.run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
             self.stats.sent_metrics += len(metrics)
             self._record_steps(metrics)
         elif kind == "params":
-            client.log_batch(self.run_id, params=[Param(k, v) for k, v in batch[0].payload])
+            client.log_batch(self.run_id, params=[(k, v) for k, v in batch[0].payload])
         elif kind == "tags":
-            client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in batch[0].payload])
+            client.log_batch(self.run_id, tags=[(k, v) for k, v in batch[0].payload])
         elif kind == "artifact":
             path, artifact_path = batch[0].payload
             if Path(path).is_dir():
@@ -313,11 +314,9 @@ class MlflowTrialLogger:
             client.set_terminated(self.run_id, status=batch[0].payload)
         self.stats.sent_requests += 1
 
-    def _ensure_run(self) -> Any:
+    def _ensure_run(self) -> TrackingClient:
         if self._client is None:
-            from mlflow.tracking import MlflowClient
-
-            self._client = MlflowClient(tracking_uri=self.uri)
+            self._client = client_for(self.uri)
         if self.run_id is not None:
             return self._client
         client = self._client
@@ -357,7 +356,7 @@ class MlflowTrialLogger:
             return
         self._sent_steps = dict(self._prior_steps)
 
-    def _record_steps(self, metrics: list[Any]) -> None:
+    def _record_steps(self, metrics: list[MetricRecord]) -> None:
         """Remember the last step sent per metric (atomically: a replaced file, never a torn one)."""
         path = self._steps_path
         if path is None or not metrics:

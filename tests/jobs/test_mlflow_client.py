@@ -1,0 +1,123 @@
+"""The trial logger's two clients (`kubesweep.jobs.mlflow_client`) against a real `mlflow server` (sqlite store,
+served artifacts): a trial logged over the REST client reads back, through mlflow's own client, as the same trial
+logged through mlflow's client does; logging to a server imports no mlflow; refusals carry MLflow's error codes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubesweep.jobs.mlflow_client import PackageClient, RestClient, RestError, client_for
+from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
+from tests.support.mlflow_fixtures import MlflowServer
+
+mlflow = pytest.importorskip("mlflow")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _log_one_trial(uri: str, trial_id: str, parent: str, client: Any, work: Path) -> str:
+    """The requests a trial makes, in the order the job makes them; the run's id."""
+    (work / "model" / "tokenizer").mkdir(parents=True)
+    (work / "model" / "config.json").write_text('{"layers": 2}')
+    (work / "model" / "tokenizer" / "vocab.txt").write_text("[PAD]\n[UNK]\n")
+    (work / "results.json").write_text('{"outcome": "succeeded"}')
+    logger = MlflowTrialLogger(uri=uri, trial_id=trial_id, run_name=f"run {trial_id}", parent_run_id=parent,
+                               tags={"kubesweep.sweep": "contract", "kubesweep.gpu": "l4"})
+    logger._client = client
+    logger.start()
+    logger.log_params({"batch_size": 16, "precision": "bf16", "learning_rate": 2e-5})
+    for step in range(1, 6):
+        logger.log_metrics({"train/loss": 1.0 / step, "train/samples_per_s": 100.0 + step}, step,
+                           timestamp_ms=1_700_000_000_000 + step)
+    logger.log_metrics({"eval/accuracy": float("nan")}, 5, timestamp_ms=1_700_000_000_010)
+    logger.set_tags({"kubesweep.outcome": "succeeded", "note": "text with 'quotes' and ünïcode"})
+    logger.log_artifact(work / "results.json")
+    logger.log_artifact(work / "model", "model")
+    stats = logger.close("FINISHED")
+    assert stats.dropped == 0 and stats.pending == 0 and stats.retries == 0, stats
+    assert logger.run_id is not None
+    return logger.run_id
+
+
+def _read_back(uri: str, run_id: str) -> dict[str, Any]:
+    c = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    run = c.get_run(run_id)
+
+    def files(path: str | None = None) -> list[str]:
+        out: list[str] = []
+        for item in c.list_artifacts(run_id, path):
+            out += files(item.path) if item.is_dir else [item.path]
+        return out
+
+    history = {key: [(m.step, m.timestamp, "nan" if math.isnan(m.value) else m.value)
+                     for m in c.get_metric_history(run_id, key)] for key in run.data.metrics}
+    return {"status": run.info.status, "ended": run.info.end_time is not None, "params": run.data.params,
+            "tags": {k: v for k, v in run.data.tags.items() if k not in ("kubesweep.trial_id", "mlflow.runName",
+                                                                         "mlflow.user")},
+            "name": run.info.run_name.split(" ")[0], "metrics": history, "artifacts": sorted(files()),
+            "experiment": run.info.experiment_id}
+
+
+def test_a_trial_logged_over_rest_reads_back_as_one_logged_through_mlflows_client(
+        mlflow_server: MlflowServer, tmp_path: Path) -> None:
+    uri = mlflow_server.url
+    c = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    experiment = c.create_experiment("client-contract")
+    parent = c.create_run(experiment, run_name="sweep").info.run_id
+    assert isinstance(client_for(uri), RestClient) and isinstance(client_for("sqlite:///x.db"), PackageClient)
+    rest = _read_back(uri, _log_one_trial(uri, "t-rest", parent, RestClient(uri), tmp_path / "rest"))
+    package = _read_back(uri, _log_one_trial(uri, "t-package", parent, PackageClient(uri), tmp_path / "package"))
+    assert rest == package
+    assert rest["tags"]["mlflow.parentRunId"] == parent and rest["experiment"] == experiment
+    assert rest["artifacts"] == ["model/config.json", "model/tokenizer/vocab.txt", "results.json"]
+    assert rest["metrics"]["eval/accuracy"] == [(5, 1_700_000_000_010, "nan")]
+    assert rest["status"] == "FINISHED" and rest["ended"]
+
+
+def test_a_trial_that_logs_to_a_tracking_server_imports_no_mlflow(mlflow_server: MlflowServer,
+                                                                   tmp_path: Path) -> None:
+    """The trial's process: tracking on, every kind of request sent, and mlflow never imported (it costs a trial
+    seconds of CPU)."""
+    code = (
+        "import json, sys; from pathlib import Path\n"
+        "from kubesweep.jobs.mlflow_logger import MlflowTrialLogger\n"
+        "log = MlflowTrialLogger.from_env('t-light', 'light', {'kubesweep.sweep': 'light'}, None)\n"
+        "log.log_params({'a': 1}); log.log_metrics({'m': 1.0}, 1); log.set_tags({'x': 'y'})\n"
+        f"log.log_artifact(Path({str(tmp_path / 'f.txt')!r}))\n"
+        "stats = log.close('FINISHED')\n"
+        "print(json.dumps({'run': log.run_id, 'dropped': stats.dropped,\n"
+        "                  'mlflow': sorted(m for m in sys.modules if m.split('.')[0] == 'mlflow')}))\n")
+    (tmp_path / "f.txt").write_text("x")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server.url, "KUBESWEEP_EXPERIMENT": "light",
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["mlflow"] == [] and found["dropped"] == 0, found
+    run = mlflow.tracking.MlflowClient(tracking_uri=mlflow_server.url).get_run(found["run"])
+    assert run.data.params == {"a": "1"} and run.data.tags["x"] == "y" and run.info.status == "FINISHED"
+
+
+def test_the_rest_client_says_what_the_server_refused_in_mlflows_words(mlflow_server: MlflowServer) -> None:
+    """Refusals carry MLflow's error code (what the logger tells apart from an outage); an unreachable server is
+    an OSError (an outage, retried)."""
+    client = RestClient(mlflow_server.url)
+    with pytest.raises(RestError) as missing:
+        client.get_run("0" * 32)
+    assert missing.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+    assert client.get_experiment_by_name("no-such-experiment") is None
+    made = client.create_experiment("refusals")
+    with pytest.raises(RestError) as twice:
+        client.create_experiment("refusals")
+    assert twice.value.error_code == "RESOURCE_ALREADY_EXISTS"
+    assert client.get_experiment_by_name("refusals").experiment_id == made  # type: ignore[union-attr]
+    with pytest.raises(OSError):
+        RestClient("http://127.0.0.1:9").get_run("0" * 32)
