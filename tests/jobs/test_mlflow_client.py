@@ -71,7 +71,8 @@ def test_a_trial_logged_over_rest_reads_back_as_one_logged_through_mlflows_clien
     c = mlflow.tracking.MlflowClient(tracking_uri=uri)
     experiment = c.create_experiment("client-contract")
     parent = c.create_run(experiment, run_name="sweep").info.run_id
-    assert isinstance(client_for(uri), RestClient) and isinstance(client_for("sqlite:///x.db"), PackageClient)
+    assert isinstance(client_for(uri), RestClient)
+    assert isinstance(client_for(f"sqlite:///{tmp_path / 'x.db'}"), PackageClient)
     rest = _read_back(uri, _log_one_trial(uri, "t-rest", parent, RestClient(uri), tmp_path / "rest"))
     package = _read_back(uri, _log_one_trial(uri, "t-package", parent, PackageClient(uri), tmp_path / "package"))
     assert rest == package
