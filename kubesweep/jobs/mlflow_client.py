@@ -12,7 +12,8 @@
   for a server that wants a client certificate (`MLFLOW_TRACKING_CLIENT_CERT_PATH`).
 
 Both raise an error whose `error_code` is MLflow's (`RESOURCE_ALREADY_EXISTS`, ...) when the server refuses a
-request, and another exception when it cannot be reached, which is what the logger retries on.
+request, and another exception when it cannot be reached, which is what the logger retries on. `RestClient` follows
+no redirect (`REDIRECT_NOT_FOLLOWED`, a refusal): the tracking URI's credentials go to that address alone.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 
 API = "/api/2.0/mlflow"
 ARTIFACTS_API = "/api/2.0/mlflow-artifacts/artifacts"
+REDIRECTED = "REDIRECT_NOT_FOLLOWED"  # our code for a 3xx answer: the same request would be redirected again
 # MLflow's own mapping of an HTTP status without an MLflow error body (its `get_error_code`)
 _STATUS_CODES = {400: "BAD_REQUEST", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "ENDPOINT_NOT_FOUND",
                  500: "INTERNAL_ERROR", 501: "NOT_IMPLEMENTED", 503: "TEMPORARILY_UNAVAILABLE"}
@@ -61,6 +63,14 @@ class Run:
 @dataclass(frozen=True)
 class Experiment:
     experiment_id: str
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as the error it is rather than followed: urllib would send the Authorization header
+    on to wherever the server points, another host included."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
+        return None
 
 
 class RestError(Exception):
@@ -114,6 +124,11 @@ class RestClient:
                 self._context = ssl.create_default_context(
                     cafile=os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or None)
         self._package: PackageClient | None = None
+        self._artifact_bases: dict[str, str | None] = {}
+        handlers: list[Any] = [_NoRedirects()]
+        if self._context is not None:
+            handlers.append(urllib.request.HTTPSHandler(context=self._context))
+        self._opener = urllib.request.build_opener(*handlers)
 
     # -- requests ---------------------------------------------------------------------------------------
 
@@ -121,9 +136,12 @@ class RestClient:
         request = urllib.request.Request(url, data=body, method=method,
                                          headers={**self._headers, "Content-Type": content_type})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self._context) as response:
+            with self._opener.open(request, timeout=self.timeout) as response:
                 text = response.read()
         except urllib.error.HTTPError as err:
+            if 300 <= err.code < 400:
+                raise RestError(REDIRECTED, f"HTTP {err.code} to {err.headers.get('Location', '?')!r}, not followed "
+                                "(the tracking URI's credentials go to it alone)") from None
             raw = err.read()
             try:
                 found = json.loads(raw)
@@ -208,13 +226,15 @@ class RestClient:
     def _artifact_base(self, run_id: str) -> str | None:
         """The URL of the run's artifact root on the server's artifact proxy; None when the run's artifacts are
         not proxied by this server (they are then written by mlflow's client, as it would)."""
-        uri = self.get_run(run_id).info.artifact_uri
-        parts = urllib.parse.urlsplit(uri)
-        if parts.scheme != "mlflow-artifacts" or parts.netloc:  # elsewhere, or another host: not ours to call
-            return None
-        own = urllib.parse.urlsplit(self.uri)
-        path = "/".join(urllib.parse.quote(s) for s in parts.path.split("/") if s)
-        return f"{own.scheme}://{own.netloc}{own.path.rstrip('/')}{ARTIFACTS_API}/{path}"
+        if run_id not in self._artifact_bases:
+            parts = urllib.parse.urlsplit(self.get_run(run_id).info.artifact_uri)
+            if parts.scheme != "mlflow-artifacts" or parts.netloc:  # elsewhere, or another host: not ours to call
+                self._artifact_bases[run_id] = None
+            else:
+                own = urllib.parse.urlsplit(self.uri)
+                path = "/".join(urllib.parse.quote(s) for s in parts.path.split("/") if s)
+                self._artifact_bases[run_id] = f"{own.scheme}://{own.netloc}{own.path.rstrip('/')}{ARTIFACTS_API}/{path}"
+        return self._artifact_bases[run_id]
 
     def _put(self, base: str, local_path: str, artifact_path: str | None) -> None:
         name = os.path.basename(local_path)

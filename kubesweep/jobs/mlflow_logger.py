@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubesweep.jobs.mlflow_client import MetricRecord, TrackingClient, client_for
+from kubesweep.jobs.mlflow_client import REDIRECTED, MetricRecord, TrackingClient, client_for
 from kubesweep.wire import tags
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ PERMANENT_ERRORS = frozenset(
         "INVALID_STATE",
         "PERMISSION_DENIED",
         "UNAUTHENTICATED",
+        REDIRECTED,
     }
 )
 

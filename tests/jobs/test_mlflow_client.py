@@ -122,3 +122,53 @@ def test_the_rest_client_says_what_the_server_refused_in_mlflows_words(mlflow_se
     assert client.get_experiment_by_name("refusals").experiment_id == made  # type: ignore[union-attr]
     with pytest.raises(OSError):
         RestClient("http://127.0.0.1:9").get_run("0" * 32)
+
+
+def test_a_server_that_redirects_never_gets_the_credentials_sent_on(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """An attacker's answer (a tracking server, or whatever answers at its address) redirects a trial's request to
+    a host of its choosing: the redirect is not followed, so the trial's MLflow password never reaches that host,
+    and the logger takes it as a refusal (no retry storm), not an outage."""
+    import http.server
+    import threading
+
+    seen: list[str | None] = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    collector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    elsewhere = f"http://127.0.0.1:{collector.server_address[1]}"
+
+    class Redirector(Collector):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", f"{elsewhere}{self.path}")
+            self.end_headers()
+
+    redirector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirector)
+    for server in (collector, redirector):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "team-a")
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
+        client = RestClient(f"http://127.0.0.1:{redirector.server_address[1]}")
+        with pytest.raises(RestError) as refused:
+            client.get_run("0" * 32)
+        assert refused.value.error_code == "REDIRECT_NOT_FOLLOWED" and elsewhere in str(refused.value)
+        assert seen == []  # urllib's default would have sent `Basic team-a:s3cret` on to `elsewhere`
+        logger = MlflowTrialLogger(uri=client.uri, trial_id="t", run_name="t", parent_run_id="0" * 32)
+        logger.start()
+        logger.log_metrics({"m": 1.0}, 1)
+        stats = logger.close()
+        assert stats.retries == 0 and seen == [], stats
+    finally:
+        for server in (collector, redirector):
+            server.shutdown()
