@@ -13,7 +13,8 @@ clients alternate, after one untimed run of each:
     .venv/bin/python bench/trial_logging.py                 # writes bench/results/trial_logging.json
     .venv/bin/python bench/trial_logging.py --repeats 10
 
-Reported per client: mean and the 95% interval's half-width (t distribution) of CPU s and wall s over repeats.
+Reported per client: mean and the 95% interval's half-width (Student's t, `kubesweep.tracking.intervals`) of CPU
+s and wall s over repeats.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kubesweep.tracking.intervals import half_width  # noqa: E402
 from tests.support.mlflow_fixtures import free_port, mlflow_executable, quiet_mlflow_env, stop, wait_http  # noqa: E402
 
 TRIAL = """
@@ -60,10 +62,8 @@ print(json.dumps({"cpu_s": usage.ru_utime + usage.ru_stime, "dropped": stats.dro
 
 
 def interval(values: list[float]) -> dict[str, float]:
-    t95 = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78, 6: 2.57, 7: 2.45, 8: 2.36, 9: 2.31, 10: 2.26}
-    mean = statistics.fmean(values)
-    half = t95.get(len(values), 2.0) * statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
-    return {"mean": round(mean, 3), "ci95": round(half, 3), "n": len(values)}
+    """Mean and the 95% interval's half-width (`kubesweep.tracking.intervals`, as the results table reports)."""
+    return {"mean": round(statistics.fmean(values), 3), "ci95": round(half_width(values) or 0.0, 3), "n": len(values)}
 
 
 def main(argv: list[str] | None = None) -> int:
