@@ -27,9 +27,16 @@ help:  ## list the targets
 $(UV):
 	python3 -m pip install --quiet --user --disable-pip-version-check "uv>=0.5"
 
+# Bytecode is compiled once, at install: uv writes none, and where PYTHONDONTWRITEBYTECODE is set (as it is in many
+# container images) no process writes what it compiles, so each one that imports torch, transformers or mlflow
+# would compile them again (about 10 s of CPU each on a 2-core machine). compileall writes regardless. A few
+# packages ship files that are not Python 3.11 (a test of torch's in 3.12 syntax); compileall says nothing of them
+# (-qq) and goes on, and Python compiles anything left uncompiled when it is imported.
 $(STAMP): pyproject.toml | $(UV)
 	test -x $(PY) || $(UV) venv --quiet --python python3.11 $(VENV)
 	$(UV) pip install --quiet --python $(PY) -e ".[$(EXTRAS)]"
+	$(PY) -m compileall -qq -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+	  kubesweep tests bench || true
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv with kubesweep and every extra (uv; wheels cached in ~/.cache/uv)
@@ -65,7 +72,12 @@ images: setup  ## build, push and lock the job and operator images: make images 
 lint: setup  ## ruff
 	$(VENV)/bin/ruff check kubesweep tests bench
 
-typecheck: setup  ## mypy (strict)
+# mypy's cache lives beside the other build caches, so a fresh clone checks only what changed (a file whose path or
+# time differs is matched by its hash): about 100 s of CPU a fresh clone, 3 s warm.
+MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kubesweep/mypy
+export MYPY_CACHE_DIR
+
+typecheck: setup  ## mypy (strict; cache in ~/.cache/kubesweep/mypy)
 	$(VENV)/bin/mypy
 
 # Tests choose their environment by marker (pyproject.toml), not by directory: tests/ mirrors the package.
