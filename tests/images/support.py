@@ -37,6 +37,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from kubesweep.image_build import EXTRAS, find_uv
+from kubesweep.images import DEFAULT_LOCK, load_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KUBESWEEP_IMAGES_CACHE", Path.home() / ".cache" / "kubesweep-images"))
@@ -365,3 +366,79 @@ def pytorch_standin(bh: Buildah) -> StandIn:
            "-t", name, str(ctx), timeout=1800, quiet=True)
         shutil.rmtree(ctx, ignore_errors=True)
     return StandIn(name, torch_version, cuda)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The images the tests use: stand-ins pushed, then the job and operator images built on them
+
+
+@dataclass(frozen=True)
+class Bases:
+    python: str  # digest-pinned references in the local registry
+    pytorch: str
+    torch_version: str
+    cuda_version: str
+
+
+@dataclass(frozen=True)
+class Built:
+    lock_path: Path
+    job: str  # digest-pinned references as the lock has them
+    operator: str
+    bases: Bases
+    build_seconds: float
+
+
+JOB_KEY = "torch-2.8-cu128"
+
+
+def push_standins(registry: Registry, bh: Buildah, work: Path) -> Bases:
+    """The stand-ins for the public bases, built (or taken from the cache) and pushed to `registry`."""
+    python = python_standin(bh)
+    pytorch = pytorch_standin(bh)
+    refs = {}
+    for key, standin in (("python", python), ("pytorch", pytorch)):
+        repo = f"{registry.host}/standin/{key}"
+        tag = standin.name.rsplit(":", 1)[1]
+        digest = bh.push(standin.name, f"{repo}:{tag}", work)
+        refs[key] = f"{repo}:{tag}@{digest}"
+    if not (pytorch.torch and pytorch.cuda):
+        raise ImageToolError(f"the PyTorch stand-in {pytorch.name} says no torch or CUDA version")
+    return Bases(refs["python"], refs["pytorch"], pytorch.torch, pytorch.cuda)
+
+
+def build_images(registry: Registry, bh: Buildah, bases: Bases, work: Path) -> Built:
+    """`images/build.sh` builds the job image (line JOB_KEY) and the operator image on the stand-in bases, offline
+    from a wheelhouse, pushes both to `registry` and writes their digests into a copy of the lock in `work`."""
+    lock_path = work / "images.lock.yaml"
+    shutil.copy(DEFAULT_LOCK, lock_path)
+    job_wheels = wheelhouse(job_wheel_closure(), "job")
+    op_wheels = wheelhouse(operator_wheel_closure(), "operator")
+    wheels = work / "wheels"
+    wheels.mkdir()
+    for house in (job_wheels, op_wheels):
+        for whl in house.glob("*.whl"):
+            if not (wheels / whl.name).exists():
+                os.link(whl, wheels / whl.name)
+    env = {**os.environ, "REGISTRY": registry.host, "BUILDER": "buildah", "BUILDAH_ISOLATION": "chroot",
+           "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"}
+    cmd = [
+        str(ROOT / "images" / "build.sh"),
+        "--key", JOB_KEY, "--key", "operator", "--lock", str(lock_path),
+        "--base", f"{JOB_KEY}={bases.pytorch}", "--base", f"operator={bases.python}",
+        "--build-arg", f"TORCH_VERSION={bases.torch_version}",
+        "--build-arg", f"CUDA_VERSION={bases.cuda_version}",
+        *[f"--builder-arg={a}" for a in bh.global_args],
+        "--wheelhouse", str(wheels), "--no-compress", "--no-tls-verify",
+    ]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800, check=False)
+    seconds = time.monotonic() - t0
+    (work / "build.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise ImageToolError(f"images/build.sh exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-6000:]}")
+    lock = load_lock(lock_path)
+    job, operator = lock.images[JOB_KEY].reference, lock.images["operator"].reference
+    if not (job and operator):
+        raise ImageToolError(f"images/build.sh wrote no digest into {lock_path}:\n{proc.stdout[-2000:]}")
+    return Built(lock_path, job, operator, bases, seconds)

@@ -250,9 +250,11 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
             env.setenv("MLFLOW_TRACKING_PASSWORD", st.users["admin"][1])
             yield st
     finally:
-        subprocess.run([helm, "uninstall", RELEASE, "-n", ns, "--wait", "--kubeconfig", str(cluster.kubeconfig)],
+        # Deleted, not waited for: the pods' grace periods run out while the suite goes on (nothing after this
+        # module uses the namespace, and its PersistentVolumes are named after it).
+        subprocess.run([helm, "uninstall", RELEASE, "-n", ns, "--kubeconfig", str(cluster.kubeconfig)],
                        capture_output=True, timeout=180, check=False)
-        cluster.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=120s", check=False, timeout=150)
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False, timeout=60)
         cluster.kubectl("delete", "pv", f"{ns}-mlflow", f"{ns}-data", f"{ns}-checkpoints", "--wait=false",
                         check=False)
         shutil.rmtree(volumes, ignore_errors=True)
