@@ -118,13 +118,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+REGISTRY_PORT = CACHE / "registry-port"
+
+
+def registry_port() -> int:
+    """The port the last registry had, if it is free, else any free one.
+
+    buildah remembers which registry holds which layer by host and port (containers/image's blob-info cache), not
+    by content. With the port of the last run, a push into the seeded registry finds the multi-GB PyTorch layers
+    known there and sends nothing (about 10 s); on a new port it reads them all back to learn that (about 90 s)."""
+    with contextlib.suppress(OSError, ValueError):
+        port = int(REGISTRY_PORT.read_text())
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the registry binds: past TIME_WAIT
+            s.bind(("127.0.0.1", port))
+        return port
+    return free_port()
+
+
 def start_registry(workdir: Path, *, seeded: bool = True) -> Registry:
-    """Debian's docker-registry (distribution) on a free 127.0.0.1 port, config and storage under `workdir`.
+    """Debian's docker-registry (distribution) on 127.0.0.1 (`registry_port`), config and storage under `workdir`.
 
     `seeded`: the storage starts as a hardlinked copy of the previous run's (REGISTRY_SEED), so pushing a layer the
     registry already holds is skipped, as with any registry that has it; what is new is pushed in full.
     """
-    port = free_port()
+    port = registry_port()
     storage = workdir / "storage"
     storage.mkdir(parents=True)
     if seeded and REGISTRY_SEED.is_dir():
@@ -146,6 +164,8 @@ def start_registry(workdir: Path, *, seeded: bool = True) -> Registry:
             raise ImageToolError(f"docker-registry exited {proc.returncode}: {log.read_text()[-2000:]}")
         with contextlib.suppress(OSError), urllib.request.urlopen(f"http://{reg.host}/v2/", timeout=2) as resp:
             if resp.status == 200:
+                REGISTRY_PORT.parent.mkdir(parents=True, exist_ok=True)
+                REGISTRY_PORT.write_text(f"{port}\n")
                 return reg
         time.sleep(0.2)
     reg.stop()
