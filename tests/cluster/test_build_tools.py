@@ -124,3 +124,28 @@ def test_a_run_builds_in_a_work_directory_of_its_own(cache: Path, tmp_path: Path
     assert not list(cache.parent.glob("work.*")), f"a work directory was left behind:\n{log}"
     assert f"removing {stale}" in log
     assert "GOPROXY=off" in log, log  # it got as far as resolving k8s.io/kubernetes in its work directory
+    assert "building Kubernetes failed" in log, log  # the stream that failed, named; the other had nothing to do
+
+
+def test_check_says_whether_a_build_is_needed_without_building_or_waiting(cache: Path, tmp_path: Path) -> None:
+    """`make test` asks --check before it starts a build in the background: 0 with every binary present, 1 with one
+    missing or stamped with another version; it neither builds nor waits for a lock another run holds."""
+    env = _env(tmp_path / "cache")
+
+    def check() -> int:
+        return subprocess.run(["bash", str(BUILD_TOOLS), "--check"], env=env, capture_output=True, text=True,
+                              timeout=10).returncode
+
+    with (cache.parent / "build.lock").open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert check() == 0
+        pinned = (cache / "kueue.version").read_text()
+        (cache / "kueue.version").write_text("v0.0.1\n")
+        assert check() == 1
+        (cache / "kueue.version").write_text(pinned)
+        assert check() == 0
+        (cache / "coredns").unlink()
+        assert check() == 1
+    assert not list(cache.parent.glob("work.*")) and not (cache / "coredns").exists()
+    usage = subprocess.run(["bash", str(BUILD_TOOLS), "--chekc"], env=env, capture_output=True, text=True)
+    assert usage.returncode == 2 and "usage:" in usage.stderr
