@@ -12,7 +12,9 @@ build argument) by stand-ins built from Debian packages and from the PyPI wheels
 - stand-in for `python:3.12.x-slim-bookworm`: the same Debian rootfs (Debian's Python 3.11 stands in for 3.12).
 
 Everything slow is cached under ~/.cache/kubesweep-images/ (override: KUBESWEEP_IMAGES_CACHE), keyed by inputs:
-the rootfs tarball, the torch tree, the dependency wheelhouse, buildah's image store and its layer cache.
+the rootfs tarball, the torch tree, the dependency wheelhouse, buildah's image store and its layer cache; and the
+registry's storage and port, which let the next run's pushes find what it holds (`start_registry`). `push_standins`
+and `build_images` are what the image fixtures and `python -m tests.images.prepare` run.
 """
 
 from __future__ import annotations
