@@ -29,7 +29,8 @@ import yaml
 from kubesweep.images import load_lock
 from kubesweep.manifests import ANNOTATION_CONFIG
 from tests.images import support
-from tests.support.image_fixtures import JOB_KEY, Built, by_digest, skopeo_json, write_yaml
+from tests.images.support import JOB_KEY, Built
+from tests.support.image_fixtures import by_digest, skopeo_json, write_yaml
 
 pytestmark = [pytest.mark.images, pytest.mark.slow, pytest.mark.timeout(3600)]
 

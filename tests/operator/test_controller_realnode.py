@@ -33,7 +33,8 @@ import yaml
 from kubesweep.backends.k8s_state import TrialEntry
 from kubesweep.images import load_lock
 from kubesweep.manifests import restricted_container_security, restricted_pod_security
-from tests.support.image_fixtures import JOB_KEY, Built, by_digest
+from tests.images.support import JOB_KEY, Built
+from tests.support.image_fixtures import by_digest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.images, pytest.mark.slow,
               pytest.mark.timeout(2400)]

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.images import support
+from tests.images.support import Bases, Built
 
 APT_LINE = "apt-get install -y buildah skopeo docker-registry mmdebstrap"
 
@@ -41,9 +42,6 @@ def registry(image_tools: None, tmp_path_factory: pytest.TempPathFactory) -> Ite
 @pytest.fixture(scope="session")
 def buildah(image_tools: None) -> support.Buildah:
     return support.Buildah.cached()
-
-
-Bases, Built, JOB_KEY = support.Bases, support.Built, support.JOB_KEY
 
 
 @pytest.fixture(scope="session")
