@@ -7,6 +7,7 @@ per run) come from tests/support and are imported here so that every module find
 """
 
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -86,20 +87,25 @@ def in_early_part(item: pytest.Item) -> bool:
     return xdist_group(item) in EARLY_GROUPS and not needs_cluster(item)
 
 
-def _early_ran(config: pytest.Config) -> set[str]:
-    record = config.getoption("early_record")
-    if record is None or not os.path.exists(record):
-        return set()
-    with open(record, encoding="utf-8") as f:
-        return {line.rstrip("\n") for line in f if line.strip()}
+def _early_not_run(config: pytest.Config) -> Callable[[pytest.Item], bool]:
+    """For the rest part: whether an early test is the rest's to run. Without `--early-record`, none is; with it,
+    those the record does not list (all of them if there is no record: the early part never ran)."""
+    record = config.getoption("early_record", None)
+    if record is None:
+        return lambda item: False
+    ran: set[str] = set()
+    if os.path.exists(record):
+        with open(record, encoding="utf-8") as f:
+            ran = {line.rstrip("\n") for line in f if line.strip()}
+    return lambda item: item.nodeid not in ran
 
 
 def _select_part(config: pytest.Config, items: list[pytest.Item], part: str) -> None:
-    ran = _early_ran(config) if part == "rest" else set()
     if part == "early":
         keep = [item for item in items if in_early_part(item)]
     else:
-        keep = [item for item in items if not in_early_part(item) or item.nodeid not in ran]
+        left_to_rest = _early_not_run(config)
+        keep = [item for item in items if not in_early_part(item) or left_to_rest(item)]
     if len(keep) < len(items):
         kept = set(map(id, keep))
         config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
@@ -111,7 +117,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """`--part` keeps one part of the suite (the others are reported as deselected). Under pytest-xdist (`-n N
     --dist loadgroup`), tests that share a component one process must own run on one worker (`xdist_group`), so
     each such component starts once."""
-    part = config.getoption("part")
+    part = config.getoption("part", None)
     if part is not None:
         _select_part(config, items, part)
     for item in items:
@@ -120,7 +126,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
 
 
-def _alive(pid: int) -> bool:
+def process_running(pid: int) -> bool:
     """Whether process PID still runs. One that has ended but is not yet waited for (a zombie: the build is a child
     of the shell that runs this pytest, and is waited for only after it) has ended."""
     try:
@@ -147,15 +153,15 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     """The early part's loop: pytest's own, but it records each test it ran (`--early-record`) and starts none
     once the build it runs beside has ended (`--early-while`), so the rest part can start at once and run them."""
     config = session.config
-    if config.getoption("part") != "early" or config.option.collectonly:
+    if config.getoption("part", None) != "early" or config.option.collectonly:
         return None
     if session.testsfailed and not config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
-    pid, record = config.getoption("early_while"), config.getoption("early_record")
+    pid, record = config.getoption("early_while", None), config.getoption("early_record", None)
     out = open(record, "w", encoding="utf-8") if record else None  # noqa: SIM115 - written test by test
     try:
         for i, item in enumerate(session.items):
-            if pid is not None and not _alive(pid):
+            if pid is not None and not process_running(pid):
                 config.stash[_LEFT] = len(session.items) - i
                 break
             nextitem = session.items[i + 1] if i + 1 < len(session.items) else None
