@@ -3,23 +3,19 @@
 #
 #   kube-apiserver, kube-controller-manager, kube-scheduler  k8s.io/kubernetes@K8S_VERSION (wrapper module)
 #   etcd                                                      go.etcd.io/etcd/server/v3@ETCD_VERSION (wrapper main)
-#   kwok, kwokctl                                             sigs.k8s.io/kwok/cmd/...@KWOK_VERSION (wrapper module)
+#   kwok, kwokctl                                             go install sigs.k8s.io/kwok/cmd/...@KWOK_VERSION
 #   helm                                                      go install helm.sh/helm/v3/cmd/helm@HELM_VERSION
 # and the real worker node beside the kwok nodes (see docs/testing.md):
 #   kubelet, kube-proxy                                       k8s.io/kubernetes@K8S_VERSION (same wrapper module)
-#   containerd, containerd-shim-runc-v2, ctr                  github.com/containerd/containerd/v2/cmd/... (wrapper
-#                                                             module)
+#   containerd, containerd-shim-runc-v2, ctr                  go install github.com/containerd/containerd/v2/cmd/...
 #   coredns                                                   a wrapper main around github.com/coredns/coredns with
 #                                                             only the plugins the cluster's Corefile uses
 #   pause                                                     build/pause/linux/pause.c of k8s.io/kubernetes, static
-#   kube-router                                               github.com/cloudnativelabs/kube-router/v2/cmd/
-#                                                             kube-router@... (wrapper module; the node's
-#                                                             NetworkPolicy, firewall only)
+#   kube-router                                               go install github.com/cloudnativelabs/kube-router/v2/
+#                                                             cmd/kube-router@... (the node's NetworkPolicy, firewall only)
 #   kueue                                                     go install sigs.k8s.io/kueue/cmd/kueue@KUEUE_VERSION
 #                                                             (the queue manager, run beside the control plane when
 #                                                             asked: tests/cluster/kueue.py)
-# kwok, containerd, CoreDNS and kube-router are built against the Kubernetes libraries of K8S_VERSION (see "one set
-# of Kubernetes libraries" below), so Go compiles those once.
 #
 # Binaries land in ${XDG_CACHE_HOME:-~/.cache}/kubesweep-test/<versions>/bin; a binary already there is not
 # rebuilt, so a warm run returns at once. Go's own caches (GOCACHE, GOMODCACHE) keep their defaults, so a rebuild
@@ -141,72 +137,6 @@ print(d.get(sys.argv[1]) or "")
 ' "$2" "$1"
 }
 
-# ---------------------------------------------------------------- one set of Kubernetes libraries
-# kwok, CoreDNS, containerd and kube-router each require their own release of the Kubernetes libraries (k8s.io/api,
-# apimachinery, client-go, ...: v0.29 to v0.36), and Go compiles every version of a package apart: built as each
-# module pins them, a cold build compiled k8s.io/api and client-go seven times over (Kueue's and helm's too). Built
-# in a wrapper module whose Kubernetes libraries are those of the cluster's own release (the staging modules of
-# k8s.io/kubernetes at K8S_VERSION, where the tool asks for an older one), they are compiled once for all five.
-# helm needs a newer release and Kueue's controller-runtime an older one: they keep their own. Should a tool not
-# build against them, it is built as its module pins them, and the log says so.
-STAGE="v0.${K8S_VERSION#v1.}"
-staging_modules() {  # the published paths of k8s.io/kubernetes' staging modules, one a line
-  local gomod
-  gomod=$(module_json "k8s.io/kubernetes@$K8S_VERSION" GoMod) || return 1
-  [[ -f "$gomod" ]] || return 1
-  go mod edit -json "$gomod" | python3 -c '
-import json, sys
-for r in json.load(sys.stdin).get("Replace") or []:
-    if r["New"]["Path"].startswith("./staging/src/"):
-        print(r["Old"]["Path"])
-'
-}
-
-# align_kubernetes_libs [PKG@VERSION...]: in the current wrapper module, move every staging module it requires at an
-# older version than the cluster's up to $STAGE (with what they in turn require), resolving the PKGs beside them.
-# Keeps go.mod and go.sum as they were, and returns 1, when that cannot be done; prints nothing to move as 0 moved.
-align_kubernetes_libs() {
-  local -a ups=()
-  local m
-  while read -r m; do [[ -n "$m" ]] && ups+=("$m@$STAGE"); done < <(go list -m -f '{{.Path}} {{.Version}}' all |
-    python3 -c '
-import re, sys
-stage, staging = sys.argv[1], set(open(sys.argv[2]).read().split())
-def key(v):
-    return tuple(int(x) for x in re.match(r"v(\d+)\.(\d+)\.(\d+)", v).groups())
-for line in sys.stdin:
-    path, _, version = line.strip().partition(" ")
-    if path in staging and re.match(r"v\d+\.\d+\.\d+", version) and key(version) < key(stage):
-        print(path)
-' "$STAGE" "$WORK/staging.txt")
-  (( ${#ups[@]} )) || { echo 0; return 0; }
-  cp go.mod go.mod.pinned && cp go.sum go.sum.pinned
-  if go get "${ups[@]}" "$@" >&2; then echo "${#ups[@]}"; return 0; fi
-  mv -f go.mod.pinned go.mod && mv -f go.sum.pinned go.sum
-  return 1
-}
-
-# build_aligned NAME VERSION OUTDIR TAGS LDFLAGS PKG...: build each PKG (main packages of one module, at VERSION)
-# into OUTDIR, in the wrapper module $WORK/NAME with the Kubernetes libraries of K8S_VERSION; as the module pins
-# them if it does not build so.
-build_aligned() {
-  local name=$1 version=$2 out=$3 tags=$4 ldflags=$5; shift 5
-  local dir="$WORK/$name" moved
-  local -a pkgs=("${@/%/@$version}")
-  rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
-  go mod init "local/kubesweep-$name" >/dev/null 2>&1
-  go get "${pkgs[@]}"
-  if moved=$(align_kubernetes_libs "${pkgs[@]}") && [[ "$moved" != 0 ]]; then
-    if go build -p "$JOBS" -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/" "$@"; then
-      log "$name: built with the Kubernetes libraries of $K8S_VERSION ($moved modules moved up to $STAGE)"
-      return 0
-    fi
-    mv -f go.mod.pinned go.mod && mv -f go.sum.pinned go.sum
-  fi
-  [[ "${moved:-}" == 0 ]] || log "$name: does not build with the Kubernetes libraries of $K8S_VERSION; built as $version pins them"
-  go build -p "$JOBS" -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/" "$@"
-}
-
 # ---------------------------------------------------------------- Kubernetes control-plane components
 build_kubernetes() {
   local dir="$WORK/kubernetes" minor stage gomod gitcommit ldflags pkg
@@ -306,9 +236,10 @@ EOF
 build_kwok() {
   local t0 cmd
   t0=$(date +%s)
-  log "building kwok, kwokctl $KWOK_VERSION"
-  build_aligned kwok "$KWOK_VERSION" "$STAGING_OUT" "" "-s -w" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
   for cmd in kwok kwokctl; do
+    have_all "$cmd" && { log "$cmd present, skipping"; continue; }
+    log "go install sigs.k8s.io/kwok/cmd/$cmd@$KWOK_VERSION"
+    GOBIN="$STAGING_OUT" go install -p "$JOBS" -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/$cmd@$KWOK_VERSION"
     "$STAGING_OUT/$cmd" --version >&2
     install_bin "$cmd"
   done
@@ -349,9 +280,13 @@ build_containerd() {
   # libbtrfs); the node uses overlayfs.
   ldflags="-s -w -X $m/version.Version=$CONTAINERD_VERSION -X $m/version.Package=$m"
   [[ -n "$commit" ]] && ldflags+=" -X $m/version.Revision=$commit"
-  log "building ${CONTAINERD_CMDS[*]} $CONTAINERD_VERSION"
-  build_aligned containerd "$CONTAINERD_VERSION" "$STAGING_OUT" no_btrfs "$ldflags" "${CONTAINERD_CMDS[@]/#/$m/cmd/}"
-  for cmd in "${CONTAINERD_CMDS[@]}"; do install_bin "$cmd"; done
+  for cmd in "${CONTAINERD_CMDS[@]}"; do
+    have_all "$cmd" && { log "$cmd present, skipping"; continue; }
+    log "go install $m/cmd/$cmd@$CONTAINERD_VERSION"
+    GOBIN="$STAGING_OUT" go install -p "$JOBS" -trimpath -tags no_btrfs -ldflags "$ldflags" \
+      "$m/cmd/$cmd@$CONTAINERD_VERSION"
+    install_bin "$cmd"
+  done
   "$BIN_DIR/containerd" --version >&2
   log "containerd built in $(( $(date +%s) - t0 ))s"
 }
@@ -393,19 +328,7 @@ func main() {
 EOF
   go get "$m@$COREDNS_VERSION"
   go mod tidy
-  local moved
-  if moved=$(align_kubernetes_libs "$m@$COREDNS_VERSION") && [[ "$moved" != 0 ]]; then
-    go mod tidy
-    if go build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$STAGING_OUT/coredns" .; then
-      log "coredns: built with the Kubernetes libraries of $K8S_VERSION ($moved modules moved up to $STAGE)"
-    else
-      log "coredns: does not build with the Kubernetes libraries of $K8S_VERSION; built as $COREDNS_VERSION pins them"
-      mv -f go.mod.pinned go.mod && mv -f go.sum.pinned go.sum
-      go build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$STAGING_OUT/coredns" .
-    fi
-  else
-    go build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$STAGING_OUT/coredns" .
-  fi
+  go build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$STAGING_OUT/coredns" .
   "$STAGING_OUT/coredns" -version >&2
   install_bin coredns
   log "coredns built in $(( $(date +%s) - t0 ))s"
@@ -430,8 +353,8 @@ build_kube_router() {
   local t0 m="github.com/cloudnativelabs/kube-router/v2"
   t0=$(date +%s)
   log "building kube-router $KUBE_ROUTER_VERSION (the node runs only its network policy controller)"
-  build_aligned kube-router "$KUBE_ROUTER_VERSION" "$STAGING_OUT" "" \
-    "-s -w -X $m/pkg/version.Version=$KUBE_ROUTER_VERSION" "$m/cmd/kube-router"
+  GOBIN="$STAGING_OUT" go install -trimpath -ldflags "-s -w -X $m/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+    "$m/cmd/kube-router@$KUBE_ROUTER_VERSION"
   "$STAGING_OUT/kube-router" --version >&2
   install_bin kube-router
   echo "$KUBE_ROUTER_VERSION" >"$BIN_DIR/kube-router.version"
@@ -443,7 +366,6 @@ build_kueue() {
   local t0 m="sigs.k8s.io/kueue"
   t0=$(date +%s)
   log "building kueue $KUEUE_VERSION (its manager; CRDs and webhooks come from the same module's config/)"
-  # Built as it pins its libraries: its controller-runtime (v0.23) does not build against client-go v0.36.
   GOBIN="$STAGING_OUT" go install -p "$JOBS" -trimpath -ldflags "-s -w -X $m/pkg/version.GitVersion=$KUEUE_VERSION" \
     "$m/cmd/kueue@$KUEUE_VERSION"
   install_bin kueue
@@ -469,9 +391,6 @@ tools_stream() {
   have_all helm || build_helm
   have_all "${CONTAINERD_CMDS[@]}" || build_containerd
 }
-staging_modules >"$WORK/staging.txt" ||
-  die "building Kubernetes failed: could not read the staging modules of k8s.io/kubernetes@$K8S_VERSION (above)"
-log "$(wc -l <"$WORK/staging.txt") staging modules of k8s.io/kubernetes@$K8S_VERSION: the one set of Kubernetes libraries"
 (kubernetes_stream) & k8s_pid=$!
 (tools_stream) & tools_pid=$!
 failed=()
