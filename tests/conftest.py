@@ -4,6 +4,9 @@ A test says which environment it needs by its markers (`cluster`, `realnode`, `i
 declared in pyproject.toml), never by where it lives: tests/ mirrors the package, so `-m` selects by environment.
 The session-scoped fixtures (one test control plane, one image registry, one MLflow server and one tracked sweep
 per run) come from tests/support and are imported here so that every module finds them.
+
+The suite has two parts (`--part early`, `--part rest`), which `make test` runs one after the other on a fresh
+machine: the early one beside the end of the cluster's build (docs/testing.md).
 """
 
 import os
