@@ -90,17 +90,14 @@ unit: setup  ## fast tests only: no cluster, images, browser or GPU, nothing mar
 # the images (a multi-GB PyTorch stand-in base). When the binaries are not cached, their build starts first, in the
 # background (log: $(TOOLS_LOG)), before anything else: it is the longest step, and it needs only go, gcc and
 # python3, so the virtualenv, the Debian packages, lint, types and the images (tests/images/prepare.py) are made
-# while it runs. If it is still running then, the tests that need neither the cluster nor the images and share an
-# MLflow server (`--part early`, tests/conftest.py) run beside its last minutes until it ends, and then the rest
-# (`--part rest`: the other tests, and the early ones not yet started): no test waits on a build. A warm run finds
-# the binaries and runs the whole suite at once.
+# while it runs. The tests start once both builds are done, so no test waits on a build. A warm run finds the
+# binaries and goes straight on.
 TOOLS_LOG := build/build-tools.log
-EARLY_RECORD := build/early-tests.txt
 # `make test` prints when each of its steps ended, counted from its start (the build's log has its own steps).
 STEP = echo "make test: $(1) at $$(( $$(date +%s) - t_start ))s"
 
 test:  ## everything CI runs: lint, types, all tests (a fresh machine first builds the cluster and images)
-	@set -u; tools=; rc=0; erc=0; part=; t_start=$$(date +%s); \
+	@set -u; tools=; rc=0; t_start=$$(date +%s); \
 	if ! bash tests/cluster/build-tools.sh --check; then \
 	  mkdir -p "$$(dirname "$(TOOLS_LOG)")"; \
 	  echo "building the test cluster's binaries in the background (log: $(TOOLS_LOG)); the rest meanwhile"; \
@@ -113,12 +110,6 @@ test:  ## everything CI runs: lint, types, all tests (a fresh machine first buil
 	if [ -n "$$tools" ]; then \
 	  if [ $$rc = 0 ]; then $(PY) -m tests.images.prepare || echo "images: the image tests will build them"; \
 	    $(call STEP,images done); \
-	    if kill -0 $$tools 2>/dev/null; then \
-	      early="--part early --early-while $$tools --early-record $(EARLY_RECORD)"; \
-	      part="--part rest --early-record $(EARLY_RECORD)"; \
-	      echo "$(PY) -m pytest -q $$early $(PYTEST_ARGS)   # while the cluster's binaries build"; \
-	      $(PY) -m pytest -q $$early $(PYTEST_ARGS) || erc=$$?; [ $$erc = 5 ] && erc=0; \
-	      $(call STEP,early tests done); fi; \
 	  else kill -- -$$tools 2>/dev/null; fi; \
 	  t0=$$(date +%s); wait $$tools; brc=$$?; \
 	  if [ $$brc != 0 ] && [ $$rc = 0 ]; then \
@@ -129,11 +120,9 @@ test:  ## everything CI runs: lint, types, all tests (a fresh machine first buil
 	fi; \
 	[ $$rc = 0 ] || exit $$rc; \
 	$(call STEP,tests start); \
-	echo "$(PY) -m pytest -q $(PYTEST_XDIST) $$part $(PYTEST_ARGS)"; \
-	$(PY) -m pytest -q $(PYTEST_XDIST) $$part $(PYTEST_ARGS) || rc=$$?; \
+	echo "$(PY) -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS)"; \
+	$(PY) -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS) || rc=$$?; \
 	$(call STEP,tests done); \
-	if [ $$erc != 0 ]; then echo "make test: the early tests failed (pytest exit $$erc; their report is above)"; \
-	  [ $$rc = 0 ] && rc=$$erc; fi; \
 	exit $$rc
 
 bench-plan: setup  ## planner speed (10,000 trials)
