@@ -164,18 +164,23 @@ def test_each_trial_is_taken_by_a_spare_forked_before_it_and_a_lost_spare_is_rep
 def test_terminate_ends_the_server_with_its_spare_and_its_trial_at_once(
     sst2: Path, token_cache: Path, tmp_path: Path
 ) -> None:
-    """SIGTERM ends the server within 2 s, while it imports and while it serves: `Handle.terminate` in the
-    process that started it, `end_recorded` from another (the handle's record file names it). The spare and the
-    running trial go with it (the trial's client says the server went away), and its socket directory and
-    record are removed."""
+    """Ending the server does not wait for its import or its trial, while it imports and while it serves:
+    `Handle.terminate` in the process that started it, `end_recorded` from another (the handle's record file names
+    it). The spare and the running trial go with it (the trial's client says the server went away), and its socket
+    directory and record are removed.
+
+    The bounds are the grace after SIGTERM (then SIGKILL) and 2 s more, not a speed. While the server imports, the
+    handle's SIGKILL after a short grace is what bounds it: beside the other worker's tests, a server still inside
+    `import torch` has taken over 5 s to run its SIGTERM handler. While it serves, the bound is the default grace,
+    and a server left to finish its trial (100,000 steps) would not end at all."""
     record = tmp_path / "forkserver.json"
     env = {**os.environ, **PLAIN}
     importing = Handle(sys.executable, env, tmp_path / "importing.log", record=record)
     assert json.loads(record.read_text()) == {"pid": importing.proc.pid, "socket": importing.socket,
                                               "start": forkserver_handle._start_time(importing.proc.pid)}
     start = time.monotonic()
-    importing.terminate()
-    assert time.monotonic() - start < 2.0 and importing.proc.returncode is not None
+    importing.terminate(grace=1.0)
+    assert time.monotonic() - start < 1.0 + 2.0 and importing.proc.returncode is not None
     assert not os.path.exists(importing.dir) and not record.exists()
 
     serving = Handle(sys.executable, env, tmp_path / "forkserver.log", record=record)
@@ -188,7 +193,7 @@ def test_terminate_ends_the_server_with_its_spare_and_its_trial_at_once(
     assert trial_pid in processes and len(processes) == 3
     start = time.monotonic()
     assert forkserver_handle.end_recorded(record)
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < forkserver_handle.TERMINATE_GRACE_S + 2.0
     assert [pid for pid in processes if forkserver_handle._running(pid)] == []
     out, _ = trial.communicate(timeout=30)
     assert trial.returncode == 1 and "the server went away" in out
