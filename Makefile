@@ -17,9 +17,12 @@ SYSTEM_TOOLS := chromium buildah skopeo docker-registry mmdebstrap runc iptables
 # Debian packages for those commands, plus the CNI plugins of the test cluster's real node (/usr/lib/cni)
 SYSTEM_PACKAGES := chromium buildah skopeo docker-registry mmdebstrap runc iptables conntrack openssl iproute2 \
 	containernetworking-plugins ipset
-# `make test` runs on two pytest-xdist workers where the machine has two cores or more (each shared component stays
-# on one worker: tests/conftest.py); `make test PYTEST_XDIST=` runs it in one process.
-PYTEST_XDIST ?= $(if $(filter 0 1,$(shell nproc 2>/dev/null || echo 1)),,-n 2 --dist loadgroup)
+# `make test` runs on PYTEST_WORKERS pytest-xdist workers where the machine has two cores or more (each shared
+# component stays on one worker: tests/conftest.py); `make test PYTEST_XDIST=` runs it in one process. Three on two
+# cores: much of the suite waits (for a scheduler, a kubelet, a CPU-limited pod, a server), and a third worker runs
+# in those waits.
+PYTEST_WORKERS ?= 3
+PYTEST_XDIST ?= $(if $(filter 0 1,$(shell nproc 2>/dev/null || echo 1)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
