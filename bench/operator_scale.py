@@ -207,7 +207,7 @@ def install_base(cluster: Any, max_trials: int) -> None:
                          cwd=ROOT).stdout
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=crd)
     names = [d["metadata"]["name"] for d in yaml.safe_load_all(crd) if d and d["kind"] == "CustomResourceDefinition"]
-    cluster.kubectl("wait", "--for=condition=Established", *[f"crd/{n}" for n in names], "--timeout=60s")
+    cluster.wait_established(*names, timeout=60)
     if cluster.kubectl("get", "namespace", HOME_NS, check=False).returncode != 0:
         cluster.kubectl("create", "namespace", HOME_NS)
     node = load_kwok().cpu_node_manifest(NODE)

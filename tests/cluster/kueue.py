@@ -73,15 +73,18 @@ def _free_port() -> int:
 
 
 class Kueue:
-    """One Kueue manager for one cluster. `kubectl(*args, input=...)` runs kubectl against that cluster."""
+    """One Kueue manager for one cluster. `kubectl(*args, input=...)` runs kubectl against that cluster;
+    `wait_established(*crds, timeout=...)` waits for CRDs (names, or ``-l SELECTOR``) to be Established."""
 
     def __init__(self, *, workdir: Path, bins: Path, kubeconfig: Path, version: str,
-                 kubectl: Callable[..., subprocess.CompletedProcess[str]]):
+                 kubectl: Callable[..., subprocess.CompletedProcess[str]],
+                 wait_established: Callable[..., None]):
         self.workdir = workdir
         self.bins = bins
         self.kubeconfig = kubeconfig
         self.version = version
         self.kubectl = kubectl
+        self.wait_established = wait_established
 
     @property
     def log_path(self) -> Path:
@@ -122,8 +125,7 @@ class Kueue:
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}))
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                      input=yaml.safe_dump_all(self._crds(source, ca, ports["webhook"])), timeout=120)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "-l",
-                     "app.kubernetes.io/part-of=kubesweep-test-kueue", timeout=90)
+        self.wait_established("-l", "app.kubernetes.io/part-of=kubesweep-test-kueue", timeout=90)
         config = self.workdir / "config.yaml"
         config.write_text(yaml.safe_dump(self._config(ports)))
         with self.log_path.open("ab") as out:

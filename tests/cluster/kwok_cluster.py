@@ -288,6 +288,15 @@ def wait_until(what: str, fn: Callable[[], T | None], timeout: float, interval: 
         time.sleep(interval)
 
 
+def crds_established(doc: Any) -> bool:
+    """Whether every CRD in `doc` (one CRD, or a List of them; an empty List is not) has Established=True."""
+    items = (doc.get("items") or []) if str(doc.get("kind", "")).endswith("List") else [doc]
+    return bool(items) and all(
+        any(c.get("type") == "Established" and c.get("status") == "True"
+            for c in (item.get("status") or {}).get("conditions") or [])
+        for item in items)
+
+
 def _describe(exc: Exception) -> str:
     if isinstance(exc, subprocess.CalledProcessError):
         return f"{exc.cmd!r} exited {exc.returncode}: {_tail(exc.stderr or '', 5)}"
@@ -342,6 +351,13 @@ class K8sCluster:
         if check and proc.returncode != 0:
             raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
         return proc
+
+    def wait_established(self, *crds: str, timeout: float = 60) -> None:
+        """Wait for CRDs (names, or ``-l SELECTOR``) to be Established. ``kubectl wait --for=condition=Established``
+        is not used: it fails at once, not waiting, on a CRD the API server has not yet given a status
+        (``.status.conditions accessor error: <nil>``), as a just-applied CRD on a busy machine can be."""
+        wait_until(f"CRDs {' '.join(crds)} to be Established",
+                   lambda: crds_established(self.get_json("crd", *crds)), timeout)
 
     def get_json(self, *args: str, namespace: str | None = None) -> Any:
         """``kubectl get ARGS -o json`` parsed. `RESOURCE [NAME]` and `RESOURCE -l SELECTOR` of the resources in
@@ -642,7 +658,8 @@ def kueue_of(cluster: K8sCluster) -> Any:
     if cluster.workdir is None or cluster.bin_dir is None:
         raise ClusterError("Kueue runs beside a kwok cluster made here (tests/cluster/up), not an external one")
     return kueue.Kueue(workdir=cluster.workdir / "kueue", bins=cluster.bin_dir, kubeconfig=cluster.kubeconfig,
-                       version=pinned_versions()["kueue"], kubectl=cluster.kubectl)
+                       version=pinned_versions()["kueue"], kubectl=cluster.kubectl,
+                       wait_established=cluster.wait_established)
 
 
 def start_kueue(cluster: K8sCluster) -> Any:
@@ -650,7 +667,7 @@ def start_kueue(cluster: K8sCluster) -> Any:
     manager = kueue_of(cluster)
     try:
         manager.start()
-    except (kueue.KueueError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+    except (kueue.KueueError, subprocess.CalledProcessError, subprocess.TimeoutExpired, TimeoutError) as exc:
         raise ClusterError(f"Kueue did not start: {_describe(exc)}") from exc
     return manager
 

@@ -260,7 +260,7 @@ def test_apiserver_rejects_custom_resource_against_crd_schema(k8s_cluster, k8s_n
     }
     k8s_cluster.create(crd)
     try:
-        k8s_cluster.kubectl("wait", "--for=condition=Established", f"crd/widgets.{group}", "--timeout=30s")
+        k8s_cluster.wait_established(f"widgets.{group}", timeout=30)
 
         def widget(name: str, spec: dict[str, Any]) -> dict[str, Any]:
             return {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": name}, "spec": spec}
