@@ -386,6 +386,25 @@ def test_sweep_trials_run_the_job_image_and_log_to_the_in_cluster_mlflow(stack: 
     assert {r.info.status for r in runs} == {"FINISHED"}
 
 
+def _may_have_run(pod: dict[str, Any]) -> bool:
+    """Whether a container of the pod may have started: one is or was running, ended after it started, or ended
+    where the kubelet could not say (ContainerStatusUnknown: it may have run before the kubelet lost it)."""
+    for status in pod["status"].get("containerStatuses") or []:
+        for state in (status.get("state") or {}, status.get("lastState") or {}):
+            ended = state.get("terminated") or {}
+            if state.get("running") or ended.get("startedAt") or ended.get("reason") == "ContainerStatusUnknown":
+                return True
+    return False
+
+
+def _pod_line(pod: dict[str, Any]) -> str:
+    status = pod["status"]
+    states = [(c.get("state"), c.get("lastState")) for c in status.get("containerStatuses") or []]
+    return (f"{pod['metadata']['name']} created {pod['metadata'].get('creationTimestamp')}: "
+            f"{status.get('phase')} {status.get('reason') or ''} {(status.get('message') or '')[:300]!r} "
+            f"ran={_may_have_run(pod)} containers={json.dumps(states)[:600]}")
+
+
 def test_kubelet_outage_mid_sweep_loses_and_duplicates_nothing(stack: Stack, cpu_sweep: CpuSweep) -> None:
     assert cpu_sweep.outage[1] - cpu_sweep.outage[0] >= OUTAGE_S
     # the kubelet really was silent: it renews its Lease every 10 s while it runs
@@ -396,13 +415,20 @@ def test_kubelet_outage_mid_sweep_loses_and_duplicates_nothing(stack: Stack, cpu
     succeeded = []
     for job in jobs:
         pods = stack.cluster.job_pods(stack.namespace, job["metadata"]["name"])
-        if [p["status"]["phase"] for p in pods] != ["Succeeded"]:  # why, in the kubelet's and the pods' words
+        # one pod ran the job, and it succeeded; a pod the kubelet failed before any of its containers started
+        # (refused on its return, say) ran nothing, so it duplicates nothing
+        ran = [p for p in pods if _may_have_run(p)]
+        never = [p for p in pods if not _may_have_run(p)]
+        if [p["status"]["phase"] for p in ran] != ["Succeeded"] or any(
+                p["status"].get("phase") != "Failed" for p in never):  # why, in the kubelet's and the pods' words
             kubelet = [line for line in stack.node.logs("kubelet", lines=4000).splitlines()
                        if any(p["metadata"]["name"] in line for p in pods)]
             pytest.fail(f"Job {job['metadata']['name']}: pods {json.dumps([p['status'] for p in pods])[:6000]}\n"
-                        f"outage {cpu_sweep.outage}, running then {cpu_sweep.running_at_outage}\nkubelet on them:\n"
-                        + "\n".join(kubelet[-60:]))
-        succeeded.append(pods[0]["metadata"]["name"])
+                        f"kubelet on them:\n" + "\n".join(kubelet[-60:]) +
+                        f"\noutage {cpu_sweep.outage}, running then {cpu_sweep.running_at_outage}\n"
+                        f"the pods in short (ran: whether a container of theirs may have started):\n"
+                        + "\n".join(_pod_line(p) for p in pods))
+        succeeded.append(ran[0]["metadata"]["name"])
     # the pods that ran through the outage are the ones that finished: none replaced, none run twice
     assert set(cpu_sweep.running_at_outage) <= set(succeeded)
     client = stack.mlflow()
