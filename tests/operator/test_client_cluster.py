@@ -56,9 +56,11 @@ def _run_by_the_operator(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    inst: Installed = request.getfixturevalue("installed")  # the fixtures of test_controller_cluster.py
-    op: OperatorProcess = request.getfixturevalue("operator")
+def harness(installed: Installed, operator: OperatorProcess  # noqa: F811  (the imported fixtures)
+            ) -> Iterator[Harness]:
+    # named as parameters, not fetched inside: the fixtures a test names put it in the worker group of the chart
+    # release (tests/conftest.py), so it never installs the release beside another module that does
+    inst, op = installed, operator
     client = SweepClient(namespace=inst.namespace, kubeconfig=inst.cluster.kubeconfig, poll=0.2)
     recorder = Recorder(inst).__enter__()
 

@@ -346,11 +346,31 @@ def cpu_sweep(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> CpuSwee
     return CpuSweep(name, 4, (stopped, started), running_now, lease_age)
 
 
+def _may_have_run(pod: dict[str, Any]) -> bool:
+    """Whether a container of the pod may have started: one is or was running, ended after it started, or ended
+    where the kubelet could not say (ContainerStatusUnknown: it may have run before the kubelet lost it)."""
+    for status in pod["status"].get("containerStatuses") or []:
+        for state in (status.get("state") or {}, status.get("lastState") or {}):
+            ended = state.get("terminated") or {}
+            if state.get("running") or ended.get("startedAt") or ended.get("reason") == "ContainerStatusUnknown":
+                return True
+    return False
+
+
+def _pod_line(pod: dict[str, Any]) -> str:
+    status = pod["status"]
+    states = [(c.get("state"), c.get("lastState")) for c in status.get("containerStatuses") or []]
+    return (f"{pod['metadata']['name']} created {pod['metadata'].get('creationTimestamp')}: "
+            f"{status.get('phase')} {status.get('reason') or ''} {(status.get('message') or '')[:300]!r} "
+            f"ran={_may_have_run(pod)} containers={json.dumps(states)[:600]}")
+
+
 def test_sweep_trials_run_the_job_image_and_log_to_the_in_cluster_mlflow(stack: Stack, cpu_sweep: CpuSweep,
                                                                         tmp_path: Path) -> None:
     name = cpu_sweep.name
-    pods = stack.pods(name)
-    assert pods
+    # the pods that ran, one per trial (a pod failed before its container started ran nothing: the outage test)
+    pods = [p for p in stack.pods(name) if _may_have_run(p)]
+    assert len(pods) == cpu_sweep.trials, [_pod_line(p) for p in stack.pods(name)]
     for pod in pods:
         assert pod["spec"]["nodeName"] == _rn().NODE_NAME
         (container,) = pod["spec"]["containers"]
@@ -384,25 +404,6 @@ def test_sweep_trials_run_the_job_image_and_log_to_the_in_cluster_mlflow(stack: 
     assert len(runs) == cpu_sweep.trials
     assert len({r.data.tags["kubesweep.trial_id"] for r in runs}) == cpu_sweep.trials
     assert {r.info.status for r in runs} == {"FINISHED"}
-
-
-def _may_have_run(pod: dict[str, Any]) -> bool:
-    """Whether a container of the pod may have started: one is or was running, ended after it started, or ended
-    where the kubelet could not say (ContainerStatusUnknown: it may have run before the kubelet lost it)."""
-    for status in pod["status"].get("containerStatuses") or []:
-        for state in (status.get("state") or {}, status.get("lastState") or {}):
-            ended = state.get("terminated") or {}
-            if state.get("running") or ended.get("startedAt") or ended.get("reason") == "ContainerStatusUnknown":
-                return True
-    return False
-
-
-def _pod_line(pod: dict[str, Any]) -> str:
-    status = pod["status"]
-    states = [(c.get("state"), c.get("lastState")) for c in status.get("containerStatuses") or []]
-    return (f"{pod['metadata']['name']} created {pod['metadata'].get('creationTimestamp')}: "
-            f"{status.get('phase')} {status.get('reason') or ''} {(status.get('message') or '')[:300]!r} "
-            f"ran={_may_have_run(pod)} containers={json.dumps(states)[:600]}")
 
 
 def test_kubelet_outage_mid_sweep_loses_and_duplicates_nothing(stack: Stack, cpu_sweep: CpuSweep) -> None:

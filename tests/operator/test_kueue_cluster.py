@@ -280,8 +280,10 @@ def test_two_teams_share_a_cohort_as_their_cluster_queues_say(queued: Installed,
     inst = queued
     # team-a's trials run long enough that team-b's Jobs exist while they still hold the borrowed quota, however
     # slowly a loaded machine creates them: otherwise team-a may finish first and there is nothing to reclaim.
+    # team-b's run long enough that all four are admitted at once however slowly their Jobs come: with short ones,
+    # the first may end before the fourth is admitted, and 4 and 4 is never seen.
     share_a = queued_sweep(tmp_path, "share-a", [8, 16, 32, 64], queue="team-a", duration="25s", repeats=2)
-    share_b = queued_sweep(tmp_path, "share-b", [8, 16, 32, 64], queue="team-b", duration="8s")
+    share_b = queued_sweep(tmp_path, "share-b", [8, 16, 32, 64], queue="team-b", duration="20s")
     op = OperatorProcess(inst, tmp_path / "operator.log").start()
     try:
         with Sampler(inst, a="kubesweep.io/sweep=share-a", b="kubesweep.io/sweep=share-b") as sampler:
