@@ -34,6 +34,8 @@ def xdist_group(item: pytest.Item) -> str | None:
     - the MLflow server and its tracked sweep (marker `browser`, or the fixtures), or the basic-auth server;
     - a test module against the cluster: its module-scoped fixtures (an installed chart, a running operator).
 
+    A group is read from the fixtures a test names, directly or through the fixtures it names: a fixture fetched
+    inside another (`request.getfixturevalue`) is not seen, so the fixtures above are always named as parameters.
     Tests against the cluster in different groups run at the same time on the one cluster the workers share
     (tests/support/cluster_fixtures.py), each in namespaces of its own."""
     markers = {mark.name for mark in item.iter_markers()}
