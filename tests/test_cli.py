@@ -210,7 +210,9 @@ def test_cancel_counts_a_trial_that_had_succeeded_as_succeeded(sweep, tmp_path: 
     words status uses."""
     path = spec(tmp_path, "slow", "[1, 2, 3]", steps=2)
     path.write_text(path.read_text() + "  concurrency: {max_parallel: 1}\n")
-    sweep("submit", str(path), "--detach", env={"KUBESWEEP_TEST_STAND_IN_LINGER_S": "4"})
+    # Long enough that the cancel below lands while the first trial lingers, however loaded the machine (each
+    # CLI call here takes seconds then); cancel ends the lingering trial, so the test does not wait it out.
+    sweep("submit", str(path), "--detach", env={"KUBESWEEP_TEST_STAND_IN_LINGER_S": "30"})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         status = json.loads(sweep("status", "slow", "-o", "json").stdout)
@@ -251,7 +253,10 @@ def test_detach_then_cancel(sweep, tmp_path: Path) -> None:  # type: ignore[no-u
 
 # -- what submit checks before anything runs, and `validate --backend` with it ---------------------------------
 
-QUICK_S = 10.0  # generous: a command that is refused returns at once; this bound only tells one from a hang
+# Generous: a command that is refused returns at once (about 1 s of CPU, the kubernetes client's imports at most
+# 2), and this bound only tells one from a hang (the subprocess timeout below is 60 s). A machine busy with other
+# builds stretched a `submit --backend kubernetes` to 12 s.
+QUICK_S = 25.0
 
 
 def timed(args: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[subprocess.CompletedProcess[str], float]:
