@@ -253,9 +253,9 @@ def test_detach_then_cancel(sweep, tmp_path: Path) -> None:  # type: ignore[no-u
 
 # -- what submit checks before anything runs, and `validate --backend` with it ---------------------------------
 
-# Generous: a command that is refused returns at once (about 1 s of CPU, the kubernetes client's imports at most
-# 2), and this bound only tells one from a hang (the subprocess timeout below is 60 s). A machine busy with other
-# builds stretched a `submit --backend kubernetes` to 12 s.
+# Generous: a command that is refused returns at once (about 1 s of CPU; 3.5 s for one that asks the cluster, most
+# of it the Kubernetes client's imports), and this bound only tells one from a hang (the subprocess timeout below
+# is 60 s). A machine busy with other builds stretched a `submit --backend kubernetes` to 12 s.
 QUICK_S = 25.0
 
 
