@@ -81,13 +81,19 @@ def test_a_stopped_driver_leaves_an_interrupted_sweep_that_resume_finishes_once(
     assert rows[0].finished is not None and rows[0].started is not None
     assert rows[0].finished - rows[0].started < TRIAL_S + 1.0  # its own run time
 
+    resume_began = time.monotonic()
     code, out, err = run(home, "resume", "drv")
+    resume_s = time.monotonic() - resume_began
     assert code == 0, out + err
     assert "sweep 'drv': no failed or cancelled trial to rerun; continuing 2 not yet run" in out
     assert sorted(starts(home)) == sorted(r.trial_id for r in rows)  # each trial ran once
     rows = Store(home).trials("drv")
     assert [r.phase for r in rows] == [Phase.SUCCEEDED] * 3
-    assert all(r.finished - r.started < TRIAL_S + 1.0 for r in rows)  # type: ignore[operator]
+    # Each resumed trial's own run time: within the resume that ran it (time since the sweep's start, or since the
+    # first trial's, would exceed it), bounded by the resume's wall time rather than by TRIAL_S, which a loaded
+    # machine stretches.
+    assert all(r.finished - r.started < resume_s for r in rows[1:])  # type: ignore[operator]
+    assert rows[0].finished - rows[0].started < TRIAL_S + 1.0  # type: ignore[operator]  # unchanged by the resume
     code, out, _ = run(home, "status", "drv")
     assert "sweep drv [Succeeded] 3/3 done" in out and "Interrupted" not in out
 
