@@ -45,6 +45,10 @@ RELEASE = "ksr"
 MLFLOW_SERVICE = f"{RELEASE}-kubesweep-mlflow"
 TRIAL_CPU = "600m"  # two trials fit beside the operator, MLflow and CoreDNS on a 2-core node
 OUTAGE_S = 30  # two missed Lease renewals and more (the kubelet renews every 10 s)
+# A request to the in-cluster MLflow tells an answer from a hang, not a fast server from a slow one: MLflow's own
+# client waits this long (MLFLOW_HTTP_REQUEST_TIMEOUT). On a loaded 2-core node one request took more than 10 s;
+# each server process opens its tracking store (and checks its schema) on its first request.
+MLFLOW_REQUEST_TIMEOUT_S = 120
 
 
 def _kc() -> Any:
@@ -78,10 +82,20 @@ class Stack:
         request = urllib.request.Request(f"{self.mlflow_host_uri}/api/2.0/mlflow/{path}", data=data,
                                          headers=headers, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=10) as resp:
+            with urllib.request.urlopen(request, timeout=MLFLOW_REQUEST_TIMEOUT_S) as resp:
                 return int(resp.status)
         except urllib.error.HTTPError as exc:
             return int(exc.code)
+        except TimeoutError:
+            raise AssertionError(f"MLflow did not answer {method} {path} as {user} within "
+                                 f"{MLFLOW_REQUEST_TIMEOUT_S} s\n{self.mlflow_logs()}\n{self.diagnostics()}"
+                                 ) from None
+
+    def mlflow_logs(self) -> str:
+        """The tracking server's last lines (its workers' starts and the requests they answered)."""
+        logs = self.cluster.kubectl("logs", "-l", "app.kubernetes.io/component=mlflow", "--tail=60", "--prefix",
+                                    "--all-containers", namespace=self.namespace, check=False)
+        return f"MLflow logs:\n{logs.stdout[-6000:]}{logs.stderr[-1000:]}"
 
     @property
     def checkpoints(self) -> Path:
