@@ -94,6 +94,11 @@ def _series(cells: list[Cell]) -> dict[str, dict[tuple[str, str], list[Cell]]]:
     return out
 
 
+def single_x(cells: list[Cell]) -> bool:
+    """Whether the single-device fine-tuning cells ran one batch size alone: a line would have one x value."""
+    return len({_batch(c) for by in _series(cells).values() for g in by.values() for c in g}) <= 1
+
+
 def _series_name(key: tuple[str, str]) -> str:
     precision, compiled = key
     return precision + ("" if compiled == "off" else f" compile={compiled}")
@@ -108,6 +113,8 @@ def per_gpu_lines(cells: list[Cell], metric: str, ylabel: str, title: str,
     series = _series(cells)
     if not any(c.value(metric) is not None for by in series.values() for g in by.values() for c in g):
         return None
+    if single_x(cells):  # one batch size: no line to draw, a bar per setting says the same
+        return bars([c for by in series.values() for g in by.values() for c in g], metric, ylabel, title)
     gpus = sorted(series)
     cols = min(3, len(gpus))
     rows = (len(gpus) + cols - 1) // cols
@@ -122,8 +129,8 @@ def per_gpu_lines(cells: list[Cell], metric: str, ylabel: str, title: str,
             pts = [(_batch(c), c.metrics[metric]) for c in group if c.value(metric) is not None]
             if pts:
                 handles[_series_name(key)] = ax.errorbar(
-                    [p[0] for p in pts], [p[1].mean for p in pts], yerr=[p[1].std or 0.0 for p in pts], marker="o",
-                    capsize=3, color=colours[key], linestyle="--" if key[1] != "off" else "-")
+                    [p[0] for p in pts], [p[1].mean for p in pts], yerr=[p[1].half_width or 0.0 for p in pts],
+                    marker="o", capsize=3, color=colours[key], linestyle="--" if key[1] != "off" else "-")
         labels = _point_labels(ax, series[gpu], metric, handles)
         fit.annotate(ax, labels)
         panels.append((ax, labels))
@@ -180,7 +187,7 @@ def bars(cells: list[Cell], metric: str, xlabel: str, title: str) -> Any:
     fig = _figure(max(2.8, height + 1.4))
     ax = fig.subplots()
     ax.barh(rows, [c.value(metric) or 0.0 for c in chosen],
-            xerr=[c.metrics[metric].std or 0.0 for c in chosen], capsize=3,
+            xerr=[c.metrics[metric].half_width or 0.0 for c in chosen], capsize=3,
             color=["tab:green" if c.best else ("#f4b6b6" if c.marks else "tab:blue") for c in chosen],
             hatch=["//" if c.marks else "" for c in chosen], edgecolor=[FLAGGED if c.marks else "none" for c in chosen])
     ax.set_yticks(rows, labels, fontsize=8)

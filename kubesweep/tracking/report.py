@@ -12,7 +12,7 @@ CPU trials count as a device):
 - `time_to_accuracy.png`, `cost_per_epoch.png`, `energy_per_epoch.png`: bars per cell;
 - `heatmap.png`: samples/s of the whole fine-tuning matrix, OOM and GPU-mismatch cells labelled as such.
 Tables: the GPU types at their best setting per model; time for the configured epochs at batch 16 per GPU;
-torch.compile's break-even (`kubesweep.tracking.breakeven`); inference latency on CPU vs GPU vs FP16; one GPU
+torch.compile's break-even (`kubesweep.tracking.breakeven`); inference latency by device and precision; one GPU
 vs DDP; then the full results table. Every row and every number drawn carries its cell's marks (`*` best, `OOM`,
 `GPU mismatch`, `failed`, `chance accuracy (0.51)`); the page ends with the definitions and the marks' legend,
 which its notes and column headers link to.
@@ -129,13 +129,18 @@ def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target:
     def memory_line(gpu: str) -> float | None:
         return catalog[gpu].memory_gib if gpu in catalog else None
 
+    on_gpu, on_cpu = any(c.axes.gpu != "cpu" for c in cells), any(c.axes.gpu == "cpu" for c in cells)
+    device = "GPU type" if on_gpu and not on_cpu else ("device" if on_gpu else "setting")
+    shape = "per setting" if figs.single_x(cells) else "vs batch size"
+    peak = "; ".join([*(["GPU: the torch allocator's peak, dotted: the GPU's memory"] if on_gpu else []),
+                      *(["CPU: the process's peak RSS"] if on_cpu else [])])
     drawings: list[tuple[str, str, Callable[[], Any]]] = [
-        ("throughput.png", "Throughput vs batch size per GPU type and precision (error bars: std over repeats)",
+        ("throughput.png", f"Throughput {shape}{f' per {device}' if device != 'setting' else ''} and precision "
+         f"(error bars: the 95% interval over repeats)",
          lambda: figs.per_gpu_lines(cells, "samples_per_s", "samples/s", "Fine-tuning throughput")),
         ("compile_speedup.png", "torch.compile speed-up: compiled / eager samples/s for the same setting",
          lambda: figs.speedup(cells)),
-        ("peak_memory.png", "Peak memory vs batch size (GPU: the torch allocator's peak, dotted: the GPU's memory; "
-         "CPU: the process's peak RSS)",
+        ("peak_memory.png", f"Peak memory {shape} ({peak}; error bars: the 95% interval over repeats)",
          lambda: figs.per_gpu_lines(cells, "peak_mem_gib", "peak GiB", "Peak memory", memory_line)),
         ("time_to_accuracy.png", f"Time to {target:.0%} dev accuracy (training time at the steady step time, the "
          "warm-up apart; green: best per GPU)",

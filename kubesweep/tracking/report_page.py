@@ -81,7 +81,8 @@ def _definitions() -> list[str]:
 
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;
+div.scroll{max-width:100%;overflow-x:auto;margin:0.5em 0 1.5em}
+table{border-collapse:collapse;margin:0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;
 text-align:right}th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}.note{color:#555;font-size:13px}
 th a{color:inherit}tr.flagged td{background:#fdecec}.legend{font-size:13px;background:#f7f7f7;padding:4px 8px}
 figure{margin:1em 0 2em;max-width:1400px}figcaption{color:#555;font-size:13px}
@@ -122,7 +123,8 @@ class Table:
                        + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
         note = f"<p class='note'>{html.escape(self.note)}</p>" if self.note else ""
         title = f"<h3>{html.escape(self.title)}</h3>" if self.title else ""
-        return f"{title}{note}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return (f"{title}{note}<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+                "</table></div>")
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The report's comparison tables, built from whatever trials the sweep has (None where it has none for a table):
 the GPU types at their best setting per model, time for the configured epochs at batch 16 per GPU, torch.compile's
-break-even (`kubesweep.tracking.breakeven`), inference latency on CPU vs GPU vs FP16, one GPU vs DDP, the queue
+break-even (`kubesweep.tracking.breakeven`), inference latency by device and precision, one GPU vs DDP, the queue
 wait per GPU type, the trials measured alone or beside others and each GPU's busy fraction. Each has the flags
 column: `*` for the best setting, then the cell's flags."""
 
@@ -154,12 +154,15 @@ def breakeven_table(cells: list[Cell]) -> Table | None:
 
 
 def inference_table(cells: list[Cell]) -> Table | None:
-    """Inference latency: CPU vs GPU vs reduced precision."""
+    """Inference latency, titled by what the sweep measured: the devices (CPU, GPU types) and precisions. A speed-up
+    column only where a CPU trial and another device both ran: the CPU's p50 against each other device's, never a
+    device against itself."""
     inf = [c for c in cells if c.task == "inference"]
     if not inf:
         return None
     cpu = [v for c in inf if c.axes.gpu == "cpu" and (v := c.value("step_p50_ms")) is not None]
-    cpu_p50 = min(cpu) if cpu else None
+    on_gpu = any(c.axes.gpu != "cpu" for c in inf)
+    cpu_p50 = min(cpu) if cpu and on_gpu else None
     inf.sort(key=lambda c: (c.axes.gpu != "cpu", str(c.axes.gpu), int(c.axes.batch_size or 0),
                             str(c.axes.precision), str(c.axes.compile), _other_settings(c)))
     # the settings beyond the axes that set cells apart (a CUDA graph or eager, the batches measured): without
@@ -168,18 +171,26 @@ def inference_table(cells: list[Cell]) -> Table | None:
     rows = []
     for cell in inf:
         p50 = cell.value("step_p50_ms")
-        speedup = f"{cpu_p50 / p50:.1f}x" if cpu_p50 and p50 else "-"
+        speedup = f"{cpu_p50 / p50:.1f}x" if cpu_p50 and p50 and cell.axes.gpu != "cpu" else "-"
         rows.append([_gpu_label(cell), str(cell.axes.precision), str(cell.axes.compile),
                      *([_other_settings(cell)] if other else []),
                      str(cell.axes.batch_size), metric_text(cell, "step_p50_ms"),
-                     metric_text(cell, "latency_p99_ms"), metric_text(cell, "samples_per_s"), speedup,
-                     _flags(cell)])
-    note = "latency = wall time of one batch (p50, p99 over the measured batches); speed-up = CPU p50 / p50."
-    return Table("Inference latency: CPU vs GPU vs FP16", ["device", "precision", "compile",
-                                                          *(["other"] if other else []), "batch",
-                                                          "p50 ms", "p99 ms", "samples/s", "speed-up vs CPU",
-                                                          "flags"],
-                 rows, note if cpu_p50 else note + " (no CPU trial: no speed-up)")
+                     metric_text(cell, "latency_p99_ms"), metric_text(cell, "samples_per_s"),
+                     *([speedup] if cpu_p50 else []), _flags(cell)])
+    note = "latency = wall time of one batch (p50, p99 over the measured batches)"
+    note += "; speed-up = CPU p50 / p50." if cpu_p50 else "."
+    return Table(inference_title(inf), ["device", "precision", "compile", *(["other"] if other else []), "batch",
+                                        "p50 ms", "p99 ms", "samples/s", *(["speed-up vs CPU"] if cpu_p50 else []),
+                                        "flags"], rows, note)
+
+
+def inference_title(inf: list[Cell]) -> str:
+    """`Inference latency: CPU vs GPU, fp32 vs bf16`, naming only what the inference cells measured."""
+    devices = sorted({c.axes.gpu == "cpu" for c in inf}, reverse=True)
+    where = " vs ".join("CPU" if is_cpu else "GPU" for is_cpu in devices)
+    precisions = list(dict.fromkeys(str(c.axes.precision) for c in sorted(inf, key=lambda c: str(c.axes.precision))))
+    what = " vs ".join(precisions) if len(precisions) > 1 else precisions[0]
+    return f"Inference latency on {where}, {what}" if len(devices) == 1 else f"Inference latency: {where}, {what}"
 
 
 def ddp_table(cells: list[Cell]) -> Table | None:

@@ -244,3 +244,21 @@ def test_the_crowded_labels_keep_their_marks_and_the_brightest_cell_is_never_fla
     assert fastest.value("samples_per_s") not in coloured
     assert max(coloured) == max(c.value("samples_per_s") or 0.0 for c in found if not c.marks)
     assert not any(c.value("samples_per_s") in coloured for c in found if c.marks)
+
+
+def test_error_bars_are_the_95_percent_interval_the_text_gives() -> None:
+    """Every text of the report gives mean ± the 95% interval's half-width; the bars and lines draw the same."""
+    from matplotlib.container import ErrorbarContainer
+
+    found = [c for c in cells(edit=None) if c.task == "finetune" and c.value("samples_per_s") is not None]
+    spread = [c for c in found if (c.metrics["samples_per_s"].half_width or 0.0) > 0]
+    assert spread, "the stand-in's repeats must differ for this test to mean something"
+    for fig in (figures.bars(found, "samples_per_s", "samples/s", "t"),
+                figures.per_gpu_lines(found, "samples_per_s", "samples/s", "t")):
+        drawn = sorted(round(abs(seg[1][i] - seg[0][i]) / 2, 6)
+                       for ax in fig.axes for c in ax.containers if isinstance(c, ErrorbarContainer)
+                       for coll in c.lines[2] for seg in coll.get_segments()
+                       for i in (0 if fig.axes[0].get_xlabel() == "samples/s" else 1,))
+        expected = sorted(round(c.metrics["samples_per_s"].half_width or 0.0, 6) for c in found
+                          if c.axes.gpus <= 1 or fig.axes[0].get_xlabel() == "samples/s")
+        assert drawn == expected

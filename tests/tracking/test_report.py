@@ -494,3 +494,54 @@ def test_a_latency_under_half_the_others_is_said_as_a_fraction() -> None:
             inference("c0", None, 0.0100, 0), inference("c1", None, 0.01001, 1)]
     line = next(x for x in gpu_lines(aggregate(near, catalog=load_catalog()), "inference") if "p50" in x)
     assert "h100-80gb is 12% below CPU at their best settings" in line, line
+
+
+SMOKE_LIKE_SPEC = """\
+apiVersion: kubesweep.io/v1alpha1
+kind: Sweep
+metadata: {name: smoke}
+spec:
+  job: {epochs: 1, train_samples: 384, batch_size: 16}
+  matrix: {precision: [fp32, bf16]}
+  include:
+    - {task: inference, batch_size: 8, precision: fp32}
+    - {task: inference, batch_size: 8, precision: bf16}
+  resources: {gpus_per_trial: 0}
+"""
+
+
+def test_a_cpu_sweep_speaks_of_the_cpu_alone_and_draws_one_batch_size_as_bars(tmp_path: Path) -> None:
+    """`sweeps/smoke.yaml`'s shape: fine-tuning at one batch size and inference, all on the CPU. No GPU wording,
+    no speed-up of the CPU against itself, and no line through one x value."""
+    def on_cpu(trial: Any, results: dict[str, Any]) -> None:
+        results["memory"] = {"torch_peak_allocated_bytes": None, "host_peak_rss_bytes": 3 * 1024**3}
+
+    built, page, _ = report(tmp_path, records(SMOKE_LIKE_SPEC, on_cpu))
+    (inference,) = [t for t in built.tables if t.title.startswith("Inference latency")]
+    assert inference.title == "Inference latency on CPU, bf16 vs fp32"
+    assert "speed-up vs CPU" not in inference.headers and "speed-up" not in inference.note
+    assert "GPU" not in inference.title + inference.note and "FP16" not in page
+    captions = dict(built.figures)
+    assert captions["throughput.png"].startswith("Throughput per setting and precision (error bars: the 95% "
+                                                 "interval over repeats)")
+    assert "GPU" not in captions["throughput.png"] + captions["peak_memory.png"]
+    assert "std" not in " ".join(captions.values())
+    fig = figs.per_gpu_lines(aggregate(records(SMOKE_LIKE_SPEC, on_cpu), target=0.9), "samples_per_s",
+                             "samples/s", "Fine-tuning throughput")
+    assert fig is not None and len(fig.axes[0].patches) == 2  # a bar per setting ...
+    assert fig.axes[0].get_xlabel() == "samples/s" and fig.axes[0].get_xscale() == "linear"  # ... not batch size
+
+
+def test_a_speed_up_is_the_cpu_against_another_device_never_against_itself(tmp_path: Path) -> None:
+    def inference(name: str, gpu: str | None, p50: float, repeat: int) -> Any:
+        res = {"outcome": "succeeded", "device": "cuda" if gpu else "cpu",
+               "inference": {"samples_per_s": 8 / p50, "latency_s": {"p50": p50}}}
+        return record(name, gpu=gpu, repeat=repeat, gpus=1 if gpu else 0, task="inference", batch_size=8, res=res)
+
+    recs = [inference(f"c{r}", None, 0.040, r) for r in range(2)] + [inference(f"g{r}", "h200", 0.004, r)
+                                                                     for r in range(2)]
+    built, _, _ = report(tmp_path, recs)
+    (table,) = [t for t in built.tables if t.title.startswith("Inference latency")]
+    assert table.title == "Inference latency: CPU vs GPU, bf16"
+    at = table.headers.index("speed-up vs CPU")
+    assert {row[0]: row[at] for row in table.rows} == {"CPU": "-", "h200": "10.0x"}

@@ -27,12 +27,12 @@ from tests.tracking.test_report import CPU_SPEC, records
 pytestmark = pytest.mark.browser
 
 @contextlib.contextmanager
-def report_page(html_path: Path, profile: Path) -> Iterator[Any]:
-    """The report open in Chromium (1400 x 900), closed after."""
+def report_page(html_path: Path, profile: Path, width: int = 1400) -> Iterator[Any]:
+    """The report open in Chromium (`width` x 900), closed after."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        context = launch(pw, profile, width=1400, height=900)
+        context = launch(pw, profile, width=width, height=900)
         try:
             page = context.new_page()
             page.goto(html_path.resolve().as_uri())
@@ -101,6 +101,20 @@ def test_marks_legend_definitions_and_page_wide_figures(tmp_path: Path) -> None:
         expect(page.get_by_role("heading", name="Definitions")).to_be_in_viewport()
         page.get_by_role("link", name="Legend").click()
         expect(page.locator("#mark-chance")).to_be_in_viewport()
+
+
+def test_at_800_px_every_table_scrolls_in_its_own_box_and_the_page_does_not(tmp_path: Path) -> None:
+    built = build(aggregate(records(SWEEP_SPEC), target=0.85), tmp_path / "report", sweep="s", source="test",
+                  target=0.85, best_by="samples_per_s")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with report_page(built.html_path, tmp_path / "profile", width=800) as page:
+        assert page.evaluate("document.documentElement.scrollWidth") <= 800  # nothing runs off the page
+        boxes = page.evaluate("""() => [...document.querySelectorAll('table')].map(t => {
+            const box = t.parentElement, r = box.getBoundingClientRect();
+            return [box.className, r.right <= window.innerWidth, box.scrollWidth > box.clientWidth]; })""")
+        assert boxes and all(cls == "scroll" and inside for cls, inside, _ in boxes), boxes
+        assert boxes[-1][2], "the full results table is wider than 800 px: it scrolls inside its box"
+        page.screenshot(path=str(SHOTS / "report-800.png"), full_page=False)
 
 
 def shoot(html_path: Path, png: Path) -> None:
