@@ -211,7 +211,7 @@ def test_report_written_and_logged_to_the_parent_run(tracked_sweep: TrackedSweep
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     html = (out / "report.html").read_text()
     assert "Time for 2 epochs of glue/sst2 at batch 16 per GPU" in html
-    assert "Inference latency: CPU vs GPU vs FP16" in html and "One GPU vs DDP" in html
+    assert "Inference latency: CPU vs GPU, fp16 vs fp32" in html and "One GPU vs DDP" in html
     summary = json.loads((out / "summary.json").read_text())
     tables = {t["title"]: t for t in summary["tables"]}
     files = ts.results_files().values()
@@ -231,15 +231,16 @@ def test_report_written_and_logged_to_the_parent_run(tracked_sweep: TrackedSweep
                                    / r["train"]["epochs_completed"] for r in runs) * 2 / 60
         assert float(row[4].replace(",", "")) == pytest.approx(minutes, rel=5e-3)
 
-    # inference: CPU first, speed-up = CPU p50 / p50
-    inference = tables["Inference latency: CPU vs GPU vs FP16"]["rows"]
+    # inference: CPU first, speed-up = CPU p50 / p50 on the GPU's rows (none of the CPU against itself)
+    inference = tables["Inference latency: CPU vs GPU, fp16 vs fp32"]["rows"]
     assert [(r[0], r[1]) for r in inference] == [("CPU", "fp32"), ("h100-80gb", "fp16"), ("h100-80gb", "fp32")]
     p50 = {(r["trial"]["gpu"] or "CPU", r["config"]["precision"]): [] for r in files if r.get("inference")}
     for r in files:
         if r.get("inference"):
             p50[(r["trial"]["gpu"] or "CPU", r["config"]["precision"])].append(r["inference"]["latency_s"]["p50"])
     cpu = statistics.fmean(p50[("CPU", "fp32")])
-    for row in inference:
+    assert inference[0][7] == "-"
+    for row in inference[1:]:
         assert row[7] == f"{cpu / statistics.fmean(p50[(row[0], row[1])]):.1f}x"
 
     # DDP: two rows for h100 bs16, scaling efficiency from the files
