@@ -17,6 +17,7 @@ errors are exceptions (`BackendError`, `SpecError`, `TrackingError`) that `error
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import tempfile
@@ -47,7 +48,7 @@ from kubesweep.tracking.aggregate import Cell, aggregate
 from kubesweep.tracking.records import from_backend, from_results_dir, names_a_directory
 from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
 from kubesweep.tracking.sweep import Loaded, finish_parent, load_records, open_parent
-from kubesweep.tracking.target import TrackingTarget, resolve
+from kubesweep.tracking.target import TrackingTarget, resolve, sqlite_experiments
 from kubesweep.tune.dispatch import run_search, summary_names, summary_of
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY
@@ -391,6 +392,8 @@ class Session:
             except SpecError:
                 sweep = None
         target = self.tracking_target(name, sweep, experiment=experiment)
+        if sweep is None and backend is not None and source != "files":
+            self.known_somewhere(name, backend, target)
         loaded = load_records(target, name, backend, source=source)
         if loaded.note:
             self.notify(f"note: {loaded.note}", True)
@@ -398,6 +401,20 @@ class Session:
         cells = aggregate(loaded.records, target=to, best_by=best_by)
         searched = sweep is None or sweep.spec.adaptive  # a sweep not known here may be a search
         return Results(cells, loaded, target, sweep, searched, to)
+
+    def known_somewhere(self, name: str, backend: Backend, target: TrackingTarget) -> None:
+        """`SweepNotFound` at once, nearest names first, for a sweep neither the backend nor a local MLflow store
+        knows: said without opening the store through MLflow (seconds) and without creating it. Where the store
+        cannot be read so (a server), nothing is decided here."""
+        experiments = sqlite_experiments(target.uri) if target.enabled else None
+        if experiments is None or target.experiment in experiments:
+            return
+        sweeps = backend.list_sweeps()
+        near = difflib.get_close_matches(name, list(dict.fromkeys([*sweeps, *experiments])), n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else (
+            f"; known: {', '.join(sweeps[:10])}" if sweeps else "")
+        raise SweepNotFound(f"no {self.options.backend} sweep named {name!r}, and no MLflow experiment "
+                            f"{target.experiment!r} in {target.uri}{hint}")
 
     def merged_results(self, names: list[str], *, experiment: str | None, target_accuracy: float | None,
                        best_by: str, source: str = "auto") -> Results:

@@ -234,6 +234,24 @@ def test_not_found_is_exit_3(sweep) -> None:  # type: ignore[no-untyped-def]
     sweep("logs", "nope", "x", check=3)
 
 
+def test_a_read_only_command_on_a_name_nobody_knows_writes_nothing_and_names_the_nearest(  # type: ignore[no-untyped-def]
+        sweep, tmp_path: Path) -> None:
+    """With tracking on (the local MLflow store), a name neither the backend nor the store knows is answered from
+    what is on disk: no MLflow store opened (it would be created), no backend store made; a near name suggested."""
+    tracked = {"KUBESWEEP_NO_TRACKING": ""}
+    home = tmp_path / "home"
+    home.mkdir()
+    for command in (["results", "nosuch"], ["report", "nosuch"], ["status", "nosuch"], ["logs", "nosuch", "x"],
+                    ["results", "nosuch", "--from", "mlflow"]):
+        out = sweep(*command, check=3, env=tracked).stderr
+        assert "no local sweep named 'nosuch'" in out, (command, out)
+    assert list(home.iterdir()) == []  # an empty home stays empty: no state.db, no mlflow.db
+    sweep("submit", str(spec(tmp_path, "smoke", "[8]")))  # untracked: the store knows no experiment 'smoke'
+    out = sweep("results", "smok", check=3, env=tracked).stderr
+    assert "did you mean 'smoke'?" in out, out
+    assert not (home / "mlflow.db").exists()
+
+
 def test_detach_then_cancel(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     sweep("submit", str(spec(tmp_path, "slow", "[1, 2, 3]", steps=600)), "--detach")
     deadline = time.monotonic() + 30

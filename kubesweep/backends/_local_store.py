@@ -105,10 +105,17 @@ INIT_TRIES = 20
 
 
 class Store:
+    """The local backend's sqlite state. Made on its first use, not when opened: a read of a home without it (a
+    read-only command, a typo in a sweep's name) finds no sweep and writes nothing."""
+
     def __init__(self, home: Path):
         self.home = home
-        home.mkdir(parents=True, exist_ok=True)
         self.path = home / "state.db"
+        self._ready = False
+
+    def _make(self) -> None:
+        self._ready = True
+        self.home.mkdir(parents=True, exist_ok=True)
         for attempt in range(INIT_TRIES):
             try:
                 self._init()
@@ -121,7 +128,7 @@ class Store:
                 time.sleep(0.02 * (attempt + 1))
 
     def _init(self) -> None:
-        with self._connect() as db:
+        with self._open() as db:
             db.execute("PRAGMA journal_mode=WAL")  # kept in the file: later connections need not ask again
             db.executescript(SCHEMA)
             for table, column, kind in ADDED_COLUMNS:  # a store made before them
@@ -129,8 +136,20 @@ class Store:
                     with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
                         db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
+    @property
+    def exists(self) -> bool:
+        """Whether the store has been made: a read finds nothing in one that has not."""
+        return self._ready or self.path.exists()
+
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
+        if not self._ready:
+            self._make()
+        with self._open() as db:
+            yield db
+
+    @contextmanager
+    def _open(self) -> Iterator[sqlite3.Connection]:
         try:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         except sqlite3.DatabaseError as exc:
@@ -159,6 +178,8 @@ class Store:
     # -- sweeps ------------------------------------------------------------------------------------
 
     def get_sweep(self, name: str) -> SweepRow | None:
+        if not self.exists:
+            return None
         with self._connect() as db:
             row = db.execute("SELECT * FROM sweeps WHERE name = ?", (name,)).fetchone()
         if row is None:
@@ -195,6 +216,8 @@ class Store:
         return added
 
     def list_sweeps(self) -> list[str]:
+        if not self.exists:
+            return []
         with self._connect() as db:
             return [r[0] for r in db.execute("SELECT name FROM sweeps ORDER BY created")]
 

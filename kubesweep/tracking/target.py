@@ -13,9 +13,11 @@ Resolution, first match wins (the same for `submit`, `resume`, `results`, `repor
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +60,24 @@ def sqlite_path(uri: str) -> Path | None:
     if not uri.startswith("sqlite:///"):
         return None
     return Path(uri[len("sqlite:///"):]).resolve()  # sqlite:////abs/file.db or sqlite:///relative.db
+
+
+def sqlite_experiments(uri: str | None) -> list[str] | None:
+    """The active experiments' names of a `sqlite:///` store, read without MLflow and without writing: [] when the
+    file does not exist (nothing is created), None where that cannot be said here (another kind of store, a file
+    that is not MLflow's). A read-only command answers "no such sweep" from this at once, where opening the store
+    through MLflow would take seconds and create the database."""
+    db = sqlite_path(uri) if uri else None
+    if db is None:
+        return None
+    if not db.exists():
+        return []
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=5)) as conn:
+            rows = conn.execute("SELECT name FROM experiments WHERE lifecycle_stage = 'active'").fetchall()
+    except sqlite3.Error:
+        return None
+    return [str(name) for (name,) in rows]
 
 
 def artifact_dir(root: Path, experiment: str) -> Path:

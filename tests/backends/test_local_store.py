@@ -25,7 +25,8 @@ def trial(i: int, **over: Any) -> dict[str, Any]:
 
 def test_a_sweep_and_its_trials_round_trip_and_adding_again_adds_only_new_ones(tmp_path: Path) -> None:
     store = Store(tmp_path / "home")
-    assert (tmp_path / "home" / "state.db").exists() and store.get_sweep("s") is None
+    assert store.get_sweep("s") is None and store.list_sweeps() == []
+    assert not (tmp_path / "home").exists()  # reading a store that was never made makes nothing
     assert store.add_sweep("s", SPEC, "s.yaml", ["python", "job.py"], False, [trial(1), trial(0)]) == 2
     row = store.get_sweep("s")
     assert row is not None and (row.spec, row.source, row.job_argv) == (SPEC, "s.yaml", ["python", "job.py"])
@@ -93,7 +94,7 @@ def test_a_damaged_store_is_a_clear_backend_error_not_a_traceback(tmp_path: Path
 
     (tmp_path / "state.db").write_bytes(b"\x00not a database\xff" * 400)
     with pytest.raises(StoreError, match=r"state\.db cannot be used .*file is not a database"):
-        Store(tmp_path)
+        Store(tmp_path).list_sweeps()  # found on the first read: the store is opened when used
     proc = subprocess.run([sys.executable, "-m", "kubesweep", "status", "s", "--home", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 4, proc
