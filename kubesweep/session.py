@@ -33,6 +33,7 @@ from kubesweep.backends.base import (
     Backend,
     BackendError,
     ProgressCallback,
+    SweepConflict,
     SweepNotFound,
     SweepStatus,
     TrialStatus,
@@ -66,9 +67,9 @@ def exit_code(status: SweepStatus) -> int:
 
 def error_code(exc: BaseException) -> int | None:
     """The exit code that reports `exc`: 2 for bad input (an invalid spec or GPU catalog, an ambiguous trial
-    reference, a sqlite MLflow store file that cannot be read), 3 for a sweep or trial not found, 4 for a
-    backend or tracking server that failed; None for anything else."""
-    if isinstance(exc, AmbiguousTrial | SpecError | CatalogError | UnusableStore):
+    reference, a sqlite MLflow store file that cannot be read, a sweep name taken by another spec), 3 for a sweep
+    or trial not found, 4 for a backend or tracking server that failed; None for anything else."""
+    if isinstance(exc, AmbiguousTrial | SpecError | CatalogError | UnusableStore | SweepConflict):
         return EXIT_USAGE
     if isinstance(exc, SweepNotFound):
         return EXIT_NOT_FOUND
@@ -284,6 +285,9 @@ class Session:
         o = self.options
         check(plan, o.backend, any_gpu=o.any_gpu, allow_unpinned=o.allow_unpinned,
               reach=(lambda: require_configuration(o.kubeconfig)) if cluster else None)
+        asks = cluster or self._backend is not None or o.backend == "local"  # validate asks no cluster
+        if asks and (conflict := self.backend.conflict(plan.sweep)) is not None:
+            raise conflict
         self._checked = plan
 
     def submit(self, sweep: Sweep, plan: Plan) -> SweepStatus | None:

@@ -574,3 +574,18 @@ def test_a_damaged_mlflow_store_is_one_line_exit_2_and_nothing_runs(sweep, tmp_p
         f"the MLflow store {home / 'mlflow.db'} cannot be read (file is not a database): move it aside to start an "
         "empty one (runs recorded in it are lost to kubesweep), or pass --tracking-uri or --no-tracking"]
     assert not (home / "sweeps").exists()
+
+
+def test_a_name_taken_by_another_spec_is_bad_input_said_by_validate_and_submit(  # type: ignore[no-untyped-def]
+        sweep, tmp_path: Path) -> None:
+    """The name is the user's input (exit 2), said before anything is opened for the second spec: `validate`
+    says it too, and `submit` opens no tracking and records nothing for it."""
+    sweep("submit", str(spec(tmp_path, "taken", "[8]")))
+    other = spec(tmp_path / "other" if (tmp_path / "other").mkdir() is None else tmp_path, "taken", "[8, 16]")
+    for command in ("validate", "submit"):
+        out = sweep(command, str(other), check=2, env={"KUBESWEEP_NO_TRACKING": ""}).stderr
+        assert "a sweep named 'taken' already exists with a different spec" in out, (command, out)
+        assert "sweep delete taken" in out
+    assert not (tmp_path / "home" / "mlflow.db").exists()  # submit opened no parent run for the refused spec
+    status = json.loads(sweep("status", "taken", "-o", "json").stdout)
+    assert len(status["trials"]) == 1

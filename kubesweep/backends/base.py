@@ -191,6 +191,12 @@ class Backend(ABC):
     def list_sweeps(self) -> list[str]:
         return self._list_impl()
 
+    def conflict(self, sweep: Sweep) -> SweepConflict | None:
+        """The error `submit` would end in because a sweep of this name is recorded here with another spec, said
+        before anything is opened for it (`sweep validate`, and `submit` before its tracking); None where there is
+        none, or where this backend learns of one only as it submits (a cluster it does not ask before)."""
+        return None
+
     def sweep_of(self, sweep: str) -> Sweep | None:
         """The sweep as submitted (its spec, parsed), or None when this backend does not know it."""
         return None

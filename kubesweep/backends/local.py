@@ -112,6 +112,10 @@ class LocalBackend(Backend):
         return SweepConflict(f"a sweep named {name!r} already exists with a different spec; "
                              f"`sweep resume {name}` continues it, `sweep delete {name}` forgets it")
 
+    def conflict(self, sweep: Sweep) -> SweepConflict | None:
+        existing = self.store.get_sweep(sweep.name)
+        return self._conflict(sweep.name) if existing is not None and existing.spec != sweep.to_document() else None
+
     def _record(self, plan: Plan, trials: list[Trial]) -> None:
         sweep = plan.sweep
         document = sweep.to_document()
