@@ -185,9 +185,10 @@ FromOpt = Annotated[ResultsSource, typer.Option(
 ExperimentOpt = Annotated[str | None, typer.Option(
     "--experiment", metavar="NAME",
     help="MLflow experiment [default: the spec's tracking.experiment, else the sweep's name]")]
-ResultsFormatOpt = Annotated[ResultsFormat, typer.Option("--format", "-f", parser=choice(ResultsFormat),
-                                                         metavar=choices(ResultsFormat),
-                                                         help="table, csv, json or markdown")]
+ResultsFormatOpt = Annotated[ResultsFormat, typer.Option("--format", "-f", "--output", "-o",
+                                                         parser=choice(ResultsFormat), metavar=choices(ResultsFormat),
+                                                         help="table, csv, json or markdown (-o as plan and status "
+                                                         "take it)")]
 SortOpt = Annotated[str | None, typer.Option(
     "--sort", metavar="METRIC", help="metric (best first: samples_per_s, step_p50_ms, peak_mem_gib, tta_s, accuracy, "
     "cost_per_epoch, epoch_s) or axis (gpu, batch_size, precision, compile, ...)")]

@@ -161,7 +161,7 @@ def test_the_spec_sets_the_accuracy_time_to_accuracy_is_measured_to(sweep, tmp_p
     assert "TTA = training time to dev accuracy >= 0.62" in submitted, submitted
     assert "dev accuracy >= 0.62" in sweep("results", "cli").stdout
     assert json.loads(sweep("results", "cli", "-f", "json").stdout)["target_accuracy"] == 0.62
-    overridden = json.loads(sweep("results", "cli", "-f", "json", "--target-accuracy", "0.7").stdout)
+    overridden = json.loads(sweep("results", "cli", "-o", "json", "--target-accuracy", "0.7").stdout)  # as plan
     assert overridden["target_accuracy"] == 0.7
     sweep("submit", str(spec(tmp_path, name="plain", batches="[8]")))
     assert json.loads(sweep("results", "plain", "-f", "json").stdout)["target_accuracy"] == 0.9
