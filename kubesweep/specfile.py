@@ -228,6 +228,12 @@ def load_document(text: str, source: str) -> tuple[Any, LineMap]:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
+        opened, context = getattr(exc, "context_mark", None), getattr(exc, "context", None) or ""
+        if opened is not None and context.startswith("while parsing a flow ") and opened.line + 1 != line:
+            # an unclosed `[` or `{`: the parser notices on a later line; the mistake is where it was opened
+            kind = context.removeprefix("while parsing a ")
+            problem = f"the {kind} opened here is not closed ({problem} on line {line})"
+            line = opened.line + 1
         raise SpecError(source, [Problem((), f"not valid YAML: {problem}", line)]) from None
 
 

@@ -198,3 +198,14 @@ def test_an_integer_of_too_many_digits_is_refused_at_its_line() -> None:
     message = str(info.value)
     assert message.startswith("x.yaml:6: not valid YAML: '1111111111") and "digits" in message
     assert len(message) < 300
+
+
+@pytest.mark.parametrize(("opened", "line"), [("  matrix:\n    batch_size: [8, 16\n  repeats: 1\n", 6),
+                                              ("  job: {epochs: 1\n  repeats: 1\n", 5)])
+def test_an_unclosed_bracket_is_reported_where_it_was_opened(opened: str, line: int) -> None:
+    """The parser notices an unclosed `[` or `{` on a later line; the message names the line it was opened on."""
+    with pytest.raises(SpecError) as info:
+        parse_sweep_text(HEAD + opened, source="x.yaml")
+    message = str(info.value)
+    assert message.startswith(f"x.yaml:{line}: not valid YAML: the flow "), message
+    assert "opened here is not closed" in message and f"on line {line + 1})" in message
