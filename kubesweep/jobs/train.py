@@ -410,7 +410,10 @@ class FineTuner:
         out.samples += step_meta.samples
         loop.step_meta = StepMeta(False, 0, 0, 0)
         window.lrs.append(self._current_lr())
-        if out.steps - window.start >= cfg.log_every or out.steps >= self.target_steps:
+        # a progress line at this run's first step when it is a warm-up step (its sync charges no measured step),
+        # then every `log_every` steps: a slow trial says where it is from its start
+        first = loop.steps_this_run == 1 and step_meta.warmup
+        if first or out.steps - window.start >= cfg.log_every or out.steps >= self.target_steps:
             self._flush(window)
         epoch_done = self.micro_in_epoch == self.micro_per_epoch
         if epoch_done:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,9 @@ def test_succeeds_with_complete_results(full_run: JobRun) -> None:
     assert results.environment["packages"]["torch"]
     assert results.model and results.model["parameters"] < 5_000_000
     assert "tracking: off" in full_run.stdout
+    # progress from the first step (a warm-up step), then every log_every steps and at the end
+    steps = [int(n) for n in re.findall(r"^step (\d+)/12 ", full_run.stdout, re.M)]
+    assert steps[0] == 1 and steps[-1] == 12, full_run.stdout
 
 
 def test_writes_files_and_verified_exports(full_run: JobRun) -> None:
