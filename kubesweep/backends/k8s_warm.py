@@ -7,6 +7,12 @@ event lines in its log (`kubesweep.wire.handover`). Nothing else is kept: where 
 cluster each step, like a Job's, so any process that follows the sweep (another shell, the operator after a
 restart) reads the same.
 
+A pod's events count for the trials it was handed alone: each hand-over's patch also adds its trials' ids to the
+pod's record of all it was ever handed (`kubesweep.io/handed`, kept in this process too, so that a cache a patch
+behind never shrinks it). An event of a pod naming a trial not handed to it (a trial that found a way to write one
+for another) is ignored, and said once in the driver's log. A pod is handed `MAX_HANDED` trials at most in its life;
+then its hand-over is closed and a new warm pod takes the slot.
+
 A trial's state, from its warm pods (every pod of every warm Job of the sweep, live or ended):
 - an `end` event: how it ended. An end the pod's termination caused (eviction, preemption, deletion: the worker
   says `the pod is terminating`) is no end: the trial is handed over again and resumes from its checkpoint. A
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -52,12 +59,18 @@ from kubesweep.spec import Sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.handover import (
     EVENT_PREFIX,
+    HANDED_ANNOTATION,
     HANDOVER_ANNOTATION,
+    MAX_HANDED,
     HandedTrial,
     Handover,
     WorkerEvent,
+    handed_annotation,
+    handed_ids,
+    log_lines,
     parse_events,
     read_handover,
+    split_lines,
     unescape,
 )
 from kubesweep.wire.outcomes import Outcome
@@ -70,6 +83,8 @@ LOG_READ_S = 1.0  # a live pod's log is read at most this often
 LOST_RUNS_ALLOWED = 2  # runs a pod may end under a trial, beyond its retries, before the trial is failed
 MADE_GRACE_S = 60.0  # seconds a warm Job made here counts as held while no cache has shown it
 
+log = logging.getLogger("kubesweep.backends.warm")
+
 
 @dataclass
 class Pod:
@@ -78,8 +93,9 @@ class Pod:
     job: Obj
     pod: Obj | None
     handover: Handover | None
-    events: list[WorkerEvent]
+    events: list[WorkerEvent]  # those naming no trial, or one handed to it
     newest: bool = True  # its Job's newest pod (an older one was replaced: evicted, or its worker failed)
+    handed: frozenset[str] = frozenset()  # every trial id ever handed to it
 
     @property
     def key(self) -> str:
@@ -209,11 +225,17 @@ def plan_handovers(sweep: str, pods: list[Pod], waiting: Mapping[str, list[Trial
         keep = [t for t in (pod.handover.trials if pod.handover else [])
                 if t.id not in settled and attempt_of(stories.get(t.id)) <= t.attempt]  # not ended yet
         queue = waiting.get(pod.key, [])
+        handed = set(pod.handed)
+        full = False
         while len(keep) < 1 + AHEAD and queue:
+            if queue[0].id not in handed and len(handed) >= MAX_HANDED:
+                full = True  # its record is full: it ends once it has run what it holds, a new pod takes over
+                break
             trial = queue.pop(0)
+            handed.add(trial.id)
             config = trial.config.model_dump(mode="json", by_alias=True)
             keep.append(HandedTrial(id=trial.id, config=config, attempt=attempt_of(stories.get(trial.id))))
-        out[pod.name] = Handover(sweep=sweep, trials=keep, closed=not queue)
+        out[pod.name] = Handover(sweep=sweep, trials=keep, closed=full or not queue)
     return out
 
 
@@ -237,7 +259,7 @@ class WorkerLogs:
         text = self.text(str(meta["name"]))
         if text is None:
             return cached[2] if cached else []
-        events = parse_events(text.splitlines())
+        events = parse_events(log_lines(text))
         self._read[uid] = (now, final, events)
         return events
 
@@ -268,6 +290,8 @@ class WarmPods:
         self._made: dict[str, dict[str, tuple[str, float]]] = {}  # sweep -> warm Job -> (slot kind, made when)
         self._pods: dict[str, list[Pod]] = {}  # sweep -> its warm pods as the last `observe` read them
         self._own: dict[str, set[str]] = {}  # sweep -> its trials with a Job of their own, as `observe` was told
+        self._handed: dict[str, set[str]] = {}  # pod uid -> the trial ids this process has handed to it
+        self._ignored: set[tuple[str, str, str]] = set()  # (pod uid, event, trial) said in the log already
 
     def runs(self, trial: Trial, sweep: Sweep) -> bool:
         """Whether a warm pod runs the trial: the sweep asks for warm pods, the trial fits one pod, and it has no
@@ -291,7 +315,24 @@ class WarmPods:
             if not mine:
                 out.append(Pod(job, None, None, []))
             for i, pod in enumerate(mine):
-                out.append(Pod(job, pod, _handover_of(pod), self.logs.events(pod), newest=i == 0))
+                handover = _handover_of(pod)
+                handed = _handed_to(pod, handover) | self._handed.get(_uid(pod), set())
+                out.append(Pod(job, pod, handover, self._theirs(pod, handed, self.logs.events(pod)),
+                               newest=i == 0, handed=frozenset(handed)))
+        return out
+
+    def _theirs(self, pod: Obj, handed: set[str], events: list[WorkerEvent]) -> list[WorkerEvent]:
+        """The pod's events that name no trial or one handed to it; any other is said once in the log, as data."""
+        out = []
+        for event in events:
+            if event.trial is None or event.trial in handed:
+                out.append(event)
+                continue
+            said = (_uid(pod), event.event, event.trial)
+            if said not in self._ignored:
+                self._ignored.add(said)
+                log.warning("warm pod %s: ignored its %s event for trial %s, which was never handed to it",
+                            pod["metadata"]["name"], event.event, event.trial)
         return out
 
     def observe(self, state: SweepState, p: Plan, jobs: list[Obj], pods: list[Obj],
@@ -350,7 +391,7 @@ class WarmPods:
         handovers = plan_handovers(sweep.name, found, waiting, stories, settled)
         for pod in found:
             if pod.name in handovers and handovers[pod.name] != pod.handover:
-                self.hand_over(pod.name, handovers[pod.name])
+                self.hand_over(pod, handovers[pod.name])
         made: list[dict[str, Any]] = []
         limit = sweep.spec.concurrency.per_gpu_type
         for key, queue in waiting.items():
@@ -380,10 +421,16 @@ class WarmPods:
                 if s.phase == Phase.RUNNING and s.started_at is not None and now - s.started_at > deadline
                 and s.trial_id not in state.outcomes and self.runs(trials[s.trial_id], state.sweep)}
 
-    def hand_over(self, pod: str, handover: Handover) -> None:
-        body = {"metadata": {"annotations": {HANDOVER_ANNOTATION: handover.to_annotation()}}}
+    def hand_over(self, pod: Pod, handover: Handover) -> None:
+        """Patch the pod's hand-over, and add its trials to the pod's record of what it was handed (here first:
+        an event of a trial may come before the cache shows the patch)."""
+        assert pod.pod is not None and pod.name is not None
+        handed = self._handed.setdefault(_uid(pod.pod), set())
+        handed.update(pod.handed, (t.id for t in handover.trials))
+        body = {"metadata": {"annotations": {HANDOVER_ANNOTATION: handover.to_annotation(),
+                                             HANDED_ANNOTATION: handed_annotation(handed)}}}
         with contextlib.suppress(self.api.ApiException):  # 404: the pod is gone; the next step sees it
-            self.api.write(self._patch_pod, pod, self.api.namespace, body, _content_type=MERGE,
+            self.api.write(self._patch_pod, pod.name, self.api.namespace, body, _content_type=MERGE,
                            _preload_content=False)
 
     def _patch_pod(self, *args: Any, **kwargs: Any) -> Any:
@@ -402,7 +449,7 @@ class WarmPods:
         """Take a trial out of the hand-over of every live pod that lists it (its worker stops it)."""
         for pod in self._pods.get(sweep, []):
             if pod.live and pod.name and pod.handover and any(t.id == trial_id for t in pod.handover.trials):
-                self.hand_over(pod.name, Handover(sweep=sweep, closed=pod.handover.closed,
+                self.hand_over(pod, Handover(sweep=sweep, closed=pod.handover.closed,
                                                   trials=[t for t in pod.handover.trials if t.id != trial_id]))
 
     def warm_jobs(self, jobs: list[Obj]) -> list[Obj]:
@@ -411,7 +458,11 @@ class WarmPods:
     def forget(self, sweep: str) -> None:
         self._own.pop(sweep, None)
         self._made.pop(sweep, None)
-        self._pods.pop(sweep, None)
+        for pod in self._pods.pop(sweep, []):
+            if pod.pod is not None:
+                uid = _uid(pod.pod)
+                self._handed.pop(uid, None)
+                self._ignored = {s for s in self._ignored if s[0] != uid}
 
     @staticmethod
     def _name(sweep: str, key: str) -> str:
@@ -419,9 +470,10 @@ class WarmPods:
         return f"{sweep[:NAME_PREFIX].rstrip('-')}-warm-{digest}-{os.urandom(3).hex()[:5]}"
 
 def warm_trial_log(api: Api, pods: list[Obj], trial: TrialStatus, follow: bool) -> Iterator[str]:
-    """The trial's own lines from the log of the warm pod it last started in (among `pods`, the sweep's), unescaped;
-    `follow`: as they come, until the trial ends there."""
-    workers = sorted((p for p in pods if p["metadata"].get("labels", {}).get(LABEL_WORKER)),
+    """The trial's own lines from the log of the warm pod it last started in (among `pods`, the sweep's, those it
+    was handed to), unescaped; `follow`: as they come, until the trial ends there."""
+    workers = sorted((p for p in pods if p["metadata"].get("labels", {}).get(LABEL_WORKER)
+                      and trial.trial_id in _handed_to(p, _handover_of(p))),
                      key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True)
     for pod in workers:
         name = str(pod["metadata"]["name"])
@@ -429,7 +481,7 @@ def warm_trial_log(api: Api, pods: list[Obj], trial: TrialStatus, follow: bool) 
             text = str(api.core.read_namespaced_pod_log(name, api.namespace))
         except api.ApiException:  # not started, or gone
             continue
-        lines = text.splitlines()
+        lines = log_lines(text)
         if not any(line.startswith(EVENT_PREFIX) and _is_start(line, trial.trial_id) for line in lines):
             continue
         if not follow or _ended(lines, trial.trial_id):
@@ -459,7 +511,7 @@ def _follow_slice(chunks: Iterator[bytes], trial: str) -> Iterator[str]:
     buffered, inside = "", False
     for chunk in chunks:
         buffered += chunk.decode(errors="replace")
-        *complete, buffered = buffered.split("\n")
+        complete, buffered = split_lines(buffered)
         for line in complete:
             events = parse_events([line])
             event = events[0] if events and events[0].trial == trial else None
@@ -484,6 +536,17 @@ def slice_trial(lines: list[str], trial: str) -> list[str]:
         elif inside and not event:
             out.append(unescape(line))
     return out
+
+
+def _uid(pod: Obj) -> str:
+    return str(pod["metadata"].get("uid") or pod["metadata"]["name"])
+
+
+def _handed_to(pod: Obj, handover: Handover | None) -> set[str]:
+    """The trial ids the pod's record says it was handed, and those its hand-over lists now."""
+    text = (pod["metadata"].get("annotations") or {}).get(HANDED_ANNOTATION)
+    return set(handed_ids(text if isinstance(text, str) else None)) | {t.id for t in (handover.trials if handover
+                                                                                     else [])}
 
 
 def _handover_of(pod: Obj) -> Handover | None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from kubesweep.backends.k8s_kueue import EVICTIONS_NOTED
 from kubesweep.manifests import LABEL_SWEEP, LABEL_TRIAL, LABEL_WORKER
-from kubesweep.wire.handover import HANDOVER_ANNOTATION
+from kubesweep.wire.handover import HANDED_ANNOTATION, HANDOVER_ANNOTATION
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name)
@@ -30,7 +30,7 @@ PAGE = 500  # objects per LIST page
 
 _META = ("name", "namespace", "finalizers", "deletionTimestamp", "creationTimestamp", "uid")
 _LABELS = (LABEL_SWEEP, LABEL_TRIAL, LABEL_WORKER)
-_ANNOTATIONS = (EVICTIONS_NOTED, HANDOVER_ANNOTATION)  # a warm pod's hand-over: what it runs
+_ANNOTATIONS = (EVICTIONS_NOTED, HANDOVER_ANNOTATION, HANDED_ANNOTATION)  # a warm pod: what it runs, was handed
 _CONDITION = ("type", "status", "reason", "message", "lastTransitionTime")
 _JOB_STATUS = ("startTime", "completionTime", "active")
 _POD_CONDITIONS = ("PodScheduled", "DisruptionTarget")

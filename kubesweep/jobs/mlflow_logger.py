@@ -18,7 +18,8 @@ and this record live wherever the trial keeps its state: the checkpoint director
 Kubernetes, the checkpoint claim), else the output directory.
 
 The run: one child run per trial under the sweep's parent run (tag `mlflow.parentRunId`), found again by the
-tag `kubesweep.trial_id` when a trial is re-run, so a retried trial never makes a duplicate. `MLFLOW_RUN_ID`
+tags `kubesweep.trial_id` and `mlflow.parentRunId` when a trial is re-run, so a retried trial never makes a
+duplicate, and never logs into the run of a sweep made before under its name. `MLFLOW_RUN_ID`
 is not used. Environment:
 - `MLFLOW_TRACKING_URI`: the server; without it tracking is off (said once);
 - `KUBESWEEP_EXPERIMENT`: experiment name (default `kubesweep`; the parent run's experiment wins);
@@ -325,9 +326,11 @@ class MlflowTrialLogger:
             experiment_id = client.get_run(self.parent_run_id).info.experiment_id
         else:
             experiment_id = _experiment_id(client, self.experiment)
-        existing = client.search_runs(
-            [experiment_id], filter_string=f"tags.`{tags.TRIAL_ID}` = '{self.trial_id}'", max_results=1
-        )
+        # its own run again (a resumed trial): under the sweep's parent run, never one of a sweep made before
+        # under the same name, nor one anybody else tagged with the trial id
+        found = (tags.trial_run_filter(self.parent_run_id, self.trial_id) if self.parent_run_id
+                 else f"tags.`{tags.TRIAL_ID}` = '{self.trial_id}'")
+        existing = client.search_runs([experiment_id], filter_string=found, max_results=1)
         if existing:
             run_id = existing[0].info.run_id
             client.update_run(run_id, status="RUNNING")

@@ -18,7 +18,8 @@ gone never keeps a GPU held). A trial of another sweep, or whose config names an
 event with exit code 2), never run.
 
 It says what happens as event lines on its standard output, the pod's log; a trial's own output passes through it
-to the same log (an event-like line escaped, so no trial can write an event) and to `OUTPUT/<trial>/log.txt`. The
+to the same log (split into lines at `\n` alone, as the driver reads the log, and any line holding the event
+prefix escaped, so no trial can write an event) and to `OUTPUT/<trial>/log.txt`. The
 worker makes itself non-dumpable, so a trial, which runs as the same user, cannot reach the worker's standard
 output through /proc and write there unescaped. SIGTERM (the pod deleted, evicted or preempted) is passed to the
 running trial, which records itself cancelled and keeps its checkpoint, and ends the worker once the trial has
@@ -32,6 +33,7 @@ Each trial gets, beside the pod's environment: `KUBESWEEP_TRIAL_ID`, its checkpo
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import json
 import os
@@ -56,13 +58,15 @@ from kubesweep.jobs.command import (
     job_argv,
 )
 from kubesweep.jobs.forkserver_handle import Handle
-from kubesweep.wire.handover import Handover, WorkerEvent, escape, read_handover
+from kubesweep.wire.handover import LINE_END, Handover, WorkerEvent, escape, read_handover, split_lines
 from kubesweep.wire.outcomes import ExitCode, outcome_for_exit
 
 DEFAULT_IDLE_TIMEOUT_S = 300.0
 DEFAULT_GRACE_S = 30.0  # a pod's default terminationGracePeriodSeconds
 DEFAULT_POLL_S = 0.25
 PR_SET_DUMPABLE = 4
+RELAY_CHUNK = 65536  # bytes of a trial's output read at once
+_OUT_LOCK = threading.Lock()  # one writer of the pod's log at a time: events and the relayed lines stay whole
 
 
 @dataclass
@@ -92,7 +96,6 @@ class Worker:
     _server: Handle | None = None
     _bad_handover: str | None = None
     _queued_at_used: bool = False
-    _lock: threading.Lock = field(default_factory=threading.Lock)
     work: Path = field(init=False)  # where the handed trials' config files are written
 
     def __post_init__(self) -> None:
@@ -195,7 +198,8 @@ class Worker:
         self.event(WorkerEvent("start", time.time(), trial=trial))
         log = (out / "log.txt").open("ab")
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                bufsize=0)  # unbuffered: a read returns what has come (`_relay`)
         assert proc.stdout is not None
         relay = threading.Thread(target=_relay, args=(proc.stdout, log), daemon=True, name=f"relay-{trial}")
         relay.start()
@@ -264,8 +268,8 @@ class Worker:
     # -- saying it ----------------------------------------------------------------------------------------
 
     def event(self, event: WorkerEvent) -> None:
-        with self._lock:
-            sys.stdout.write(event.line() + "\n")
+        with _OUT_LOCK:
+            sys.stdout.write(event.line() + LINE_END)
             sys.stdout.flush()
 
     def _exit(self, code: int, reason: str) -> int:
@@ -274,14 +278,25 @@ class Worker:
 
 
 def _relay(stream: IO[bytes], log: IO[bytes]) -> None:
-    """A trial's output, line by line, to its log file and (escaped) to the worker's standard output."""
+    """A trial's output as it comes to its log file, and line by line, escaped, to the worker's standard output:
+    split at `LINE_END` alone (`split_lines`), as the driver splits the pod's log, so that no character of a line
+    (a carriage return, U+2028, ...) starts another there. `stream` is unbuffered: a read returns what has come."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    rest = ""
     with log, stream:
-        for raw in iter(stream.readline, b""):
-            log.write(raw)
-            log.flush()
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            sys.stdout.write(escape(line) + "\n")
-            sys.stdout.flush()
+        while True:
+            raw = stream.read(RELAY_CHUNK)
+            if raw:
+                log.write(raw)
+                log.flush()
+            lines, rest = split_lines(rest + decoder.decode(raw or b"", final=not raw))
+            if not raw and rest:  # the output ended inside a line
+                lines, rest = [*lines, rest], ""
+            with _OUT_LOCK:
+                sys.stdout.write("".join(escape(line) + LINE_END for line in lines))
+                sys.stdout.flush()
+            if not raw:
+                return
 
 
 def _undumpable() -> None:

@@ -31,6 +31,7 @@ class Context:
     snapshot: str
     tracking_uri: str | None
     experiment_id: str | None
+    parent_run_id: str | None  # the sweep's parent run: a trial's metrics are read from its child run alone
     poll_s: float = 0.5
 
 
@@ -46,8 +47,8 @@ def trainable(config: dict[str, Any], ctx: Context) -> None:
     names = search.metrics
     wanted = m.wanted(search)
     keys = sorted({k for n in wanted for k in (m.source(n).intermediate, m.source(n).final) if k})
-    poller = (m.RunPoller(ctx.tracking_uri, ctx.experiment_id, trial.id, keys)
-              if ctx.tracking_uri and ctx.experiment_id else None)
+    poller = (m.RunPoller(ctx.tracking_uri, ctx.experiment_id, ctx.parent_run_id, trial.id, keys)
+              if ctx.tracking_uri and ctx.experiment_id and ctx.parent_run_id else None)
     primary = m.source(names[0]).intermediate
     worst = {n: m.worst(mode) for n, mode in zip(names, search.modes, strict=True)}
 

@@ -131,8 +131,8 @@ class _Driver:
             client = MlflowClient(tracking_uri=self.tracking.uri)
             experiment = client.get_run(self.tracking.parent_run_id).info.experiment_id
             for trial_id in trial_ids:
-                for run in client.search_runs([experiment],
-                                              filter_string=f"tags.`{tags.TRIAL_ID}` = '{trial_id}'"):
+                for run in client.search_runs([experiment], filter_string=tags.trial_run_filter(
+                        self.tracking.parent_run_id, trial_id)):
                     if run.info.status != "KILLED" or run.data.tags.get(tags.OUTCOME) != "stopped":
                         client.set_tag(run.info.run_id, tags.OUTCOME, "stopped")
                         client.set_terminated(run.info.run_id, status="KILLED")
@@ -209,7 +209,7 @@ def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trackin
 
     ctx = _ray.Context(sweep_doc=sweep.to_document(), snapshot=str(storage / m.SNAPSHOT),
                        tracking_uri=tracking.uri if tracking else None, experiment_id=experiment_id(tracking),
-                       poll_s=poll_s)
+                       parent_run_id=tracking.parent_run_id if tracking else None, poll_s=poll_s)
     driver = _Driver(sweep, backend, Path(ctx.snapshot), tracking, progress)
     _ray.DRIVERS[sweep.name] = driver
     driver.tick(force=True)
@@ -244,7 +244,8 @@ def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trackin
         _ray.DRIVERS.pop(sweep.name, None)
     last = [(grid[i].config or {}, grid[i].metrics or {}) for i in range(len(grid))]
     summary = summarize(sweep, search, last, driver, resumed, finals=_FinalReader(ctx.tracking_uri,
-                                                                                  ctx.experiment_id, search))
+                                                                                  ctx.experiment_id,
+                                                                                  ctx.parent_run_id, search))
     (storage / SUMMARY).write_text(json.dumps(summary.as_dict(), indent=2, default=str) + "\n")
     log_summary(tracking, storage / SUMMARY)
     return summary
@@ -256,16 +257,17 @@ class _FinalReader:
     constraint that result is the penalty, and for one the scheduler stopped only after it had finished it is
     an intermediate one."""
 
-    def __init__(self, uri: str | None, experiment: str | None, search: TuneSearch):
-        self.uri, self.experiment, self.search = uri, experiment, search
+    def __init__(self, uri: str | None, experiment: str | None, parent_run_id: str | None, search: TuneSearch):
+        self.uri, self.experiment, self.parent_run_id, self.search = uri, experiment, parent_run_id, search
         self.wanted = m.wanted(search)
         self.keys = sorted({k for n in self.wanted if (k := m.source(n).final)})
 
     def __call__(self, trial_id: str, results_path: str | None) -> dict[str, Any]:
         results = m.read_results(results_path)
         latest: dict[str, float] = {}
-        if self.uri and self.experiment and any(m.from_results(n, results) is None for n in self.wanted):
-            poller = m.RunPoller(self.uri, self.experiment, trial_id, self.keys)  # only for what the file lacks
+        if self.uri and self.experiment and self.parent_run_id and any(
+                m.from_results(n, results) is None for n in self.wanted):  # MLflow only for what the file lacks
+            poller = m.RunPoller(self.uri, self.experiment, self.parent_run_id, trial_id, self.keys)
             poller.poll_settled(pause_s=0.5)
             latest = poller.latest
         values = m.final_values(self.wanted, results, latest)

@@ -110,10 +110,12 @@ def violations(constraints: list[Constraint], values: dict[str, float | None]) -
 
 @dataclass
 class RunPoller:
-    """New points of a trial's MLflow metrics, read from its child run (found by the trial id tag)."""
+    """New points of a trial's MLflow metrics, read from its child run under the sweep's parent run
+    (`tags.trial_run_filter`): a run that claims the trial id under another parent, or none, is never read."""
 
     uri: str
     experiment_id: str
+    parent_run_id: str
     trial_id: str
     keys: list[str]
     run_id: str | None = None
@@ -121,6 +123,9 @@ class RunPoller:
     latest: dict[str, float] = field(default_factory=dict)
     failed: bool = False  # the last poll could not read the server
     _client: Any = None
+
+    def __post_init__(self) -> None:
+        self.filter = tags.trial_run_filter(self.parent_run_id, self.trial_id)
 
     def client(self) -> Any:
         if self._client is None:
@@ -131,9 +136,7 @@ class RunPoller:
 
     def find_run(self) -> str | None:
         if self.run_id is None:
-            runs = self.client().search_runs([self.experiment_id],
-                                             filter_string=f"tags.`{tags.TRIAL_ID}` = '{self.trial_id}'",
-                                             max_results=1)
+            runs = self.client().search_runs([self.experiment_id], filter_string=self.filter, max_results=1)
             self.run_id = runs[0].info.run_id if runs else None
         return self.run_id
 

@@ -10,8 +10,14 @@ after another. It has no API credentials, so both directions go through what Kub
 - **Out: events.** The worker prints one line per event to its standard output, the pod's log, which the driver
   reads through the logs API: `kubesweep.worker {"event": "start", "trial": ID, ...}` when a trial starts, `end`
   (its exit code and outcome) when it has ended, `exit` when the worker itself ends. A trial's own output passes
-  through the worker, which prints any of its lines that begin like an event line with a prefix (`escape`), so a
-  trial cannot write an event.
+  through the worker, which prints any of its lines that holds the event prefix anywhere with a prefix of its own
+  (`escape`), so a trial cannot write an event.
+- **Lines.** Both sides split a log at `LINE_END` (`\n`) alone, with `split_lines` / `log_lines`: never with
+  `str.splitlines`, which also breaks at `\r \v \f \x1c-\x1e \x85 U+2028 U+2029`, so that a trial's one line
+  `step 5\rkubesweep.worker {...}` would be read as a second line and an event.
+- **Whose events.** A pod's events count for the trials handed to it alone. The driver records on the pod, beside
+  the hand-over, every trial id it has ever handed to it (`HANDED_ANNOTATION`, the worker does not read it); an
+  event naming any other trial is ignored (and logged by the driver as data).
 
 Standard library and pydantic only (the contract floor).
 """
@@ -30,6 +36,9 @@ from kubesweep.wire.base import StrictModel
 
 HANDOVER_ANNOTATION = "kubesweep.io/handover"
 HANDOVER_FILE = "handover.json"  # in the pod's config directory (the downward API volume)
+HANDED_ANNOTATION = "kubesweep.io/handed"  # the ids of every trial ever handed to the pod, space-separated
+MAX_HANDED = 2000  # trials one pod is handed in its life: the record stays small (an annotation holds 256 KiB)
+LINE_END = "\n"  # the one line separator of a worker's log, for the worker and its reader alike
 EVENT_PREFIX = "kubesweep.worker "
 ESCAPED_PREFIX = "| "  # put before a trial's line that would otherwise read as an event
 # A trial id names files and directories in the pod (its output, its checkpoint): plain DNS-label characters only.
@@ -125,15 +134,40 @@ def parse_event(line: str) -> WorkerEvent | None:
 
 
 def parse_events(lines: Iterable[str]) -> list[WorkerEvent]:
-    """The events among a worker's log lines, in order."""
+    """The events among a worker's log lines (`log_lines`), in order."""
     return [e for e in (parse_event(line) for line in lines) if e is not None]
 
 
+def split_lines(buffered: str) -> tuple[list[str], str]:
+    """The complete lines of `buffered` (each without its `LINE_END`) and what follows the last one (a line still
+    being written, or ""). `LINE_END` alone ends a line: a carriage return, a form feed, U+2028 and the other
+    characters `str.splitlines` breaks at are part of the line they are in."""
+    *complete, rest = buffered.split(LINE_END)
+    return complete, rest
+
+
+def log_lines(text: str) -> list[str]:
+    """A worker's whole log (or what of it there is) as lines, split as the worker wrote them (`split_lines`)."""
+    complete, rest = split_lines(text)
+    return [*complete, rest] if rest else complete
+
+
 def escape(line: str) -> str:
-    """A trial's output line as the worker prints it: unchanged, unless it would read as an event."""
-    return ESCAPED_PREFIX + line if line.startswith((EVENT_PREFIX, ESCAPED_PREFIX)) else line
+    """A trial's output line (one line: `split_lines` made it) as the worker prints it: unchanged, unless it holds
+    the event prefix anywhere or begins with the escape's own prefix."""
+    return ESCAPED_PREFIX + line if EVENT_PREFIX in line or line.startswith(ESCAPED_PREFIX) else line
 
 
 def unescape(line: str) -> str:
     """A trial's line as the trial printed it (`escape` undone)."""
     return line[len(ESCAPED_PREFIX):] if line.startswith(ESCAPED_PREFIX) else line
+
+
+def handed_ids(text: str | None) -> frozenset[str]:
+    """The trial ids a pod's `HANDED_ANNOTATION` records (anything in it that is not a trial id is dropped)."""
+    return frozenset(t for t in (text or "").split() if TRIAL_ID_RE.match(t))
+
+
+def handed_annotation(ids: Iterable[str]) -> str:
+    """`HANDED_ANNOTATION`'s value for `ids`."""
+    return " ".join(sorted(set(ids)))

@@ -3,6 +3,8 @@ the reports (a tag written under one name and read under another is a run the re
 
 from __future__ import annotations
 
+import re
+
 # On a sweep's parent run and on every trial's run
 SWEEP = "kubesweep.sweep"
 # On a sweep's parent run
@@ -39,3 +41,18 @@ NAMESPACE = "kubesweep.namespace"  # for people and the UI only: the seal says w
 PARENT_RUN = "mlflow.parentRunId"
 RUN_NAME = "mlflow.runName"
 NOTE = "mlflow.note.content"  # a run's Description in the runs view
+
+RUN_ID_RE = re.compile(r"[A-Za-z0-9]{1,64}")  # MLflow's run ids (hex): quoted into a search filter as they are
+TRIAL_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,200}")  # what a trial id is made of (plan.make_trial); quoted too
+
+
+def trial_run_filter(parent_run_id: str, trial_id: str) -> str:
+    """The MLflow search filter for a trial's child run under the sweep's parent run: its trial id tag AND its
+    parent run tag. The trial id alone also finds the run of a sweep made before under the same name (same trial
+    ids, another parent run) and any run someone who may edit the experiment tags with it. ValueError for an id
+    that is not one (it is quoted into the filter as it is)."""
+    if not RUN_ID_RE.fullmatch(parent_run_id):
+        raise ValueError(f"not a run id: {parent_run_id[:80]!r}")
+    if not TRIAL_ID_RE.fullmatch(trial_id):
+        raise ValueError(f"not a trial id: {trial_id[:80]!r}")
+    return f"tags.`{TRIAL_ID}` = '{trial_id}' AND tags.`{PARENT_RUN}` = '{parent_run_id}'"

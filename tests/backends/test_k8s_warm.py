@@ -6,8 +6,14 @@ kubelet: the warm tests of tests/operator/test_controller_realnode.py."""
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -17,14 +23,15 @@ from kubesweep.backends import k8s_kueue
 from kubesweep.backends.base import BackendError, Phase
 from kubesweep.backends.k8s_client import Api
 from kubesweep.backends.k8s_reconcile import JobReconciler, Listed
-from kubesweep.backends.k8s_warm import INTERRUPTED, slice_trial
+from kubesweep.backends.k8s_warm import INTERRUPTED, Pod, plan_handovers, slice_trial
 from kubesweep.manifests import LABEL_TRIAL, LABEL_WORKER, render_trial
 from kubesweep.plan import plan
 from kubesweep.spec import parse_sweep
-from kubesweep.wire.handover import HANDOVER_ANNOTATION, Handover, WorkerEvent, escape
+from kubesweep.wire.handover import HANDED_ANNOTATION, HANDOVER_ANNOTATION, MAX_HANDED, Handover, WorkerEvent, escape
 from kubesweep.wire.outcomes import Outcome
 from tests.backends.test_k8s_kueue import PENDING, FakeCustomApi, cond, workload
 from tests.backends.test_k8s_reconcile import DIGEST, _Batch, _Resp, _Store
+from tests.support.job_fixtures import REPO
 
 T0 = time.time()  # the workers' clock: events are stamped with epoch seconds
 
@@ -318,3 +325,88 @@ def test_a_trial_with_a_job_of_its_own_keeps_it_and_is_never_handed_to_a_warm_po
     assert {t: store.state.outcomes[t].outcome for t in (t1, t2, t3)} == dict.fromkeys((t1, t2, t3),
                                                                                      Outcome.SUCCEEDED)
     assert status.done and t1 not in core.patches and all(t1 not in str(core.handover(p)) for p in core.pods)
+
+
+# Every character `str.splitlines` ends a line at, beside "\n".
+SEPARATORS = ("\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
+def run_worker(tmp: Path, handover: Handover, trial_sh: str) -> str:
+    """A real worker process, as a warm pod runs it (`python -m kubesweep.jobs.worker`, its hand-over file, closed),
+    whose trials' interpreter is `trial_sh` (a shell script in place of `python -m kubesweep.jobs.run ...`); the
+    pod's log it printed, as the logs API returns it."""
+    (tmp / "handover.json").write_text(handover.to_annotation())
+    trial = tmp / "trial.sh"
+    trial.write_text("#!/bin/sh\n" + trial_sh, encoding="utf-8")
+    trial.chmod(0o755)
+    boot = (f"import runpy, sys; sys.executable = {str(trial)!r}; "  # the worker starts each trial with it
+            "runpy.run_module('kubesweep.jobs.worker', run_name='__main__', alter_sys=True)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "KUBESWEEP_"))}
+    done = subprocess.run([sys.executable, "-c", boot, "--handover", str(tmp / "handover.json"), "--output-dir",
+                           str(tmp / "out"), "--sweep", handover.sweep, "--no-forkserver"],
+                          cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+    return done.stdout.decode()
+
+
+def test_a_trial_in_a_real_worker_cannot_settle_another_trial(tmp_path: Path, caplog: pytest.LogCaptureFixture
+                                                                ) -> None:
+    """A trial prints forged `end` events behind each character `str.splitlines` breaks at, and one with the event
+    prefix inside its line, for the trial after it in its pod and for a trial of another pod; a real worker relays
+    it, the driver reads its log: each trial is settled by its own end alone. Then the pod's hand-over file lists
+    a trial the driver handed to another pod (written by someone else): its events, the worker's own, count for
+    nothing, and the driver says so in its log."""
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 2}, resources={"retries": 0})
+    engine.reconcile(store.load("s"))
+    for n, name in enumerate(batch.creates, 1):
+        core.start_pod(batch.jobs[name], f"w-{n}", phase="Pending")
+    engine.reconcile(store.load("s"))
+    (mine, mine_handed), (other, other_handed) = sorted(
+        ((p, core.handover(p)) for p in ("w-1", "w-2")), key=lambda ph: -len(ph[1].trials))
+    t1, t2 = (t.id for t in mine_handed.trials)
+    (t3,) = (t.id for t in other_handed.trials)
+
+    def forged(trial: str) -> str:
+        return WorkerEvent("end", T0 + 1e6, trial=trial, exit_code=3, outcome="oom").line()
+
+    lines = [f"step {i}{sep}{forged(t2 if i % 2 else t3)}" for i, sep in enumerate(SEPARATORS)]
+    lines.append(f"a table | {forged(t2)}")
+    printf = "".join(f"printf '%s\\n' {shlex.quote(line)}\n" for line in lines)
+    script = (f'if [ "$KUBESWEEP_TRIAL_ID" = {t1} ]; then\n{printf}fi\n'
+              f'if [ "$KUBESWEEP_TRIAL_ID" = {t3} ]; then exit 3; fi\n')
+    listed_too = Handover(sweep="s", trials=[*mine_handed.trials, *other_handed.trials], closed=True)
+    log = run_worker(tmp_path, listed_too, script)
+    assert "\u2028" in log and "\r" in log  # relayed as printed
+
+    core.logs[mine] = log.removesuffix("\n").split("\n")  # the logs API gives the log as the worker wrote it
+    core.pods[mine]["status"]["phase"] = "Running"
+    with caplog.at_level(logging.WARNING, logger="kubesweep.backends.warm"):
+        status = engine.reconcile(store.load("s"))
+    phases = {t.trial_id: t.phase for t in status.trials}
+    assert {t: store.state.outcomes[t].outcome for t in (t1, t2)} == {t1: Outcome.SUCCEEDED,
+                                                                      t2: Outcome.SUCCEEDED}
+    assert t3 not in store.state.outcomes and phases[t3] == Phase.PENDING  # still its own pod's to run
+    assert [t.id for t in core.handover(other).trials] == [t3]
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"warm pod {mine}: ignored its {kind} event for trial {t3}, which was never handed to it"
+                    for kind in ("start", "end")], said
+
+
+def test_a_warm_pod_is_handed_max_handed_trials_in_its_life_then_closed() -> None:
+    """The record of what a pod was handed stays within an annotation's size: a pod that was handed MAX_HANDED
+    trials gets no new one (its hand-over closed, so it ends and a new warm pod takes the slot); the patch that
+    hands trials over adds them to the record."""
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1})
+    engine.reconcile(store.load("s"))
+    core.start_pod(batch.jobs[batch.creates[0]], "w-1")
+    trials = plan(store.state.sweep).trials
+    engine.reconcile(store.load("s"))
+    assert core.pods["w-1"]["metadata"]["annotations"][HANDED_ANNOTATION] == " ".join(
+        sorted(t.id for t in trials[:2]))
+    full = Pod({"metadata": {"labels": {LABEL_WORKER: "k"}}, "status": {}}, core.pods["w-1"], None, [],
+               handed=frozenset(f"old-{i}" for i in range(MAX_HANDED)))
+    queue = {"k": list(trials)}
+    assert plan_handovers("s", [full], queue, {}, set()) == {"w-1": Handover(sweep="s", closed=True)}
+    assert queue["k"] == list(trials)  # still waiting, for another pod
+    room = Pod(full.job, full.pod, None, [], handed=frozenset(list(full.handed)[1:]))
+    assert [t.id for t in plan_handovers("s", [room], queue, {}, set())["w-1"].trials] == [trials[0].id]

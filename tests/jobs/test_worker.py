@@ -25,7 +25,7 @@ import pytest
 
 from kubesweep.jobs import worker as worker_mod
 from kubesweep.jobs.runtime import OOM_HOOK_ENV
-from kubesweep.wire.handover import HandedTrial, Handover, WorkerEvent, parse_events
+from kubesweep.wire.handover import HandedTrial, Handover, WorkerEvent, log_lines, parse_events
 from tests.support.job_fixtures import MINILM, REPO, TINY_OVERRIDES
 
 pytestmark = pytest.mark.slow
@@ -76,7 +76,7 @@ class Pod:
         return self.log.read_text(errors="replace")
 
     def events(self) -> list[WorkerEvent]:
-        return parse_events(self.text().splitlines())
+        return parse_events(log_lines(self.text()))
 
     def wait_for(self, predicate: Any, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout

@@ -642,10 +642,10 @@ def test_trial_over_its_memory_limit_is_oom_and_not_retried(stack: Stack, tmp_pa
 
 
 def _worker_events(stack: Stack, pod: str) -> list[Any]:
-    from kubesweep.wire.handover import parse_events
+    from kubesweep.wire.handover import log_lines, parse_events
 
     log = stack.cluster.kubectl("logs", pod, namespace=stack.namespace).stdout
-    return parse_events(log.splitlines())
+    return parse_events(log_lines(log))
 
 
 def test_a_warm_pod_runs_the_sweeps_trials_in_turn_through_an_operator_restart_and_gives_its_slot_back(

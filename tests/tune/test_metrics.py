@@ -3,11 +3,17 @@ MLflow poller that follows a trial's run."""
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
 from kubesweep.spec import Constraint
 from kubesweep.tune import metrics
+from kubesweep.wire import tags
+from tests.support.mlflow_fixtures import MlflowServer
 from tests.support.results_docs import make_results
 
 
@@ -46,7 +52,8 @@ class ServerAway:
 
 
 def poller(outages: int) -> metrics.RunPoller:
-    return metrics.RunPoller("http://tracking", "1", "trial-1", ["result/final_accuracy"], _client=ServerAway(outages))
+    return metrics.RunPoller("http://tracking", "1", "parent1", "trial-1", ["result/final_accuracy"],
+                             _client=ServerAway(outages))
 
 
 def test_a_poll_that_cannot_reach_the_server_says_so_and_the_next_reads_everything() -> None:
@@ -64,3 +71,40 @@ def test_a_finished_trials_last_read_waits_out_a_short_outage_and_gives_up_after
     p = poller(outages=10)
     assert p.poll_settled(pause_s=0.001, retries=3) == {} and p.failed
     assert p.client().calls == 4  # one poll and three more
+
+
+def test_the_poller_reads_the_trials_run_under_the_sweeps_parent_run_alone(mlflow_server: MlflowServer) -> None:
+    """Against a real `mlflow server`: a sweep made again under its name has the same trial ids under a new parent
+    run of the same experiment. The old sweep's run of a trial and a run someone who may edit the experiment made
+    with its trial id and no parent (each at 0.99) are never read while the trial has no run of its own, nor logged
+    into by its job (the job's own logger): the search reads the real run's 0.50."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server.url)
+    name = f"poller-{os.urandom(4).hex()}"
+    experiment = client.create_experiment(name)
+    tid, key = "a1b2c3d4e5", "eval/accuracy"
+    stale_parent = client.create_run(experiment, run_name="made-again").info.run_id
+    for claims in ({tags.TRIAL_ID: tid, tags.PARENT_RUN: stale_parent}, {tags.TRIAL_ID: tid}):
+        client.log_metric(client.create_run(experiment, tags=claims).info.run_id, key, 0.99, step=1)
+    parent = client.create_run(experiment, run_name="made-again").info.run_id
+    poller = metrics.RunPoller(mlflow_server.url, experiment, parent, tid, [key])
+    assert poller.poll() == {} and not poller.failed and poller.run_id is None  # no run of its own yet
+
+    job = MlflowTrialLogger(uri=mlflow_server.url, trial_id=tid, run_name="made-again-t", experiment=name,
+                            parent_run_id=parent)
+    job.start()
+    job.log_metrics({key: 0.5}, 1)
+    assert job.close().pending == 0
+    assert poller.poll() == {key: [(1, 0.5)]} and poller.latest == {key: 0.5}
+    assert job.run_id is not None and poller.run_id == job.run_id
+    assert client.get_run(job.run_id).data.tags[tags.PARENT_RUN] == parent
+
+
+def test_a_trial_run_filter_quotes_only_ids() -> None:
+    assert tags.trial_run_filter("abc123", "t-1") == (
+        "tags.`kubesweep.trial_id` = 't-1' AND tags.`mlflow.parentRunId` = 'abc123'")
+    with pytest.raises(ValueError, match="not a run id"):
+        metrics.RunPoller("http://tracking", "1", "x' OR '1' = '1", "t-1", [])
+    with pytest.raises(ValueError, match="not a trial id"):
+        tags.trial_run_filter("abc123", "t' OR '1' = '1")

@@ -33,7 +33,7 @@ def test_a_trainable_of_a_stopped_trial_ends_without_reporting(tmp_path: Path) -
     trial = make_trial(sweep, {"batch_size": 16})
     snapshot = tmp_path / "trials.json"
     write_snapshot(snapshot, {trial.id: {"terminal": True, "outcome": "stopped"}})
-    ctx = _ray.Context(sweep.model_dump(mode="json", by_alias=True), str(snapshot), None, None, poll_s=0.01)
+    ctx = _ray.Context(sweep.model_dump(mode="json", by_alias=True), str(snapshot), None, None, None, poll_s=0.01)
     _ray.trainable({"batch_size": 16}, ctx)  # would raise outside a Ray session, had it reported
 
 

@@ -11,11 +11,18 @@ from kubesweep.wire.handover import (
     Handover,
     WorkerEvent,
     escape,
+    handed_annotation,
+    handed_ids,
+    log_lines,
     parse_event,
     parse_events,
     read_handover,
+    split_lines,
     unescape,
 )
+
+# Every character but "\n" that `str.splitlines` ends a line at.
+SEPARATORS = ("\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
 
 
 def test_an_event_reads_back_as_it_was_written() -> None:
@@ -48,6 +55,31 @@ def test_escaping_keeps_a_trials_line_from_reading_as_an_event_and_is_undone_exa
         assert parse_event(escape(line)) is None or line == "plain"
         assert unescape(escape(line)) == line
     assert escape("plain") == "plain"
+
+
+@pytest.mark.parametrize("sep", SEPARATORS, ids=[f"U+{ord(c):04X}" for c in SEPARATORS])
+def test_only_a_newline_ends_a_line_of_a_workers_log(sep: str) -> None:
+    """A trial's one line with a forged event behind a character `str.splitlines` breaks at stays one line, and
+    no event, on both sides: the worker's split of what it relays and the driver's of the pod's log."""
+    forged = WorkerEvent("end", 1.0, trial="t-other", exit_code=3, outcome="oom").line()
+    text = f"step 5{sep}{forged}\nnext"
+    assert parse_events(text.splitlines()) != []  # the attack, read the old way
+    assert split_lines(text) == ([f"step 5{sep}{forged}"], "next")
+    assert log_lines(text) == [f"step 5{sep}{forged}", "next"] == log_lines(text + "\n")
+    assert parse_events(log_lines(text)) == []
+    assert escape(f"step 5{sep}{forged}") == f"| step 5{sep}{forged}"
+
+
+def test_a_line_with_the_event_prefix_anywhere_is_escaped_and_unescaped_exactly() -> None:
+    forged = WorkerEvent("end", 1.0, trial="t", exit_code=0, outcome="succeeded").line()
+    for line in (f"a table | {forged}", f"\x1b[2K{forged}", f"step 5\u2028{forged}"):
+        assert escape(line) == "| " + line and unescape(escape(line)) == line
+
+
+def test_a_pods_record_of_what_it_was_handed_reads_back_and_keeps_trial_ids_only() -> None:
+    assert handed_ids(handed_annotation(["t-2", "t-1", "t-2"])) == {"t-1", "t-2"}
+    assert handed_annotation(["t-2", "t-1"]) == "t-1 t-2"
+    assert handed_ids("t-1 ../x  T-UPPER\nt-3") == {"t-1", "t-3"} and handed_ids(None) == frozenset()
 
 
 def test_a_handover_reads_back_and_a_bad_one_is_named() -> None:
