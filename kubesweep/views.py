@@ -254,7 +254,8 @@ def status_table(status: SweepStatus, limit: int | None = None) -> Table:
     """The sweep's trials; with `limit`, running, unschedulable and failed trials come first."""
     table = Table(title=_title(status), title_justify="left")
     for column in ("trial", "cell", "phase", "outcome", "time", "reason"):
-        table.add_column(column, overflow="fold" if column == "reason" else "ellipsis")
+        # a name folds, never cut: trials of one sweep share a long prefix, and cut names would read as one
+        table.add_column(column, overflow="fold" if column in ("trial", "reason") else "ellipsis")
     trials = status.trials
     if limit is not None and len(trials) > limit:
         trials = sorted(trials, key=lambda t: t.phase not in _FIRST)[:limit]
@@ -273,8 +274,8 @@ def live_table(status: SweepStatus, progress: dict[str, str], limit: int | None 
     columns += ["progress"] if any(t.trial_id in progress for t in trials) else []
     columns += ["reason"] if any(t.reason for t in trials) else []
     for column in columns:
-        table.add_column(column, overflow="fold" if column in ("reason", "cell") else "ellipsis",
-                         no_wrap=column in ("trial", "progress", "phase", "time"))
+        table.add_column(column, overflow="fold" if column in ("trial", "reason", "cell") else "ellipsis",
+                         no_wrap=column in ("progress", "phase", "time"))
     for t in trials:
         cells = {"trial": t.name, "cell": t.label, "phase": Text(t.phase.value, style=PHASE_STYLE[t.phase]),
                  "time": _elapsed(t), "progress": progress.get(t.trial_id, ""), "reason": t.reason}

@@ -224,3 +224,24 @@ def test_results_fields_with_markup_and_escape_sequences_are_printed_as_text_in_
         out = views.format_rows([row], fmt)
         assert "\x1b" not in out and "\x07" not in out and "Assertion failed" in out
     assert json.loads(views.format_rows([row], "json"))[0]["reason"] == HOSTILE  # JSON escapes it, keeps it whole
+
+
+def test_at_80_columns_trial_names_that_share_a_long_prefix_stay_whole_and_apart() -> None:
+    """Sixteen trials of one sweep share a long prefix: the status table and the live view fold a name rather than
+    cut it, so every name can be read (and typed into `sweep logs`) whole."""
+    names = [f"bert-gpu-matrix-h100-80gb-bs{b}-{p}-{c}" for b in (16, 32) for p in ("fp32", "bf16", "fp16", "tf32")
+             for c in ("eager", "compiled")]
+    s = status(*(trial(n, Phase.RUNNING, reason="waiting for a GPU slot on the node") for n in names))
+    for table in (views.status_table(s), views.live_table(s, {f"id-{n}": "step 3/90 12 s left" for n in names})):
+        c = Console(file=io.StringIO(), width=80, color_system=None)
+        c.print(table)
+        text = printed(c)
+        assert max(len(line) for line in text.splitlines()) <= 80
+        lines = text.splitlines()
+        if "│" in text:  # the status table's box: the first column between the first two bars
+            first = [line.split("│")[1] for line in lines if line.count("│") > 1]
+        else:  # the live view: the first column is as wide as the header's `trial` up to `cell`
+            header = next(line for line in lines if line.lstrip().startswith("trial"))
+            first = [line[:header.index("cell")] for line in lines[lines.index(header) + 2:]]
+        joined = "".join(part.strip() for part in first)
+        assert "…" not in joined and all(n in joined for n in names), text
