@@ -17,6 +17,7 @@ from kubesweep.terminal_text import clean, plain
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import Cell
 from kubesweep.tracking.report_answer import answer_lines
+from kubesweep.tracking.report_page import LEGEND
 from kubesweep.wire.trial_metrics import METRICS
 
 LEFT = frozenset({"task", "gpu", "precision", "compile", "status", "flags", "model", "engine", "padding", "dataset"})
@@ -116,3 +117,18 @@ def print_cells(console: Console, sweep: str, cells: list[Cell], *, source: str,
                      + (f"; {more} shows every column" if more else ""))
     for note in notes:
         console.print(plain(note, style="dim"), width=width, soft_wrap=False)
+
+
+def markdown(cells: list[Cell], sweep: str, *, source: str, target: float, best_by: str, partial: str = "") -> str:
+    """`sweep results -o markdown`: what the terminal shows, as a document to paste: the answer, the whole table,
+    how to read it (the intervals, the target, the best mark) and the marks' legend."""
+    parts = [f"## Sweep {sweep}: results", ""]
+    if partial:
+        parts += [f"*partial results: {partial}; the answer may change*", ""]
+    answer = answer_lines(cells, target, measured_only=True)
+    if answer:
+        parts += ["**The answer**", "", *(f"- {line}" for line in answer), ""]
+    parts.append(agg.to_markdown(cells).rstrip("\n"))
+    parts += ["", f"Mean ± the 95% interval's half-width over repeats; TTA = training time to dev accuracy >= "
+                  f"{target:g}; * best {METRICS[best_by][0]} per GPU type; from {source}.", "", LEGEND]
+    return clean("\n".join(parts) + "\n")

@@ -501,7 +501,8 @@ def print_aggregated(console: Console, fmt: str, sweep: str, cells: Sequence[Any
     elif fmt == "csv":
         sys.stdout.write(clean(agg.to_csv(list(cells))))
     elif fmt == "markdown":
-        sys.stdout.write(clean(agg.to_markdown(list(cells))))
+        sys.stdout.write(results_view.markdown(list(cells), sweep, source=source, target=target, best_by=best_by,
+                                               partial=partial_text(records)))
     else:
         print_cells(console, sweep, list(cells), source, target, best_by, wide=wide, partial=partial_text(records))
         print_busy(console, records)

@@ -103,3 +103,15 @@ def test_a_sweep_with_trials_still_to_end_is_marked_partial() -> None:
     assert shown(100, records, partial=partial).startswith(
         "partial results: 2 of 3 trials still to end; the answer may change")
     assert views.partial_text(records[:1]) == ""
+
+
+def test_markdown_carries_the_answer_the_table_and_how_to_read_it() -> None:
+    cells = aggregate(matrix(), catalog=CATALOG)
+    text = results_view.markdown(cells, "m", source="results files", target=0.9, best_by="samples_per_s")
+    lines = text.splitlines()
+    assert lines[0] == "## Sweep m: results" and "**The answer**" in lines
+    answer = lines[lines.index("**The answer**") + 2]
+    assert answer.startswith("- fine-tuning, highest throughput: ") and "h100-80gb bs256" in answer, answer
+    assert text.index("**The answer**") < text.index("| ") < text.index("Mean ± the 95% interval")
+    assert sum(1 for line in lines if line.startswith("| ")) == len(cells) + 1  # header and a row per setting
+    assert "* best samples/s per GPU type" in text and "Marks beside a number" in text and "OOM" in text
