@@ -26,6 +26,7 @@ from rich.console import Console
 
 from kubesweep import cli_options as opts
 from kubesweep import views
+from kubesweep.backends.base import BackendError, Phase
 from kubesweep.cli_options import CONFIRM_OVER, BackendName, MetricName, PlanFormat, ResultsFormat, ResultsSource
 from kubesweep.crd import crd_yaml
 from kubesweep.gpus import load_catalog
@@ -129,20 +130,38 @@ def session(backend: BackendName = BackendName.local, home: Path | None = None, 
 
 def _watch(run: Callable[[ProgressCallback], Ended], interrupted: str, s: Session, name: str) -> Ended:
     """Follow a sweep to its end behind a live progress view (each running trial's progress from its log);
-    Ctrl-C: exit 130, saying what is kept."""
+    Ctrl-C: exit 130, saying what is kept and what goes on running without this process."""
     try:
         return views.watch(console, run, peek=lambda trial: s.backend.logs(name, trial.trial_id))
     except KeyboardInterrupt:
-        err.print(plain(interrupted))
+        err.print(plain(f"{interrupted}{_still_running(s, name)}"))
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+def _still_running(s: Session, name: str) -> str:
+    """What an interrupted command leaves running: a trial already started carries on to its end (its results
+    are kept), and where the backend drives the sweep without this process, the sweep carries on too."""
+    try:
+        status = s.backend.status(name)
+    except (BackendError, KeyboardInterrupt):
+        return ""
+    running = [t.name for t in status.trials if t.phase == Phase.RUNNING]
+    if not s.backend.driven_by_waiter:
+        return f". The sweep carries on without this process: `sweep cancel {name}` stops it"
+    if not running:
+        return ""
+    shown = ", ".join(running[:3]) + (f" and {len(running) - 3} more" if len(running) > 3 else "")
+    return (f". Still running without this process, to their end: {len(running)} trial"
+            f"{'' if len(running) == 1 else 's'} ({shown}); `sweep cancel {name}` stops "
+            f"{'it' if len(running) == 1 else 'them'}")
 
 
 def _follow(s: Session, name: str, detach: bool) -> None:
     if detach:
         views.print_detached(console, name, s.detach(name))
         return
-    ended = _watch(lambda progress: s.follow(name, progress), f"interrupted; finished trials are kept. "
-                   f"`sweep resume {name}` continues, `sweep cancel {name}` stops", s, name)
+    ended = _watch(lambda progress: s.follow(name, progress), f"interrupted; finished trials are kept, "
+                   f"`sweep resume {name}` continues the sweep", s, name)
     views.print_ended(console, s.backend, name, s.tta_target(name), s.ended_records(name))
     raise typer.Exit(ended.code)
 

@@ -32,6 +32,7 @@ from kubesweep.backends.base import (
     AmbiguousTrial,
     Backend,
     BackendError,
+    Phase,
     ProgressCallback,
     SweepConflict,
     SweepNotFound,
@@ -56,13 +57,17 @@ from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY
 
 # Exit codes of `sweep` (and of the tuner, `python -m kubesweep.tune`)
 EXIT_OK, EXIT_TRIALS_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_CANCELLED = 5  # the sweep ended, some of its trials cancelled (and none failed): not a success
 
 Notify = Callable[[str, bool], None]  # (message, warning): a warning goes to stderr
 
 
 def exit_code(status: SweepStatus) -> int:
-    """The exit code of an ended sweep: 1 when a trial failed, else 0 (OOM and GPU-mismatch cells are results)."""
-    return EXIT_TRIALS_FAILED if status.has_failures else EXIT_OK
+    """The exit code of an ended sweep: 1 when a trial failed, else 5 when a trial was cancelled (by `sweep
+    cancel`, from this shell or another), else 0 (OOM and GPU-mismatch cells are results)."""
+    if status.has_failures:
+        return EXIT_TRIALS_FAILED
+    return EXIT_CANCELLED if any(t.phase == Phase.CANCELLED for t in status.trials) else EXIT_OK
 
 
 def error_code(exc: BaseException) -> int | None:

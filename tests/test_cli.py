@@ -589,3 +589,34 @@ def test_a_name_taken_by_another_spec_is_bad_input_said_by_validate_and_submit( 
     assert not (tmp_path / "home" / "mlflow.db").exists()  # submit opened no parent run for the refused spec
     status = json.loads(sweep("status", "taken", "-o", "json").stdout)
     assert len(status["trials"]) == 1
+
+
+def test_ctrl_c_on_submit_says_which_trials_run_on_and_how_to_stop_them(  # type: ignore[no-untyped-def]
+        sweep, tmp_path: Path) -> None:
+    """Ctrl-C ends the command (130), not the trial it started: the trial runs to its end without it. The message
+    says so, naming the trial, and how to stop it."""
+    import signal
+
+    env = {**os.environ, "KUBESWEEP_HOME": str(tmp_path / "home"), "KUBESWEEP_LOCAL_GPUS": "[]",
+           "KUBESWEEP_JOB_COMMAND": json.dumps([sys.executable, str(STAND_IN)]), "KUBESWEEP_NO_TRACKING": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "kubesweep", "submit", str(spec(tmp_path, "long", "[1, 2]", 600))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            status = json.loads(sweep("status", "long", "-o", "json", check=None).stdout or "{}")
+            if any(t["phase"] == "Running" for t in status.get("trials", [])):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("no trial started")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, stderr
+        stderr = " ".join(stderr.split())  # as wrapped to the terminal's width
+        running = next(t["name"] for t in status["trials"] if t["phase"] == "Running")
+        assert f"Still running without this process, to their end: 1 trial ({running})" in stderr, stderr
+        assert "`sweep cancel long` stops it" in stderr
+    finally:
+        proc.kill()
+        sweep("cancel", "long", check=None)

@@ -26,6 +26,7 @@ from kubesweep.plan import plan
 from kubesweep.preflight import NotRunnable
 from kubesweep.session import (
     EXIT_BACKEND,
+    EXIT_CANCELLED,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_TRIALS_FAILED,
@@ -163,6 +164,7 @@ def test_cancel_stops_a_running_sweep_and_leaves_an_ended_one(home: Path) -> Non
     cancelled, status = s.cancel(slow.name)
     assert cancelled
     assert {t.phase for t in status.trials} == {Phase.CANCELLED}
+    assert s.follow(slow.name).code == EXIT_CANCELLED  # whoever waits on it is told it did not succeed
 
     quick = make_sweep("quick", batches=[8])
     s.submit(quick, plan(quick))
@@ -321,6 +323,11 @@ def test_exit_code_of_a_sweep() -> None:
     assert exit_code(status(Outcome.SUCCEEDED, Outcome.OOM, Outcome.GPU_MISMATCH, Outcome.STOPPED)) == EXIT_OK
     assert exit_code(status(Outcome.SUCCEEDED, Outcome.FAILED)) == EXIT_TRIALS_FAILED
     assert exit_code(status()) == EXIT_OK
+    cancelled = status(Outcome.SUCCEEDED, Outcome.CANCELLED)
+    cancelled.trials[1].phase = Phase.CANCELLED
+    assert exit_code(cancelled) == EXIT_CANCELLED  # not a success: a script must not read one
+    cancelled.trials[0].outcome = Outcome.FAILED
+    assert exit_code(cancelled) == EXIT_TRIALS_FAILED
 
 
 def test_error_codes() -> None:
