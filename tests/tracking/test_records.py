@@ -28,8 +28,9 @@ from kubesweep.tracking.records import (
 from kubesweep.tracking.runs import ChildRun
 from kubesweep.wire.config import JobConfig, TrialConfig
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.results import Results
 from tests.backends.contract import CRASH_LR, make_plan
-from tests.support.results_docs import make_results, results_doc
+from tests.support.results_docs import make_results
 from tests.support.tracked_job import build as stand_in
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
@@ -155,14 +156,14 @@ def test_a_child_runs_results_file_wins_over_its_tags_and_params() -> None:
 class Runs:
     """What `from_mlflow` reads of a `SweepRuns`: the parent's child runs and their results files."""
 
-    def __init__(self, children: list[ChildRun], files: dict[str, dict[str, Any] | None]):
+    def __init__(self, children: list[ChildRun], files: dict[str, Results | ResultsFileError | None]):
         self._children, self.files = children, files
 
     def children(self, parent_run_id: str) -> list[ChildRun]:
         assert parent_run_id == "parent"
         return self._children
 
-    def all_results(self, children: list[ChildRun]) -> dict[str, dict[str, Any] | None]:
+    def all_results(self, children: list[ChildRun]) -> dict[str, Results | ResultsFileError | None]:
         return {c.run_id: self.files.get(c.run_id) for c in children}
 
 
@@ -173,7 +174,7 @@ def test_from_mlflow_adds_the_trials_without_a_run_from_the_backend_in_plan_orde
     backend.wait("ml", timeout=60)
     last = p.trials[2]
     runs = Runs([child("r-last", tags={"kubesweep.trial_id": last.id, "kubesweep.trial": last.name})],
-                {"r-last": results_doc(config={"batch_size": 32})})
+                {"r-last": make_results(config={"batch_size": 32})})
     records = from_mlflow(runs, "parent", backend, "ml")
     assert [r.trial_id for r in records] == [t.id for t in p.trials]
     assert records[2].run_id == "r-last" and records[0].run_id is None and records[0].outcome == "succeeded"
