@@ -85,12 +85,19 @@ def _outcome_of(status: TrialStatus) -> str:
     return status.outcome.value if status.outcome else status.phase.value.lower()
 
 
+MAX_TRIAL_FILE_BYTES = 2**20  # a trial's resolved config is a few KiB
+
+
 def _trial_file(trial_file: Path | None) -> dict[str, Any]:
-    if trial_file is None or not trial_file.exists():
+    """The trial file the backend wrote in the trial's folder, where the trial can write too: none where it is
+    missing, larger than a trial file is, nested past Python's parser or not a JSON object."""
+    if trial_file is None or not trial_file.is_file():
         return {}
     try:
-        data = json.loads(trial_file.read_text())
-    except (OSError, ValueError):
+        with trial_file.open("rb") as handle:
+            raw = handle.read(MAX_TRIAL_FILE_BYTES + 1)
+        data = json.loads(raw) if len(raw) <= MAX_TRIAL_FILE_BYTES else None
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 

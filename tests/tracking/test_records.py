@@ -58,9 +58,11 @@ def test_the_job_comes_from_the_results_file_then_the_trial_file_then_the_axes(t
     assert record.gpus == 2
     record = record_from_status(s, None, tmp_path / "missing.json")
     assert record.settings == {"batch_size": 8}  # the axes, less the ones that are not job settings
-    trial_file.write_text("{not json")
-    assert record_from_status(status(Outcome.SUCCEEDED, batch_size=8), None, trial_file).settings == {"batch_size": 8}
-    assert record_from_status(status(Outcome.SUCCEEDED), None, trial_file).gpus == 1
+    for damaged in ("{not json", '{"job": ' + "[" * 200_000, " " * (2**20 + 1)):  # a trial may write its own
+        trial_file.write_text(damaged)
+        assert record_from_status(status(Outcome.SUCCEEDED, batch_size=8), None, trial_file).settings == {
+            "batch_size": 8}
+        assert record_from_status(status(Outcome.SUCCEEDED), None, trial_file).gpus == 1
 
 
 def test_settings_read_back_are_typed_and_a_setting_this_version_cannot_read_is_left_out() -> None:
