@@ -289,17 +289,18 @@ def status(
 
 @app.command()
 def logs(
-    name: opts.NameArg, trial: opts.TrialArg = None, follow: opts.FollowOpt = False,
+    name: opts.NameArg, trial: opts.TrialArg = None, follow: opts.FollowOpt = False, raw: opts.RawLogOpt = False,
     backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
-    """Print a trial's log; with no TRIAL, list the sweep's trials."""
+    """Print a trial's log as text (its escape sequences and control characters removed; --raw: as written); with
+    no TRIAL, list the sweep's trials."""
     b = session(backend, home, namespace, kubeconfig, direct).backend
     if trial is None:
         views.print_trial_list(console, b.status(name))
         return
     for chunk in b.logs(name, trial, follow=follow):
-        sys.stdout.write(chunk)
+        sys.stdout.write(chunk if raw else clean(chunk))
         sys.stdout.flush()
 
 

@@ -166,6 +166,8 @@ ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, metavar="N", help
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="submit without asking, whatever the trial count")]
 WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="keep the table live until the sweep ends")]
 FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the trial ends")]
+RawLogOpt = Annotated[bool, typer.Option("--raw", help="the log as the trial wrote it, escape sequences and all "
+                                         "(by default they are removed, format characters shown as escapes)")]
 
 # -- results and reports -----------------------------------------------------------------------------------
 

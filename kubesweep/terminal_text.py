@@ -2,14 +2,18 @@
 
 Such text is data: it is never read as Rich markup (a CUDA assert's `[/pytorch/aten/...cu:12]` is not a closing
 tag), and its control characters are removed (escape sequences that recolour the terminal, set its title or move
-the cursor; C0 and C1 control codes; a carriage return that overwrites the line). Newlines and tabs are kept where
-`keep_lines` says so; otherwise they become spaces. Every line the CLI prints with such text in it goes through
-`plain` (a `rich.text.Text`) or, for text written straight to a stream, `clean`.
+the cursor; C0 and C1 control codes; a carriage return that overwrites the line). Characters that are invisible
+yet change what the reader sees (Unicode format characters: bidi overrides and isolates such as U+202E that show
+text in another order, zero-width ones; line and paragraph separators; lone surrogates) are shown as their
+escapes (`\\u202e`). Newlines and tabs are kept where `keep_lines` says so; otherwise they become spaces. Every
+line the CLI prints with such text in it goes through `plain` (a `rich.text.Text`) or, for text written straight
+to a stream, `clean`.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 from rich.text import Text
@@ -20,12 +24,20 @@ _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$
 _C1_STRINGS = re.compile(r"\x9b[0-?]*[ -/]*[@-~]?|[\x90\x98\x9d\x9e\x9f].*?(?:\x07|\x9c|\x1b\\|$)", re.DOTALL)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _LINES = re.compile(r"[\t\n]")
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+# format characters (bidi controls, zero-width ones, ...), line and paragraph separators, surrogates
+_SHOWN_AS_ESCAPES = frozenset({"Cf", "Zl", "Zp", "Cs"})
+
+
+def _escape(match: re.Match[str]) -> str:
+    return "".join((f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}")
+                   if unicodedata.category(c) in _SHOWN_AS_ESCAPES else c for c in match.group())
 
 
 def clean(value: Any, *, keep_lines: bool = True) -> str:
     """`str(value)` without escape sequences and control characters (newline and tab kept with `keep_lines`, else
-    spaces)."""
-    text = _CONTROL.sub("", _C1_STRINGS.sub("", _ESCAPES.sub("", str(value))))
+    spaces), its format characters (U+202E and kin) as escapes."""
+    text = _NON_ASCII.sub(_escape, _CONTROL.sub("", _C1_STRINGS.sub("", _ESCAPES.sub("", str(value)))))
     return text if keep_lines else _LINES.sub(" ", text)
 
 

@@ -94,6 +94,18 @@ def test_validate_refuses_a_binary_file_and_a_duplicate_key(sweep, tmp_path: Pat
     assert "spec.matrix: given twice (lines 6 and 9)" in sweep("validate", str(duplicate), check=2).stderr
 
 
+def test_validate_shows_a_bidi_override_as_its_escape(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A key with U+202E (right-to-left override: what follows reads backwards) in a spec: `validate` names it with
+    the character as its escape, never the character itself."""
+    path = tmp_path / "rtl.yaml"
+    path.write_text("apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: rtl}\nspec:\n"
+                    "  job: {max_steps: 1}\n  matrix: {batch_size: [8], \"lr\u202e\u2066\": [1]}\n",
+                    encoding="utf-8")
+    proc = sweep("validate", str(path), check=2)
+    assert proc.stderr.startswith(f"{path}:6: spec.matrix.lr\\u202e\\u2066: unknown field"), proc.stderr
+    assert "\u202e" not in proc.stderr and "\u2066" not in proc.stderr
+
+
 def test_plan_json(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = json.loads(sweep("plan", str(spec(tmp_path)), "-o", "json").stdout)
     assert [t["axes"]["batch_size"] for t in out["trials"]] == [8, 16, 256]
@@ -541,6 +553,51 @@ def test_text_a_trial_wrote_is_printed_as_text(sweep, tmp_path: Path) -> None:  
     # the results file's error, per trial (a free-text field; a setting the schema types cannot hold such text)
     assert all("[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12]" in p.stdout for p in outputs[7:9])
     assert json.loads(sweep("status", "hostile", "-o", "json").stdout)["trials"][0]["outcome"] == "failed"
+
+
+def test_a_hostile_results_file_fails_its_trial_and_nothing_else(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """One trial writes 200,000 nested brackets as its results file, another a whole file whose outcome is "bogus":
+    the driver lives on, those two trials fail with one line saying why, the third succeeds, and every command on
+    the sweep ends with an exit code, not a traceback."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text("apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: bomb}\nspec:\n"
+                    "  job: {max_steps: 1}\n  matrix: {batch_size: [8], learning_rate: [0.111, 0.222, 3.0e-5]}\n"
+                    "  resources: {gpus_per_trial: 0, retries: 0}\n")
+    procs = [sweep("submit", str(path), check=1)]
+    trials = json.loads(sweep("status", "bomb", "-o", "json").stdout)["trials"]
+    by_lr = {t["label"].rsplit("=", 1)[1]: t for t in trials}
+    assert [by_lr[lr]["outcome"] for lr in ("0.111", "0.222", "3e-05")] == ["failed", "failed", "succeeded"], trials
+    assert by_lr["0.111"]["reason"] == "results.json: not JSON: recursion limit exceeded at line 1 column 202"
+    assert by_lr["0.222"]["reason"] == ("results.json: outcome: not one of the outcomes, got 'bogus' "
+                                        "(kubesweep.io/results/v1, docs/results-schema.md)")
+    procs += [sweep("status"), sweep("status", "bomb"), sweep("results", "bomb", "--per-trial", "-f", "json"),
+              sweep("logs", "bomb", by_lr["0.111"]["name"]), sweep("report", "bomb", "--no-upload"),
+              sweep("resume", "bomb", check=1), sweep("delete", "bomb")]
+    for proc in procs:
+        assert "Traceback" not in proc.stdout + proc.stderr, proc.args
+    rows = json.loads(procs[3].stdout)
+    assert sorted(r["outcome"] for r in rows) == ["failed", "failed", "succeeded"], rows
+    assert "rerunning 2 of 3 trials (2 failed)" in procs[6].stdout
+    assert "bomb" not in sweep("status").stdout
+
+
+def test_logs_print_a_trials_text_as_text_and_raw_as_written(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A trial that prints an OSC 52 clipboard write, an OSC 8 link, BEL, a C1 CSI, a right-to-left override and a
+    zero-width space: `sweep logs` shows none of them raw (the format characters as escapes); `--raw` gives the log
+    as written."""
+    from tests.support.stand_in_job import HOSTILE_LOG
+
+    path = tmp_path / "loud.yaml"
+    path.write_text("apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: loud}\nspec:\n"
+                    "  job: {max_steps: 1}\n  matrix: {batch_size: [8], learning_rate: [0.333]}\n"
+                    "  resources: {gpus_per_trial: 0, retries: 0}\n")
+    sweep("submit", str(path))
+    trial = json.loads(sweep("status", "loud", "-o", "json").stdout)["trials"][0]["name"]
+    shown = sweep("logs", "loud", trial).stdout
+    for raw in ("\x1b", "\x07", "\x9b", "\u202e", "\u202c", "\u200b"):
+        assert raw not in shown, (raw, shown)
+    assert " click bell  \\u202etxt.exe\\u202c zero\\u200bwidth" in shown and "done: succeeded" in shown
+    assert HOSTILE_LOG in sweep("logs", "loud", trial, "--raw").stdout
 
 
 def test_report_output_that_is_a_file_or_cannot_be_written_is_one_line_exit_2(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

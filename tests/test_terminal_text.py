@@ -26,6 +26,20 @@ def test_clean_removes_escape_sequences_and_control_characters(raw: str, shown: 
     assert clean(raw) == shown
 
 
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("a\u202etxt.exe\u202cb", "a\\u202etxt.exe\\u202cb"),  # right-to-left override, pop
+    ("\u2066\u2069\u200e\u200f\u061c", "\\u2066\\u2069\\u200e\\u200f\\u061c"),  # isolates, marks
+    ("zero\u200bwidth\u2060\ufeff", "zero\\u200bwidth\\u2060\\ufeff"),  # zero-width space, joiner, BOM
+    ("line\u2028para\u2029", "line\\u2028para\\u2029"),  # line and paragraph separators
+    ("tag\U000e0041", "tag\\U000e0041"),  # a tag character (invisible)
+    ("lone \udc80", "lone \\udc80"),  # a lone surrogate: printing it would raise
+    ("naïve 日本 ±1e15 — ok", "naïve 日本 ±1e15 — ok"),  # other text is left as it is
+])
+def test_format_characters_are_shown_as_escapes(raw: str, shown: str) -> None:
+    assert clean(raw) == shown
+    assert clean(raw, keep_lines=False) == shown
+
+
 def test_newlines_and_tabs_are_kept_or_made_spaces() -> None:
     assert clean("a\nb\tc") == "a\nb\tc"
     assert clean("a\nb\tc", keep_lines=False) == "a b c"

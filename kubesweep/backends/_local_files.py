@@ -18,6 +18,8 @@ from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, TrialStatus
 from kubesweep.wire.config import PATH_SETTINGS, local_path
+from kubesweep.wire.results import Results
+from kubesweep.wire.results_file import read_results_file
 
 TRACKING_FILE = "tracking.json"
 FORKSERVER_RECORD = "forkserver.json"  # the sweep's fork server while it runs: pid and socket
@@ -46,13 +48,13 @@ def write_trial_file(trial_dir: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-def read_results(path: Path) -> dict[str, Any] | None:
-    """A results file, parsed; None where there is none or it is not a JSON object."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+def read_results(path: Path) -> Results | None:
+    """A trial's results file, read as every results file is (`kubesweep.wire.results_file`: bounded in size and
+    depth, validated); None where there is none. `ResultsFileError`: it is not valid, in one line that starts with
+    the file's name (`results.json: outcome: ...`: a trial's reason, read beside its folder)."""
+    if not path.exists() and not path.is_symlink():
         return None
-    return data if isinstance(data, dict) else None
+    return read_results_file(path, path.name)
 
 
 def record_tracking(sweep_dir: Path, env: dict[str, str] | None) -> None:

@@ -24,6 +24,8 @@ from kubesweep.backends._local_files import LOG_FILE, RESULTS_FILE, read_results
 from kubesweep.backends._local_store import Store, TrialRow
 from kubesweep.backends.base import SETTLED_OUTCOMES, Phase
 from kubesweep.wire.outcomes import Outcome, outcome_for_exit
+from kubesweep.wire.results import Results
+from kubesweep.wire.results_file import ResultsFileError
 
 TERM_GRACE_S = 10.0
 
@@ -100,6 +102,11 @@ class Supervisor:
                 run.log.close()
 
 
+def _reason(results: Results) -> str:
+    """Why a trial's results say it ended as it did: its error (none for one that succeeded)."""
+    return f"{results.error.type}: {results.error.message}" if results.error is not None else ""
+
+
 class Reaper:
     """Records how the trials of the sweeps in `store` end."""
 
@@ -138,18 +145,24 @@ class Reaper:
 
     def finish(self, sweep: str, row: TrialRow, code: int | None) -> None:
         """Record how the trial ended (`code`: its exit code; None for a trial this process did not start, whose
-        end is its results file's time, else its log's: the trial's own run time, not when it was noticed)."""
+        end is its results file's time, else its log's: the trial's own run time, not when it was noticed). A
+        results file that is not valid (`wire.results_file`) is the trial's failure, its error's line the reason."""
         trial_dir = self.store.trial_dir(sweep, row.name)
-        results = read_results(trial_dir / RESULTS_FILE)
+        invalid = ""
+        try:
+            results = read_results(trial_dir / RESULTS_FILE)
+        except ResultsFileError as exc:
+            results, invalid = None, str(exc)
         finished = time.time()
         if code is None:
             for last in (trial_dir / RESULTS_FILE, trial_dir / LOG_FILE):
                 with contextlib.suppress(OSError):
                     finished = min(finished, last.stat().st_mtime)
                     break
-        if results and results.get("outcome"):
-            outcome = Outcome(results["outcome"])
-            reason = str(results.get("error") or results.get("reason") or "")
+        if results is not None:
+            outcome, reason = results.outcome, _reason(results)
+        elif invalid:
+            outcome, reason = Outcome.FAILED, invalid
         elif code is None:
             outcome, reason = Outcome.FAILED, "interrupted: the job ended without a results file"
         else:
@@ -167,14 +180,13 @@ class Reaper:
     def answer(self, sweep: str, row: TrialRow) -> tuple[Outcome, str] | None:
         """The settled outcome (succeeded, OOM, GPU mismatch, stopped) the trial's results file gives, with its
         reason; None when it has none."""
-        results = read_results(self.store.trial_dir(sweep, row.name) / RESULTS_FILE)
         try:
-            outcome = Outcome(results["outcome"]) if results else None
-        except ValueError:
+            results = read_results(self.store.trial_dir(sweep, row.name) / RESULTS_FILE)
+        except ResultsFileError:
             return None
-        if results is None or outcome not in SETTLED_OUTCOMES:
+        if results is None or results.outcome not in SETTLED_OUTCOMES:
             return None
-        return outcome, str(results.get("error") or results.get("reason") or "")[-500:]
+        return results.outcome, _reason(results)[-500:]
 
     def record_answer(self, sweep: str, row: TrialRow, only_if: Phase) -> None:
         """Record the outcome the trial's results file gives, if settled, while the trial is in phase `only_if`."""

@@ -68,7 +68,7 @@ def _summary(term: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(message)
-    except ValueError:
+    except (ValueError, RecursionError):  # the trial writes it: 4 KiB of `[` nest deeper than Python's parser goes
         return None
     return data if isinstance(data, dict) else None
 

@@ -29,7 +29,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from kubesweep.backends._local_driver import DriverStopped, StopRequest, stop_signals
 from kubesweep.backends._local_driver import me as this_driver
@@ -69,6 +68,8 @@ from kubesweep.plan import Plan, Trial
 from kubesweep.spec import Sweep, parse_sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.results import Results
+from kubesweep.wire.results_file import ResultsFileError
 
 
 class LocalBackend(Backend):
@@ -301,10 +302,16 @@ class LocalBackend(Backend):
         return trial_log(self.store.trial_dir(sweep, trial.name), trial, follow,
                          lambda: self.status(sweep).trial(trial.trial_id).phase.terminal)
 
-    def results(self, sweep: str) -> list[tuple[TrialStatus, dict[str, Any] | None]]:
-        """Each trial with its parsed results file (None where it has none)."""
-        status = self.status(sweep)
-        return [(t, read_results(Path(t.results_path)) if t.results_path else None) for t in status.trials]
+    def results(self, sweep: str) -> list[tuple[TrialStatus, Results | None]]:
+        """Each trial with its results file, validated (None where it has none or it is not valid: its driver
+        recorded the trial failed, with the file's error as the reason)."""
+        out: list[tuple[TrialStatus, Results | None]] = []
+        for trial in self.status(sweep).trials:
+            try:
+                out.append((trial, read_results(Path(trial.results_path)) if trial.results_path else None))
+            except ResultsFileError:
+                out.append((trial, None))
+        return out
 
     def trial_dir(self, sweep: str, trial: str) -> Path:
         return self.store.trial_dir(sweep, trial)

@@ -10,18 +10,26 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from kubesweep.backends.base import Backend, BackendError, TrialStatus
 from kubesweep.wire import tags
 from kubesweep.wire.config import ANY_GPU, CPU, JobConfig
-from kubesweep.wire.results import RESULTS_SCHEMA, Results
+from kubesweep.wire.results import Results
+from kubesweep.wire.results_file import (  # the one validated, bounded reader; re-exported for its readers here
+    MAX_MAGNITUDE,
+    MAX_RESULTS_BYTES,
+    ResultsFileError,
+    parse_results,
+    read_results_file,
+)
+
+__all__ = ["MAX_MAGNITUDE", "MAX_RESULTS_BYTES", "ResultsFileError", "parse_results", "read_results_file"]
 
 # params the job logs that are not job settings
 _TRIAL_PARAMS = frozenset({"sweep", "trial_id", "repeat", "gpu", "gpus_per_trial"})
@@ -77,12 +85,19 @@ def _outcome_of(status: TrialStatus) -> str:
     return status.outcome.value if status.outcome else status.phase.value.lower()
 
 
+MAX_TRIAL_FILE_BYTES = 2**20  # a trial's resolved config is a few KiB
+
+
 def _trial_file(trial_file: Path | None) -> dict[str, Any]:
-    if trial_file is None or not trial_file.exists():
+    """The trial file the backend wrote in the trial's folder, where the trial can write too: none where it is
+    missing, larger than a trial file is, nested past Python's parser or not a JSON object."""
+    if trial_file is None or not trial_file.is_file():
         return {}
     try:
-        data = json.loads(trial_file.read_text())
-    except (OSError, ValueError):
+        with trial_file.open("rb") as handle:
+            raw = handle.read(MAX_TRIAL_FILE_BYTES + 1)
+        data = json.loads(raw) if len(raw) <= MAX_TRIAL_FILE_BYTES else None
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -114,15 +129,15 @@ def record_from_status(status: TrialStatus, results: Results | None = None,
 
 def from_backend(backend: Backend, sweep: str) -> list[TrialRecord]:
     """Records from the backend's state and results files (no MLflow); a results file that is not valid is read as
-    none (the record then says what the backend knows)."""
+    none (the record then says what the backend knows: its driver recorded the trial failed, with the reason)."""
     reader = getattr(backend, "results", None)
     if reader is None:
         return [record_from_status(t) for t in backend.status(sweep).trials]
     out = []
-    for status, data in reader(sweep):
+    for status, results in reader(sweep):
         where = backend.trial_dir(sweep, status.name)
         trial_file = where / "trial.json" if where is not None else None
-        out.append(record_from_status(status, results_from_data(data), trial_file))
+        out.append(record_from_status(status, results, trial_file))
     return out
 
 
@@ -133,9 +148,12 @@ def _parse_param(value: str) -> Any:
         return {"True": True, "False": False, "None": None}.get(value, value)
 
 
-def record_from_child(child: Any, results: Results | None) -> TrialRecord:
+def record_from_child(child: Any, read: Results | ResultsFileError | None) -> TrialRecord:
     """A record from an MLflow child run (`runs.ChildRun`) and its results.json (if it has one): the results
-    name the cell and the outcome, else the run's tags and params do."""
+    name the cell and the outcome, else the run's tags and params do; a results file that is not valid (the error
+    `SweepRuns.results_file` gave) makes the trial failed, with that error's line as its reason."""
+    invalid = read if isinstance(read, ResultsFileError) else None
+    results = read if isinstance(read, Results) else None
     run_tags, params = child.tags, child.params
     trial_id = run_tags.get(tags.TRIAL_ID) or params.get("trial_id") or child.run_id
     if results is not None:
@@ -156,6 +174,8 @@ def record_from_child(child: Any, results: Results | None) -> TrialRecord:
     reason = ""
     if results is not None and results.error is not None and outcome != "succeeded":
         reason = results.error.message
+    if invalid is not None:
+        outcome, reason = "failed", str(invalid)
     return TrialRecord(trial_id=trial_id, name=run_tags.get(tags.TRIAL) or child.name, repeat=int(repeat or 0),
                        gpu=gpu, gpus=int(gpus if isinstance(gpus, int) else 1), outcome=outcome, job=job,
                        results=results, reason=reason, run_id=child.run_id)
@@ -167,7 +187,7 @@ def from_mlflow(runs: Any, parent_run_id: str, backend: Backend | None, sweep: s
     files = runs.all_results(children)
     records = {}
     for child in children:
-        record = record_from_child(child, results_from_data(files.get(child.run_id)))
+        record = record_from_child(child, files.get(child.run_id))
         records[record.trial_id] = record
     if backend is not None:
         try:
@@ -186,134 +206,16 @@ def from_mlflow(runs: Any, parent_run_id: str, backend: Backend | None, sweep: s
 
 RESULTS_FILE = "results.json"
 MAX_RESULTS_FILES = 100_000  # a directory of more results files than any sweep has is a mistake, not a sweep
-MAX_RESULTS_BYTES = 64 * 2**20  # one results file; a trial's loss curve of a long run is a few MiB
 
 
 class ResultsDirError(ValueError):
     """A directory of results files that cannot be read at all: no such directory, too many files, none valid."""
 
 
-class ResultsFileError(ValueError):
-    """One results file that is not valid: the file, the field path and what was expected, in one line."""
-
-
 def names_a_directory(name: str) -> bool:
     """Whether a NAME given to `sweep results`/`report` is a directory of results files rather than a sweep: it has
     a `/` or starts with `.` or `~` (a sweep's name never does: it is a DNS label)."""
     return "/" in name or name.startswith((".", "~"))
-
-
-_EXPECTED = {"int_type": "expected an integer", "float_type": "expected a number",
-             "string_type": "expected a string", "bool_type": "expected true or false",
-             "model_type": "expected an object", "dict_type": "expected an object", "list_type": "expected a list",
-             "missing": "required, missing", "extra_forbidden": f"not a field of {RESULTS_SCHEMA}",
-             "enum": "not one of the outcomes", "literal_error": "not one of the values allowed"}
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(the document)"
-
-
-# no measurement of a trial comes near this (bytes of memory, joules, seconds, samples): a number beyond it is damage,
-# and would overflow the sums and the figures' axes
-MAX_MAGNITUDE = 1e15
-_FREE_FORM = ("environment", "model")  # not read as numbers
-
-
-def _nullable(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> bool:
-    """Whether the field of `model` at `loc` (a path into its document) may be null."""
-    annotation: Any = model
-    for part in loc:
-        if isinstance(part, int):
-            args = get_args(annotation)
-            annotation = args[0] if args else None
-            continue
-        inner = next((a for a in (annotation, *get_args(annotation))
-                      if isinstance(a, type) and issubclass(a, BaseModel)), None)
-        info = inner.model_fields.get(part) if inner is not None else None
-        if info is None:
-            return False
-        annotation = info.annotation
-    return type(None) in get_args(annotation)
-
-
-def _finite(data: Any, loc: tuple[int | str, ...] = ()) -> Any:
-    """`data` with each infinite or NaN number as None where the schema lets the field be null (a diverged run's
-    loss; where it may not be, the number stays as the job wrote it); `ResultsFileError` args (path, value) for a
-    number beyond ±MAX_MAGNITUDE (outside the free-form parts)."""
-    if isinstance(data, float) and not math.isfinite(data):
-        return None if _nullable(Results, loc) else data
-    if isinstance(data, (int, float)) and not isinstance(data, bool) and abs(data) > MAX_MAGNITUDE:
-        raise ResultsFileError(_field_path(loc), data)
-    if isinstance(data, dict):
-        return {k: v if not loc and k in _FREE_FORM else _finite(v, (*loc, k)) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_finite(v, (*loc, i)) for i, v in enumerate(data)]
-    return data
-
-
-def parse_results(raw: bytes | str, where: str) -> Results:
-    """A results document validated against its schema (`kubesweep.wire.results.Results`, from which
-    docs/results.schema.json is generated; strict JSON types) and the free-form fields the views read, with each
-    infinite or NaN number the schema lets be null as null. `ResultsFileError`: the first thing wrong with it, in
-    one line starting with `where`."""
-    try:
-        results = Results.model_validate_json(raw, strict=True)
-    except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        if error["type"] == "json_invalid":
-            raise ResultsFileError(f"{where}: not JSON: {error['msg'].removeprefix('Invalid JSON: ')}") from None
-        if not error["loc"] and error["type"] == "model_type":
-            raise ResultsFileError(f"{where}: expected a JSON object (a results file), got "
-                                   f"{type(error['input']).__name__}") from None
-        expected = _EXPECTED.get(error["type"], error["msg"])
-        got = "" if error["type"] in ("missing", "extra_forbidden") else f", got {_short(error.get('input'))}"
-        raise ResultsFileError(f"{where}: {_field_path(error['loc'])}: {expected}{got} ({RESULTS_SCHEMA}, "
-                               "docs/results-schema.md)") from None
-    if results.schema_ != RESULTS_SCHEMA:
-        raise ResultsFileError(f"{where}: schema: {results.schema_!r} is not {RESULTS_SCHEMA}, the version read here")
-    gpus = results.environment.get("gpus", [])
-    if not isinstance(gpus, list) or not all(isinstance(gpu, dict) for gpu in gpus):
-        raise ResultsFileError(f"{where}: environment.gpus: expected a list of objects, got {_short(gpus)}")
-    try:
-        data = _finite(results.model_dump(mode="python", by_alias=True, exclude_unset=True))
-    except ResultsFileError as exc:
-        path, value = exc.args
-        raise ResultsFileError(f"{where}: {path}: expected a number within ±{MAX_MAGNITUDE:g}, "
-                               f"got {_short(value)}") from None
-    return Results.model_validate(data)
-
-
-def read_results_file(path: Path) -> Results:
-    """A results file, validated as `parse_results` says. `ResultsFileError`: the first thing wrong with it, in
-    one line naming the file."""
-    size = path.stat().st_size
-    if size > MAX_RESULTS_BYTES:
-        raise ResultsFileError(f"{path}: {size:,} bytes, more than a results file has ({MAX_RESULTS_BYTES:,})")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ResultsFileError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    return parse_results(raw, str(path))
-
-
-def results_from_data(data: dict[str, Any] | None) -> Results | None:
-    """A results file a backend or an MLflow run handed over parsed, validated as `parse_results` says (None where
-    there is none or it is not valid: the record then says what the backend or the run knows)."""
-    if data is None:
-        return None
-    try:
-        return parse_results(json.dumps(data), "results.json")
-    except (ResultsFileError, ValueError):
-        return None
 
 
 def from_results_dir(directory: Path, skipped: Callable[[str], None] | None = None) -> list[TrialRecord]:

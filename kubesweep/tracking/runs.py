@@ -28,6 +28,8 @@ from typing import Any
 from kubesweep.tracking.target import TrackingTarget, artifact_dir, sqlite_path
 from kubesweep.tracking.view import experiment_tags
 from kubesweep.wire import tags
+from kubesweep.wire.results import Results
+from kubesweep.wire.results_file import MAX_RESULTS_BYTES, ResultsFileError, read_results_file
 
 REPORT_ARTIFACTS = "report"
 ANSWER_FILE = "answer.txt"  # the sweep's answer, on its parent run
@@ -237,20 +239,26 @@ class SweepRuns:
             if not token:
                 return out
 
-    def results_file(self, run_id: str, dest: Path) -> dict[str, Any] | None:
-        """A child run's `results.json` artifact, parsed (None when it has none)."""
-        names = {Path(a.path).name for a in self._call("list artifacts", self.client.list_artifacts, run_id)}
-        if RESULTS_ARTIFACT not in names:
+    def results_file(self, run_id: str, dest: Path) -> Results | ResultsFileError | None:
+        """A child run's `results.json` artifact, read as every results file is (`wire.results_file`: bounded in
+        size and depth, validated); None when it has none, the `ResultsFileError` (one line naming the run) when
+        it is not valid. One larger than a results file is not downloaded."""
+        where = f"run {run_id}'s {RESULTS_ARTIFACT}"
+        found = [a for a in self._call("list artifacts", self.client.list_artifacts, run_id)
+                 if Path(a.path).name == RESULTS_ARTIFACT and not a.is_dir]
+        if not found:
             return None
+        size = found[0].file_size
+        if size is not None and size > MAX_RESULTS_BYTES:
+            return ResultsFileError(f"{where}: {size:,} bytes, more than a results file has ({MAX_RESULTS_BYTES:,})")
         path = self._call("download results.json", self.client.download_artifacts, run_id, RESULTS_ARTIFACT,
                           str(dest))
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+            return read_results_file(Path(path), where)
+        except ResultsFileError as exc:
+            return exc
 
-    def all_results(self, children: list[ChildRun]) -> dict[str, dict[str, Any] | None]:
+    def all_results(self, children: list[ChildRun]) -> dict[str, Results | ResultsFileError | None]:
         with tempfile.TemporaryDirectory(prefix="kubesweep-results-") as tmp:
             out = {}
             for i, child in enumerate(children):

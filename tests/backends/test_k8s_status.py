@@ -73,6 +73,16 @@ def test_crash_reports_exit_code_and_message_tail() -> None:
     assert o.outcome == Outcome.FAILED and o.reason == "Error: exit code 1: ValueError: bad"
 
 
+def test_a_termination_message_nested_past_the_parser_is_no_summary() -> None:
+    """The job's termination message is the trial's to write: 4,000 nested brackets (within the 4 KiB the kubelet
+    keeps) are no summary, not a RecursionError of the reconciler reading every trial."""
+    bomb = '{"outcome": ' + "[" * 4000
+    o = observe(job("Failed", "BackoffLimitExceeded"), [pod("Failed", exit_code=1, reason="Error", message=bomb)])
+    assert (o.phase, o.outcome, o.summary) == (Phase.FAILED, Outcome.FAILED, None)
+    o = observe(job("Complete"), [pod("Succeeded", exit_code=0, message=bomb)])
+    assert (o.phase, o.outcome, o.summary) == (Phase.SUCCEEDED, Outcome.SUCCEEDED, None)
+
+
 def test_deadline() -> None:
     o = observe(job("Failed", "DeadlineExceeded"), [pod("Failed", exit_code=137)])
     assert o.outcome == Outcome.FAILED and o.reason == "deadline exceeded after 60 s"

@@ -73,7 +73,7 @@ def run_sweep(tmp_path: Path, *, prestart: int, hold: bool = False) -> tuple[lis
         most = max(most, sum(1 for t in status.trials if t.phase == Phase.RUNNING))
 
     backend.submit(plan(sweep), wait=True, progress=progress)
-    results = [r for _, r in backend.results("staged") if r is not None]
+    results = [r.model_dump(mode="json", by_alias=True) for _, r in backend.results("staged") if r is not None]
     assert [r["outcome"] for r in results] == ["succeeded"] * 3, [r.get("error") for r in results]
     return results, most, released
 

@@ -6,6 +6,10 @@ drive every path quickly:
   job.batch_size >= 256       -> outcome oom, exit 3
   job.learning_rate == 0.123  -> crashes with exit 1 and no results file
   job.learning_rate == 0.456  -> fails with exit 1: a CUDA assert, with terminal escape sequences, as its error
+  job.learning_rate == 0.111  -> exits 0 with a results file of 200,000 nested brackets (a parser that recurses
+                                 dies on it)
+  job.learning_rate == 0.222  -> exits 0 with a whole results file whose outcome is "bogus"
+  job.learning_rate == 0.333  -> succeeds, having printed HOSTILE_LOG (clipboard write, link, bidi override)
   job.learning_rate == 0.321  -> samples/s 2% above, then 2% below the batch's rate (repeats 0 and 1), then at it
   job.learning_rate == 0.789  -> samples/s 20% above or below the batch's rate, by the repeat's parity
   job.learning_rate == 0.654  -> the same, and host-bound: its GPU busy 20% of its measured steps (gpu_monitor)
@@ -32,6 +36,12 @@ LINGER_ENV = "KUBESWEEP_TEST_STAND_IN_LINGER_S"
 # what a trial may write: Rich markup look-alikes and escape sequences (colour, window title), to be shown as text
 CUDA_ASSERT = ("[/pytorch/aten/src/ATen/native/cuda/Loss.cu:12] \x1b[31mAssertion `t >= 0` failed\x1b[0m"
                "\x1b]0;title\x07 [bold]")
+
+# what a trial may print to its log: an OSC 52 clipboard write, an OSC 8 link, BEL, a C1 CSI, a right-to-left
+# override (U+202E: `exe.txt` reads as `txt.exe`) and a zero-width space
+HOSTILE_LOG = ("\x1b]52;c;cm0gLXJmIH4K\x07 \x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\ bell\x07 "
+               "\x9b2J \u202etxt.exe\u202c zero\u200bwidth")
+BOMB = "[" * 200_000 + "]" * 200_000
 
 
 def main() -> int:
@@ -89,7 +99,14 @@ def main() -> int:
                             "measured_samples": 2 * job["batch_size"], "measured_time_s": 0.02,
                             "samples_per_s": rate, "tokens_per_s": None, "padded_tokens_per_s": None,
                             "step_time_s": None, "final_loss": None}
-    (out / "results.json").write_text(json.dumps(results))
+    if job.get("learning_rate") == 0.333:
+        print(HOSTILE_LOG, flush=True)
+    if job.get("learning_rate") == 0.111:
+        (out / "results.json").write_text(BOMB)
+    elif job.get("learning_rate") == 0.222:
+        (out / "results.json").write_text(json.dumps({**results, "outcome": "bogus"}))
+    else:
+        (out / "results.json").write_text(json.dumps(results))
     time.sleep(float(os.environ.get(LINGER_ENV) or 0))
     print(f"done: {outcome}", flush=True)
     return code

@@ -28,8 +28,9 @@ from kubesweep.tracking.records import (
 from kubesweep.tracking.runs import ChildRun
 from kubesweep.wire.config import JobConfig, TrialConfig
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.results import Results
 from tests.backends.contract import CRASH_LR, make_plan
-from tests.support.results_docs import make_results, results_doc
+from tests.support.results_docs import make_results
 from tests.support.tracked_job import build as stand_in
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
@@ -57,9 +58,11 @@ def test_the_job_comes_from_the_results_file_then_the_trial_file_then_the_axes(t
     assert record.gpus == 2
     record = record_from_status(s, None, tmp_path / "missing.json")
     assert record.settings == {"batch_size": 8}  # the axes, less the ones that are not job settings
-    trial_file.write_text("{not json")
-    assert record_from_status(status(Outcome.SUCCEEDED, batch_size=8), None, trial_file).settings == {"batch_size": 8}
-    assert record_from_status(status(Outcome.SUCCEEDED), None, trial_file).gpus == 1
+    for damaged in ("{not json", '{"job": ' + "[" * 200_000, " " * (2**20 + 1)):  # a trial may write its own
+        trial_file.write_text(damaged)
+        assert record_from_status(status(Outcome.SUCCEEDED, batch_size=8), None, trial_file).settings == {
+            "batch_size": 8}
+        assert record_from_status(status(Outcome.SUCCEEDED), None, trial_file).gpus == 1
 
 
 def test_settings_read_back_are_typed_and_a_setting_this_version_cannot_read_is_left_out() -> None:
@@ -155,14 +158,14 @@ def test_a_child_runs_results_file_wins_over_its_tags_and_params() -> None:
 class Runs:
     """What `from_mlflow` reads of a `SweepRuns`: the parent's child runs and their results files."""
 
-    def __init__(self, children: list[ChildRun], files: dict[str, dict[str, Any] | None]):
+    def __init__(self, children: list[ChildRun], files: dict[str, Results | ResultsFileError | None]):
         self._children, self.files = children, files
 
     def children(self, parent_run_id: str) -> list[ChildRun]:
         assert parent_run_id == "parent"
         return self._children
 
-    def all_results(self, children: list[ChildRun]) -> dict[str, dict[str, Any] | None]:
+    def all_results(self, children: list[ChildRun]) -> dict[str, Results | ResultsFileError | None]:
         return {c.run_id: self.files.get(c.run_id) for c in children}
 
 
@@ -173,7 +176,7 @@ def test_from_mlflow_adds_the_trials_without_a_run_from_the_backend_in_plan_orde
     backend.wait("ml", timeout=60)
     last = p.trials[2]
     runs = Runs([child("r-last", tags={"kubesweep.trial_id": last.id, "kubesweep.trial": last.name})],
-                {"r-last": results_doc(config={"batch_size": 32})})
+                {"r-last": make_results(config={"batch_size": 32})})
     records = from_mlflow(runs, "parent", backend, "ml")
     assert [r.trial_id for r in records] == [t.id for t in p.trials]
     assert records[2].run_id == "r-last" and records[0].run_id is None and records[0].outcome == "succeeded"

@@ -5,6 +5,9 @@ missing or unreachable server gives."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +15,12 @@ import pytest
 
 pytest.importorskip("mlflow")
 
+from kubesweep.tracking.records import from_mlflow
 from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore, trial_id_of
 from kubesweep.tracking.target import resolve
 from kubesweep.wire import tags
+from kubesweep.wire.results_file import MAX_RESULTS_BYTES, ResultsFileError
+from tests.support.results_docs import make_results, results_doc
 
 
 def test_the_parent_run_is_made_once_and_its_children_and_results_are_read(tmp_path: Path,
@@ -34,12 +40,12 @@ def test_the_parent_run_is_made_once_and_its_children_and_results_are_read(tmp_p
 
     child = client.create_run(run.info.experiment_id, tags={tags.PARENT_RUN: parent, tags.TRIAL_ID: "abc"},
                               run_name="s-0")
-    client.log_dict(child.info.run_id, {"outcome": "succeeded"}, "results.json")
+    client.log_dict(child.info.run_id, results_doc(), "results.json")
     bare = client.create_run(run.info.experiment_id, tags={tags.PARENT_RUN: parent}, run_name="s-1")
     children = runs.children(parent)
     assert sorted(c.name for c in children) == ["s-0", "s-1"]
     assert {trial_id_of(c) for c in children} == {"abc", None}
-    assert runs.all_results(children) == {child.info.run_id: {"outcome": "succeeded"}, bare.info.run_id: None}
+    assert runs.all_results(children) == {child.info.run_id: make_results(), bare.info.run_id: None}
     runs.finish_parent(parent, "FINISHED")
     assert client.get_run(parent).info.status == "FINISHED"
 
@@ -126,3 +132,47 @@ def test_a_damaged_store_file_is_one_error_naming_it(tmp_path: Path, monkeypatch
     with pytest.raises(UnusableStore, match=f"the MLflow store {tmp_path / 'mlflow.db'} cannot be read "
                                             r"\(file is not a database\): move it aside"):
         SweepRuns(resolve(experiment="exp", home=tmp_path), "s").find_parent()
+
+
+def test_a_hostile_results_artifact_is_its_trials_failure_in_one_line(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Child runs whose `results.json` artifact is 200,000 nested brackets, a whole file with outcome "bogus", or
+    more than a results file has: each is read as every results file is (bounded, validated), its trial failed
+    with one line naming the run; the good one reads whole; `sweep results --from mlflow` and `sweep report` on the
+    sweep end with exit 0, not a traceback. (The oversized one is refused by its listed size, not downloaded.)"""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    home = tmp_path / "home"
+    runs = SweepRuns(resolve(experiment="hostile", home=home), "hostile")
+    parent, _ = runs.ensure_parent(backend="local", trials=4)
+    experiment = runs.client.get_run(parent).info.experiment_id
+    ids = {}
+    for name, body in (("bomb", "[" * 200_000 + "]" * 200_000), ("bogus", json.dumps(results_doc(outcome="bogus"))),
+                       ("huge", " " * (MAX_RESULTS_BYTES + 1)), ("good", json.dumps(results_doc()))):
+        run = runs.client.create_run(experiment, run_name=f"hostile-{name}", tags={
+            tags.PARENT_RUN: parent, tags.TRIAL_ID: name, tags.TRIAL: f"hostile-{name}", tags.OUTCOME: "succeeded"})
+        runs.client.log_text(run.info.run_id, body, "results.json")
+        runs.client.set_terminated(run.info.run_id, "FINISHED")
+        ids[name] = run.info.run_id
+    read = runs.all_results(runs.children(parent))
+    assert isinstance(read[ids["good"]], type(make_results())) and all(
+        isinstance(read[ids[name]], ResultsFileError) for name in ("bomb", "bogus", "huge"))
+    records = {r.trial_id: r for r in from_mlflow(runs, parent, None, "hostile")}
+    assert {k: r.outcome for k, r in records.items()} == {"bomb": "failed", "bogus": "failed", "huge": "failed",
+                                                          "good": "succeeded"}
+    assert records["bomb"].reason == (f"run {ids['bomb']}'s results.json: not JSON: recursion limit exceeded at "
+                                      "line 1 column 202")
+    assert records["bogus"].reason.startswith(f"run {ids['bogus']}'s results.json: outcome: not one of the "
+                                              "outcomes, got 'bogus'")
+    assert records["huge"].reason == (f"run {ids['huge']}'s results.json: {MAX_RESULTS_BYTES + 1:,} bytes, more "
+                                      f"than a results file has ({MAX_RESULTS_BYTES:,})")
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "KUBESWEEP_NO_TRACKING")}
+    env.update(KUBESWEEP_HOME=str(home), KUBESWEEP_LOCAL_GPUS="[]", COLUMNS="200")
+    procs = [subprocess.run([sys.executable, "-m", "kubesweep", *args], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=300)
+             for args in (["results", "hostile", "--from", "mlflow", "--per-trial", "-f", "json"],
+                          ["report", "hostile", "--from", "mlflow", "--no-upload", "-o", str(tmp_path / "report")])]
+    for proc in procs:
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    rows = {r["trial"]: r["outcome"] for r in json.loads(procs[0].stdout)}
+    assert rows == {"hostile-bomb": "failed", "hostile-bogus": "failed", "hostile-huge": "failed",
+                    "hostile-good": "succeeded"}, rows
