@@ -334,12 +334,27 @@ def resume(
 
 @app.command()
 def delete(
-    name: opts.NameArg, backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None,
-    namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
+    name: opts.NameArg, yes: opts.DeleteYesOpt = False, backend: opts.BackendOpt = BackendName.local,
+    home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
+    direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
-    """Cancel a sweep and forget its state (local: its trial directories too)."""
-    session(backend, home, namespace, kubeconfig, direct).backend.delete(name)
-    console.print(plain(f"sweep {name!r} deleted"))
+    """Forget a sweep and its state (local: its trial directories too; its results files and MLflow runs stay).
+    A sweep still running is stopped first, after asking (at a terminal) or with --yes; its MLflow runs left
+    running end as KILLED."""
+    s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
+    status = s.backend.status(name)
+    active = [t for t in status.trials if not t.phase.terminal]
+    if active and not yes:
+        running = sum(1 for t in active if t.phase == Phase.RUNNING)
+        what = f"sweep {name!r} is still running: {running} trial{'' if running == 1 else 's'} running, " \
+               f"{len(active) - running} to start"
+        if not sys.stdin.isatty():
+            fail(f"{what}; `sweep delete {name} --yes` stops and deletes it", EXIT_USAGE)
+        if not typer.confirm(plain(f"{what}. Stop it and delete it?").plain, default=False, err=True):
+            fail("not deleted", EXIT_USAGE)
+    killed = s.delete(name)
+    console.print(plain(f"sweep {name!r} deleted" + (f"; {killed} MLflow run{'' if killed == 1 else 's'} left "
+                                                     "running ended as KILLED" if killed else "")))
 
 
 @app.command()

@@ -164,6 +164,8 @@ ResumeDetachOpt = Annotated[bool, typer.Option("--detach", "-d", help="return at
 AnyGpuOpt = Annotated[bool, typer.Option("--any-gpu", help="local: run trials on whatever GPU is here")]
 ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, metavar="N", help="local: CPU-only trials at once")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="submit without asking, whatever the trial count")]
+DeleteYesOpt = Annotated[bool, typer.Option("--yes", "-y", help="delete a sweep that is still running without "
+                                                                "asking (its trials are stopped)")]
 WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="keep the table live until the sweep ends")]
 FollowOpt = Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the trial ends")]
 RawLogOpt = Annotated[bool, typer.Option("--raw", help="the log as the trial wrote it, escape sequences and all "

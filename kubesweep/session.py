@@ -49,7 +49,7 @@ from kubesweep.spec import SpecError, Sweep
 from kubesweep.tracking.aggregate import Cell, aggregate
 from kubesweep.tracking.records import from_backend, from_results_dir, names_a_directory
 from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
-from kubesweep.tracking.sweep import Loaded, finish_parent, load_records, open_parent
+from kubesweep.tracking.sweep import Loaded, finish_parent, kill_running, load_records, open_parent
 from kubesweep.tracking.target import TrackingTarget, resolve, sqlite_experiments
 from kubesweep.tune.dispatch import run_search, summary_names, summary_of
 from kubesweep.wire.env import TrackingEnv
@@ -372,6 +372,23 @@ class Session:
                             allow_unpinned=allow_unpinned, any_gpu=o.any_gpu, tracking_uri=o.tracking_uri,
                             no_tracking=o.no_tracking, namespace=o.namespace, kubeconfig=o.kubeconfig,
                             direct=o.direct)
+
+    def delete(self, name: str) -> int:
+        """Stop the sweep's trials and forget it; the MLflow runs it left running (its parent run, the trials'
+        runs) end as KILLED, so none stays RUNNING for ever. Returns how many runs were ended so. A sweep whose
+        parent run the operator owns has its runs ended by the operator, not here."""
+        sweep = self.backend.sweep_of(name)
+        self.backend.delete(name)
+        if self.backend.opens_parent_run:
+            return 0
+        target = self.tracking_target(name, sweep)
+        if not target.enabled:
+            return 0
+        try:
+            return kill_running(SweepRuns(target, name))
+        except TrackingError as exc:
+            self.notify(f"note: the sweep's MLflow runs were not ended: {exc}", True)
+            return 0
 
     def cancel(self, name: str) -> tuple[bool, SweepStatus]:
         """Stop the sweep's running trials and start no new ones: (True, its status after). (False, its status)

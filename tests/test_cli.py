@@ -677,3 +677,28 @@ def test_ctrl_c_on_submit_says_which_trials_run_on_and_how_to_stop_them(  # type
     finally:
         proc.kill()
         sweep("cancel", "long", check=None)
+
+
+def test_delete_of_a_running_sweep_asks_then_stops_it_and_ends_its_runs_as_killed(  # type: ignore[no-untyped-def]
+        sweep, tmp_path: Path) -> None:
+    """Without a terminal to ask at, deleting a running sweep needs --yes (exit 2, nothing touched); with it the
+    trials stop, the sweep is forgotten and its MLflow parent run, RUNNING until then, ends as KILLED."""
+    tracked = {"KUBESWEEP_NO_TRACKING": ""}
+    sweep("submit", str(spec(tmp_path, "long", "[1, 2]", 600)), "--detach", env=tracked)
+    deadline = time.monotonic() + 60
+    while not any(t["phase"] == "Running" for t in json.loads(sweep("status", "long", "-o", "json").stdout)["trials"]):
+        assert time.monotonic() < deadline, "no trial started"
+        time.sleep(0.2)
+    refused = sweep("delete", "long", check=2, env=tracked).stderr
+    assert "sweep 'long' is still running: 1 trial running, 1 to start" in " ".join(refused.split()), refused
+    assert "`sweep delete long --yes` stops and deletes it" in " ".join(refused.split())
+    sweep("status", "long")  # still there
+    out = sweep("delete", "long", "--yes", env=tracked).stdout
+    assert "sweep 'long' deleted" in out and "ended as KILLED" in out, out
+    sweep("status", "long", check=3)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "long"]
+    runs = client.search_runs([experiment.experiment_id])
+    assert runs and {r.info.status for r in runs} == {"KILLED"}, [(r.info.run_name, r.info.status) for r in runs]

@@ -220,6 +220,14 @@ class SweepRuns:
     def finish_parent(self, run_id: str, status: str) -> None:
         self._call("end the parent run", self.client.set_terminated, run_id, status=status)
 
+    def end_run(self, run_id: str, status: str) -> None:
+        """End one of the sweep's runs (FINISHED, FAILED, KILLED)."""
+        self._call("end a run", self.client.set_terminated, run_id, status=status)
+
+    def status(self, run_id: str) -> str:
+        """A run's status: RUNNING, FINISHED, FAILED, KILLED or SCHEDULED."""
+        return str(self._call("read a run", self.client.get_run, run_id).info.status)
+
     # -- child runs ----------------------------------------------------------------------------------
 
     def children(self, parent_run_id: str) -> list[ChildRun]:

@@ -62,6 +62,23 @@ def finish_parent(env: TrackingEnv | None, target: TrackingTarget, sweep: str, f
         runs.finish_parent(env.parent_run_id, "FAILED" if failed else "FINISHED")
 
 
+def kill_running(runs: SweepRuns) -> int:
+    """End the sweep's runs still RUNNING (its parent run and its trials' runs) as KILLED: what a deleted sweep
+    leaves. Reads the store only where the sweep has a parent run there. Returns how many were ended."""
+    parent = runs.find_parent()
+    if parent is None:
+        return 0
+    ended = 0
+    for child in runs.children(parent):
+        if child.status == "RUNNING":
+            runs.end_run(child.run_id, "KILLED")
+            ended += 1
+    if runs.status(parent) == "RUNNING":
+        runs.end_run(parent, "KILLED")
+        ended += 1
+    return ended
+
+
 def answer_tags(cells: list[Cell], target: float) -> dict[str, str]:
     """`kubesweep.best.finetune.cpu.samples_per_s`: `bs16 bf16 eager: 55.23 samples/s ±11.5% (n=4)`, per task, GPU
     type and objective the sweep measured (why none, where no setting answers it)."""
