@@ -903,7 +903,8 @@ def _create_as(stack: Stack, user: str, doc: dict[str, Any]) -> None:
 def test_a_sweep_author_gains_nothing_beyond_the_sweep(stack: Stack, tmp_path: Path) -> None:
     """A user who may only create and read Sweeps: the tuner of their search sweep runs the operator's image (the
     Sweep's image never holds the tuner's token); code in the Sweep's image, running as a trial, can neither read
-    a Secret nor create a Job; a Sweep naming another tracking server is Invalid and nothing reaches it."""
+    a Secret nor create a Job; a Sweep naming a claim or ServiceAccount not opened to sweeps, or another tracking
+    server, is Invalid and nothing reaches it."""
     cluster, ns, user = stack.cluster, stack.namespace, "sweep-author@example.com"
     rbac = "rbac.authorization.k8s.io"
     cluster.apply([
@@ -972,6 +973,17 @@ def test_a_sweep_author_gains_nothing_beyond_the_sweep(stack: Stack, tmp_path: P
     assert f"spec.storage.checkpoint_claim: claim {mlflow_claim!r} is not open to sweeps" in status["message"], status
     assert stack.pods("lock-claim") == []
     cluster.kubectl("delete", "sweep", "lock-claim", "--wait=false", namespace=ns)
+
+    # 3b: another ServiceAccount of the namespace (whose cloud identity a trial would get) is no sweep's to run as
+    # until a namespace admin opens it: Invalid, no pod made
+    cluster.apply([{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": ns}}])
+    doc = _spec_doc(tmp_path, "lock-account", stack.image, job={})
+    doc["spec"]["service_account"] = "deployer"
+    _create_as(stack, user, doc)
+    status = stack.wait_phase("lock-account", {"Invalid"}, timeout=60)
+    assert "spec.service_account: ServiceAccount 'deployer' is not open to sweeps" in status["message"], status
+    assert stack.pods("lock-account") == []
+    cluster.kubectl("delete", "sweep", "lock-account", "--wait=false", namespace=ns)
 
     # 4: a tracking server the chart did not allow: Invalid, and no request reaches it
     listener = _Listener()
