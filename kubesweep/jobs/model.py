@@ -97,12 +97,10 @@ def _checked_dir(ref: str, path: Path) -> Resolved:
     return Resolved(ref, path.resolve())
 
 
-def hub_pin(where: Resolved, revision: str | None) -> dict[str, Any]:
-    """`from_pretrained`'s arguments for where a reference points: a local directory needs none; a hub id loads at
-    the pinned commit, or, unpinned, from the local cache only (never downloaded at whatever the hub serves now)."""
-    if where.path is not None:
-        return {}
-    return {"revision": revision} if revision else {"local_files_only": True}
+def offline(where: Resolved, revision: str | None) -> bool:
+    """Whether `from_pretrained` must read only what is on this machine: a local directory, or a hub id with no
+    pinned commit (never downloaded at whatever the hub serves now). A pinned hub id loads at `revision`."""
+    return where.path is not None or not revision
 
 
 def _unpinned(ref: str, setting: str) -> str:
@@ -143,10 +141,10 @@ def load_config(cfg: JobConfig, notes: list[str]) -> Any:
             cached = hf_cached_dir(cfg.model, "config.json", cfg.model_revision)
             if cached is None:
                 raise OSError(f"{cfg.model} is not in the local Hugging Face cache")
-            config = AutoConfig.from_pretrained(str(cached), num_labels=NUM_LABELS)
+            config = AutoConfig.from_pretrained(str(cached), num_labels=NUM_LABELS, local_files_only=True)
         else:
-            config = AutoConfig.from_pretrained(where.source, num_labels=NUM_LABELS,
-                                                **hub_pin(where, cfg.model_revision))
+            config = AutoConfig.from_pretrained(where.source, num_labels=NUM_LABELS, revision=cfg.model_revision,
+                                                local_files_only=offline(where, cfg.model_revision))
     except OSError as err:
         if known is None:
             if where.path is None and not cfg.model_revision:
@@ -182,7 +180,7 @@ def load_tokenizer(cfg: JobConfig, notes: list[str]) -> tuple[Any, str]:
         cached = hf_cached_dir(ref, "tokenizer_config.json", revision)
         if cached is not None:
             try:
-                return AutoTokenizer.from_pretrained(str(cached), use_fast=True), ref
+                return AutoTokenizer.from_pretrained(str(cached), use_fast=True, local_files_only=True), ref
             except (OSError, ValueError):
                 pass
         try:
@@ -192,9 +190,11 @@ def load_tokenizer(cfg: JobConfig, notes: list[str]) -> tuple[Any, str]:
         if fallback is not None:
             notes.append(f"tokenizer: {ref} is not in the local Hugging Face cache; using the identical uncased "
                          f"vocabulary of {fallback.ref}")
-            return AutoTokenizer.from_pretrained(fallback.source, use_fast=True), fallback.ref
+            return (AutoTokenizer.from_pretrained(fallback.source, use_fast=True, local_files_only=True),
+                    fallback.ref)
     try:
-        return AutoTokenizer.from_pretrained(where.source, use_fast=True, **hub_pin(where, revision)), ref
+        return AutoTokenizer.from_pretrained(where.source, use_fast=True, revision=revision,
+                                             local_files_only=offline(where, revision)), ref
     except (OSError, ValueError) as err:
         if where.path is None and not revision:
             raise UsageError(f"cannot load the tokenizer {ref!r}: {_unpinned(ref, setting)}") from err
@@ -222,7 +222,8 @@ def load(cfg: JobConfig) -> LoadedModel:
         where = resolve(cfg.model)
         try:
             model = AutoModelForSequenceClassification.from_pretrained(
-                where.source, config=config, dtype=torch.float32, **hub_pin(where, cfg.model_revision))
+                where.source, config=config, dtype=torch.float32, revision=cfg.model_revision,
+                local_files_only=offline(where, cfg.model_revision))
         except OSError as err:
             if where.path is None and not cfg.model_revision:
                 raise UsageError(f"cannot load the weights of model {cfg.model!r}: "

@@ -101,6 +101,10 @@ class JobConfig(StrictModel):
         description="config attributes set before building a random-init model, e.g. num_hidden_layers: 2",
     )
     dataset: str = Field("glue/sst2", description="`datasets` name (glue/sst2) or a directory of GLUE TSVs")
+    dataset_revision: str | None = Field(
+        None, pattern=HUB_COMMIT,
+        description="the hub commit (40 hex digits) of a `datasets` name; none: the hub's current one",
+    )
     train_samples: int | None = Field(None, ge=1, le=MAX_ROWS, description="use only the first N training rows")
     eval_samples: int | None = Field(None, ge=1, le=MAX_ROWS, description="use only the first N dev rows")
     epochs: float = Field(3.0, gt=0, le=MAX_EPOCHS)
