@@ -58,7 +58,7 @@ def test_the_operators_secrets_are_files_not_environment_values() -> None:
                    and d["metadata"]["name"] == f"{RELEASE}-kubesweep-operator"]
     pod = operator["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert not [e for e in container["env"] if "valueFrom" in e], container["env"]
+    assert not [e for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})], container["env"]
     files = {e["name"]: e["value"] for e in container["env"] if e["name"].endswith("_FILE")}
     assert files == {"MLFLOW_TRACKING_USERNAME_FILE": "/etc/kubesweep-secrets/mlflow-username",
                      "MLFLOW_TRACKING_PASSWORD_FILE": "/etc/kubesweep-secrets/mlflow-password",
