@@ -109,7 +109,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-secret", default=os.environ.get("KUBESWEEP_TRACKING_SECRET") or None, metavar="NAME",
                    help="Secret in each sweep's namespace with the `username`/`password` trials log to MLflow with "
                         "(env KUBESWEEP_TRACKING_SECRET). The operator's own MLflow credentials: "
-                        "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD")
+                        "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD, each also as a file named by NAME_FILE")
     p.add_argument("--mlflow-namespace-user-prefix", metavar="PREFIX",
                    default=os.environ.get("KUBESWEEP_MLFLOW_NAMESPACE_USER_PREFIX") or None,
                    help="the default MLflow server has a user per namespace, PREFIX + NAMESPACE, which its trials log "
