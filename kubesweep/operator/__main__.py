@@ -115,8 +115,9 @@ def parser() -> argparse.ArgumentParser:
                    help="the default MLflow server has a user per namespace, PREFIX + NAMESPACE, which its trials log "
                         "as: each sweep's experiment, NAMESPACE/EXPERIMENT, is made and sealed for its namespace and "
                         "that user gets EDIT on it, and nothing else (env KUBESWEEP_MLFLOW_NAMESPACE_USER_PREFIX; the "
-                        "chart sets it). Needs the key that seals experiments, env KUBESWEEP_MLFLOW_OWNERSHIP_KEY "
-                        "(at least 16 bytes; the chart keeps it in a Secret only the operator reads)")
+                        "chart sets it). Needs the key that seals experiments, env KUBESWEEP_MLFLOW_OWNERSHIP_KEY or "
+                        "the file KUBESWEEP_MLFLOW_OWNERSHIP_KEY_FILE names (at least 16 bytes; the chart mounts "
+                        "it from a Secret only the operator reads)")
     p.add_argument("--tuner-image", default=os.environ.get("KUBESWEEP_TUNER_IMAGE") or None, metavar="IMAGE",
                    help="image the tuner Jobs of search sweeps run (env KUBESWEEP_TUNER_IMAGE; the chart sets the "
                         "operator's own image). The Sweep's image runs only the trials, which hold no token")
