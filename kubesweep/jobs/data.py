@@ -67,14 +67,15 @@ class TokenizedSplit:
         return np.diff(self.offsets)
 
 
-def load_rows(dataset: str, split: str, limit: int | None) -> Rows:
-    """Read a split (`train` or `validation`), keeping the first `limit` rows."""
+def load_rows(dataset: str, split: str, limit: int | None, revision: str | None = None) -> Rows:
+    """Read a split (`train` or `validation`), keeping the first `limit` rows; a `datasets` name at the hub
+    commit `revision` (None: the hub's current one)."""
     path = Path(dataset).expanduser()
     if path.is_dir():
         return _read_tsv(path / SPLIT_FILES[split], limit)
     if is_local_path(dataset):
         raise UsageError(f"dataset directory {dataset!r} does not exist")
-    return _load_hf(dataset, split, limit)
+    return _load_hf(dataset, split, limit, revision)
 
 
 def _read_tsv(path: Path, limit: int | None) -> Rows:
@@ -98,12 +99,12 @@ def _read_tsv(path: Path, limit: int | None) -> Rows:
     return Rows(sentences, labels, f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}")
 
 
-def _load_hf(dataset: str, split: str, limit: int | None) -> Rows:
+def _load_hf(dataset: str, split: str, limit: int | None, revision: str | None) -> Rows:
     import datasets
 
     name, _, subset = dataset.partition("/")
     try:
-        ds = datasets.load_dataset(name, subset or None, split=split)
+        ds = datasets.load_dataset(name, subset or None, split=split, revision=revision)
     except Exception as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise RuntimeError(f"cannot load dataset {dataset!r} split {split}: {first}") from err
@@ -166,7 +167,7 @@ def tokenize_split(
 
 def load_split(cfg: JobConfig, tokenizer: Any, split: str) -> tuple[TokenizedSplit, bool]:
     limit = cfg.train_samples if split == "train" else cfg.eval_samples
-    rows = load_rows(cfg.dataset, split, limit)
+    rows = load_rows(cfg.dataset, split, limit, cfg.dataset_revision)
     if not rows.labels:
         raise UsageError(f"dataset {cfg.dataset!r} split {split} is empty")
     cache_dir = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else default_cache_dir()

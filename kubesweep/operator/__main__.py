@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 import uuid
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,29 @@ OWNERSHIP_KEY_ENV = "KUBESWEEP_MLFLOW_OWNERSHIP_KEY"
 
 DEFAULT_LEASE = "kubesweep-operator"
 USER_AGENT = "kubesweep-operator"
+
+
+# Secrets the operator reads from its environment; each may instead come from a file named by NAME_FILE (the chart
+# mounts them so: a file is not in the container's environment, which `kubectl exec ... env` and every process
+# started in the container would see)
+SECRET_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN", OWNERSHIP_KEY_ENV)
+
+
+def secrets_from_files(environ: MutableMapping[str, str]) -> str | None:
+    """Set each secret of `SECRET_ENV` whose `NAME_FILE` is given from that file (one trailing newline dropped), in
+    this process only. Returns what is wrong (a file that cannot be read, or a secret given both ways), else None."""
+    for name in SECRET_ENV:
+        path = environ.get(f"{name}_FILE")
+        if not path:
+            continue
+        if environ.get(name):
+            return f"{name} and {name}_FILE are both set: give the secret one way"
+        try:
+            text = Path(path).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"{name}_FILE: cannot read {path}: {exc.strerror if isinstance(exc, OSError) else exc}"
+        environ[name] = text.removesuffix("\n")
+    return None
 
 
 def _env_list(name: str) -> list[str]:
@@ -85,14 +109,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tracking-secret", default=os.environ.get("KUBESWEEP_TRACKING_SECRET") or None, metavar="NAME",
                    help="Secret in each sweep's namespace with the `username`/`password` trials log to MLflow with "
                         "(env KUBESWEEP_TRACKING_SECRET). The operator's own MLflow credentials: "
-                        "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD")
+                        "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD, each also as a file named by NAME_FILE")
     p.add_argument("--mlflow-namespace-user-prefix", metavar="PREFIX",
                    default=os.environ.get("KUBESWEEP_MLFLOW_NAMESPACE_USER_PREFIX") or None,
                    help="the default MLflow server has a user per namespace, PREFIX + NAMESPACE, which its trials log "
                         "as: each sweep's experiment, NAMESPACE/EXPERIMENT, is made and sealed for its namespace and "
                         "that user gets EDIT on it, and nothing else (env KUBESWEEP_MLFLOW_NAMESPACE_USER_PREFIX; the "
-                        "chart sets it). Needs the key that seals experiments, env KUBESWEEP_MLFLOW_OWNERSHIP_KEY "
-                        "(at least 16 bytes; the chart keeps it in a Secret only the operator reads)")
+                        "chart sets it). Needs the key that seals experiments, env KUBESWEEP_MLFLOW_OWNERSHIP_KEY or "
+                        "the file KUBESWEEP_MLFLOW_OWNERSHIP_KEY_FILE names (at least 16 bytes; the chart mounts "
+                        "it from a Secret only the operator reads)")
     p.add_argument("--tuner-image", default=os.environ.get("KUBESWEEP_TUNER_IMAGE") or None, metavar="IMAGE",
                    help="image the tuner Jobs of search sweeps run (env KUBESWEEP_TUNER_IMAGE; the chart sets the "
                         "operator's own image). The Sweep's image runs only the trials, which hold no token")
@@ -142,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     namespaces = args.namespace or ([] if args.all_namespaces else _env_list("KUBESWEEP_WATCH_NAMESPACES"))
     if not namespaces and not args.all_namespaces:
         sys.stderr.write("error: name the namespaces to watch (--namespace NS, repeatable) or --all-namespaces\n")
+        return 2
+    problem = secrets_from_files(os.environ)
+    if problem is not None:
+        sys.stderr.write(f"error: {problem}\n")
         return 2
     key = os.environ.get(OWNERSHIP_KEY_ENV, "").encode() or None
     if args.mlflow_namespace_user_prefix and (key is None or len(key) < MIN_KEY_BYTES):

@@ -113,7 +113,8 @@ class OperatorBackend:
         key = (meta.get("uid"), meta.get("generation"))
         admitted = self._admitted.get(name)
         if admitted is None or admitted[0] != key:  # once per change of the spec
-            verdict = admission.admit(state.sweep, self.policy, self._claim_labels, namespace=self.namespace)
+            verdict = admission.admit(state.sweep, self.policy, self._claim_labels, namespace=self.namespace,
+                                      account_labels=self._account_labels)
             if isinstance(verdict, admission.Refused):
                 raise InvalidSweep(verdict.reason)
             admitted = self._admitted[name] = (key, verdict.sweep)
@@ -133,6 +134,14 @@ class OperatorBackend:
         except self.api.ApiException:  # 404
             return None
         return (pvc.metadata.labels if pvc.metadata else None) or {}
+
+    def _account_labels(self, account: str) -> Mapping[str, str] | None:
+        """A ServiceAccount's labels in this namespace (None: there is none of that name)."""
+        try:
+            sa = self.api.call(self.api.core.read_namespaced_service_account, account, self.namespace)
+        except self.api.ApiException:  # 404
+            return None
+        return (sa.metadata.labels if sa.metadata else None) or {}
 
     # -- the finalizer on trial Jobs -------------------------------------------------------------------
 

@@ -21,6 +21,8 @@ import contextlib
 import json
 import logging
 import os
+import stat
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -154,9 +156,35 @@ def init_ray(num_cpus: int) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    temp = Path(os.environ.get("KUBESWEEP_RAY_TMP") or f"/tmp/ks-ray-{os.getuid()}")
+    temp = private_dir(Path(os.environ.get("KUBESWEEP_RAY_TMP") or f"/tmp/ks-ray-{os.getuid()}"))
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
              object_store_memory=100 * 1024 * 1024, _temp_dir=str(temp))
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a directory only this user can enter, or else a fresh one from `tempfile.mkdtemp`. `path` is made
+    with mode 0700 when it does not exist, and closed to 0700 when it is this user's and no one else could write
+    in it. Ray keeps its sockets, session logs and object spill files under its temporary directory; a fixed name
+    under a shared /tmp could be made first by another user (or be their symbolic link) and so hand them the
+    tuner's sockets and files."""
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        log.warning("cannot make Ray's temporary directory %s (%s): using a fresh private one", path, exc)
+        return Path(tempfile.mkdtemp(prefix="ks-ray-"))
+    st = os.lstat(path)  # the entry itself: a symbolic link is not followed
+    problem = ("not a directory (a symbolic link or a file)" if not stat.S_ISDIR(st.st_mode)
+               else f"owned by uid {st.st_uid}, not {os.getuid()}" if st.st_uid != os.getuid()
+               else f"mode {stat.S_IMODE(st.st_mode):04o}: others may have written in it" if st.st_mode & 0o022
+               else None)
+    if problem is None:
+        if st.st_mode & 0o077:  # this user's, written by none other: closed to the others from now on
+            os.chmod(path, 0o700, follow_symlinks=False)
+        return path
+    log.warning("Ray's temporary directory %s is %s: using a fresh private one", path, problem)
+    return Path(tempfile.mkdtemp(prefix="ks-ray-"))
 
 
 def _searcher(search: TuneSearch) -> Any:

@@ -33,6 +33,9 @@ MAX_STEPS = 10**9  # max_steps, checkpoint_every
 MAX_EPOCHS = 10_000.0
 MAX_EVERY = 10**6  # log_every, measure_skip_steps, warm-up and measured batches
 MAX_SEED = 2**32 - 1  # numpy's seed range
+# A Hugging Face hub commit: a pin that cannot move (a branch or tag name can)
+HUB_COMMIT = r"^[0-9a-f]{40}$"
+
 # Settings that may name a local path: a directory of GLUE TSVs, a Hugging Face model or tokenizer directory.
 PATH_SETTINGS: tuple[str, ...] = ("dataset", "model", "tokenizer")
 
@@ -83,13 +86,25 @@ class JobConfig(StrictModel):
         "bert-base-uncased",
         description="Hugging Face id, local directory, or pkg:DIST (a model shipped in a Python package)",
     )
+    model_revision: str | None = Field(
+        None, pattern=HUB_COMMIT,
+        description="the Hugging Face hub commit (40 hex digits) of a model named by hub id, and of its own "
+        "tokenizer: needed to download it; without it such a model loads only from the local Hugging Face cache",
+    )
     tokenizer: str | None = Field(None, description="tokenizer reference like `model`; default: the model's")
+    tokenizer_revision: str | None = Field(
+        None, pattern=HUB_COMMIT, description="the hub commit of a `tokenizer` named by another hub id than `model`",
+    )
     random_init: bool = Field(False, description="build the model from its config (speed-only runs)")
     model_overrides: dict[str, int | float | str | bool] = Field(
         default_factory=dict,
         description="config attributes set before building a random-init model, e.g. num_hidden_layers: 2",
     )
     dataset: str = Field("glue/sst2", description="`datasets` name (glue/sst2) or a directory of GLUE TSVs")
+    dataset_revision: str | None = Field(
+        None, pattern=HUB_COMMIT,
+        description="the hub commit (40 hex digits) of a `datasets` name; none: the hub's current one",
+    )
     train_samples: int | None = Field(None, ge=1, le=MAX_ROWS, description="use only the first N training rows")
     eval_samples: int | None = Field(None, ge=1, le=MAX_ROWS, description="use only the first N dev rows")
     epochs: float = Field(3.0, gt=0, le=MAX_EPOCHS)

@@ -75,6 +75,30 @@ def test_a_claim_is_mounted_only_when_it_exists_and_is_open_to_sweeps() -> None:
     assert no_claims.asked == []  # a sweep that names no claim reads none
 
 
+def test_a_sweep_runs_its_trials_only_as_default_or_a_service_account_opened_to_sweeps() -> None:
+    """The operator creates trial Jobs as itself, and a cloud identity may follow the ServiceAccount (Workload
+    Identity): a Sweep naming the namespace's deployer account would get its cloud credentials. The real-node
+    test: tests/operator/test_controller_realnode.py::test_a_sweep_author_gains_nothing_beyond_the_sweep."""
+    opened = {CLAIM_LABEL: CLAIM_ALLOWED}
+    accounts = claims(deployer={"team": "a"}, trials=opened)
+
+    def verdict(account: str | None) -> Admitted | Refused:
+        s = sweep(**({"service_account": account} if account else {}))
+        return admit(s, Policy(), claims(), namespace="ns", account_labels=accounts)
+
+    assert isinstance(verdict(None), Admitted) and isinstance(verdict("default"), Admitted)
+    assert accounts.asked == []  # the namespace's default account needs no look-up
+    assert refusal(verdict("deployer")) == (
+        f"{SOURCE}: spec.service_account: ServiceAccount 'deployer' is not open to sweeps (a Sweep may name "
+        f"'default' and the accounts a namespace admin opened); a namespace admin opens it with "
+        f"`kubectl label serviceaccount deployer {CLAIM_LABEL}={CLAIM_ALLOWED}`")
+    assert refusal(verdict("ghost")) == f"{SOURCE}: spec.service_account: no ServiceAccount 'ghost' in namespace ns"
+    assert isinstance(verdict("trials"), Admitted)
+    # whoever reads no accounts (the default) admits only `default`
+    assert "no ServiceAccount 'trials'" in refusal(admit(sweep(service_account="trials"), Policy(), claims(),
+                                                       namespace="ns"))
+
+
 def test_a_sweep_names_only_the_priority_classes_the_operator_may_give() -> None:
     """The operator creates trial Jobs as itself (the cluster test: tests/operator/test_kueue_cluster.py)."""
     def verdict(priority: str | None, *allowed: str) -> Admitted | Refused:

@@ -47,3 +47,22 @@ def test_the_ownership_key_reaches_the_operator_alone() -> None:
     code, _, err = _template("--set", "watch.namespaces={operator}", "--set", "mlflow.auth.enabled=false",
                              "--set", "mlflow.auth.namespaceUserPrefix=kubesweep-")
     assert code == 0, err
+
+
+def test_the_operators_secrets_are_files_not_environment_values() -> None:
+    """The operator's MLflow user and ownership key reach it as files of a read-only volume (NAME_FILE), not as
+    values in its container's environment, which `kubectl exec ... env` and every process started there see."""
+    code, out, err = _template("--set", "watch.namespaces={team-a}")
+    assert code == 0, err
+    (operator,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"
+                   and d["metadata"]["name"] == f"{RELEASE}-kubesweep-operator"]
+    pod = operator["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert not [e for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})], container["env"]
+    files = {e["name"]: e["value"] for e in container["env"] if e["name"].endswith("_FILE")}
+    assert files == {"MLFLOW_TRACKING_USERNAME_FILE": "/etc/kubesweep-secrets/mlflow-username",
+                     "MLFLOW_TRACKING_PASSWORD_FILE": "/etc/kubesweep-secrets/mlflow-password",
+                     "KUBESWEEP_MLFLOW_OWNERSHIP_KEY_FILE": "/etc/kubesweep-secrets/ownership-key"}
+    assert {"name": "secrets", "mountPath": "/etc/kubesweep-secrets", "readOnly": True} in container["volumeMounts"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
+    assert volume["projected"]["defaultMode"] == 0o440 and pod["securityContext"]["fsGroup"] == 65532

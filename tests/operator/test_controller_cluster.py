@@ -359,13 +359,15 @@ def test_helm_install_restricted_and_least_privilege(installed: Installed) -> No
                ("create", "jobs.batch"), ("patch", "jobs.batch"), ("delete", "jobs.batch"), ("watch", "pods"),
                ("get", "pods", ns, "--subresource=log"), ("create", "services"), ("create", "events"),
                ("list", "events"), ("create", "leases.coordination.k8s.io"),
-               ("update", f"leases.coordination.k8s.io/{OPERATOR}")]
+               ("update", f"leases.coordination.k8s.io/{OPERATOR}"), ("get", "serviceaccounts"),
+               ("get", "persistentvolumeclaims")]
     denied = [("get", "secrets"), ("list", "secrets"), ("delete", "namespaces", None), ("list", "configmaps"),
               ("update", "sweeps.kubesweep.io"), ("delete", "sweeps.kubesweep.io"), ("create", "pods"),
               ("update", "jobs.batch"),  # the outcome finalizer is removed by a patch
               ("list", "nodes", None), ("update", "leases.coordination.k8s.io/someone-elses-lease"),
               ("create", "jobs.batch", "default"), ("list", "customresourcedefinitions.apiextensions.k8s.io", None),
-              ("create", "clusterrolebindings.rbac.authorization.k8s.io", None)]
+              ("create", "clusterrolebindings.rbac.authorization.k8s.io", None), ("create", "serviceaccounts"),
+              ("create", "serviceaccounts", ns, "--subresource=token")]
     assert [a for a in allowed if not can(*a)] == []
     assert [d for d in denied if can(*d)] == []
 

@@ -236,6 +236,10 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
     operator_repo, operator_digest = by_digest(built_images.operator).split("@")
     job_repo, job_digest = by_digest(built_images.job).split("@")
     helm = str(cluster.bin_dir / "helm")
+    # the operator's NetworkPolicy admits the API server at its endpoint only (as docs/operator.md suggests)
+    (endpoint,) = cluster.get_json("endpoints", "kubernetes", namespace="default")["subsets"]
+    api_server = [{"to": [{"ipBlock": {"cidr": f"{endpoint['addresses'][0]['ip']}/32"}}],
+                   "ports": [{"port": endpoint["ports"][0]["port"], "protocol": "TCP"}]}]
     try:
         t0 = time.monotonic()
         proc = subprocess.run(
@@ -246,6 +250,7 @@ def stack(k8s_cluster: Any, built_images: Built, tmp_path_factory: pytest.TempPa
              "--set", f"mlflow.image.repository={job_repo}", "--set", f"mlflow.image.digest={job_digest}",
              "--set", f"mlflow.persistence.storageClassName={sc}", "--set", "mlflow.persistence.size=2Gi",
              "--set", "operator.replicas=1", "--set", "operator.resyncSeconds=5",
+             "--set-json", f"operator.networkPolicy.apiServer={json.dumps(api_server)}",
              "--set", f"watch.namespaces={{{ns}}}"],  # sweeps run beside the chart here: served when listed
             capture_output=True, text=True, timeout=700, check=False)
         print(f"helm install on the real node: {time.monotonic() - t0:.0f}s (images pulled by digest)")
@@ -844,6 +849,8 @@ def call(method, path, body=None):
             return resp.status
     except urllib.error.HTTPError as exc:
         return exc.code
+    except OSError as exc:  # the trials' NetworkPolicy admits no connection to the API server
+        return "no connection"
 job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "escape"}, "spec": {"template": {"spec": {
     "restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}
 print(json.dumps({"token": os.path.exists(token_file),
@@ -903,7 +910,8 @@ def _create_as(stack: Stack, user: str, doc: dict[str, Any]) -> None:
 def test_a_sweep_author_gains_nothing_beyond_the_sweep(stack: Stack, tmp_path: Path) -> None:
     """A user who may only create and read Sweeps: the tuner of their search sweep runs the operator's image (the
     Sweep's image never holds the tuner's token); code in the Sweep's image, running as a trial, can neither read
-    a Secret nor create a Job; a Sweep naming another tracking server is Invalid and nothing reaches it."""
+    a Secret nor create a Job; a Sweep naming a claim or ServiceAccount not opened to sweeps, or another tracking
+    server, is Invalid and nothing reaches it."""
     cluster, ns, user = stack.cluster, stack.namespace, "sweep-author@example.com"
     rbac = "rbac.authorization.k8s.io"
     cluster.apply([
@@ -946,7 +954,7 @@ def test_a_sweep_author_gains_nothing_beyond_the_sweep(stack: Stack, tmp_path: P
         assert patched.returncode != 0 and f"spec.{field_name} is immutable" in patched.stderr, patched
     cluster.kubectl("delete", "sweep", "lock-tune", "--wait=false", namespace=ns)
 
-    # 2: the Sweep's own code, in a running trial: no token, no Secret, no Job
+    # 2: the Sweep's own code, in a running trial: no token, no API server, so no Secret and no Job
     name = "lock-probe"
     _create_as(stack, user, _spec_doc(tmp_path, name, stack.image, job={"train_samples": 400, "epochs": 50}))
     try:
@@ -959,7 +967,8 @@ def test_a_sweep_author_gains_nothing_beyond_the_sweep(stack: Stack, tmp_path: P
                                 namespace=ns, check=False)
         assert probe.returncode == 0, probe.stderr
         seen = json.loads(probe.stdout.strip().splitlines()[-1])
-        assert seen["token"] is False and seen["secret"] in (401, 403) and seen["job"] in (401, 403), seen
+        # no token, and the API server is out of the trial's reach altogether (the chart's trial NetworkPolicy)
+        assert seen == {"token": False, "secret": "no connection", "job": "no connection"}, seen
     finally:
         cluster.kubectl("delete", "sweep", name, "--wait=false", namespace=ns, check=False)
 
@@ -972,6 +981,17 @@ def test_a_sweep_author_gains_nothing_beyond_the_sweep(stack: Stack, tmp_path: P
     assert f"spec.storage.checkpoint_claim: claim {mlflow_claim!r} is not open to sweeps" in status["message"], status
     assert stack.pods("lock-claim") == []
     cluster.kubectl("delete", "sweep", "lock-claim", "--wait=false", namespace=ns)
+
+    # 3b: another ServiceAccount of the namespace (whose cloud identity a trial would get) is no sweep's to run as
+    # until a namespace admin opens it: Invalid, no pod made
+    cluster.apply([{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer", "namespace": ns}}])
+    doc = _spec_doc(tmp_path, "lock-account", stack.image, job={})
+    doc["spec"]["service_account"] = "deployer"
+    _create_as(stack, user, doc)
+    status = stack.wait_phase("lock-account", {"Invalid"}, timeout=60)
+    assert "spec.service_account: ServiceAccount 'deployer' is not open to sweeps" in status["message"], status
+    assert stack.pods("lock-account") == []
+    cluster.kubectl("delete", "sweep", "lock-account", "--wait=false", namespace=ns)
 
     # 4: a tracking server the chart did not allow: Invalid, and no request reaches it
     listener = _Listener()
@@ -1098,3 +1118,62 @@ def test_mlflow_takes_connections_only_from_sweeps_pods_and_the_operator(stack: 
         cluster.kubectl("delete", "pod", "sweep-pod", "no-sweep", "to-tuner", "to-trial", *listeners, "--wait=false",
                         namespace=ns, check=False)
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+def _sleeper(name: str, ns: str, image: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A pod of the job image, restricted as a trial's pod is, that waits to be told what to connect to."""
+    pod = _connect_probe(name, ns, image, labels, "")
+    pod["spec"]["containers"][0]["command"] = ["python", "-c", "import time; time.sleep(900)"]
+    return pod
+
+
+def test_a_trial_pod_reaches_mlflow_and_nothing_outside_its_allowance(stack: Stack) -> None:
+    """The chart's trial NetworkPolicy, enforced on the real node (kube-router): a pod labelled as a trial connects
+    to MLflow (by its Service name: DNS is admitted) and to another trial pod, but not to a server on the node, the
+    API server, or a pod of its namespace that belongs to no sweep; the same connections from a pod of no sweep
+    (which no policy selects) are answered, so each refusal is the policy's. The attack: a Sweep's code reaching
+    what the node or the namespace serves beside MLflow."""
+    cluster, ns = stack.cluster, stack.namespace
+    trial = {"kubesweep.io/sweep": "np-egress", "app.kubernetes.io/managed-by": "kubesweep",
+             "app.kubernetes.io/component": "trial"}
+    listener = _Listener()
+    pods = {"eg-trial": trial, "eg-plain": {}}
+    listeners = {"eg-peer": trial, "eg-other": {}}
+    try:
+        cluster.apply([_sleeper(name, ns, stack.image, labels) for name, labels in pods.items()] +
+                      [_listener_pod(name, ns, stack.image, labels) for name, labels in listeners.items()])
+
+        def ip(name: str) -> str | None:
+            pod = cluster.get_json("pod", name, namespace=ns)
+            return pod["status"].get("podIP") if pod["status"].get("phase") == "Running" else None
+
+        ips = {name: _kc().wait_until(f"pod {name} running", lambda n=name: ip(n), 180) for name in (*pods, *listeners)}
+
+        def enforced() -> bool:  # kube-router wrote the trial pod's egress rules (a chain fed from its address)
+            rules = subprocess.run(["iptables", "-w", "-S"], capture_output=True, text=True, check=True).stdout
+            return f"-s {ips['eg-trial']}/32" in rules
+
+        _kc().wait_until("kube-router to enforce the trial policy", enforced, 60, interval=1.0)
+        (endpoint,) = cluster.get_json("endpoints", "kubernetes", namespace="default")["subsets"]
+        targets = {"mlflow": f"http://{MLFLOW_SERVICE}.{ns}.svc.cluster.local:5000",
+                   "peer": f"http://{ips['eg-peer']}:8080", "other-pod": f"http://{ips['eg-other']}:8080",
+                   "node-server": listener.uri,
+                   "api-server": f"http://{endpoint['addresses'][0]['ip']}:{endpoint['ports'][0]['port']}"}
+
+        def connect(pod: str, url: str) -> str:
+            out = cluster.kubectl("exec", pod, "--", "env", f"MLFLOW_URL={url}", "python", "-c", CONNECT,
+                                  namespace=ns, check=False)
+            return str(out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr.strip())
+
+        asked = [("eg-trial", target) for target in targets] + [("eg-plain", target) for target in
+                                                                  ("other-pod", "node-server", "api-server")]
+        answers = {(pod, target): connect(pod, targets[target]) for pod, target in asked}
+        assert answers[("eg-trial", "mlflow")] == "answered 200", answers
+        assert answers[("eg-trial", "peer")] == "answered 404", answers  # http.server has no /health: it answered
+        for target in ("other-pod", "node-server", "api-server"):
+            assert answers[("eg-trial", target)].startswith("no connection:"), answers
+            assert answers[("eg-plain", target)].startswith("answered"), answers  # reachable to a pod of no sweep
+        assert listener.count == 1  # the pod of no sweep's request, none of the trial's
+    finally:
+        listener.httpd.shutdown()
+        cluster.kubectl("delete", "pod", *pods, *listeners, "--wait=false", namespace=ns, check=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from kubesweep.backends._local_trials import alive
 from kubesweep.backends.local import LocalBackend
-from kubesweep.tune.driver import pareto_front
+from kubesweep.tune.driver import pareto_front, private_dir
 from kubesweep.wire.outcomes import Outcome
 from tests.support.mlflow_fixtures import MlflowServer
 from tests.tune.support import SST2, search_env, sweep_argv, tiny_job
@@ -161,3 +162,38 @@ def test_a_succeeded_trial_without_the_metric_is_infeasible_not_a_crash() -> Non
     rows = {t["trial_id"]: t for t in summary.trials}
     assert rows["id8"]["feasible"] is False and rows["id8"]["violations"] == "samples_per_s missing"
     assert summary.best is not None and summary.best["trial_id"] == "id16"
+
+
+def test_rays_temporary_directory_is_never_one_another_user_could_have_prepared(tmp_path: Path) -> None:
+    """Ray's sockets and files go under `/tmp/ks-ray-<uid>` on a shared host: a directory made there first by
+    someone else, open for others to write, or a symbolic link to elsewhere is not used; a fresh private one is."""
+    def private(path: Path) -> bool:
+        st = os.lstat(path)
+        return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700
+
+    made = private_dir(tmp_path / "absent")
+    assert made == tmp_path / "absent" and private(made)
+    own = tmp_path / "own"
+    own.mkdir(mode=0o755)
+    os.chmod(own, 0o755)
+    assert private_dir(own) == own and private(own)  # this user's, written by no one else: closed and used
+
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(target)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    hostile = [tmp_path / "link", shared]
+    if os.getuid() == 0:  # another owner can be made only as root
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o700)
+        os.chown(theirs, 65534, 65534)
+        hostile.append(theirs)
+    for path in hostile:
+        fresh = private_dir(path)
+        try:
+            assert fresh != path and fresh.parent != path and private(fresh), path
+            assert not fresh.resolve().is_relative_to(target)
+        finally:
+            fresh.rmdir()

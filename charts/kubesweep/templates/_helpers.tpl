@@ -27,6 +27,13 @@ app.kubernetes.io/name: kubesweep
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* A selector of trial pods: every pod of a sweep (kubesweep.io/sweep) but its tuner. */}}
+{{- define "kubesweep.trialPods" -}}
+matchExpressions:
+  - {key: kubesweep.io/sweep, operator: Exists}
+  - {key: app.kubernetes.io/component, operator: NotIn, values: [tuner]}
+{{- end -}}
+
 {{/* An image reference pinned by digest: repository@sha256:... */}}
 {{- define "kubesweep.image" -}}
 {{- printf "%s@%s" .repository .digest -}}
