@@ -79,7 +79,8 @@ class ProgressReader:
         except Exception:  # progress is cosmetic: a log that cannot be read (a pod gone, the API server away for a
             return seen  # moment) is no progress, never the end of the view that follows the sweep
         step = last_progress(tail)
-        if step is None:
+        if step is None:  # no step yet in this attempt: what an earlier one reached is not its progress
+            seen.first = seen.last = None
             return seen
         if seen.first is None or step.step < seen.first[1].step:  # a restart from a checkpoint begins anew
             seen.first = (now, step)

@@ -702,3 +702,24 @@ def test_delete_of_a_running_sweep_asks_then_stops_it_and_ends_its_runs_as_kille
     (experiment,) = [e for e in client.search_experiments() if e.name == "long"]
     runs = client.search_runs([experiment.experiment_id])
     assert runs and {r.info.status for r in runs} == {"KILLED"}, [(r.info.run_name, r.info.status) for r in runs]
+
+
+def test_a_resumed_trial_log_counts_its_attempts_truly(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Cancelled while running, then resumed: the trial's log holds `# attempt 1`, then `# attempt 2` (resume
+    counts retries anew, not the attempts the log holds)."""
+    sweep("submit", str(spec(tmp_path, "again", "[1]", 600)), "--detach")
+    deadline = time.monotonic() + 60
+    while not any(t["phase"] == "Running" for t in json.loads(sweep("status", "again", "-o", "json").stdout)["trials"]):
+        assert time.monotonic() < deadline, "no trial started"
+        time.sleep(0.2)
+    sweep("cancel", "again")
+    sweep("resume", "again", "--detach")
+    try:
+        (log,) = (tmp_path / "home" / "sweeps" / "again" / "trials").glob("*/log.txt")
+        while log.read_text().count("# attempt ") < 2:
+            assert time.monotonic() < deadline + 60, log.read_text()
+            time.sleep(0.2)
+        headers = [line.split(":")[0] for line in log.read_text().splitlines() if line.startswith("# attempt ")]
+        assert headers == ["# attempt 1", "# attempt 2"]
+    finally:
+        sweep("cancel", "again", check=None)

@@ -116,3 +116,21 @@ def test_without_a_terminal_progress_is_a_plain_line_per_trial_at_most_every_30_
     lines = out.getvalue().splitlines()
     assert lines == ["[0/2] s-t0: Running", "[0/2] s-t0: step 10/100 · 500 samples/s"]
     assert "\x1b" not in out.getvalue()
+
+
+def test_a_rerun_starts_from_nothing_not_from_the_step_its_cancelled_attempt_reached() -> None:
+    """`sweep cancel` at step 32/48, then `sweep resume`: the log holds the cancelled attempt's lines, then the
+    new attempt's header; until the new attempt prints a step, the trial has no progress."""
+    from kubesweep.wire.progress import attempt_header
+
+    clock, logs = Clock(), Logs()
+    reader = ProgressReader(logs, every_s=0.0, clock=clock)
+    status = sweep(Phase.RUNNING)
+    logs.lines["t0"] = [attempt_header(1, ["job"]).rstrip("\n")]
+    logs.step("t0", 32, total=48)
+    assert reader.read(status)["t0"].step.step == 32
+    logs.lines["t0"].append(attempt_header(2, ["job"]).rstrip("\n"))
+    clock.now += 10
+    assert "t0" not in reader.read(status)
+    logs.step("t0", 1, total=48)
+    assert reader.read(status)["t0"].step.step == 1

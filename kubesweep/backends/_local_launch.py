@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 from kubesweep.backends._local_driver import process_start
 from kubesweep.backends._local_files import (
@@ -29,6 +30,7 @@ from kubesweep.jobs.command import JOB_MODULE, job_argv
 from kubesweep.jobs.forkserver_handle import Handle, end_recorded
 from kubesweep.jobs.forkserver_protocol import cuda_env
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.progress import ATTEMPT_HEADER, attempt_header
 
 
 class Launcher:
@@ -61,8 +63,9 @@ class Launcher:
                 argv = self._server(sweep, command[0], env).argv(argv[3:])
         else:
             argv = [*command, "--config", str(config_path), "--output-dir", str(trial_dir)]
+        tries = earlier_attempts(trial_dir / LOG_FILE) + 1  # across resumes, which count retries anew
         log = (trial_dir / LOG_FILE).open("ab")
-        log.write(f"# attempt {row.attempts + 1}: {' '.join(argv)}\n".encode())
+        log.write(attempt_header(tries, argv).encode())
         log.flush()
         try:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=trial_dir,
@@ -129,3 +132,13 @@ class Launcher:
         """End the fork servers this process started."""
         for sweep in list(self._servers):
             self.end_servers(sweep)
+
+
+def earlier_attempts(log: Path) -> int:
+    """How many attempts a trial's log already holds (its attempt headers)."""
+    header = ATTEMPT_HEADER.encode()
+    try:
+        with log.open("rb") as f:
+            return sum(1 for line in f if line.startswith(header))
+    except OSError:
+        return 0

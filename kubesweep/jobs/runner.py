@@ -196,14 +196,21 @@ class TrialRun:
         distributed.shutdown(dist)
         return int(self.exit_code)
 
+    def _stopped_reason(self) -> str:
+        """What stopped the trial and what its next attempt starts from, as they are here: a pod or a process, a
+        checkpoint or the beginning."""
+        who = ("its pod evicted or deleted, or a search stopped it" if os.environ.get("KUBERNETES_SERVICE_HOST")
+               else "cancelled, or a search stopped it")
+        kept = ("resumes from its last checkpoint" if self.cfg.task == "finetune" and self.cfg.checkpoint_every
+                else "starts from the beginning")
+        return f"stopped by SIGTERM ({who}); the next attempt {kept}"
+
     def _failed(self, err: BaseException) -> None:
         if isinstance(err, KeyboardInterrupt):
             self._end(Outcome.CANCELLED, ExitCode.FAILED, "KeyboardInterrupt", "interrupted")
         elif isinstance(err, Terminated):
             self.terminated = True
-            self._end(Outcome.CANCELLED, ExitCode.FAILED, "Terminated",
-                      "stopped by SIGTERM (pod evicted or deleted, or a search stopped it); the next attempt "
-                      "resumes from the last checkpoint")
+            self._end(Outcome.CANCELLED, ExitCode.FAILED, "Terminated", self._stopped_reason())
             if isinstance(self.tracker, MlflowTrialLogger):
                 self.tracker.flush_timeout_s = min(self.tracker.flush_timeout_s, TERMINATE_FLUSH_S)
         elif runtime.is_oom(err):

@@ -30,10 +30,22 @@ def step_line(step: int, total: int, epoch: float, loss: float, lr: float, sampl
     return f"step {step}/{total} epoch {epoch:.2f} loss {loss:.4f} lr {lr:.3g} {rate}"
 
 
+ATTEMPT_HEADER = "# attempt "  # a local trial's log: each attempt's output follows such a line
+
+
+def attempt_header(attempt: int, argv: list[str]) -> str:
+    """The line a local trial's log gets before an attempt's output: `# attempt 2: python -m kubesweep.jobs ...`."""
+    return f"{ATTEMPT_HEADER}{attempt}: {' '.join(argv)}\n"
+
+
 def last_progress(lines: Iterable[str]) -> StepProgress | None:
-    """The progress the last step line among `lines` gives (None if there is none)."""
+    """The progress the last step line among `lines` gives, within the last attempt whose header they hold (None
+    if there is none: a rerun starts from nothing, never from the step an earlier attempt reached)."""
     found = None
     for line in lines:
+        if line.startswith(ATTEMPT_HEADER):
+            found = None
+            continue
         match = _STEP.search(line)
         if match is not None:
             found = match

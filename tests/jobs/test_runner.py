@@ -72,3 +72,24 @@ def test_a_queued_trial_records_its_wait_from_its_jobs_creation_to_its_start(
     run_job_in_process([*tiny_args(sst2, token_cache), "--gpu", "h100-80gb", "--gpu-product", "NVIDIA-H100-80GB-HBM3"],
                        unqueued, monkeypatch, env={"KUBESWEEP_TEST_GPU_NAME": "NVIDIA A100-SXM4-40GB"})
     assert Results.read(unqueued / "results.json").timings.queue_wait_s is None
+
+
+@pytest.mark.parametrize(("in_pod", "checkpoint_every", "said"), [
+    (False, None, "stopped by SIGTERM (cancelled, or a search stopped it); the next attempt starts from the beginning"),
+    (True, 50, "stopped by SIGTERM (its pod evicted or deleted, or a search stopped it); the next attempt resumes "
+               "from its last checkpoint"),
+])
+def test_a_stopped_trial_says_what_stopped_it_and_where_it_resumes_as_it_is_here(
+        monkeypatch: pytest.MonkeyPatch, in_pod: bool, checkpoint_every: int | None, said: str) -> None:
+    """A local trial cancelled with no checkpoints is not told of a pod or a checkpoint it does not have."""
+    from types import SimpleNamespace
+
+    from kubesweep.jobs.runner import TrialRun
+    from kubesweep.wire.config import JobConfig
+
+    if in_pod:
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    else:
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    run = SimpleNamespace(cfg=JobConfig(checkpoint_every=checkpoint_every))
+    assert TrialRun._stopped_reason(run) == said  # type: ignore[arg-type]
