@@ -218,8 +218,12 @@ class MlflowRest:
         found = self._by_name(name) or self._make_sealed(name, namespace, key)
         exp = str(found["experiment_id"])
         have = {t.get("key"): t.get("value") for t in found.get("tags") or []}
-        if not ownership.sealed_for(key, exp, namespace, have):
-            mine = ownership.owner(key, exp, have)
+        identity = ownership.Identity.of(found)
+        if identity is None:
+            raise MlflowError(f"experiment {name!r}: MLflow does not say when it was made (creation_time), which "
+                              "the operator's seal binds")
+        if not ownership.sealed_for(key, identity, namespace, have):
+            mine = ownership.owner(key, identity, have)
             whose = (f"belongs to the sweeps of namespace {mine}" if mine else
                      f"was not made by the operator for namespace {namespace} (its name and tags are not proof)")
             raise ExperimentRefused(f"experiment {name!r} {whose}: name another (spec.tracking.experiment)")
@@ -237,8 +241,13 @@ class MlflowRest:
         pending = f"{PENDING_PREFIX}{secrets.token_hex(8)}"
         exp = str(self._call("POST", "experiments/create", {
             "name": pending, "tags": [{"key": k, "value": v} for k, v in made_tags.items()]})["experiment_id"])
+        made = self._call("GET", "experiments/get", query={"experiment_id": exp})["experiment"]
+        identity = ownership.Identity.of(made)
+        if identity is None or identity.experiment_id != exp:
+            raise MlflowError(f"experiment {exp}: MLflow does not say when it was made (creation_time), which the "
+                              "operator's seal binds")
         self._call("POST", "experiments/set-experiment-tag", {
-            "experiment_id": exp, "key": tags.OWNER_SEAL, "value": ownership.seal(key, exp, namespace)})
+            "experiment_id": exp, "key": tags.OWNER_SEAL, "value": ownership.seal(key, identity, namespace)})
         try:
             self._call("POST", "experiments/update", {"experiment_id": exp, "new_name": name})
         except MlflowError:
