@@ -54,15 +54,27 @@ def _host_port(uri: str) -> tuple[str, int] | None:
     return parts.hostname.lower().rstrip("."), port
 
 
+def _server(uri: str) -> tuple[str, str, int, str] | None:
+    """`uri` as a tracking server, whole: scheme, host, port and path (no trailing slash); None when it is not an
+    http(s) URL with a host, or carries user info, a query or a fragment (no tracking server's address has them)."""
+    parts = urllib.parse.urlsplit(uri)
+    where = _host_port(uri)
+    if where is None or "@" in parts.netloc or "?" in uri or "#" in uri:
+        return None
+    return parts.scheme, *where, parts.path.rstrip("/")
+
+
 @dataclass(frozen=True)
 class TrackingPolicy:
     """Which tracking servers the operator talks to, and with what.
 
     `default_uri` (the chart's own MLflow, or its `tracking.uri`) serves Sweeps that name none and is always
-    allowed. A Sweep's `spec.tracking.uri` must name a host in `allowed_hosts`: `host` (any port), `host:port`,
-    or `*.domain` (any name under it). Nothing else is ever requested, so a Sweep cannot make the operator
-    call an address of its choosing. `credentials_secret` names the Secret (in each sweep's namespace) whose
-    `username`/`password` the trials log with."""
+    allowed. It is compared whole (scheme, host, port and path; `is_default`): any other URI, another path on the
+    same host and port included, is a server of the Sweep's own, which must name a host in `allowed_hosts`: `host`
+    (any port), `host:port`, or `*.domain` (any name under it), and gets none of the chart's credentials. Nothing
+    else is ever requested, so a Sweep cannot make the operator call an address of its choosing.
+    `credentials_secret` names the Secret (in each sweep's namespace) whose `username`/`password` the trials log
+    with."""
 
     default_uri: str | None = None
     allowed_hosts: Sequence[str] = field(default_factory=tuple)
@@ -83,11 +95,16 @@ class TrackingPolicy:
         return f"{namespace}/{experiment}" if self.namespace_user(uri, namespace) else experiment
 
     def is_default(self, uri: str) -> bool:
-        """`uri` is the operator's own server (scheme, host and port): the only one its credentials go to."""
-        if not self.default_uri:
-            return False
-        a, b = urllib.parse.urlsplit(uri), urllib.parse.urlsplit(self.default_uri)
-        return a.scheme == b.scheme and _host_port(uri) == _host_port(self.default_uri)
+        """`uri` is the operator's own server, the only one its credentials go to: the same scheme, host, port and
+        path (a trailing slash aside), with no user info, query or fragment."""
+        own = _server(self.default_uri) if self.default_uri else None
+        return own is not None and _server(uri) == own
+
+    def client(self, uri: str) -> MlflowRest:
+        """MLflow at `uri` as the operator talks to it: with its own credentials (this process's
+        `MLFLOW_TRACKING_*`) and ownership key on its own server only, never on a server a Sweep names."""
+        own = self.is_default(uri)
+        return MlflowRest(uri, environ=None if own else {}, owner_key=self.ownership_key if own else None)
 
     def credentials_for(self, uri: str) -> str | None:
         """The Secret trials of a sweep logging to `uri` read credentials from: the chart's, for its own server
@@ -96,15 +113,17 @@ class TrackingPolicy:
 
     def refusal(self, uri: str) -> str | None:
         """Why the operator will not use `uri` (None: it will)."""
-        target = _host_port(uri)
-        if target is None:
-            return f"spec.tracking.uri: expected an http:// or https:// URL with a host, got {uri!r}"
-        default = _host_port(self.default_uri) if self.default_uri else None
-        if target == default or any(_matches(entry, *target) for entry in self.allowed_hosts):
+        server = _server(uri)
+        if server is None:
+            return (f"spec.tracking.uri: expected an http:// or https:// URL with a host and no user info, query or "
+                    f"fragment, got {uri[:200]!r}")
+        if self.is_default(uri) or any(_matches(entry, *server[1:3]) for entry in self.allowed_hosts):
             return None
-        allowed = ", ".join([*([f"{default[0]}:{default[1]}"] if default else []), *self.allowed_hosts]) or "none"
-        return (f"spec.tracking.uri: {target[0]}:{target[1]} is not a tracking server this operator may use "
-                f"(allowed: {allowed}; the chart's value tracking.allowedHosts extends the list)")
+        allowed = ", ".join([*([self.default_uri.rstrip("/")] if self.default_uri else []),
+                             *self.allowed_hosts]) or "none"
+        return (f"spec.tracking.uri: {uri[:200]!r} is not a tracking server this operator may use: neither its own "
+                f"server (exactly that URI) nor on a host allowed for Sweeps' own servers (allowed: {allowed}; the "
+                "chart's value tracking.allowedHosts extends the list)")
 
 
 def _matches(entry: str, host: str, port: int) -> bool:

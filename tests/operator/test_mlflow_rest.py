@@ -133,6 +133,38 @@ def test_the_operators_credentials_go_to_its_own_server_only() -> None:
     assert TrackingPolicy(credentials_secret="s").credentials_for("http://x:1") is None
 
 
+def test_another_path_on_the_operators_server_is_not_its_server(server: _Server,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: a Sweep's `spec.tracking.uri` is the chart's server with a path of its author's choosing,
+    `<default>/api/2.0/mlflow/experiments/get-by-name?experiment_name=x&z=`. Compared on scheme, host and port
+    alone it was the default server, and the operator sent its own credentials to that path (the rest of each
+    request's path went into the query). Compared whole, it is not: a URI with a query is refused, and one with
+    another path is a server of the Sweep's own, allowed only on `tracking.allowedHosts` and used there without
+    the operator's credentials or the trials' Secret."""
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "kubesweep-operator")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
+    server.reply = (404, json.dumps({"error_code": "RESOURCE_DOES_NOT_EXIST"}))
+    attack = f"{server.url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=x&z="
+    policy = TrackingPolicy(server.url, credentials_secret="kubesweep-mlflow-trials",
+                            namespace_user_prefix="kubesweep-ns-", ownership_key=b"k" * 32)
+    assert "no user info, query or fragment" in str(policy.refusal(attack))
+    for uri in (attack, f"{server.url}/api/2.0/mlflow/runs", f"{server.url}/#x", server.url.replace("//", "//op@")):
+        assert not policy.is_default(uri) and policy.credentials_for(uri) is None, uri
+        assert policy.namespace_user(uri, "team-a") is None and policy.refusal(uri) is not None, uri
+    # on a host allowed for Sweeps' own servers, another path is used as such: without the operator's credentials
+    allowed = TrackingPolicy(server.url, ("127.0.0.1",), "kubesweep-mlflow-trials", ownership_key=b"k" * 32)
+    own_path = f"{server.url}/api/2.0/mlflow/runs"
+    assert allowed.refusal(own_path) is None and allowed.credentials_for(own_path) is None
+    with pytest.raises(MlflowError):
+        allowed.client(own_path).experiment_id("e")
+    assert server.requests and all(auth is None for _, _, auth in server.requests), server.requests
+    # the operator's own server, written with a trailing slash, is still its own, with its credentials
+    assert policy.is_default(server.url + "/") and policy.refusal(server.url + "/") is None
+    with pytest.raises(MlflowError):
+        policy.client(server.url + "/").experiment_id("e")
+    assert server.requests[-1][2] == "Basic " + base64.b64encode(b"kubesweep-operator:s3cret").decode()
+
+
 def test_kueues_words_are_tagged_on_the_trials_own_run(mlflow_server: Any) -> None:
     """Against a real `mlflow server`: the operator finds a trial's run by its `kubesweep.trial_id` tag in the
     parent run's experiment and tags it; a trial without a run yet is reported, and a trial id that could widen the
