@@ -16,18 +16,19 @@ import os
 import re
 import secrets
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubesweep.jobs import bounded_http
 from kubesweep.operator import ownership
 from kubesweep.tracking.view import experiment_tags
 from kubesweep.wire import tags
 
 PENDING_PREFIX = "kubesweep-pending-"  # an experiment being made for a namespace, before it is sealed and named
+MAX_ANSWER_BYTES = 4 * 1024 * 1024  # what the operator reads of one answer; its requests return one run at most
+_OPENER = bounded_http.opener()  # bounded in bytes and seconds; follows no redirect (see bounded_http)
 
 
 _ERROR_CODE = re.compile(r"[A-Z][A-Z_]{0,63}")
@@ -136,17 +137,6 @@ def _matches(entry: str, host: str, port: int) -> bool:
     return host == name.rstrip(".")
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Follow no redirect: urllib would repeat the request, Authorization header included, to wherever a 3xx
-    points (another host), so a 3xx is an error like any other."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
 class MlflowRest:
     """MLflow's REST API as the operator uses it. Credentials: `MLFLOW_TRACKING_USERNAME`/`_PASSWORD` (basic
     auth) or `MLFLOW_TRACKING_TOKEN` (bearer), as for MLflow's own client. Errors carry the HTTP status and
@@ -173,25 +163,29 @@ class MlflowRest:
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method, headers=self.headers)
         try:
-            with _OPENER.open(request, timeout=self.timeout) as resp:
-                return json.loads(resp.read() or b"{}")  # type: ignore[no-any-return]
-        except urllib.error.HTTPError as exc:
-            try:
-                code = str(json.loads(exc.read(4096)).get("error_code", ""))
-            except (ValueError, AttributeError, OSError):
-                code = ""
-            code = code if _ERROR_CODE.fullmatch(code) else ""  # MLflow's codes only; no body is ever copied
-            hint = {401: " (the operator's MLflow credentials were refused)",
-                    403: " (the operator's MLflow user lacks permission)"}.get(exc.code, "")
-            if 300 <= exc.code < 400:
-                hint = " (a redirect, which the operator does not follow)"
-            raise MlflowError(f"{method} {path}: HTTP {exc.code} {code}{hint}".replace("  ", " ").rstrip()) \
-                from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+            answer = bounded_http.request(_OPENER, url, method=method, data=data, headers=self.headers,
+                                          seconds=self.timeout, max_bytes=MAX_ANSWER_BYTES)
+        except bounded_http.BodyTooLarge as exc:
+            raise MlflowError(f"{method} {path}: {exc}") from None
+        except (OSError, ValueError) as exc:  # unreachable, or past the request's deadline (TimeoutError)
             reason = getattr(exc, "reason", None) or type(exc).__name__
             raise MlflowError(f"cannot reach MLflow at {self.uri}: {reason}") from None
+        if answer.status < 300:
+            try:
+                return json.loads(answer.body or b"{}")  # type: ignore[no-any-return]
+            except ValueError:
+                raise MlflowError(f"{method} {path}: HTTP {answer.status}, not MLflow's JSON") from None
+        try:
+            code = str(json.loads(answer.body[:4096]).get("error_code", ""))
+        except (ValueError, AttributeError):
+            code = ""
+        code = code if _ERROR_CODE.fullmatch(code) else ""  # MLflow's codes only; no body is ever copied
+        hint = {401: " (the operator's MLflow credentials were refused)",
+                403: " (the operator's MLflow user lacks permission)"}.get(answer.status, "")
+        if 300 <= answer.status < 400:
+            hint = " (a redirect, which the operator does not follow)"
+        raise MlflowError(f"{method} {path}: HTTP {answer.status} {code}{hint}".replace("  ", " ").rstrip())
 
     def experiment_id(self, name: str, namespace: str | None = None) -> str:
         """The experiment's id, created when missing; either way tagged for the UI's training view

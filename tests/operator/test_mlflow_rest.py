@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
 from kubesweep.wire.env import TrackingEnv
+from tests.support.hostile_http import hostile_server
 
 SECRET_BODY = "internal-service-says: db-password=hunter2"
 
@@ -163,6 +165,19 @@ def test_another_path_on_the_operators_server_is_not_its_server(server: _Server,
     with pytest.raises(MlflowError):
         policy.client(server.url + "/").experiment_id("e")
     assert server.requests[-1][2] == "Basic " + base64.b64encode(b"kubesweep-operator:s3cret").decode()
+
+
+@pytest.mark.parametrize("mode", ["huge", "drip", "drip-headers"])
+def test_an_answer_too_large_or_too_slow_is_cut_off(mode: str) -> None:
+    """A tracking server answers 200 MB, or drips its answer (body, or headers) a byte every 0.2 s, each read
+    within the per-read timeout: the operator read all of it, or waited as long as the server liked, while its
+    step held a worker. It reads at most its cap and waits at most its timeout for the whole request."""
+    with hostile_server(mode) as server:
+        began = time.monotonic()
+        with pytest.raises(MlflowError, match="larger than" if mode == "huge" else "cannot reach MLflow"):
+            MlflowRest(server.url, timeout=1.5, environ={}).experiment_id("e")
+        took = time.monotonic() - began
+    assert took < 1.5 + 2.5, took  # the deadline, and a loaded machine's slack; not the server's 12 s
 
 
 def test_kueues_words_are_tagged_on_the_trials_own_run(mlflow_server: Any) -> None:
