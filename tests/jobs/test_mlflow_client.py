@@ -184,8 +184,9 @@ def test_a_run_whose_artifacts_are_elsewhere_gets_no_credentials_and_writes_noth
     of its maker's choosing, so its runs' artifact URIs point there: another host or port (`http:`, or the artifact
     proxy's `mlflow-artifacts://host:port`), or a local path (`file:`). The REST client handed such a run to
     mlflow's client, which sent the trial's `Authorization: Basic` there, or wrote the path. Now the artifact is
-    refused with a reason before any request: the other host hears nothing, no file is written, and the logger
-    skips the artifact (a refusal, no retries) while the run's other records are logged."""
+    refused with a reason before any request (by mlflow's client too, where a trial uses it for a server): the
+    other host hears nothing, no file is written, and the logger skips the artifact (a refusal, no retries) while
+    the run's other records are logged."""
     (tmp_path / "results.json").write_text("{}")
     with hostile_server("collect") as elsewhere:
         port = elsewhere.url.rsplit(":", 1)[1]
@@ -202,6 +203,9 @@ def test_a_run_whose_artifacts_are_elsewhere_gets_no_credentials_and_writes_noth
             client.log_artifact(run, str(tmp_path / "results.json"))
         assert refused.value.error_code == "ARTIFACTS_ELSEWHERE", refused.value
         assert "is not on the tracking server (http://127.0.0.1:" in str(refused.value)
+        with pytest.raises(RestError) as refused_too:  # mlflow's client, as a trial with a client certificate uses
+            PackageClient(mlflow_server.url).log_artifact(run, str(tmp_path / "results.json"))
+        assert refused_too.value.error_code == "ARTIFACTS_ELSEWHERE", refused_too.value
         logger = MlflowTrialLogger(uri=mlflow_server.url, trial_id=f"t-{where}", run_name="t", parent_run_id=parent)
         logger.start()
         logger.log_params({"batch_size": 16})
