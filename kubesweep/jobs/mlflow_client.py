@@ -5,11 +5,14 @@
   node, or a CPU trial beside others, pays out of its training; this client needs none of it. It honours the
   environment MLflow's own client reads: `MLFLOW_TRACKING_USERNAME`/`MLFLOW_TRACKING_PASSWORD` (basic auth),
   `MLFLOW_TRACKING_TOKEN` (bearer), `MLFLOW_TRACKING_INSECURE_TLS`, `MLFLOW_TRACKING_SERVER_CERT_PATH` and
-  `MLFLOW_HTTP_REQUEST_TIMEOUT`. Artifacts go to the server's artifact proxy (`mlflow-artifacts:` runs, what
-  `mlflow server --serve-artifacts` gives); a run whose artifacts live elsewhere (a bucket the client writes to
-  itself) has them written by mlflow's own client, imported then.
+  `MLFLOW_HTTP_REQUEST_TIMEOUT` (a deadline for each whole request, not each read: `bounded_http`, which also
+  caps an answer's size, `RESPONSE_TOO_LARGE` past it). Artifacts go to the server's artifact proxy
+  (`mlflow-artifacts:` runs, what `mlflow server --serve-artifacts` gives) or to an http(s) artifact URI on the
+  server's own origin; a run whose artifacts live anywhere else (another host or port, `file:`, a bucket) is
+  refused before any request (`ARTIFACTS_ELSEWHERE`, `artifact_root`): its artifacts are not sent.
 - `PackageClient`: mlflow's `MlflowClient`, for every other store (`sqlite:///`, `file:`, `databricks`), and
-  for a server that wants a client certificate (`MLFLOW_TRACKING_CLIENT_CERT_PATH`).
+  for a server that wants a client certificate (`MLFLOW_TRACKING_CLIENT_CERT_PATH`), where it refuses artifacts
+  elsewhere as `RestClient` does.
 
 Both raise an error whose `error_code` is MLflow's (`RESOURCE_ALREADY_EXISTS`, ...) when the server refuses a
 request, and another exception when it cannot be reached, which is what the logger retries on. `RestClient` follows
@@ -25,16 +28,18 @@ import mimetypes
 import os
 import ssl
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from kubesweep.jobs import bounded_http
+
 API = "/api/2.0/mlflow"
 ARTIFACTS_API = "/api/2.0/mlflow-artifacts/artifacts"
 REDIRECTED = "REDIRECT_NOT_FOLLOWED"  # our code for a 3xx answer: the same request would be redirected again
+TOO_LARGE = "RESPONSE_TOO_LARGE"  # our code for an answer past bounded_http's cap: it would be as large again
+ARTIFACTS_ELSEWHERE = "ARTIFACTS_ELSEWHERE"  # our code for a run whose artifacts are not on the tracking server
 # MLflow's own mapping of an HTTP status without an MLflow error body (its `get_error_code`)
 _STATUS_CODES = {400: "BAD_REQUEST", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "ENDPOINT_NOT_FOUND",
                  500: "INTERNAL_ERROR", 501: "NOT_IMPLEMENTED", 503: "TEMPORARILY_UNAVAILABLE"}
@@ -63,14 +68,6 @@ class Run:
 @dataclass(frozen=True)
 class Experiment:
     experiment_id: str
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is answered as the error it is rather than followed: urllib would send the Authorization header
-    on to wherever the server points, another host included."""
-
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> None:
-        return None
 
 
 class RestError(Exception):
@@ -123,35 +120,30 @@ class RestClient:
             else:
                 self._context = ssl.create_default_context(
                     cafile=os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or None)
-        self._package: PackageClient | None = None
-        self._artifact_bases: dict[str, str | None] = {}
-        handlers: list[Any] = [_NoRedirects()]
-        if self._context is not None:
-            handlers.append(urllib.request.HTTPSHandler(context=self._context))
-        self._opener = urllib.request.build_opener(*handlers)
+        self._artifact_bases: dict[str, str] = {}
+        self._opener = bounded_http.opener(self._context)
 
     # -- requests ---------------------------------------------------------------------------------------
 
     def _request(self, method: str, url: str, body: bytes | None, content_type: str) -> Any:
-        request = urllib.request.Request(url, data=body, method=method,
-                                         headers={**self._headers, "Content-Type": content_type})
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                text = response.read()
-        except urllib.error.HTTPError as err:
-            if 300 <= err.code < 400:
-                raise RestError(REDIRECTED, f"HTTP {err.code} to {err.headers.get('Location', '?')!r}, not followed "
-                                "(the tracking URI's credentials go to it alone)") from None
-            raw = err.read()
+            answer = bounded_http.request(self._opener, url, method=method, data=body, seconds=self.timeout,
+                                          headers={**self._headers, "Content-Type": content_type})
+        except bounded_http.BodyTooLarge as err:
+            raise RestError(TOO_LARGE, str(err)) from None
+        if 300 <= answer.status < 400:
+            raise RestError(REDIRECTED, f"HTTP {answer.status} to {answer.headers.get('Location', '?')!r}, not "
+                            "followed (the tracking URI's credentials go to it alone)")
+        if answer.status >= 400:
             try:
-                found = json.loads(raw)
+                found = json.loads(answer.body)
             except ValueError:
                 found = None
             if isinstance(found, dict) and isinstance(found.get("error_code"), str):
-                raise RestError(found["error_code"], str(found.get("message", ""))[:500]) from None
-            raise RestError(_STATUS_CODES.get(err.code, f"HTTP_{err.code}"),
-                            raw.decode("utf-8", "replace")[:300]) from None
-        return json.loads(text) if text.strip() else {}
+                raise RestError(found["error_code"], str(found.get("message", ""))[:500])
+            raise RestError(_STATUS_CODES.get(answer.status, f"HTTP_{answer.status}"),
+                            answer.body.decode("utf-8", "replace")[:300])
+        return json.loads(answer.body) if answer.body.strip() else {}
 
     def _call(self, method: str, endpoint: str, payload: dict[str, Any] | None = None) -> Any:
         url = f"{self.uri}{API}/{endpoint}"
@@ -204,17 +196,10 @@ class RestClient:
             "tags": [{"key": k, "value": v} for k, v in tags or []]})
 
     def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
-        base = self._artifact_base(run_id)
-        if base is None:
-            self._package_client().log_artifact(run_id, local_path, artifact_path)
-            return
-        self._put(base, local_path, artifact_path)
+        self._put(self._artifact_base(run_id), local_path, artifact_path)
 
     def log_artifacts(self, run_id: str, local_dir: str, artifact_path: str | None = None) -> None:
         base = self._artifact_base(run_id)
-        if base is None:
-            self._package_client().log_artifacts(run_id, local_dir, artifact_path)
-            return
         root = Path(local_dir)
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             parent = path.parent.relative_to(root).as_posix()
@@ -223,17 +208,10 @@ class RestClient:
 
     # -- artifacts --------------------------------------------------------------------------------------
 
-    def _artifact_base(self, run_id: str) -> str | None:
-        """The URL of the run's artifact root on the server's artifact proxy; None when the run's artifacts are
-        not proxied by this server (they are then written by mlflow's client, as it would)."""
+    def _artifact_base(self, run_id: str) -> str:
+        """The URL of the run's artifact root on the tracking server (refused, RestError, anywhere else)."""
         if run_id not in self._artifact_bases:
-            parts = urllib.parse.urlsplit(self.get_run(run_id).info.artifact_uri)
-            if parts.scheme != "mlflow-artifacts" or parts.netloc:  # elsewhere, or another host: not ours to call
-                self._artifact_bases[run_id] = None
-            else:
-                own = urllib.parse.urlsplit(self.uri)
-                path = "/".join(urllib.parse.quote(s) for s in parts.path.split("/") if s)
-                self._artifact_bases[run_id] = f"{own.scheme}://{own.netloc}{own.path.rstrip('/')}{ARTIFACTS_API}/{path}"
+            self._artifact_bases[run_id] = artifact_root(self.uri, self.get_run(run_id).info.artifact_uri)
         return self._artifact_bases[run_id]
 
     def _put(self, base: str, local_path: str, artifact_path: str | None) -> None:
@@ -243,10 +221,37 @@ class RestClient:
         kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
         self._request("PUT", url, Path(local_path).read_bytes(), kind)
 
-    def _package_client(self) -> PackageClient:
-        if self._package is None:
-            self._package = PackageClient(self.uri)
-        return self._package
+
+def _origin(uri: str) -> tuple[str, str, int] | None:
+    """scheme, host and port of an http(s) URL (the port its scheme implies when none is written)."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        return None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return parts.scheme, parts.hostname.lower().rstrip("."), port
+
+
+def artifact_root(tracking_uri: str, artifact_uri: str) -> str:
+    """The URL under which a run of the tracking server `tracking_uri` whose artifact URI is `artifact_uri` keeps
+    its artifacts: on the server's own artifact proxy (`mlflow-artifacts:`, with no host or the server's own), or
+    an http(s) URL on the server's own origin (scheme, host and port). Anything else (another host or port,
+    `file:`, a bucket) is refused, RestError ARTIFACTS_ELSEWHERE, before any request: the tracking URI's
+    credentials go to that origin alone, and a trial writes no path the server names."""
+    own = urllib.parse.urlsplit(tracking_uri)
+    origin = _origin(tracking_uri)
+    parts = urllib.parse.urlsplit(artifact_uri)
+    if origin is not None and parts.scheme == "mlflow-artifacts" and not parts.query and not parts.fragment and (
+            not parts.netloc or _origin(f"{own.scheme}://{parts.netloc}") == origin):
+        path = "/".join(urllib.parse.quote(s) for s in parts.path.split("/") if s)
+        return f"{own.scheme}://{own.netloc}{own.path.rstrip('/')}{ARTIFACTS_API}/{path}"
+    if origin is not None and _origin(artifact_uri) == origin and not parts.query and not parts.fragment:
+        return artifact_uri.rstrip("/")
+    where = f"{origin[0]}://{origin[1]}:{origin[2]}" if origin else tracking_uri
+    raise RestError(ARTIFACTS_ELSEWHERE, f"the run's artifact URI {artifact_uri[:200]!r} is not on the tracking "
+                    f"server ({where}), whose credentials go there alone: its artifacts are not sent")
 
 
 def _number(value: float) -> float | str:
@@ -270,6 +275,13 @@ class PackageClient:
         from mlflow.tracking import MlflowClient
 
         self._client = MlflowClient(tracking_uri=uri)
+        self._uri = uri
+
+    def _check_artifacts(self, run_id: str) -> None:
+        """On a tracking server, the run's artifacts go to it alone (`artifact_root`), as with `RestClient`: mlflow's
+        client would send the server's credentials to wherever the run's artifact URI points."""
+        if urllib.parse.urlsplit(self._uri).scheme in ("http", "https"):
+            artifact_root(self._uri, self._client.get_run(run_id).info.artifact_uri)
 
     def get_experiment_by_name(self, name: str) -> Any:
         return self._client.get_experiment_by_name(name)
@@ -301,7 +313,9 @@ class PackageClient:
                                tags=[RunTag(k, v) for k, v in tags or []])
 
     def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
+        self._check_artifacts(run_id)
         self._client.log_artifact(run_id, local_path, artifact_path)
 
     def log_artifacts(self, run_id: str, local_dir: str, artifact_path: str | None = None) -> None:
+        self._check_artifacts(run_id)
         self._client.log_artifacts(run_id, local_dir, artifact_path)

@@ -43,7 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubesweep.jobs.mlflow_client import REDIRECTED, MetricRecord, TrackingClient, client_for
+from kubesweep.jobs.mlflow_client import (
+    ARTIFACTS_ELSEWHERE,
+    REDIRECTED,
+    TOO_LARGE,
+    MetricRecord,
+    TrackingClient,
+    client_for,
+)
 from kubesweep.wire import tags
 
 log = logging.getLogger(__name__)
@@ -63,6 +70,8 @@ PERMANENT_ERRORS = frozenset(
         "PERMISSION_DENIED",
         "UNAUTHENTICATED",
         REDIRECTED,
+        TOO_LARGE,
+        ARTIFACTS_ELSEWHERE,
     }
 )
 

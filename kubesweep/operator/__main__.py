@@ -103,9 +103,11 @@ def parser() -> argparse.ArgumentParser:
                    help="MLflow tracking server for sweeps that name none (env MLFLOW_TRACKING_URI)")
     p.add_argument("--tracking-allowed-host", action="append", dest="tracking_allowed_hosts", metavar="HOST",
                    default=None,
-                   help="a tracking server a Sweep's spec.tracking.uri may name, besides --mlflow-uri: HOST, "
-                        "HOST:PORT or *.DOMAIN (repeatable; env KUBESWEEP_TRACKING_ALLOWED_HOSTS, comma-separated). "
-                        "A Sweep naming any other is Invalid, and nothing is requested from it")
+                   help="a tracking server a Sweep's spec.tracking.uri may name, besides --mlflow-uri (that URI "
+                        "exactly: another path on its host is a Sweep's own server, allowed only here, without the "
+                        "operator's credentials): HOST, HOST:PORT or *.DOMAIN (repeatable; env "
+                        "KUBESWEEP_TRACKING_ALLOWED_HOSTS, comma-separated). A Sweep naming any other is Invalid, and "
+                        "nothing is requested from it")
     p.add_argument("--tracking-secret", default=os.environ.get("KUBESWEEP_TRACKING_SECRET") or None, metavar="NAME",
                    help="Secret in each sweep's namespace with the `username`/`password` trials log to MLflow with "
                         "(env KUBESWEEP_TRACKING_SECRET). The operator's own MLflow credentials: "

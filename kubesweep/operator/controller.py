@@ -223,9 +223,7 @@ class OperatorBackend:
     def mlflow(self, uri: str) -> MlflowRest:
         """MLflow as the operator talks to it: its own credentials go to its own server only, never to a server
         a Sweep names."""
-        own = self.tracking_policy.is_default(uri)
-        return MlflowRest(uri, environ=None if own else {},
-                          owner_key=self.tracking_policy.ownership_key if own else None)
+        return self.tracking_policy.client(uri)
 
     # -- the step ------------------------------------------------------------------------------------
 

@@ -16,18 +16,19 @@ import os
 import re
 import secrets
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubesweep.jobs import bounded_http
 from kubesweep.operator import ownership
 from kubesweep.tracking.view import experiment_tags
 from kubesweep.wire import tags
 
 PENDING_PREFIX = "kubesweep-pending-"  # an experiment being made for a namespace, before it is sealed and named
+MAX_ANSWER_BYTES = 4 * 1024 * 1024  # what the operator reads of one answer; its requests return one run at most
+_OPENER = bounded_http.opener()  # bounded in bytes and seconds; follows no redirect (see bounded_http)
 
 
 _ERROR_CODE = re.compile(r"[A-Z][A-Z_]{0,63}")
@@ -54,15 +55,27 @@ def _host_port(uri: str) -> tuple[str, int] | None:
     return parts.hostname.lower().rstrip("."), port
 
 
+def _server(uri: str) -> tuple[str, str, int, str] | None:
+    """`uri` as a tracking server, whole: scheme, host, port and path (no trailing slash); None when it is not an
+    http(s) URL with a host, or carries user info, a query or a fragment (no tracking server's address has them)."""
+    parts = urllib.parse.urlsplit(uri)
+    where = _host_port(uri)
+    if where is None or "@" in parts.netloc or "?" in uri or "#" in uri:
+        return None
+    return parts.scheme, *where, parts.path.rstrip("/")
+
+
 @dataclass(frozen=True)
 class TrackingPolicy:
     """Which tracking servers the operator talks to, and with what.
 
     `default_uri` (the chart's own MLflow, or its `tracking.uri`) serves Sweeps that name none and is always
-    allowed. A Sweep's `spec.tracking.uri` must name a host in `allowed_hosts`: `host` (any port), `host:port`,
-    or `*.domain` (any name under it). Nothing else is ever requested, so a Sweep cannot make the operator
-    call an address of its choosing. `credentials_secret` names the Secret (in each sweep's namespace) whose
-    `username`/`password` the trials log with."""
+    allowed. It is compared whole (scheme, host, port and path; `is_default`): any other URI, another path on the
+    same host and port included, is a server of the Sweep's own, which must name a host in `allowed_hosts`: `host`
+    (any port), `host:port`, or `*.domain` (any name under it), and gets none of the chart's credentials. Nothing
+    else is ever requested, so a Sweep cannot make the operator call an address of its choosing.
+    `credentials_secret` names the Secret (in each sweep's namespace) whose `username`/`password` the trials log
+    with."""
 
     default_uri: str | None = None
     allowed_hosts: Sequence[str] = field(default_factory=tuple)
@@ -83,11 +96,16 @@ class TrackingPolicy:
         return f"{namespace}/{experiment}" if self.namespace_user(uri, namespace) else experiment
 
     def is_default(self, uri: str) -> bool:
-        """`uri` is the operator's own server (scheme, host and port): the only one its credentials go to."""
-        if not self.default_uri:
-            return False
-        a, b = urllib.parse.urlsplit(uri), urllib.parse.urlsplit(self.default_uri)
-        return a.scheme == b.scheme and _host_port(uri) == _host_port(self.default_uri)
+        """`uri` is the operator's own server, the only one its credentials go to: the same scheme, host, port and
+        path (a trailing slash aside), with no user info, query or fragment."""
+        own = _server(self.default_uri) if self.default_uri else None
+        return own is not None and _server(uri) == own
+
+    def client(self, uri: str) -> MlflowRest:
+        """MLflow at `uri` as the operator talks to it: with its own credentials (this process's
+        `MLFLOW_TRACKING_*`) and ownership key on its own server only, never on a server a Sweep names."""
+        own = self.is_default(uri)
+        return MlflowRest(uri, environ=None if own else {}, owner_key=self.ownership_key if own else None)
 
     def credentials_for(self, uri: str) -> str | None:
         """The Secret trials of a sweep logging to `uri` read credentials from: the chart's, for its own server
@@ -96,15 +114,17 @@ class TrackingPolicy:
 
     def refusal(self, uri: str) -> str | None:
         """Why the operator will not use `uri` (None: it will)."""
-        target = _host_port(uri)
-        if target is None:
-            return f"spec.tracking.uri: expected an http:// or https:// URL with a host, got {uri!r}"
-        default = _host_port(self.default_uri) if self.default_uri else None
-        if target == default or any(_matches(entry, *target) for entry in self.allowed_hosts):
+        server = _server(uri)
+        if server is None:
+            return (f"spec.tracking.uri: expected an http:// or https:// URL with a host and no user info, query or "
+                    f"fragment, got {uri[:200]!r}")
+        if self.is_default(uri) or any(_matches(entry, *server[1:3]) for entry in self.allowed_hosts):
             return None
-        allowed = ", ".join([*([f"{default[0]}:{default[1]}"] if default else []), *self.allowed_hosts]) or "none"
-        return (f"spec.tracking.uri: {target[0]}:{target[1]} is not a tracking server this operator may use "
-                f"(allowed: {allowed}; the chart's value tracking.allowedHosts extends the list)")
+        allowed = ", ".join([*([self.default_uri.rstrip("/")] if self.default_uri else []),
+                             *self.allowed_hosts]) or "none"
+        return (f"spec.tracking.uri: {uri[:200]!r} is not a tracking server this operator may use: neither its own "
+                f"server (exactly that URI) nor on a host allowed for Sweeps' own servers (allowed: {allowed}; the "
+                "chart's value tracking.allowedHosts extends the list)")
 
 
 def _matches(entry: str, host: str, port: int) -> bool:
@@ -115,17 +135,6 @@ def _matches(entry: str, host: str, port: int) -> bool:
     if name.startswith("*."):
         return host.endswith(name[1:])
     return host == name.rstrip(".")
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Follow no redirect: urllib would repeat the request, Authorization header included, to wherever a 3xx
-    points (another host), so a 3xx is an error like any other."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 class MlflowRest:
@@ -154,25 +163,29 @@ class MlflowRest:
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method, headers=self.headers)
         try:
-            with _OPENER.open(request, timeout=self.timeout) as resp:
-                return json.loads(resp.read() or b"{}")  # type: ignore[no-any-return]
-        except urllib.error.HTTPError as exc:
-            try:
-                code = str(json.loads(exc.read(4096)).get("error_code", ""))
-            except (ValueError, AttributeError, OSError):
-                code = ""
-            code = code if _ERROR_CODE.fullmatch(code) else ""  # MLflow's codes only; no body is ever copied
-            hint = {401: " (the operator's MLflow credentials were refused)",
-                    403: " (the operator's MLflow user lacks permission)"}.get(exc.code, "")
-            if 300 <= exc.code < 400:
-                hint = " (a redirect, which the operator does not follow)"
-            raise MlflowError(f"{method} {path}: HTTP {exc.code} {code}{hint}".replace("  ", " ").rstrip()) \
-                from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+            answer = bounded_http.request(_OPENER, url, method=method, data=data, headers=self.headers,
+                                          seconds=self.timeout, max_bytes=MAX_ANSWER_BYTES)
+        except bounded_http.BodyTooLarge as exc:
+            raise MlflowError(f"{method} {path}: {exc}") from None
+        except (OSError, ValueError) as exc:  # unreachable, or past the request's deadline (TimeoutError)
             reason = getattr(exc, "reason", None) or type(exc).__name__
             raise MlflowError(f"cannot reach MLflow at {self.uri}: {reason}") from None
+        if answer.status < 300:
+            try:
+                return json.loads(answer.body or b"{}")  # type: ignore[no-any-return]
+            except ValueError:
+                raise MlflowError(f"{method} {path}: HTTP {answer.status}, not MLflow's JSON") from None
+        try:
+            code = str(json.loads(answer.body[:4096]).get("error_code", ""))
+        except (ValueError, AttributeError):
+            code = ""
+        code = code if _ERROR_CODE.fullmatch(code) else ""  # MLflow's codes only; no body is ever copied
+        hint = {401: " (the operator's MLflow credentials were refused)",
+                403: " (the operator's MLflow user lacks permission)"}.get(answer.status, "")
+        if 300 <= answer.status < 400:
+            hint = " (a redirect, which the operator does not follow)"
+        raise MlflowError(f"{method} {path}: HTTP {answer.status} {code}{hint}".replace("  ", " ").rstrip())
 
     def experiment_id(self, name: str, namespace: str | None = None) -> str:
         """The experiment's id, created when missing; either way tagged for the UI's training view
@@ -218,8 +231,12 @@ class MlflowRest:
         found = self._by_name(name) or self._make_sealed(name, namespace, key)
         exp = str(found["experiment_id"])
         have = {t.get("key"): t.get("value") for t in found.get("tags") or []}
-        if not ownership.sealed_for(key, exp, namespace, have):
-            mine = ownership.owner(key, exp, have)
+        identity = ownership.Identity.of(found)
+        if identity is None:
+            raise MlflowError(f"experiment {name!r}: MLflow does not say when it was made (creation_time), which "
+                              "the operator's seal binds")
+        if not ownership.sealed_for(key, identity, namespace, have):
+            mine = ownership.owner(key, identity, have)
             whose = (f"belongs to the sweeps of namespace {mine}" if mine else
                      f"was not made by the operator for namespace {namespace} (its name and tags are not proof)")
             raise ExperimentRefused(f"experiment {name!r} {whose}: name another (spec.tracking.experiment)")
@@ -237,8 +254,13 @@ class MlflowRest:
         pending = f"{PENDING_PREFIX}{secrets.token_hex(8)}"
         exp = str(self._call("POST", "experiments/create", {
             "name": pending, "tags": [{"key": k, "value": v} for k, v in made_tags.items()]})["experiment_id"])
+        made = self._call("GET", "experiments/get", query={"experiment_id": exp})["experiment"]
+        identity = ownership.Identity.of(made)
+        if identity is None or identity.experiment_id != exp:
+            raise MlflowError(f"experiment {exp}: MLflow does not say when it was made (creation_time), which the "
+                              "operator's seal binds")
         self._call("POST", "experiments/set-experiment-tag", {
-            "experiment_id": exp, "key": tags.OWNER_SEAL, "value": ownership.seal(key, exp, namespace)})
+            "experiment_id": exp, "key": tags.OWNER_SEAL, "value": ownership.seal(key, identity, namespace)})
         try:
             self._call("POST", "experiments/update", {"experiment_id": exp, "new_name": name})
         except MlflowError:

@@ -9,13 +9,16 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kubesweep.jobs.bounded_http import MAX_BODY_BYTES
 from kubesweep.jobs.mlflow_client import PackageClient, RestClient, RestError, client_for
 from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
+from tests.support.hostile_http import HUGE_BYTES, hostile_server
 from tests.support.mlflow_fixtures import MlflowServer
 
 mlflow = pytest.importorskip("mlflow")
@@ -172,3 +175,76 @@ def test_a_server_that_redirects_never_gets_the_credentials_sent_on(tmp_path: Pa
     finally:
         for server in (collector, redirector):
             server.shutdown()
+
+
+@pytest.mark.parametrize("where", ["http", "mlflow-artifacts", "file"])
+def test_a_run_whose_artifacts_are_elsewhere_gets_no_credentials_and_writes_nothing(
+        where: str, mlflow_server: MlflowServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: the experiment a trial logs to was made (by any of the server's users) with an artifact location
+    of its maker's choosing, so its runs' artifact URIs point there: another host or port (`http:`, or the artifact
+    proxy's `mlflow-artifacts://host:port`), or a local path (`file:`). The REST client handed such a run to
+    mlflow's client, which sent the trial's `Authorization: Basic` there, or wrote the path. Now the artifact is
+    refused with a reason before any request (by mlflow's client too, where a trial uses it for a server): the
+    other host hears nothing, no file is written, and the logger skips the artifact (a refusal, no retries) while
+    the run's other records are logged."""
+    (tmp_path / "results.json").write_text("{}")
+    with hostile_server("collect") as elsewhere:
+        port = elsewhere.url.rsplit(":", 1)[1]
+        location = {"http": f"{elsewhere.url}/stolen", "mlflow-artifacts": f"mlflow-artifacts://127.0.0.1:{port}/stolen",
+                    "file": (tmp_path / "written").as_uri()}[where]
+        c = mlflow.tracking.MlflowClient(tracking_uri=mlflow_server.url)
+        experiment = c.create_experiment(f"artifacts-elsewhere-{where}", artifact_location=location)
+        parent = c.create_run(experiment, run_name="sweep").info.run_id
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "team-a")
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
+        client = RestClient(mlflow_server.url)
+        run = client.create_run(experiment, {}, "direct").info.run_id
+        with pytest.raises(RestError) as refused:
+            client.log_artifact(run, str(tmp_path / "results.json"))
+        assert refused.value.error_code == "ARTIFACTS_ELSEWHERE", refused.value
+        assert "is not on the tracking server (http://127.0.0.1:" in str(refused.value)
+        with pytest.raises(RestError) as refused_too:  # mlflow's client, as a trial with a client certificate uses
+            PackageClient(mlflow_server.url).log_artifact(run, str(tmp_path / "results.json"))
+        assert refused_too.value.error_code == "ARTIFACTS_ELSEWHERE", refused_too.value
+        logger = MlflowTrialLogger(uri=mlflow_server.url, trial_id=f"t-{where}", run_name="t", parent_run_id=parent)
+        logger.start()
+        logger.log_params({"batch_size": 16})
+        logger.log_artifact(tmp_path / "results.json")
+        logger.log_artifact(tmp_path, "outputs")
+        stats = logger.close("FINISHED")
+        assert elsewhere.seen == [] and not (tmp_path / "written").exists()
+    assert stats.retries == 0 and stats.dropped == 2 and stats.pending == 0, stats
+    assert c.get_run(str(logger.run_id)).data.params == {"batch_size": "16"}
+
+
+def test_artifacts_on_the_servers_own_origin_are_sent(mlflow_server: MlflowServer, tmp_path: Path) -> None:
+    """An http artifact URI on the tracking server's own scheme, host and port is the server's: the artifact is
+    PUT there (here: the server's own artifact proxy, named by its URL)."""
+    c = mlflow.tracking.MlflowClient(tracking_uri=mlflow_server.url)
+    experiment = c.create_experiment("artifacts-same-origin", artifact_location=(
+        f"{mlflow_server.url}/api/2.0/mlflow-artifacts/artifacts/same-origin"))
+    run = RestClient(mlflow_server.url).create_run(experiment, {}, "same-origin").info.run_id
+    (tmp_path / "results.json").write_text("{}")
+    RestClient(mlflow_server.url).log_artifact(run, str(tmp_path / "results.json"), "out")
+    assert [a.path for a in c.list_artifacts(run, "out")] == ["out/results.json"]
+
+
+@pytest.mark.parametrize("mode", ["huge", "drip", "drip-headers"])
+def test_an_answer_too_large_or_too_slow_is_cut_off(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tracking server (or whatever answers at its address) answers 200 MB, or drips its answer (body, or
+    headers) a byte every 0.2 s: each read is quick, so urllib's per-read timeout never fires and the trial waited
+    as long as the server liked, or took the whole body into memory. The trial's client reads at most its cap
+    (a refusal, RESPONSE_TOO_LARGE) and waits at most MLFLOW_HTTP_REQUEST_TIMEOUT for the whole request (an
+    outage: the logger retries later)."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1.5")
+    with hostile_server(mode) as server:
+        began = time.monotonic()
+        with pytest.raises((RestError, OSError)) as cut:
+            RestClient(server.url).get_run("0" * 32)
+        took = time.monotonic() - began
+    if mode == "huge":
+        assert isinstance(cut.value, RestError) and cut.value.error_code == "RESPONSE_TOO_LARGE", cut.value
+        assert server.sent < MAX_BODY_BYTES + 32 * 1024 * 1024 < HUGE_BYTES, server.sent  # socket buffers aside
+    else:
+        assert isinstance(cut.value, TimeoutError) or isinstance(getattr(cut.value, "reason", None), TimeoutError)
+        assert took < 1.5 + 2.5, took  # the deadline, and a loaded machine's slack; not the server's 12 s

@@ -10,11 +10,14 @@ run is made. Ownership rests on the operator's seal (`kubesweep.operator.ownersh
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from kubesweep.operator.mlflow_rest import ExperimentRefused, MlflowRest
+from kubesweep.tracking.ui import mlflow_executable
 from kubesweep.wire import tags
-from tests.support.mlflow_auth import PREFIX, AuthServer
+from tests.support.mlflow_auth import PASSWORDS, PREFIX, AuthServer
 
 pytestmark = pytest.mark.slow
 NOT_MADE = "was not made by the operator for namespace team-b"
@@ -135,3 +138,26 @@ def test_a_namespace_cannot_rename_another_namespaces_experiment(mlflow_auth_ser
     with pytest.raises(ExperimentRefused, match="was not made by the operator for namespace team-a"):
         _sweep(server, "team-a", "a-next", "uid-a-next")
     assert server.status("team-a", "POST", "runs/create", {"experiment_id": exp}) == 403
+
+
+def test_a_seal_copied_onto_an_experiment_that_took_its_id_again_is_no_seal(mlflow_auth_server: AuthServer) -> None:
+    """The replayed seal: team-b's experiment is deleted and collected (`mlflow gc`, MLflow's own CLI on the
+    server's store); SQLite gives its id to the next experiment made, which team-a makes under team-b's next name,
+    with every tag of the old one, seal included. The id is the old one's, the creation time is not: refused."""
+    server = mlflow_auth_server
+    run_b = _sweep(server, "team-b", "collected", "uid-collected-1")
+    admin = server.as_user("admin")
+    old = admin._call("GET", "runs/get", query={"run_id": run_b})["run"]["info"]["experiment_id"]
+    copied = {k: v for k, v in _tags(admin, old).items() if k.startswith("kubesweep.")}
+    admin._call("POST", "experiments/delete", {"experiment_id": old})
+    env = {**server.env, "MLFLOW_TRACKING_URI": server.url, "MLFLOW_TRACKING_USERNAME": "admin",
+           "MLFLOW_TRACKING_PASSWORD": PASSWORDS["admin"]}  # its runs' artifacts are behind the server's proxy
+    gc = subprocess.run([*mlflow_executable(), "gc", "--backend-store-uri", server.backend_store,
+                         "--experiment-ids", old], env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert gc.returncode == 0, gc.stderr[-3000:]
+    exp = _create_as(server, "team-a", server.policy.experiment_name(server.url, "team-b", "next-r1"), copied)
+    assert exp == old and _tags(admin, exp)[tags.OWNER_SEAL] == copied[tags.OWNER_SEAL]  # the replay, as set up
+    with pytest.raises(ExperimentRefused, match=NOT_MADE):
+        _sweep(server, "team-b", "next-r1", "uid-collected-2")
+    runs = admin._call("POST", "runs/search", {"experiment_ids": [exp]}).get("runs") or []
+    assert runs == [], "a parent run was made in team-a's experiment"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 from kubesweep.operator.mlflow_rest import MlflowError, MlflowRest, TrackingPolicy
 from kubesweep.wire.env import TrackingEnv
+from tests.support.hostile_http import hostile_server
 
 SECRET_BODY = "internal-service-says: db-password=hunter2"
 
@@ -131,6 +133,51 @@ def test_the_operators_credentials_go_to_its_own_server_only() -> None:
     assert policy.refusal("http://track.example.com:5000") is None  # allowed ...
     assert policy.credentials_for("http://track.example.com:5000") is None  # ... without the chart's credentials
     assert TrackingPolicy(credentials_secret="s").credentials_for("http://x:1") is None
+
+
+def test_another_path_on_the_operators_server_is_not_its_server(server: _Server,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: a Sweep's `spec.tracking.uri` is the chart's server with a path of its author's choosing,
+    `<default>/api/2.0/mlflow/experiments/get-by-name?experiment_name=x&z=`. Compared on scheme, host and port
+    alone it was the default server, and the operator sent its own credentials to that path (the rest of each
+    request's path went into the query). Compared whole, it is not: a URI with a query is refused, and one with
+    another path is a server of the Sweep's own, allowed only on `tracking.allowedHosts` and used there without
+    the operator's credentials or the trials' Secret."""
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "kubesweep-operator")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
+    server.reply = (404, json.dumps({"error_code": "RESOURCE_DOES_NOT_EXIST"}))
+    attack = f"{server.url}/api/2.0/mlflow/experiments/get-by-name?experiment_name=x&z="
+    policy = TrackingPolicy(server.url, credentials_secret="kubesweep-mlflow-trials",
+                            namespace_user_prefix="kubesweep-ns-", ownership_key=b"k" * 32)
+    assert "no user info, query or fragment" in str(policy.refusal(attack))
+    for uri in (attack, f"{server.url}/api/2.0/mlflow/runs", f"{server.url}/#x", server.url.replace("//", "//op@")):
+        assert not policy.is_default(uri) and policy.credentials_for(uri) is None, uri
+        assert policy.namespace_user(uri, "team-a") is None and policy.refusal(uri) is not None, uri
+    # on a host allowed for Sweeps' own servers, another path is used as such: without the operator's credentials
+    allowed = TrackingPolicy(server.url, ("127.0.0.1",), "kubesweep-mlflow-trials", ownership_key=b"k" * 32)
+    own_path = f"{server.url}/api/2.0/mlflow/runs"
+    assert allowed.refusal(own_path) is None and allowed.credentials_for(own_path) is None
+    with pytest.raises(MlflowError):
+        allowed.client(own_path).experiment_id("e")
+    assert server.requests and all(auth is None for _, _, auth in server.requests), server.requests
+    # the operator's own server, written with a trailing slash, is still its own, with its credentials
+    assert policy.is_default(server.url + "/") and policy.refusal(server.url + "/") is None
+    with pytest.raises(MlflowError):
+        policy.client(server.url + "/").experiment_id("e")
+    assert server.requests[-1][2] == "Basic " + base64.b64encode(b"kubesweep-operator:s3cret").decode()
+
+
+@pytest.mark.parametrize("mode", ["huge", "drip", "drip-headers"])
+def test_an_answer_too_large_or_too_slow_is_cut_off(mode: str) -> None:
+    """A tracking server answers 200 MB, or drips its answer (body, or headers) a byte every 0.2 s, each read
+    within the per-read timeout: the operator read all of it, or waited as long as the server liked, while its
+    step held a worker. It reads at most its cap and waits at most its timeout for the whole request."""
+    with hostile_server(mode) as server:
+        began = time.monotonic()
+        with pytest.raises(MlflowError, match="larger than" if mode == "huge" else "cannot reach MLflow"):
+            MlflowRest(server.url, timeout=1.5, environ={}).experiment_id("e")
+        took = time.monotonic() - began
+    assert took < 1.5 + 2.5, took  # the deadline, and a loaded machine's slack; not the server's 12 s
 
 
 def test_kueues_words_are_tagged_on_the_trials_own_run(mlflow_server: Any) -> None:

@@ -34,6 +34,7 @@ class AuthServer:
     url: str
     env: dict[str, str]
     users_dir: Path
+    backend_store: str  # the server's tracking store, for MLflow's CLI (`mlflow gc`)
 
     def as_user(self, who: str) -> MlflowRest:
         """MLflow's REST API as `who`; as the operator, with the key that seals its experiments."""
@@ -87,14 +88,15 @@ def mlflow_auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Aut
            "MLFLOW_FLASK_SERVER_SECRET_KEY": "test-secret-key-0123456789", "KUBESWEEP_NAMESPACE_USER_PREFIX": PREFIX,
            "KUBESWEEP_MLFLOW_USERS_DIR": str(users), "KUBESWEEP_MLFLOW_USERS_RECORD": str(root / "users.json")}
     port = free_port()
-    auth = AuthServer(f"http://127.0.0.1:{port}", env, users)
+    store = f"sqlite:///{root / 'mlflow.db'}"
+    auth = AuthServer(f"http://127.0.0.1:{port}", env, users, store)
     filled = auth.fill_users()
     assert f"user {PREFIX}team-a: created" in filled and "user kubesweep-operator: created" in filled, filled
     log = root / "server.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([*mlflow_executable(), "server", "--app-name", "basic-auth", "--host", "127.0.0.1",
                                  "--port", str(port), "--workers", "1",
-                                 "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+                                 "--backend-store-uri", store,
                                  "--artifacts-destination", str(root / "artifacts")],
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     try:

@@ -96,7 +96,10 @@ class MlflowServer:
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """`mlflow server`: sqlite backend and served artifacts in a temporary directory, on 127.0.0.1."""
+    """`mlflow server`: sqlite backend and served artifacts in a temporary directory, on 127.0.0.1. Experiments may
+    keep their artifacts on other hosts (`http:`, `mlflow-artifacts://host:port`), as on a server whose admin allows
+    it (MLFLOW_ALLOWED_HOST_ADDRESSED_ARTIFACT_SCHEMES): what a trial's client must not follow with its
+    credentials (tests/jobs/test_mlflow_client.py)."""
     root = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
     log = root / "server.log"
@@ -105,7 +108,8 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
                "--port", str(port), "--workers", "1"]
     with log.open("wb") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **quiet_mlflow_env()})
+                                env={**os.environ, **quiet_mlflow_env(),
+                                     "MLFLOW_ALLOWED_HOST_ADDRESSED_ARTIFACT_SCHEMES": "http,https,mlflow-artifacts"})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{url}/health", proc, log)
