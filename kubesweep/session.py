@@ -36,12 +36,13 @@ from kubesweep.backends.base import (
     SweepStatus,
     TrialStatus,
 )
-from kubesweep.backends.k8s_client import require_configuration
+from kubesweep.backends.k8s_client import Api, require_configuration
+from kubesweep.backends.k8s_gpus import NodesHidden, read_cluster_gpus
 from kubesweep.backends.local_machine import default_home
 from kubesweep.detach import spawn_driver, spawn_search
 from kubesweep.gpus import CatalogError
 from kubesweep.plan import Plan
-from kubesweep.preflight import check
+from kubesweep.preflight import TypeFit, check, gpu_fit
 from kubesweep.spec import SpecError, Sweep
 from kubesweep.tracking.aggregate import Cell, aggregate
 from kubesweep.tracking.records import from_backend, from_results_dir, names_a_directory
@@ -284,6 +285,20 @@ class Session:
         check(plan, o.backend, any_gpu=o.any_gpu, allow_unpinned=o.allow_unpinned,
               reach=(lambda: require_configuration(o.kubeconfig)) if cluster else None)
         self._checked = plan
+
+    def cluster_fit(self, plan: Plan) -> list[TypeFit] | None:
+        """The plan's GPU trials split by what the cluster's nodes offer (`preflight.gpu_fit`), before anything
+        is applied. None where this user may not list the cluster's nodes: said in one line (`notify`), and the
+        caller goes on. An API server that cannot be reached is the `BackendError` every request gives."""
+        o = self.options
+        try:
+            cluster = read_cluster_gpus(Api.connect(o.namespace, o.kubeconfig))
+        except NodesHidden as exc:
+            self.notify(f"note: the cluster's GPU types are not checked: this user may not list its nodes ({exc}); "
+                        f"trials of a type it has no node of end `unschedulable` after "
+                        f"{plan.sweep.spec.resources.unschedulable_seconds:,} s", True)
+            return None
+        return gpu_fit(plan, cluster)
 
     def submit(self, sweep: Sweep, plan: Plan) -> SweepStatus | None:
         """Check the plan (`check`: a problem leaves no state behind), open the sweep's tracking and start its
