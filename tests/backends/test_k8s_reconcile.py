@@ -208,7 +208,8 @@ def test_a_trial_no_node_can_take_ends_unschedulable_its_job_goes_and_resume_run
     assert (first.phase, first.outcome) == (Phase.FAILED, Outcome.UNSCHEDULABLE) and status.has_failures
     assert batch.deleted == [name]  # its pod would wait for ever
     assert len(batch.creates) == 2  # its slot goes to the next trial
-    batch.jobs.pop(name), pods.pods.clear()  # the deletion done
+    batch.jobs.pop(name)  # the deletion done
+    pods.pods.clear()
     assert not engine.status(store.load("s")).trials[0].settled  # not a result: resume runs it again
     engine.resume(store.load("s"))
     assert first.trial_id not in store.state.outcomes
