@@ -275,7 +275,11 @@ def gpu_fit(plan: Plan, cluster: ClusterGpus, catalog: Catalog | None = None) ->
         mine = [t for t in plan.trials if t.gpu == gpu]
         runnable = [t for t in mine if cluster.fits(product, t.gpus_per_trial, t.num_nodes)]
         why = ""
-        if not per_node:
+        queue = cluster.queue
+        if queue is not None and product not in queue.products:
+            why = (f"no ResourceFlavor of it in ClusterQueue {queue.cluster_queue}, behind LocalQueue {queue.queue}"
+                   if per_node else f"no node of it, nor a ResourceFlavor in ClusterQueue {queue.cluster_queue}")
+        elif not per_node:
             why = "no node of it"
         elif len(runnable) < len(mine):
             fit = {t.id for t in runnable}

@@ -22,7 +22,7 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from kubesweep.backends.base import (
     TrialStatus,
 )
 from kubesweep.backends.k8s_client import Api, require_configuration
-from kubesweep.backends.k8s_gpus import NodesHidden, read_cluster_gpus
+from kubesweep.backends.k8s_gpus import NodesHidden, read_cluster_gpus, read_queue_flavors
 from kubesweep.backends.local_machine import default_home
 from kubesweep.detach import spawn_driver, spawn_search
 from kubesweep.gpus import CatalogError
@@ -291,13 +291,20 @@ class Session:
         is applied. None where this user may not list the cluster's nodes: said in one line (`notify`), and the
         caller goes on. An API server that cannot be reached is the `BackendError` every request gives."""
         o = self.options
+        api = Api.connect(o.namespace, o.kubeconfig)
         try:
-            cluster = read_cluster_gpus(Api.connect(o.namespace, o.kubeconfig))
+            cluster = read_cluster_gpus(api)
         except NodesHidden as exc:
             self.notify(f"note: the cluster's GPU types are not checked: this user may not list its nodes ({exc}); "
                         f"trials of a type it has no node of end `unschedulable` after "
                         f"{plan.sweep.spec.resources.unschedulable_seconds:,} s", True)
             return None
+        queue = plan.sweep.spec.queue
+        if queue:
+            try:
+                cluster = replace(cluster, queue=read_queue_flavors(api, queue))
+            except BackendError as exc:  # NodesHidden too: a ClusterQueue this user may not read
+                self.notify(f"note: the GPU types Kueue queue {queue!r} admits are not checked: {exc}", True)
         return gpu_fit(plan, cluster)
 
     def submit(self, sweep: Sweep, plan: Plan) -> SweepStatus | None:

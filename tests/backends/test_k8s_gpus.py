@@ -17,7 +17,14 @@ import yaml
 
 from kubesweep.backends.base import Phase
 from kubesweep.backends.k8s_client import Api
-from kubesweep.backends.k8s_gpus import ClusterGpus, NodesHidden, gpus_of, read_cluster_gpus
+from kubesweep.backends.k8s_gpus import (
+    ClusterGpus,
+    NodesHidden,
+    QueueFlavors,
+    flavor_products,
+    gpus_of,
+    read_cluster_gpus,
+)
 from kubesweep.backends.kubernetes import KubernetesBackend
 from kubesweep.preflight import gpu_fit
 from kubesweep.session import Options, Session
@@ -144,3 +151,19 @@ def test_a_user_who_may_not_list_nodes_is_told_in_one_line_and_submission_goes_o
     assert k8s_cluster.get_json("jobs", "-l", "kubesweep.io/sweep=hidden", namespace=k8s_namespace)["items"]
     assert isinstance(s.backend, KubernetesBackend)
     s.backend.close()
+
+
+def test_a_queue_admits_the_gpu_types_its_flavors_name() -> None:
+    def flavor(name: str, product: str | None) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": product}} if product
+                else {}}
+
+    flavors = [flavor("h100", "NVIDIA-H100-80GB-HBM3"), flavor("cpu", None), flavor("l4", "NVIDIA-L4")]
+    cq = {"spec": {"resourceGroups": [
+        {"flavors": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}]},
+        {"flavors": [{"name": "cpu", "resources": [{"name": "cpu", "nominalQuota": 100}]},
+                     {"name": "l4", "resources": [{"name": "cpu", "nominalQuota": 100}]}]}]}}  # l4: no GPU quota
+    products = flavor_products(cq, flavors)
+    assert products == {"NVIDIA-H100-80GB-HBM3"}
+    cluster = ClusterGpus({"NVIDIA-H100-80GB-HBM3": [8], "NVIDIA-L4": [8]}, QueueFlavors("team-a", "cq-a", products))
+    assert cluster.fits("NVIDIA-H100-80GB-HBM3", 8) and not cluster.fits("NVIDIA-L4", 1)  # nodes, but no flavor
