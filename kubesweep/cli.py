@@ -375,7 +375,8 @@ def resume(
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
-    """Run again only the trials that failed, were cancelled or are missing (into the same MLflow runs), and
+    """Run again only the trials that failed, were cancelled, ended unschedulable (no node could take them) or are
+    missing (into the same MLflow runs), and
     continue those not ended (pending ones start, running ones are followed); a search continues from its saved
     state."""
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
