@@ -376,9 +376,8 @@ def resume(
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
     """Run again only the trials that failed, were cancelled, ended unschedulable (no node could take them) or are
-    missing (into the same MLflow runs), and
-    continue those not ended (pending ones start, running ones are followed); a search continues from its saved
-    state."""
+    missing (into the same MLflow runs), and continue those not ended (pending ones start, running ones are
+    followed); a search continues from its saved state."""
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
     sweep, resumed = s.resume(name)
     if resumed is None:
