@@ -119,11 +119,11 @@ def no_node_can_take(message: str) -> bool:
     pod of a GPU type the cluster has no node of: `0/12 nodes are available: 4 node(s) had untolerated taint
     {node-role.kubernetes.io/control-plane: }, 8 node(s) didn't match Pod's node affinity/selector. preemption:
     ...`. A message that names any other reason, or that is not of that form, is not."""
-    head = message.split(" preemption:", 1)[0].strip().rstrip(".")
-    match = _AVAILABLE.match(head)
+    match = _AVAILABLE.match(message.strip())
     if match is None:
         return False
-    parts = match["why"].split(", ")
+    why = match["why"].split(". ", 1)[0].strip().rstrip(".")  # the first sentence: the nodes' reasons
+    parts = why.split(", ")
     return all(_PART.match(part) and any(reason in part for reason in STATIC_REASONS) for part in parts)
 
 

@@ -135,6 +135,9 @@ def unscheduled(message: str, since: str = T0) -> dict[str, Any]:
     ("0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector.",
      False),  # a cordoned node comes back
     ("0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.", False),  # another trial's node
+    ("0/7 nodes are available: 1 node(s) had untolerated taint(s), 6 node(s) didn't match Pod's node "
+     "affinity/selector. no new claims to deallocate, preemption: 0/7 nodes are available: 7 Preemption is not "
+     "helpful for scheduling.", True),
     ("no nodes available to schedule pods", False),  # not of the form: wait
     ("", False),
 ])
