@@ -27,15 +27,17 @@ from rich.console import Console
 from kubesweep import cli_options as opts
 from kubesweep import views
 from kubesweep.backends.base import BackendError, Phase
+from kubesweep.backends.k8s_client import require_configuration
 from kubesweep.cli_options import CONFIRM_OVER, BackendName, MetricName, PlanFormat, ResultsFormat, ResultsSource
 from kubesweep.crd import crd_yaml
 from kubesweep.gpus import load_catalog
 from kubesweep.images_cli import app as images_app
 from kubesweep.manifests import RenderError, render_plan, to_yaml
 from kubesweep.plan import DEFAULT_MAX_TRIALS, check_size, plan
+from kubesweep.preflight import fit_lines, fit_report
 from kubesweep.session import EXIT_BACKEND, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, Options, Session, error_code
 from kubesweep.session import Results as SweepResults
-from kubesweep.spec import SpecError, Sweep, load_sweep_file
+from kubesweep.spec import SpecError, Sweep, gpu_types, load_sweep_file, only_gpus
 from kubesweep.terminal_text import clean, plain
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking import ui as ui_mod
@@ -114,6 +116,42 @@ def confirm_large(p: Plan, confirm_over: int, yes: bool) -> None:
         fail("nothing submitted", EXIT_USAGE)
 
 
+def narrowed(sweep: Sweep, gpus: list[str] | None, allow_unpinned: bool) -> Sweep:
+    """The sweep with only the GPU types of `--gpu` (all of them without it)."""
+    return only_gpus(sweep, gpus, allow_unpinned=allow_unpinned) if gpus else sweep
+
+
+def submit_command(file: Path, *flags: tuple[str, object]) -> list[str]:
+    """`sweep submit FILE` with the options given, as a person types it again: (flag, value) pairs, a bool value a
+    bare flag when true, None or False left out."""
+    words = ["sweep", "submit", str(file)]
+    for flag, value in flags:
+        if value is True:
+            words.append(flag)
+        elif value not in (None, False):
+            words += [flag, str(value)]
+    return words
+
+
+def confirm_gpus(s: Session, p: Plan, command: list[str], yes: bool) -> None:
+    """Kubernetes: what the cluster's nodes offer the plan's GPU trials, before anything is applied. Where some
+    cannot run, the GPU types and the ways forward (stderr), then: --yes goes on, a terminal is asked, anything
+    else is refused (exit 2, nothing submitted). A user who may not list nodes is told so in one line."""
+    fits = s.cluster_fit(p) if gpu_types(p.sweep) else None
+    if not fits:
+        return
+    if not any(f.missing for f in fits):
+        views.print_lines(console, [f"this cluster's GPUs: {line}" for line in fit_lines(fits)])
+        return
+    views.print_lines(err, fit_report(p, fits, command))
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        fail("nothing submitted: choose one of the commands above", EXIT_USAGE)
+    if not typer.confirm("Submit every trial anyway?", default=False, err=True):
+        fail("nothing submitted", EXIT_USAGE)
+
+
 def make_plan(sweep: Sweep, max_trials: int = DEFAULT_MAX_TRIALS) -> Plan:
     """The sweep's plan, after its size is checked against `max_trials` (over it: exit 2, nothing expanded)."""
     check_size(sweep, max_trials)
@@ -183,14 +221,40 @@ def _search(s: Session, sweep: Sweep) -> NoReturn:
 def validate(
     file: opts.SpecFile, backend: opts.BackendOpt = BackendName.local, any_gpu: opts.AnyGpuOpt = False,
     allow_unpinned: opts.AllowUnpinned = False, max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
-    confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER,
+    confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER, gpu: opts.GpuOpt = None, namespace: opts.NamespaceOpt = None,
+    kubeconfig: opts.KubeconfigOpt = None,
 ) -> None:
-    """Check a sweep spec, and everything `submit` checks before it runs on the backend (--backend; nothing runs,
-    no cluster is asked); print each problem as FILE:LINE: FIELD: what was expected."""
-    p = make_plan(load(file, allow_unpinned), max_trials)
-    session(backend, any_gpu=any_gpu, allow_unpinned=allow_unpinned).check(p)
+    """Check a sweep spec, and everything `submit` checks before it runs on the backend (--backend; nothing runs);
+    print each problem as FILE:LINE: FIELD: what was expected. With --backend kubernetes and a cluster configured,
+    also what the cluster's nodes offer each GPU type (a cluster that cannot be asked is a note, not an error)."""
+    p = make_plan(narrowed(load(file, allow_unpinned), gpu, allow_unpinned), max_trials)
+    s = session(backend, namespace=namespace, kubeconfig=kubeconfig, any_gpu=any_gpu, allow_unpinned=allow_unpinned)
+    s.check(p)
     views.warn_if_large(err, p, confirm_over)
     views.print_valid(console, file, p, backend.value)
+    if backend == BackendName.kubernetes:
+        _cluster_gpus(s, p, submit_command(file, ("--backend", backend.value), ("--namespace", namespace),
+                                           ("--kubeconfig", kubeconfig), ("--allow-unpinned", allow_unpinned)))
+
+
+def _cluster_gpus(s: Session, p: Plan, command: list[str]) -> None:
+    """`validate`'s word on the cluster's GPUs: per GPU type what can run, and the ways forward where some cannot;
+    nothing without a cluster configured, a note where it cannot be asked."""
+    try:
+        require_configuration(s.options.kubeconfig)
+    except BackendError:
+        return
+    if not gpu_types(p.sweep):
+        return
+    try:
+        fits = s.cluster_fit(p)
+    except BackendError as exc:
+        err.print(plain(f"note: the cluster's GPU types are not checked: {exc}"), soft_wrap=True)
+        return
+    if fits:
+        missing = any(f.missing for f in fits)
+        views.print_lines(err if missing else console, fit_report(p, fits, command) if missing else
+                          [f"this cluster's GPUs: {line}" for line in fit_lines(fits)])
 
 
 @app.command("plan")
@@ -233,19 +297,29 @@ def submit(
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
     max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS, confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER,
-    yes: opts.YesOpt = False,
+    yes: opts.YesOpt = False, gpu: opts.GpuOpt = None,
 ) -> None:
     """Expand a spec into trials and run them. Submitting the same spec again starts nothing twice.
+
+    Kubernetes: before anything is applied, what the cluster's nodes offer each GPU type (label
+    nvidia.com/gpu.product, allocatable nvidia.com/gpu); where some trials cannot run, the ways forward: --gpu
+    TYPE for only the types it has, or --yes for every trial (those no node takes end `unschedulable`).
 
     A search (`strategy: tune` or `max_batch`) makes its trials as it runs: here for --backend local or --direct,
     else as the operator's tuner Job; submitted again, it continues from its saved state.
     Tracking: one MLflow parent run per sweep (found again on a later submit or resume), a child run per trial.
     """
-    sweep = load(file, allow_unpinned)
+    sweep = narrowed(load(file, allow_unpinned), gpu, allow_unpinned)
     p = make_plan(sweep, max_trials)
     s = session(backend, home, namespace, kubeconfig, direct, any_gpu=any_gpu, parallel=parallel,
                 tracking_uri=tracking_uri, no_tracking=no_tracking, allow_unpinned=allow_unpinned)
     s.check(p, cluster=True)  # what `validate` checks, and first whether there is a cluster to ask
+    if backend == BackendName.kubernetes:
+        confirm_gpus(s, p, submit_command(
+            file, ("--backend", backend.value), ("--namespace", namespace), ("--kubeconfig", kubeconfig),
+            ("--direct", direct), ("--allow-unpinned", allow_unpinned), ("--tracking-uri", tracking_uri),
+            ("--no-tracking", no_tracking), ("--detach", detach),
+            ("--max-trials", max_trials if max_trials != DEFAULT_MAX_TRIALS else None)), yes)
     confirm_large(p, confirm_over, yes)
     if detach and s.search_runs_here(sweep):
         s.detach_search(file, sweep.name, allow_unpinned=allow_unpinned, max_trials=max_trials)
@@ -320,9 +394,9 @@ def resume(
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
-    """Run again only the trials that failed, were cancelled or are missing (into the same MLflow runs), and
-    continue those not ended (pending ones start, running ones are followed); a search continues from its saved
-    state."""
+    """Run again only the trials that failed, were cancelled, ended unschedulable (no node could take them) or are
+    missing (into the same MLflow runs), and continue those not ended (pending ones start, running ones are
+    followed); a search continues from its saved state."""
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
     sweep, resumed = s.resume(name)
     if resumed is None:

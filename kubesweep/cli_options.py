@@ -163,7 +163,12 @@ SubmitDetachOpt = Annotated[bool, typer.Option("--detach", "-d", help="return at
 ResumeDetachOpt = Annotated[bool, typer.Option("--detach", "-d", help="return at once")]
 AnyGpuOpt = Annotated[bool, typer.Option("--any-gpu", help="local: run trials on whatever GPU is here")]
 ParallelOpt = Annotated[int, typer.Option("--parallel", min=1, metavar="N", help="local: CPU-only trials at once")]
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="submit without asking, whatever the trial count")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="submit without asking, whatever the trial count, and "
+                                      "(kubernetes) every trial, also those no node of the cluster can take")]
+GpuOpt = Annotated[list[str] | None, typer.Option(
+    "--gpu", metavar="TYPE", show_default=False,
+    help="only the trials of this GPU type (repeatable; one of the spec's `gpu` values): e.g. the types the "
+         "cluster has, as `submit --backend kubernetes` names them")]
 DeleteYesOpt = Annotated[bool, typer.Option("--yes", "-y", help="delete a sweep that is still running without "
                                                                 "asking (its trials are stopped)")]
 WatchOpt = Annotated[bool, typer.Option("--watch", "-w", help="keep the table live until the sweep ends")]

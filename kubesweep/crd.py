@@ -77,7 +77,8 @@ class Counts(_StatusModel):
     cancelled: int = 0
     running: int = 0
     pending: int = 0
-    unschedulable: int = 0
+    unschedulable: int = Field(0, description="trials the scheduler cannot place: waiting (phase Unschedulable), "
+                                              "or ended with outcome `unschedulable` (no node could take them)")
 
 
 class SweepStatusBody(_StatusModel):

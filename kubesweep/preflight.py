@@ -11,24 +11,30 @@ exists. A problem is a `NotRunnable`: a `SpecError` (exit 2), one `file:line: fi
   run: refused, with the ways forward. With some of them here, the trials of the others are skipped as they run
   (`Skipped: gpu not present`), not refused. With `--any-gpu`, a machine without any NVIDIA GPU is refused.
 - kubernetes: an image its trials can run as (`manifests.image_problem`: named, built and locked, pinned).
-  Nothing here asks the cluster: whether it can be reached is the backend's to say.
+  `check` asks no cluster: whether it can be reached is the backend's to say. What the cluster's nodes offer
+  (`backends.k8s_gpus`) is split against the plan by `gpu_fit`, one line per GPU type (`fit_lines`), and where
+  some trials cannot run, `fit_report` gives the ways forward as commands to type: only the types the cluster
+  has (`--gpu`), or every trial (`--yes`; those no node can take end `unschedulable`).
 """
 
 from __future__ import annotations
 
 import math
+import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubesweep.backends.local_machine import detect_gpus
-from kubesweep.gpus import Catalog, load_catalog
+from kubesweep.gpus import PRODUCT_LABEL, Catalog, load_catalog
 from kubesweep.manifests import image_problem
 from kubesweep.spec import Problem, SpecError, set_axes
 from kubesweep.wire.config import PATH_SETTINGS, is_local_path, local_path
 
 if TYPE_CHECKING:
+    from kubesweep.backends.k8s_gpus import ClusterGpus
     from kubesweep.backends.local_machine import Device
     from kubesweep.plan import Plan
     from kubesweep.spec import Sweep
@@ -229,3 +235,104 @@ def _smoke(sweep: Sweep) -> str:
 
 def _either(items: Sequence[str], word: str = "or") -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
+
+
+# -- kubernetes: the cluster's GPUs --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TypeFit:
+    """The plan's trials of one GPU type against the cluster's nodes of it."""
+
+    gpu: str
+    product: str
+    trials: int  # the plan's trials of this type (0: a search that makes its trials as it runs)
+    runnable: int  # of them, those some node (or nodes, for a multi-node trial) can take
+    nodes: int  # the cluster's nodes of this product
+    gpus: int  # their allocatable GPUs, together
+    why: str = ""  # why the others cannot run
+
+    @property
+    def stuck(self) -> int:
+        return self.trials - self.runnable
+
+    @property
+    def missing(self) -> bool:
+        """Something of this type cannot run here: trials no node can take, or (a search) no node of it."""
+        return self.stuck > 0 or (self.trials == 0 and self.nodes == 0)
+
+
+def gpu_fit(plan: Plan, cluster: ClusterGpus, catalog: Catalog | None = None) -> list[TypeFit]:
+    """The plan's GPU trials split by type against the cluster's nodes, in the spec's order of types: how many of
+    each type some node can take (its product label, at least `gpus_per_trial` allocatable GPUs, `num_nodes` such
+    nodes), and why not the others."""
+    catalog = catalog or load_catalog()
+    types, _ = _gpu_types(plan)
+    out = []
+    for gpu in types:
+        product = catalog[gpu].product
+        per_node = cluster.products.get(product, [])
+        mine = [t for t in plan.trials if t.gpu == gpu]
+        runnable = [t for t in mine if cluster.fits(product, t.gpus_per_trial, t.num_nodes)]
+        why = ""
+        queue = cluster.queue
+        if queue is not None and product not in queue.products:
+            why = (f"no ResourceFlavor of it in ClusterQueue {queue.cluster_queue}, behind LocalQueue {queue.queue}"
+                   if per_node else f"no node of it, nor a ResourceFlavor in ClusterQueue {queue.cluster_queue}")
+        elif not per_node:
+            why = "no node of it"
+        elif len(runnable) < len(mine):
+            fit = {t.id for t in runnable}
+            stuck = [t for t in mine if t.id not in fit]
+            asked = max(stuck, key=lambda t: (t.gpus_per_trial, t.num_nodes))
+            biggest = max(per_node)
+            why = (f"{'some ask' if len(stuck) > 1 else 'it asks'} {asked.gpus_per_trial} GPUs on each of "
+                   f"{asked.num_nodes} node{'s' * (asked.num_nodes > 1)}; its nodes offer at most {biggest}"
+                   if asked.num_nodes > 1 else
+                   f"{'some ask' if len(stuck) > 1 else 'it asks'} {asked.gpus_per_trial} GPUs on one node; its "
+                   f"nodes offer at most {biggest}")
+        out.append(TypeFit(gpu, product, len(mine), len(runnable), len(per_node), sum(per_node), why))
+    return out
+
+
+def fit_lines(fits: Sequence[TypeFit]) -> list[str]:
+    """One line per GPU type: `h100-80gb (NVIDIA-H100-80GB-HBM3): 2 nodes, 16 GPUs: all 18 trials can run`."""
+    lines = []
+    for f in fits:
+        where = "no node" if not f.nodes else \
+            f"{f.nodes} node{'s' * (f.nodes != 1)}, {f.gpus} GPU{'s' * (f.gpus != 1)}"
+        if f.trials == 0:
+            what = "its trials cannot run" if f.missing else "its trials can run"
+        elif not f.stuck:
+            what = f"all {f.trials} trials can run" if f.trials > 1 else "its trial can run"
+        elif not f.runnable:
+            what = f"none of its {f.trials} trials can run ({f.why})" if f.trials > 1 else \
+                f"its trial cannot run ({f.why})"
+        else:
+            what = f"{f.runnable} of its {f.trials} trials can run ({f.why})"
+        lines.append(f"{f.gpu} ({f.product}): {where}: {what}")
+    return lines
+
+
+def fit_report(plan: Plan, fits: Sequence[TypeFit], command: Sequence[str]) -> list[str]:
+    """What `submit` says when some of the plan's GPU trials cannot run on the cluster: the types, then the ways
+    forward as commands to type (`command`: the submit command as given, without `--gpu` and `--yes`)."""
+    sweep = plan.sweep
+    stuck = sum(f.stuck for f in fits)
+    trials = sum(f.trials for f in fits)
+    here = [f.gpu for f in fits if f.runnable or (f.trials == 0 and f.nodes)]
+    bound = sweep.spec.resources.unschedulable_seconds
+    head = (f"{stuck} of this sweep's {trials} GPU trials cannot run on this cluster (its nodes labelled "
+            f"{PRODUCT_LABEL}):" if trials else "this search's GPU types on this cluster (its nodes labelled "
+            f"{PRODUCT_LABEL}):")
+    lines = [head, *(f"  {line}" for line in fit_lines(fits))]
+    if here:
+        gpus = [arg for gpu in here for arg in ("--gpu", gpu)]
+        lines += ["Run only the GPU types this cluster has:", f"  {shlex.join([*command, *gpus])}"]
+    else:
+        lines += ["None of the sweep's GPU types has a node here: point --kubeconfig at a cluster that has them, "
+                  "or:"]
+    lines += [f"Or submit every trial: those no node can take end `unschedulable` after {bound:,} s "
+              f"(spec.resources.unschedulable_seconds) and `sweep resume {sweep.name}` runs them again later:",
+              f"  {shlex.join([*command, '--yes'])}"]
+    return lines

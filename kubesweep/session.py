@@ -23,7 +23,7 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +39,13 @@ from kubesweep.backends.base import (
     SweepStatus,
     TrialStatus,
 )
-from kubesweep.backends.k8s_client import require_configuration
+from kubesweep.backends.k8s_client import Api, require_configuration
+from kubesweep.backends.k8s_gpus import NodesHidden, read_cluster_gpus, read_queue_flavors
 from kubesweep.backends.local_machine import default_home
 from kubesweep.detach import spawn_driver, spawn_search
 from kubesweep.gpus import CatalogError
 from kubesweep.plan import Plan
-from kubesweep.preflight import check
+from kubesweep.preflight import TypeFit, check, gpu_fit
 from kubesweep.spec import SpecError, Sweep
 from kubesweep.tracking.aggregate import Cell, aggregate
 from kubesweep.tracking.records import from_backend, from_results_dir, names_a_directory
@@ -294,6 +295,27 @@ class Session:
         if asks and (conflict := self.backend.conflict(plan.sweep)) is not None:
             raise conflict
         self._checked = plan
+
+    def cluster_fit(self, plan: Plan) -> list[TypeFit] | None:
+        """The plan's GPU trials split by what the cluster's nodes offer (`preflight.gpu_fit`), before anything
+        is applied. None where this user may not list the cluster's nodes: said in one line (`notify`), and the
+        caller goes on. An API server that cannot be reached is the `BackendError` every request gives."""
+        o = self.options
+        api = Api.connect(o.namespace, o.kubeconfig)
+        try:
+            cluster = read_cluster_gpus(api)
+        except NodesHidden as exc:
+            self.notify(f"note: the cluster's GPU types are not checked: this user may not list its nodes ({exc}); "
+                        f"trials of a type it has no node of end `unschedulable` after "
+                        f"{plan.sweep.spec.resources.unschedulable_seconds:,} s", True)
+            return None
+        queue = plan.sweep.spec.queue
+        if queue:
+            try:
+                cluster = replace(cluster, queue=read_queue_flavors(api, queue))
+            except BackendError as exc:  # NodesHidden too: a ClusterQueue this user may not read
+                self.notify(f"note: the GPU types Kueue queue {queue!r} admits are not checked: {exc}", True)
+        return gpu_fit(plan, cluster)
 
     def submit(self, sweep: Sweep, plan: Plan) -> SweepStatus | None:
         """Check the plan (`check`: a problem leaves no state behind), open the sweep's tracking and start its

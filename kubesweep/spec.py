@@ -105,3 +105,48 @@ def parse_sweep(
     return sweep
 
 
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Narrowing
+
+
+def gpu_types(sweep: Sweep) -> list[str]:
+    """The GPU types the sweep names, in its order: its matrix's `gpu` values, its include cells' and its search
+    space's."""
+    spec = sweep.spec
+    named: list[Any] = list(set_axes(spec.matrix).get("gpu") or [])
+    named += [set_axes(cell).get("gpu") for cell in spec.include]
+    space = getattr(spec.search, "space", None) or {}
+    if "gpu" in space:
+        named += list(space["gpu"].values or [])
+    return list(dict.fromkeys(g for g in named if isinstance(g, str)))
+
+
+def only_gpus(sweep: Sweep, gpus: list[str], *, allow_unpinned: bool = False) -> Sweep:
+    """The sweep with only the GPU types `gpus` (`--gpu`): the other values of its matrix's `gpu` axis and of its
+    search space's, and the include cells of other types, left out; trial ids are unchanged. `SpecError` (naming
+    the flag) for a type the sweep does not name, or one that leaves its matrix no GPU type."""
+    named = gpu_types(sweep)
+    unknown = [g for g in dict.fromkeys(gpus) if g not in named]
+    if unknown:
+        theirs = f"its GPU types are {', '.join(named)}" if named else "it names no GPU type"
+        raise SpecError(sweep.source, [Problem((), f"--gpu {unknown[0]}: not a GPU type of sweep {sweep.name!r} "
+                                                    f"({theirs})", None)])
+    keep = set(gpus)
+    document = sweep.to_document()
+    spec = document["spec"]
+    matrix = spec.get("matrix") or {}
+    if isinstance(matrix.get("gpu"), list):
+        matrix["gpu"] = [g for g in matrix["gpu"] if g in keep]
+        if not matrix["gpu"]:
+            raise SpecError(sweep.source, [Problem(("spec", "matrix", "gpu"), f"--gpu {' --gpu '.join(gpus)} leaves "
+                                                   "the matrix's gpu axis no value", sweep.problem(
+                                                       ("spec", "matrix", "gpu"), "").line)])
+    spec["include"] = [c for c in spec.get("include") or [] if c.get("gpu") is None or c.get("gpu") in keep]
+    space = (spec.get("search") or {}).get("space") or {}
+    if isinstance(space.get("gpu"), Mapping) and isinstance(space["gpu"].get("values"), list):
+        space["gpu"]["values"] = [g for g in space["gpu"]["values"] if g in keep]
+    lines = LineMap()
+    lines.lines = dict(sweep._lines)
+    return parse_sweep(document, source=sweep.source, lines=lines, allow_unpinned=allow_unpinned)

@@ -121,6 +121,11 @@ class Resources(StrictModel):
                          description="re-runs of a failed trial (OOM and GPU mismatch never retry)")
     ttl_seconds_after_finished: int = Field(7 * 86400, ge=0, le=MAX_SECONDS,
                                             description="finished Jobs are deleted after this")
+    unschedulable_seconds: int = Field(
+        600, ge=1, le=MAX_SECONDS,
+        description="Kubernetes: a trial whose pod no node can take (no node of its GPU type, or its labels or "
+                    "taints rule every node out) for this long ends `unschedulable` with the scheduler's reason, "
+                    "so the sweep ends; `sweep resume` runs it again. A pod waiting for GPUs in use waits on")
 
 
 class Storage(StrictModel):

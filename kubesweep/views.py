@@ -144,6 +144,12 @@ def warn_if_large(err: Console, plan: Plan, confirm_over: int) -> None:
                   markup=False, soft_wrap=True)
 
 
+def print_lines(console: Console, lines: Sequence[str]) -> None:
+    """Lines whose text may hold what a cluster says (its nodes' labels), printed as text."""
+    for line in lines:
+        _say(console, line)
+
+
 def trials_text(plan: Plan) -> str:
     """`36 trials`, or under sequential repeats `36 trials to start, up to 96`."""
     rule = plan.sweep.spec.repeat_rule

@@ -357,6 +357,19 @@ def test_an_image_key_not_built_yet_is_refused_alike_on_kubernetes(gpuless: dict
                                   "84 trials")
 
 
+def test_gpu_keeps_only_the_named_types_of_the_spec(gpuless: dict[str, str]) -> None:
+    """`--gpu TYPE` narrows the spec to those of its GPU types (what `submit --backend kubernetes` offers where the
+    cluster lacks some); a type the spec does not name is refused in one line."""
+    assert refused(["validate", "sweeps/gpu_matrix.yaml", "--gpu", "h100-80gb", "--gpu", "t4"], gpuless) == (
+        "sweeps/gpu_matrix.yaml: --gpu t4: not a GPU type of sweep 'bert-gpu-matrix' (its GPU types are a100-40gb, "
+        "v100-32gb, rtx-3090, l40s, h100-80gb)")
+    proc, _ = timed(["validate", "sweeps/gpu_matrix.yaml", "--gpu", "h100-80gb", "--gpu", "l40s"],
+                    {**gpuless, "KUBESWEEP_LOCAL_GPUS": '["NVIDIA H100 80GB HBM3"]'})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("sweeps/gpu_matrix.yaml: valid for the local backend — sweep 'bert-gpu-matrix', "
+                                  "36 trials")
+
+
 def test_validate_refuses_what_submit_would(sweep, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """An exclude that removes every trial and a local dataset path that is not there: `validate` and `submit`
     refuse both alike (exit 2), before anything runs; `glue/sst2` is a dataset name, not a path."""

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kubesweep.backends.k8s_gpus import ClusterGpus
 from kubesweep.backends.local_machine import Device
 from kubesweep.images import DEFAULT_LOCK
 from kubesweep.plan import plan
-from kubesweep.preflight import NotRunnable, check
+from kubesweep.preflight import NotRunnable, check, fit_lines, fit_report, gpu_fit
 from kubesweep.session import EXIT_USAGE, error_code
 from kubesweep.spec import load_sweep_file
 
@@ -151,3 +152,62 @@ def test_kubernetes_needs_a_built_image_and_local_needs_none(tmp_path: Path, mon
     assert problems(path, "kubernetes") == []
     tagged = spec_file(tmp_path, "  image: registry.example/job:1.0\n", "tagged.yaml")
     assert problems(tagged, "kubernetes", allow_unpinned=True) == []
+
+
+# -- kubernetes: the cluster's GPUs ---------------------------------------------------------------------------
+
+FOUR = "  image: r.example/j@" + DIGEST + "\n  matrix: {gpu: [h100-80gb, v100-32gb, l4, t4], batch_size: [8, 16]}\n"
+TWO_TYPES = ClusterGpus({"NVIDIA-H100-80GB-HBM3": [8, 8], "NVIDIA-L4": [8, 8], "NVIDIA-L40S": [8]})
+SUBMIT = ["sweep", "submit", "s.yaml", "--backend", "kubernetes", "--namespace", "team a"]
+
+
+def test_a_plan_is_split_by_the_gpu_types_the_clusters_nodes_offer(tmp_path: Path) -> None:
+    p = plan(load_sweep_file(spec_file(tmp_path, FOUR)))
+    fits = gpu_fit(p, TWO_TYPES)
+    assert [(f.gpu, f.trials, f.runnable, f.nodes, f.gpus) for f in fits] == [
+        ("h100-80gb", 2, 2, 2, 16), ("v100-32gb", 2, 0, 0, 0), ("l4", 2, 2, 2, 16), ("t4", 2, 0, 0, 0)]
+    assert fit_lines(fits) == [
+        "h100-80gb (NVIDIA-H100-80GB-HBM3): 2 nodes, 16 GPUs: all 2 trials can run",
+        "v100-32gb (Tesla-V100-SXM2-32GB): no node: none of its 2 trials can run (no node of it)",
+        "l4 (NVIDIA-L4): 2 nodes, 16 GPUs: all 2 trials can run",
+        "t4 (Tesla-T4): no node: none of its 2 trials can run (no node of it)"]
+    report = fit_report(p, fits, SUBMIT)
+    assert report[0] == ("4 of this sweep's 8 GPU trials cannot run on this cluster (its nodes labelled "
+                         "nvidia.com/gpu.product):")
+    assert report[5:] == [
+        "Run only the GPU types this cluster has:",
+        "  sweep submit s.yaml --backend kubernetes --namespace 'team a' --gpu h100-80gb --gpu l4",
+        "Or submit every trial: those no node can take end `unschedulable` after 600 s "
+        "(spec.resources.unschedulable_seconds) and `sweep resume s` runs them again later:",
+        "  sweep submit s.yaml --backend kubernetes --namespace 'team a' --yes"]
+
+
+def test_exact_products_only_and_a_trial_too_big_for_every_node_cannot_run(tmp_path: Path) -> None:
+    """An `NVIDIA-L40S` node is no `l4` node; 16 GPUs a trial fit no node of 8; two nodes of 8 take a two-node
+    trial, not a three-node one."""
+    p = plan(load_sweep_file(spec_file(tmp_path, "  image: r.example/j@" + DIGEST + "\n  matrix: {gpu: [l4], "
+                                                 "gpus_per_trial: [8, 16]}\n")))
+    [fit] = gpu_fit(p, ClusterGpus({"NVIDIA-L40S": [8, 8]}))
+    assert (fit.runnable, fit.why) == (0, "no node of it")
+    [fit] = gpu_fit(p, ClusterGpus({"NVIDIA-L4": [8, 4]}))
+    assert (fit.trials, fit.runnable, fit.missing) == (2, 1, True)
+    assert fit_lines([fit]) == ["l4 (NVIDIA-L4): 2 nodes, 12 GPUs: 1 of its 2 trials can run (it asks 16 GPUs on "
+                                "one node; its nodes offer at most 8)"]
+    nodes = plan(load_sweep_file(spec_file(tmp_path, "  image: r.example/j@" + DIGEST + "\n  matrix: {gpu: [l4], "
+                                                     "num_nodes: [2, 3]}\n  resources: {gpus_per_trial: 8}\n")))
+    [fit] = gpu_fit(nodes, ClusterGpus({"NVIDIA-L4": [8, 8]}))
+    assert fit.runnable == 1 and "8 GPUs on each of 3 nodes" in fit.why
+
+
+def test_a_cluster_with_none_of_the_types_offers_no_narrowing(tmp_path: Path) -> None:
+    p = plan(load_sweep_file(spec_file(tmp_path, FOUR)))
+    report = fit_report(p, gpu_fit(p, ClusterGpus({})), SUBMIT)
+    assert report[0].startswith("8 of this sweep's 8 GPU trials cannot run")
+    assert not any("--gpu" in line for line in report)
+    assert "None of the sweep's GPU types has a node here" in report[5] and report[-1].endswith("--yes")
+
+
+def test_all_types_present_is_nothing_missing(tmp_path: Path) -> None:
+    p = plan(load_sweep_file(spec_file(tmp_path, "  image: r.example/j@" + DIGEST + "\n  matrix: {gpu: [l4]}\n")))
+    [fit] = gpu_fit(p, TWO_TYPES)
+    assert not fit.missing and fit_lines([fit]) == ["l4 (NVIDIA-L4): 2 nodes, 16 GPUs: its trial can run"]

@@ -308,3 +308,18 @@ def test_duplicates_are_found_for_values_equal_as_settings() -> None:
     assert messages == ["1.0 is the same setting as learning_rate[0]; list each once",
                         "2.0 is the same setting as learning_rate[1]; list each once",
                         "{'b': 2, 'a': 1} is the same setting as model_overrides[0]; list each once"], messages
+
+
+def test_only_gpus_keeps_the_named_types_and_their_trial_ids() -> None:
+    from kubesweep.plan import plan
+    from kubesweep.spec import gpu_types, only_gpus
+
+    sweep = load_sweep_file(ROOT / "sweeps" / "gpu_matrix.yaml")
+    assert gpu_types(sweep) == ["a100-40gb", "v100-32gb", "rtx-3090", "l40s", "h100-80gb"]
+    narrow = only_gpus(sweep, ["h100-80gb", "l40s"])
+    assert gpu_types(narrow) == ["l40s", "h100-80gb"] and narrow.name == sweep.name
+    kept = {t.id: t.name for t in plan(narrow).trials}
+    assert kept and kept == {t.id: t.name for t in plan(sweep).trials if t.gpu in ("h100-80gb", "l40s")}
+    with pytest.raises(SpecError, match=r"--gpu t4: not a GPU type of sweep 'bert-gpu-matrix' \(its GPU types are "
+                                        r"a100-40gb, v100-32gb, rtx-3090, l40s, h100-80gb\)"):
+        only_gpus(sweep, ["h100-80gb", "t4"])

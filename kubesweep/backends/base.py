@@ -42,6 +42,9 @@ TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.SKIPPED, Phase.CANCEL
 # Outcomes that are results, not failures: rerunning them would give the same answer (a trial a search
 # scheduler stopped early was judged by the search; rerunning it would undo the search's decision).
 SETTLED_OUTCOMES = frozenset({Outcome.SUCCEEDED, Outcome.OOM, Outcome.GPU_MISMATCH, Outcome.STOPPED})
+# Outcomes that make a sweep fail (exit 1): a trial that failed, and one no node of the cluster could take (it
+# never ran: not a result, and `resume` runs it again).
+FAILURES = frozenset({Outcome.FAILED, Outcome.UNSCHEDULABLE})
 STOPPED_REASON = "stopped early by the search scheduler"
 
 
@@ -99,8 +102,9 @@ class SweepStatus:
 
     @property
     def has_failures(self) -> bool:
-        """A trial failed (OOM, GPU-mismatch and stopped trials are results, not failures)."""
-        return any(t.outcome == Outcome.FAILED for t in self.trials)
+        """A trial failed, or never ran because no node could take it (`unschedulable`); OOM, GPU-mismatch and
+        stopped trials are results, not failures."""
+        return any(t.outcome in FAILURES for t in self.trials)
 
     @property
     def phase(self) -> str:

@@ -224,9 +224,10 @@ class JobReconciler:
         if self.evictions is not None and (evicted := k8s_kueue.not_noted(queued, jobs_by_trial)):
             self.evictions.evicted(state, evicted)
         out = {}
+        bound, at = state.sweep.spec.resources.unschedulable_seconds, time.time()
         for trial in p.trials:
             job = jobs_by_trial.get(trial.id)
-            seen = observe(job, pods_by_trial.get(trial.id, []))
+            seen = observe(job, pods_by_trial.get(trial.id, []), unschedulable_seconds=bound, now=at)
             if trial.id in queued and not seen.phase.terminal:
                 seen = replace(seen, reason=queued[trial.id].reason)
             out[trial.id] = (seen, job is not None or trial.id in applied)
@@ -272,10 +273,22 @@ class JobReconciler:
             newly.update(self.warm.overdue(state, p, self.statuses(state, p, seen), time.time()))
         if newly:
             self.save(state, outcomes={**state.outcomes, **newly})
+        self._drop_unschedulable(state, newly)
         statuses = self.statuses(state, p, seen)
         if not state.cancelled and not state.sweep.spec.suspend and self._start_next(state, p, statuses):
             statuses = self.statuses(state, p, self.observe(state, p))
         return SweepStatus(sweep, self.name, statuses, message=f"namespace {self.namespace}")
+
+    def _drop_unschedulable(self, state: SweepState, newly: Mapping[str, Recorded]) -> None:
+        """Delete the Jobs of trials just recorded `unschedulable` (a pod no node can take waits for ever), and
+        the warm Jobs of slot kinds no node can take (each of their trials is recorded by now)."""
+        sweep = state.sweep.name
+        ended = {tid for tid, rec in newly.items() if rec.outcome == Outcome.UNSCHEDULABLE}
+        if ended:
+            self.delete_jobs(sweep, ended)
+        if state.sweep.spec.warm_pods:
+            for job in self.warm.unschedulable_jobs(sweep):
+                self._delete_job(job, None)
 
     def capped(self, sweep: str) -> bool:
         """Whether the sweep's last reconcile started as many trials as one step may (more may be waiting)."""
@@ -452,7 +465,8 @@ class JobReconciler:
         outcomes = dict(state.outcomes)
         for s in statuses:
             if not s.phase.terminal or s.trial_id not in outcomes:
-                if s.outcome in (Outcome.SUCCEEDED, Outcome.OOM, Outcome.GPU_MISMATCH, Outcome.FAILED):
+                if s.outcome in (Outcome.SUCCEEDED, Outcome.OOM, Outcome.GPU_MISMATCH, Outcome.FAILED,
+                                 Outcome.UNSCHEDULABLE):
                     outcomes[s.trial_id] = Recorded(s.outcome, s.reason, s.started_at, s.finished_at)
                 else:
                     outcomes[s.trial_id] = Recorded(Outcome.CANCELLED, "cancelled", s.started_at, now)

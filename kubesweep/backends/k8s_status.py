@@ -6,7 +6,10 @@ The mapping:
   Job Failed, container exit 4                  -> Failed / gpu_mismatch
   Job Failed, DeadlineExceeded                  -> Failed / failed ("deadline exceeded after N s")
   Job Failed, otherwise                         -> Failed / failed (reason, exit code, termination message)
-  pod PodScheduled=False, Unschedulable         -> Unschedulable, with the scheduler's message
+  pod PodScheduled=False, Unschedulable         -> Unschedulable, with the scheduler's message; when the message
+                                                   says no node can ever take it (`no_node_can_take`) and it has
+                                                   said so for the spec's `resources.unschedulable_seconds`:
+                                                   Failed / unschedulable
   pod running                                   -> Running
   otherwise                                     -> Pending
 A JSON termination message written by the job (`{"outcome": ...}`) overrides the exit-code mapping.
@@ -16,13 +19,23 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from kubesweep.backends.base import Phase
 from kubesweep.wire.outcomes import ExitCode, Outcome
+
+# Why the scheduler leaves a node out that no wait changes: the node's labels or taints (a GPU type the cluster has
+# no node of, a label no node carries). Every other reason (GPUs or memory in use, too many pods, a node cordoned,
+# another pod's anti-affinity) can pass as other pods end.
+STATIC_REASONS = ("didn't match Pod's node affinity/selector", "didn't match Pod's node affinity",
+                  "had untolerated taint", "had taint")
+_AVAILABLE = re.compile(r"^0/\d+ nodes are available: (?P<why>.*)$")
+_PART = re.compile(r"^\d+ ")
 
 
 @dataclass(frozen=True)
@@ -101,7 +114,41 @@ def pod_failure(pod: Mapping[str, Any]) -> tuple[Outcome, str]:
     return Outcome.FAILED, status.get("reason") or "failed"
 
 
-def observe(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) -> Observed:
+def no_node_can_take(message: str) -> bool:
+    """The scheduler's message says every node is ruled out by its labels or taints (`STATIC_REASONS`), as for a
+    pod of a GPU type the cluster has no node of: `0/12 nodes are available: 4 node(s) had untolerated taint
+    {node-role.kubernetes.io/control-plane: }, 8 node(s) didn't match Pod's node affinity/selector. preemption:
+    ...`. A message that names any other reason, or that is not of that form, is not."""
+    match = _AVAILABLE.match(message.strip())
+    if match is None:
+        return False
+    why = match["why"].split(". ", 1)[0].strip().rstrip(".")  # the first sentence: the nodes' reasons
+    parts = why.split(", ")
+    return all(_PART.match(part) and any(reason in part for reason in STATIC_REASONS) for part in parts)
+
+
+def unschedulable(pod: Mapping[str, Any], timeout: float | None, now: float | None) -> Observed | None:
+    """The pod's scheduling state when the scheduler cannot place it: Unschedulable with its message, or, when no
+    node can ever take it (`no_node_can_take`) and that has held for `timeout` seconds, Failed / unschedulable."""
+    for cond in pod.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and (
+                cond.get("reason") == "Unschedulable"):
+            message = str(cond.get("message") or "unschedulable")
+            since = _ts(cond.get("lastTransitionTime"))
+            if timeout is not None and since is not None and no_node_can_take(message):
+                now = time.time() if now is None else now
+                if now - since >= timeout:
+                    return Observed(Phase.FAILED, Outcome.UNSCHEDULABLE,
+                                    f"no node can take it (unschedulable for {now - since:.0f} s, the spec's "
+                                    f"resources.unschedulable_seconds is {timeout:g}): {message}", None, now)
+            return Observed(Phase.UNSCHEDULABLE, reason=message)
+    return None
+
+
+def observe(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]], *,
+            unschedulable_seconds: float | None = None, now: float | None = None) -> Observed:
+    """What a trial's Job and pods say of it. `unschedulable_seconds`: how long a pod no node can take stays
+    Unschedulable before the trial ends `unschedulable` (None: for ever); `now`: the time to measure it at."""
     if job is None:
         return Observed(Phase.PENDING)
     pods = list(pods)
@@ -134,10 +181,9 @@ def observe(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) ->
         if pod_status.get("phase") == "Failed":  # the Job will start another pod
             _, why = pod_failure(newest)
             return Observed(Phase.PENDING, reason=f"retrying after: {why}", started_at=started)
-        for cond in pod_status.get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and (
-                    cond.get("reason") == "Unschedulable"):
-                return Observed(Phase.UNSCHEDULABLE, reason=cond.get("message", "unschedulable"))
+        waiting = unschedulable(newest, unschedulable_seconds, now)
+        if waiting is not None:
+            return replace(waiting, started_at=started) if waiting.phase.terminal else waiting
     if status.get("active"):
         return Observed(Phase.PENDING, started_at=started)
     return Observed(Phase.PENDING)

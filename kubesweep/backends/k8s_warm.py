@@ -22,6 +22,9 @@ A trial's state, from its warm pods (every pod of every warm Job of the sweep, l
   `resources.retries + LOST_RUNS_ALLOWED` times without a word from their worker (failed);
 - listed in a live pod's hand-over, not started: Pending, with its slot (it counts as started for the limits);
 - otherwise Pending, waiting for a slot.
+A slot kind whose every live pod no node can take (its GPU type on no node: `k8s_status.no_node_can_take`) for
+`resources.unschedulable_seconds` ends each of its trials that has not ended `unschedulable`, and its warm Jobs are
+deleted (`WarmPods.unschedulable_jobs`).
 
 Each step hands over, to each live pod of a trial's slot kind (`manifests.worker_key`), the trials it still runs
 plus up to `AHEAD` more, so the pod starts its next trial without waiting for a step; closes a pod's hand-over when
@@ -51,7 +54,7 @@ from kubesweep.backends.base import BackendError, Phase, TrialStatus
 from kubesweep.backends.k8s_client import Api, api_error
 from kubesweep.backends.k8s_kueue import Admission
 from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
-from kubesweep.backends.k8s_status import Observed, job_finished
+from kubesweep.backends.k8s_status import Observed, job_finished, unschedulable
 from kubesweep.backends.k8s_watch import Obj
 from kubesweep.manifests import LABEL_WORKER, render_worker, warm, worker_key
 from kubesweep.plan import Plan, Trial
@@ -176,20 +179,26 @@ def observe_warm(trial: Trial, seen: Seen | None, pods: list[Pod], retries: int,
     else:
         interrupted = "its warm pod was stopped while it ran" if last_end is not None else ""
     if trial.id in listed:
-        unschedulable = _unschedulable(listed[trial.id].pod)
-        if unschedulable is not None:  # the scheduler's words, as for a trial's own pod
-            return Observed(Phase.UNSCHEDULABLE, reason=unschedulable, started_at=started_at), True
+        waiting = unschedulable(listed[trial.id].pod or {}, None, None)
+        if waiting is not None:  # the scheduler's words, as for a trial's own pod
+            return replace(waiting, started_at=started_at), True
         return Observed(Phase.PENDING, reason=interrupted or "handed to a warm pod", started_at=started_at), True
     return Observed(Phase.PENDING, reason=interrupted, started_at=started_at), False
 
 
-def _unschedulable(pod: Obj | None) -> str | None:
-    """The scheduler's message when the pod cannot be placed (PodScheduled False, Unschedulable), else None."""
-    for cond in (pod or {}).get("status", {}).get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == (
-                "Unschedulable"):
-            return str(cond.get("message") or "unschedulable")
-    return None
+def never_placed(pods: list[Pod], timeout: float, now: float) -> dict[str, Observed]:
+    """Slot kind → how its trials end (`unschedulable`, the scheduler's reason), for each kind whose every live pod
+    no node can take and has not for `timeout` seconds (`k8s_status.unschedulable`)."""
+    ended: dict[str, Observed] = {}
+    alive: dict[str, list[Observed | None]] = {}
+    for pod in pods:
+        if pod.live:
+            alive.setdefault(pod.key, []).append(unschedulable(pod.pod, timeout, now) if pod.pod else None)
+    for key, seen in alive.items():
+        timed_out = [o for o in seen if o is not None and o.phase.terminal]
+        if timed_out and len(timed_out) == len(seen):
+            ended[key] = timed_out[0]
+    return ended
 
 
 def _oom_killed(pod: Obj | None) -> bool:
@@ -292,6 +301,7 @@ class WarmPods:
         self._own: dict[str, set[str]] = {}  # sweep -> its trials with a Job of their own, as `observe` was told
         self._handed: dict[str, set[str]] = {}  # pod uid -> the trial ids this process has handed to it
         self._ignored: set[tuple[str, str, str]] = set()  # (pod uid, event, trial) said in the log already
+        self._never: dict[str, list[Obj]] = {}  # sweep -> its warm Jobs of kinds no node can take (`never_placed`)
 
     def runs(self, trial: Trial, sweep: Sweep) -> bool:
         """Whether a warm pod runs the trial: the sweep asks for warm pods, the trial fits one pod, and it has no
@@ -348,16 +358,26 @@ class WarmPods:
         stories = _stories(found)
         listed = {t.id: pod for pod in found if pod.live and pod.handover for t in pod.handover.trials}
         retries = sweep.spec.resources.retries
+        placed_never = never_placed(found, sweep.spec.resources.unschedulable_seconds, time.time())
+        self._never[sweep.name] = [p.job for p in found if p.key in placed_never]
         out = {}
         for trial in p.trials:
             if not self.runs(trial, sweep):
                 continue
             seen, holds = observe_warm(trial, stories.get(trial.id), found, retries, listed)
+            ended = placed_never.get(worker_key(trial))
+            if ended is not None and not seen.phase.terminal and seen.phase != Phase.RUNNING:
+                seen, holds = replace(ended, started_at=seen.started_at), True
             word = (queued or {}).get(worker_key(trial))
             if word is not None and seen.phase == Phase.PENDING and trial.id not in listed:
                 seen = replace(seen, reason=f"{seen.reason}; {word.reason}" if seen.reason else word.reason)
             out[trial.id] = (seen, holds)
         return out
+
+    def unschedulable_jobs(self, sweep: str) -> list[Obj]:
+        """The sweep's warm Jobs whose slot kind no node can take, as the last `observe` read them: once their
+        trials are recorded `unschedulable`, they are deleted (their pods would wait for ever)."""
+        return list(self._never.get(sweep, []))
 
     def held(self, sweep: str) -> list[str]:
         """The slot kind of each slot the sweep's warm pods hold: each warm Job that is unfinished and not being
@@ -457,6 +477,7 @@ class WarmPods:
 
     def forget(self, sweep: str) -> None:
         self._own.pop(sweep, None)
+        self._never.pop(sweep, None)
         self._made.pop(sweep, None)
         for pod in self._pods.pop(sweep, []):
             if pod.pod is not None:

@@ -94,7 +94,7 @@ def counts_for(status: SweepStatus) -> Counts:
         c.done += t.phase.terminal
         c.running += t.phase == Phase.RUNNING
         c.pending += t.phase == Phase.PENDING
-        c.unschedulable += t.phase == Phase.UNSCHEDULABLE
+        c.unschedulable += t.phase == Phase.UNSCHEDULABLE or t.outcome == Outcome.UNSCHEDULABLE
         c.succeeded += t.outcome == Outcome.SUCCEEDED
         c.failed += t.outcome == Outcome.FAILED
         c.oom += t.outcome == Outcome.OOM
@@ -107,7 +107,7 @@ def attention(status: SweepStatus, limit: int = ATTENTION) -> list[dict[str, Any
     """The trials a person should look at (failed, OOM, GPU mismatch, unschedulable), newest first, at most
     `limit`: `kubectl get sweep -o yaml` shows why a sweep is not green without reading every slice."""
     flagged = [t for t in status.trials if t.phase == Phase.UNSCHEDULABLE
-               or t.outcome in (Outcome.FAILED, Outcome.OOM, Outcome.GPU_MISMATCH)]
+               or t.outcome in (Outcome.FAILED, Outcome.OOM, Outcome.GPU_MISMATCH, Outcome.UNSCHEDULABLE)]
     flagged.sort(key=lambda t: t.finished_at or t.started_at or 0, reverse=True)
     return [TrialNote(name=t.name, phase=t.phase.value, outcome=t.outcome.value if t.outcome else None,
                       reason=clip_reason(t.reason or "") or None

@@ -14,7 +14,7 @@ from kubesweep.wire.results import Results
 OUTCOME_TEXT = {"oom": "OOM", "gpu_mismatch": "GPU mismatch", "failed": "failed", "skipped": "skipped",
                 "cancelled": "cancelled", "stopped": "stopped", "pending": "pending", "running": "running",
                 "unschedulable": "unschedulable"}
-FLAGGED = ("oom", "gpu_mismatch", "failed")  # the outcomes that are a flag of their own
+FLAGGED = ("oom", "gpu_mismatch", "failed", "unschedulable")  # the outcomes that are a flag of their own
 CHANCE_ACCURACY = 0.5  # SST-2: two balanced classes
 CHANCE_MARGIN = 0.05
 RANDOM_INIT = "random init: accuracy not meaningful"

@@ -15,6 +15,9 @@ class Outcome(StrEnum):
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
     STOPPED = "stopped"  # ended early by a search scheduler (ASHA, median)
+    # no node of the cluster could take it for the spec's `resources.unschedulable_seconds` (its GPU type, labels
+    # or taints match none): it never ran, so it is not a result; `sweep resume` runs it again
+    UNSCHEDULABLE = "unschedulable"
 
 
 class ExitCode(IntEnum):

@@ -171,3 +171,57 @@ def test_a_step_starts_at_most_its_cap(cap: int | None) -> None:
     engine, store, batch, _ = reconciler(JobPolicy(max_starts_per_step=cap), concurrency={"max_parallel": 3})
     engine.reconcile(store.load("s"))
     assert len(batch.creates) == (cap or 3) and engine.capped("s") == (cap is not None)
+
+
+NO_NODE = "0/8 nodes are available: 8 node(s) didn't match Pod's node affinity/selector."
+
+
+class _Pods(_Core):
+    """Pods by name, as the scheduler left them."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[str, Any]] = {}
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> _Resp:
+        return _Resp({"items": list(self.pods.values())})
+
+    def unscheduled(self, job: Mapping[str, Any], message: str, since: str) -> None:
+        name = f"{job['metadata']['name']}-pod"
+        self.pods[name] = {"metadata": {"name": name, "labels": dict(job["metadata"]["labels"]),
+                                        "creationTimestamp": since},
+                           "status": {"phase": "Pending", "conditions": [
+                               {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                "message": message, "lastTransitionTime": since}]}}
+
+
+def test_a_trial_no_node_can_take_ends_unschedulable_its_job_goes_and_resume_runs_it_again() -> None:
+    engine, store, batch, _ = reconciler(concurrency={"max_parallel": 1}, resources={"unschedulable_seconds": 60})
+    pods = _Pods()
+    engine.api.core = pods
+    engine.reconcile(store.load("s"))
+    [name] = batch.creates
+    pods.unscheduled(batch.jobs[name], NO_NODE, since="2026-01-01T00:00:00Z")  # long before now: over the bound
+    status = engine.reconcile(store.load("s"))
+    first = status.trials[0]
+    recorded = store.state.outcomes[first.trial_id]
+    assert recorded.outcome == Outcome.UNSCHEDULABLE and NO_NODE in recorded.reason
+    assert (first.phase, first.outcome) == (Phase.FAILED, Outcome.UNSCHEDULABLE) and status.has_failures
+    assert batch.deleted == [name]  # its pod would wait for ever
+    assert len(batch.creates) == 2  # its slot goes to the next trial
+    batch.jobs.pop(name)  # the deletion done
+    pods.pods.clear()
+    assert not engine.status(store.load("s")).trials[0].settled  # not a result: resume runs it again
+    engine.resume(store.load("s"))
+    assert first.trial_id not in store.state.outcomes
+
+
+def test_a_trial_waiting_for_gpus_in_use_is_not_ended() -> None:
+    engine, store, batch, _ = reconciler(concurrency={"max_parallel": 1}, resources={"unschedulable_seconds": 60})
+    pods = _Pods()
+    engine.api.core = pods
+    engine.reconcile(store.load("s"))
+    [name] = batch.creates
+    pods.unscheduled(batch.jobs[name], "0/8 nodes are available: 8 Insufficient nvidia.com/gpu.",
+                     since="2026-01-01T00:00:00Z")
+    status = engine.reconcile(store.load("s"))
+    assert status.trials[0].phase == Phase.UNSCHEDULABLE and not store.state.outcomes and not batch.deleted

@@ -120,3 +120,57 @@ def test_newest_pod_decides() -> None:
     old = pod("Failed", exit_code=1, reason="Error", created=T0)
     new = pod("Failed", exit_code=3, reason="Error", created=T1)
     assert observe(job("Failed", "PodFailurePolicy"), [new, old]).outcome == Outcome.OOM
+
+
+NO_NODE = ("0/12 nodes are available: 4 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }, "
+           "8 node(s) didn't match Pod's node affinity/selector. preemption: 0/12 nodes are available: 12 "
+           "Preemption is not helpful for scheduling.")
+BUSY = ("0/12 nodes are available: 2 Insufficient nvidia.com/gpu, 10 node(s) didn't match Pod's node "
+        "affinity/selector. preemption: 0/12 nodes are available: 2 No preemption victims found for incoming pod, "
+        "10 Preemption is not helpful for scheduling.")
+
+
+def unscheduled(message: str, since: str = T0) -> dict[str, Any]:
+    p = pod("Pending", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                    "message": message, "lastTransitionTime": since}])
+    p["status"]["containerStatuses"] = []
+    return p
+
+
+@pytest.mark.parametrize(("message", "never"), [
+    (NO_NODE, True),
+    ("0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector.", True),
+    (BUSY, False),  # GPUs in use pass
+    ("0/3 nodes are available: 3 Too many pods.", False),
+    ("0/3 nodes are available: 1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector.",
+     False),  # a cordoned node comes back
+    ("0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.", False),  # another trial's node
+    ("0/7 nodes are available: 1 node(s) had untolerated taint(s), 6 node(s) didn't match Pod's node "
+     "affinity/selector. no new claims to deallocate, preemption: 0/7 nodes are available: 7 Preemption is not "
+     "helpful for scheduling.", True),
+    ("no nodes available to schedule pods", False),  # not of the form: wait
+    ("", False),
+])
+def test_no_node_can_take_reads_only_labels_and_taints_as_for_ever(message: str, never: bool) -> None:
+    assert k8s_status.no_node_can_take(message) is never
+
+
+def test_a_pod_no_node_can_take_ends_unschedulable_after_the_bound() -> None:
+    start = k8s_status._ts(T0) or 0.0
+    before = k8s_status.observe(job(active=1), [unscheduled(NO_NODE)], unschedulable_seconds=600, now=start + 599)
+    assert before.phase == Phase.UNSCHEDULABLE and before.outcome is None
+    after = k8s_status.observe(job(active=1), [unscheduled(NO_NODE)], unschedulable_seconds=600, now=start + 600)
+    assert (after.phase, after.outcome) == (Phase.FAILED, Outcome.UNSCHEDULABLE)
+    assert after.phase.terminal and after.finished_at == start + 600
+    assert "unschedulable for 600 s" in after.reason and "didn't match Pod's node affinity/selector" in after.reason
+    trimmed = k8s_status.observe(trim_job(job(active=1)), [trim_pod(unscheduled(NO_NODE))], unschedulable_seconds=600,
+                                 now=start + 600)  # as the watch caches keep it
+    assert trimmed.outcome == Outcome.UNSCHEDULABLE
+
+
+def test_a_pod_waiting_for_gpus_in_use_waits_on() -> None:
+    start = k8s_status._ts(T0) or 0.0
+    seen = k8s_status.observe(job(active=1), [unscheduled(BUSY)], unschedulable_seconds=60, now=start + 86400)
+    assert seen.phase == Phase.UNSCHEDULABLE and seen.outcome is None
+    unbounded = k8s_status.observe(job(active=1), [unscheduled(NO_NODE)], now=start + 86400)
+    assert unbounded.phase == Phase.UNSCHEDULABLE  # no bound given: the phase alone

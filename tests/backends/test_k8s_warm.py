@@ -410,3 +410,18 @@ def test_a_warm_pod_is_handed_max_handed_trials_in_its_life_then_closed() -> Non
     assert queue["k"] == list(trials)  # still waiting, for another pod
     room = Pod(full.job, full.pod, None, [], handed=frozenset(list(full.handed)[1:]))
     assert [t.id for t in plan_handovers("s", [room], queue, {}, set())["w-1"].trials] == [trials[0].id]
+
+
+def test_a_slot_kind_no_node_can_take_ends_each_of_its_trials_unschedulable_and_its_warm_job_goes() -> None:
+    engine, store, batch, core = warm_reconciler(concurrency={"max_parallel": 1},
+                                                 resources={"unschedulable_seconds": 60})
+    engine.reconcile(store.load("s"))
+    [name] = batch.creates
+    core.start_pod(batch.jobs[name], "w-1", phase="Pending")
+    message = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    core.pods["w-1"]["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                                 "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    status = engine.reconcile(store.load("s"))
+    assert {store.state.outcomes[t.trial_id].outcome for t in status.trials} == {Outcome.UNSCHEDULABLE}
+    assert status.done and status.has_failures and message in status.trials[2].reason  # all three, not two handed
+    assert batch.deleted == [name] and batch.creates == [name]  # no other warm pod for the kind
