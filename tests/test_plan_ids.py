@@ -52,7 +52,8 @@ def test_the_ids_are_the_same_in_a_fresh_process_with_another_hash_seed() -> Non
     code = ("import json; from tests.test_plan_ids import _ids; print(json.dumps(_ids()))")
     seen = []
     for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": path}
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=120, check=True)
         seen.append([tuple(row) for row in json.loads(out.stdout)])

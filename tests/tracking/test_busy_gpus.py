@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kubesweep.tracking.busy import gpu_busy, gpu_trials, node_name, trial_span
+from kubesweep.tracking.busy import busy_text, gpu_busy, gpu_trials, measured_train_s, node_name, trial_span
 from kubesweep.tracking.records import TrialRecord
 from tests.support.results_docs import make_results
 
@@ -70,3 +70,40 @@ def test_a_node_is_named_with_its_boot_id_where_the_job_recorded_it() -> None:
     assert node_name(res) == "vm (5275ba46)"
     assert node_name(make_results(environment={"node_name": "vm"})) == "vm"
     assert node_name(make_results()) is None
+
+
+def test_a_trial_without_measured_steps_counts_nothing_and_a_cpu_trial_does_not_hide_the_gpu_ones() -> None:
+    untrained = make_results(train=None)
+    assert measured_train_s(untrained) == 0.0
+    assert measured_train_s(make_results(train={"measured_time_s": float("nan")})) == 0.0
+    records = [record("cpu", 0, 10, 5.0, [], device="cpu"), record("gpu", 0, 10, 5.0, ["GPU-a"])]
+    assert [span for _, span in gpu_trials(records)] == [(T0, T0 + 10)]  # after a CPU trial, the GPU one
+
+
+def test_gpus_named_by_index_alone_are_told_apart_and_a_world_of_zero_is_one_gpu() -> None:
+    by_index = [record("a", 0, 10, 5.0, ["GPU-x"]), record("b", 0, 10, 5.0, ["GPU-y"])]
+    for r, index in zip(by_index, (0, 1), strict=True):
+        assert r.results is not None
+        r.results.environment["gpus"] = [{"index": index}]
+    assert gpu_busy(by_index) == {"fraction": 0.5, "measured_train_s": 10.0, "wall_s": 10.0, "gpus": 2, "trials": 2,
+                                  "wall_per_trial_s": 5.0}
+    zero = record("z", 0, 10, 5.0, [])
+    assert zero.results is not None
+    zero.results.world_size = 0  # an old results file: one process
+    assert gpu_busy([zero]) == {"fraction": 0.5, "measured_train_s": 5.0, "wall_s": 10.0, "gpus": 1, "trials": 1,
+                                "wall_per_trial_s": 10.0}
+
+
+def test_a_short_sweep_has_an_answer_rounded_to_hundredths() -> None:
+    busy = gpu_busy([record("a", 0, 0.5, 0.123456, ["GPU-a"]), record("b", 0.25, 0.753, 0.1, ["GPU-a"])])
+    assert busy is not None
+    assert (busy["wall_s"], busy["measured_train_s"], busy["wall_per_trial_s"]) == (0.75, 0.22, 0.38)
+
+
+def test_the_text_names_the_gpus_only_past_one_and_a_full_share_is_a_share() -> None:
+    base = {"measured_train_s": 10.0, "wall_s": 10.0, "trials": 1, "wall_per_trial_s": 10.0}
+    assert busy_text({**base, "fraction": 1.0}).startswith("GPU busy 100.0%: 10.0 s of measured training in 10.0 s "
+                                                           "of sweep wall (1 GPU trials")
+    assert " on 2 GPUs " in busy_text({**base, "fraction": 0.5, "gpus": 2})
+    assert busy_text({**base, "fraction": 1.5}).startswith("GPU busy not known")
+    assert busy_text({**base, "fraction": None}).startswith("GPU busy -: ")
