@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 
-from kubesweep.tracking.busy import busy_text, gpu_busy, gpu_trials, measured_train_s, node_name, trial_span
+from kubesweep.tracking.busy import (
+    busy_text,
+    environment_gpus,
+    gpu_busy,
+    gpu_trials,
+    measured_train_s,
+    node_name,
+    trial_span,
+)
 from kubesweep.tracking.records import TrialRecord
 from tests.support.results_docs import make_results
 
@@ -107,3 +115,10 @@ def test_the_text_names_the_gpus_only_past_one_and_a_full_share_is_a_share() -> 
     assert " on 2 GPUs " in busy_text({**base, "fraction": 0.5, "gpus": 2})
     assert busy_text({**base, "fraction": 1.5}).startswith("GPU busy not known")
     assert busy_text({**base, "fraction": None}).startswith("GPU busy -: ")
+
+
+def test_a_trial_with_either_clock_unreadable_has_no_span_and_gpus_not_a_list_are_none() -> None:
+    assert trial_span(make_results(started_at="not a time")) is None
+    assert trial_span(make_results(finished_at="not a time")) is None
+    assert environment_gpus(make_results(environment={"gpus": 5})) == []
+    assert environment_gpus(make_results(environment={"gpus": [{"index": 0}, "GPU-1"]})) == [{"index": 0}]
