@@ -192,23 +192,24 @@ def report(modules: list[str], seconds: float | None) -> dict[str, Any]:
         for name, code in sorted(codes.items()):
             status = STATUS.get(code, "suspicious")
             counts[status] = counts.get(status, 0) + 1
-            if status in ("survived", "no tests", "timeout", "suspicious", "not checked"):
+            if status in ("survived", "no tests", "suspicious"):
                 survivors.append({"mutant": name, "status": status, "diff": _diff(functions, name),
                                   "explained": _explained(name)})
         judged = sum(v for k, v in counts.items() if k not in ("not checked", "skipped"))
         killed = counts.get("killed", 0) + counts.get("caught by type check", 0) + counts.get("timeout", 0)
         equivalent = sum(1 for s in survivors if (s["explained"] or "").startswith("equivalent"))
-        per_module[module] = {"run": True, "mutants": len(codes), "counts": counts, "killed": killed,
+        per_module[module] = {"run": True, "mutants": len(codes), "judged": judged, "counts": counts, "killed": killed,
                               "equivalent": equivalent, "score": round(killed / judged, 4) if judged else None,
                               "score_without_equivalent": round(killed / (judged - equivalent), 4)
                               if judged - equivalent else None,
                               "survivors": survivors}
     ran = [m for m in per_module.values() if m["run"]]
-    total = sum(m["mutants"] for m in ran)
+    mutants = sum(m["mutants"] for m in ran)
+    total = sum(m["judged"] for m in ran)  # the mutants a run has judged (not those left unrun)
     killed = sum(m["killed"] for m in ran)
     equivalent = sum(m["equivalent"] for m in ran)
-    return {"tool": _version(), "modules": per_module, "mutants": total, "killed": killed, "equivalent": equivalent,
-            "score": round(killed / total, 4) if total else None,
+    return {"tool": _version(), "modules": per_module, "mutants": mutants, "judged": total, "killed": killed,
+            "equivalent": equivalent, "score": round(killed / total, 4) if total else None,
             "score_without_equivalent": round(killed / (total - equivalent), 4) if total - equivalent else None,
             "seconds": None if seconds is None else round(seconds), "tests": TESTS, "markers": FAST}
 
@@ -228,7 +229,8 @@ def write(result: dict[str, Any]) -> None:
     (RESULTS / "mutation.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     lines = ["# Mutation score of the pure core", "",
              f"`python bench/mutation.py` ({result['tool']}, fast tests: `-m \"{result['markers']}\"`). "
-             f"Killed: {result['killed']} of {result['mutants']} mutants ({_pct(result['score'])}); "
+             f"Killed: {result['killed']} of the {result['judged']} mutants judged ({_pct(result['score'])}; "
+             f"{result['mutants'] - result['judged']} of {result['mutants']} not yet run); "
              f"{result['equivalent']} survivors explained as equivalent "
              f"({_pct(result['score_without_equivalent'])} of the others killed).", "",
              "| module | mutants | killed | survived | no tests | timeout | not run | equivalent | score |",
@@ -263,7 +265,7 @@ def main() -> None:
     seconds = None if args.report else run(modules, args.children, args.pending)
     result = report(MODULES, seconds)
     write(result)
-    print(f"mutation score {_pct(result['score'])}: {result['killed']} of {result['mutants']} killed "
+    print(f"mutation score {_pct(result['score'])}: {result['killed']} of {result['judged']} judged killed "
           f"(bench/results/mutation.md)")
 
 
