@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
 .PHONY: help setup demo test lint typecheck unit system-deps cluster-tools cluster-up cluster-down test-cluster \
-	crd images bench-plan clean
+	crd images bench-plan mutation clean
 SYSTEM_TOOLS := chromium buildah skopeo docker-registry mmdebstrap runc iptables conntrack openssl ip ipset
 # Debian packages for those commands, plus the CNI plugins of the test cluster's real node (/usr/lib/cni)
 SYSTEM_PACKAGES := chromium buildah skopeo docker-registry mmdebstrap runc iptables conntrack openssl iproute2 \
@@ -127,6 +127,10 @@ test:  ## everything CI runs: lint, types, all tests (a fresh machine first buil
 	$(PY) -m pytest -q $(PYTEST_XDIST) $(PYTEST_ARGS) || rc=$$?; \
 	$(call STEP,tests done); \
 	exit $$rc
+
+# Not part of `make test`: an hour or more of CPU on two cores. MUTATION_ARGS: modules to mutate, --pending, --report.
+mutation: setup  ## mutation score of the pure core under its fast tests (mutmut; bench/results/mutation.md)
+	$(PY) bench/mutation.py $(MUTATION_ARGS)
 
 bench-plan: setup  ## planner speed (10,000 trials)
 	$(PY) bench/plan_scale.py

@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from kubesweep.spec import SpecError, TuneSearch, load_sweep_file, parse_sweep
+from kubesweep.plan import count_trials, plan
+from kubesweep.spec import MaxBatchSearch, SpecError, TuneSearch, load_sweep_file, parse_sweep
 
 ROOT = Path(__file__).parents[1]
 BAD = sorted((ROOT / "tests" / "data" / "bad_specs").glob("*.yaml"))
@@ -40,8 +42,13 @@ SHIPPED = sorted([*(ROOT / "sweeps").glob("*.yaml"), *(ROOT / "bench" / "specs")
 
 @pytest.mark.parametrize("spec", SHIPPED, ids=lambda p: p.stem)
 def test_shipped_specs_are_valid(spec: Path) -> None:
+    """Each shipped spec loads as the Sweep its file names, with no warning, and makes trials (a grid plans them)."""
     sweep = load_sweep_file(spec)
-    assert sweep.name
+    assert sweep.name == yaml.safe_load(spec.read_text())["metadata"]["name"]
+    assert sweep.warnings == []
+    assert count_trials(sweep) > 0
+    if sweep.spec.search.strategy == "grid":
+        assert plan(sweep).trials
 
 
 def test_line_numbers_point_at_the_value() -> None:
@@ -253,13 +260,12 @@ def test_max_batch_spec_problems() -> None:
     assert "leave batch_size out of the matrix" in problems({"strategy": "max_batch"}, matrix={"batch_size": [8]})
 
 
-@pytest.mark.parametrize("name", ["tune_example.yaml", "max_batch.yaml"])
-def test_shipped_search_examples_validate(name: str) -> None:
-
-    from kubesweep.spec import load_sweep_file
-
+@pytest.mark.parametrize(("name", "strategy", "kind"), [("tune_example.yaml", "tune", TuneSearch),
+                                                         ("max_batch.yaml", "max_batch", MaxBatchSearch)])
+def test_shipped_search_examples_validate(name: str, strategy: str, kind: type) -> None:
     sweep = load_sweep_file(ROOT / "sweeps" / name)
-    assert sweep.spec.search.strategy in ("tune", "max_batch")
+    assert sweep.spec.search.strategy == strategy and isinstance(sweep.spec.search, kind)
+    assert sweep.warnings == []
 
 
 def _sweep(**spec: Any) -> dict[str, Any]:
