@@ -26,6 +26,7 @@ def server() -> Iterator[_Server]:
 
 def _experiment(experiment_tags: dict[str, str]) -> str:
     return json.dumps({"experiment": {"experiment_id": "7", "name": "bert", "lifecycle_stage": "active",
+                                      "creation_time": 1765000000000,
                                       "tags": [{"key": k, "value": v} for k, v in experiment_tags.items()]}})
 
 

@@ -195,7 +195,9 @@ def test_table_formats_sort_and_filter(tracked_sweep: TrackedSweep) -> None:
     assert rates == sorted(rates, reverse=True) and len(rates) == 4
     assert rows[-1]["status"] == "OOM"  # cells without the number sort last
     md = ts.sweep("results", ts.name, "--format", "markdown", "--filter", "outcome=oom").stdout
-    assert md.startswith("| task | gpu | batch |") and md.count("\n") == 3
+    table = [line for line in md.splitlines() if line.startswith("|")]
+    assert table[0].startswith("| task | gpu | batch |") and len(table) == 3  # header, rule, the OOM cell
+    assert md.startswith("## Sweep ") and "Marks beside a number" in md  # the answer's heading, the legend
     bad = ts.sweep("results", ts.name, "--filter", "colour=red", check=2)
     assert "unknown key 'colour'" in bad.stderr
 
