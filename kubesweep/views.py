@@ -145,9 +145,10 @@ def warn_if_large(err: Console, plan: Plan, confirm_over: int) -> None:
 
 
 def print_lines(console: Console, lines: Sequence[str]) -> None:
-    """Lines whose text may hold what a cluster says (its nodes' labels), printed as text."""
+    """Lines whose text may hold what a cluster says (its nodes' labels), printed as text, each whole: a command in
+    them is never broken at the terminal's width, so it can be copied as it is."""
     for line in lines:
-        _say(console, line)
+        console.print(plain(line), soft_wrap=True)
 
 
 def trials_text(plan: Plan) -> str:

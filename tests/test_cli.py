@@ -669,8 +669,11 @@ def test_ctrl_c_on_submit_says_which_trials_run_on_and_how_to_stop_them(  # type
 
     env = {**os.environ, "KUBESWEEP_HOME": str(tmp_path / "home"), "KUBESWEEP_LOCAL_GPUS": "[]",
            "KUBESWEEP_JOB_COMMAND": json.dumps([sys.executable, str(STAND_IN)]), "KUBESWEEP_NO_TRACKING": "1"}
+    # as a terminal's Ctrl-C reaches it: a shell that started this test in the background may have SIGINT ignored,
+    # which the child would inherit (Python then never raises KeyboardInterrupt)
     proc = subprocess.Popen([sys.executable, "-m", "kubesweep", "submit", str(spec(tmp_path, "long", "[1, 2]", 600))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

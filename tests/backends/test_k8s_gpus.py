@@ -97,14 +97,14 @@ def test_the_clusters_gpu_types_are_read_and_a_plan_of_four_split_by_them(k8s_cl
     args = ["submit", str(spec), "--backend", "kubernetes", "--direct", "--no-tracking", "-n", k8s_namespace,
             "--kubeconfig", str(k8s_cluster.kubeconfig)]
     proc = subprocess.run([sys.executable, "-m", "kubesweep", *args], capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "300"})
+                          stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "80"})  # commands stay whole
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.splitlines()
     assert lines[0].startswith("4 of this sweep's 8 GPU trials cannot run on this cluster")
     assert "  v100-32gb (Tesla-V100-SXM2-32GB): no node: none of its 2 trials can run (no node of it)" in lines
     command = shlex.join(["sweep", *args[:2], "--backend", "kubernetes", "--namespace", k8s_namespace,
                           "--kubeconfig", str(k8s_cluster.kubeconfig), "--direct", "--no-tracking"])
-    assert f"  {command} --gpu h100-80gb --gpu l4" in lines and f"  {command} --yes" in lines
+    assert f"  {command} --gpu h100-80gb --gpu l4" in lines and f"  {command} --yes" in lines, lines
     assert lines[-1] == "nothing submitted: choose one of the commands above" and proc.stdout == ""
     assert not k8s_cluster.get_json("jobs", namespace=k8s_namespace)["items"]
     assert not [c for c in k8s_cluster.get_json("configmaps", namespace=k8s_namespace)["items"]
@@ -121,7 +121,7 @@ def test_a_trial_no_node_can_take_ends_unschedulable_with_the_schedulers_reason(
     began = time.monotonic()
     backend.submit(p)
     status = backend.wait(p.sweep.name, timeout=90)  # ends: no trial waits for ever
-    assert time.monotonic() - began >= 3
+    assert time.monotonic() - began >= 2  # the bound, counted from a condition time in whole seconds
     assert {(t.phase, t.outcome) for t in status.trials} == {(Phase.FAILED, Outcome.UNSCHEDULABLE)}
     assert all("didn't match Pod's node affinity/selector" in t.reason for t in status.trials), status.trials
     assert status.has_failures and not any(t.settled for t in status.trials)  # resume runs them again
