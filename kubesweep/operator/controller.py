@@ -129,19 +129,19 @@ class OperatorBackend:
 
     def _claim_labels(self, claim: str) -> Mapping[str, str] | None:
         """A PersistentVolumeClaim's labels in this namespace (None: there is none of that name)."""
-        try:
-            pvc = self.api.call(self.api.core.read_namespaced_persistent_volume_claim, claim, self.namespace)
-        except self.api.ApiException:  # 404
-            return None
-        return (pvc.metadata.labels if pvc.metadata else None) or {}
+        return self._labels(self.api.core.read_namespaced_persistent_volume_claim, claim)
 
     def _account_labels(self, account: str) -> Mapping[str, str] | None:
         """A ServiceAccount's labels in this namespace (None: there is none of that name)."""
+        return self._labels(self.api.core.read_namespaced_service_account, account)
+
+    def _labels(self, read: Any, name: str) -> Mapping[str, str] | None:
+        """The labels of the object `read` finds by `name` in this namespace (None: there is none)."""
         try:
-            sa = self.api.call(self.api.core.read_namespaced_service_account, account, self.namespace)
+            obj = self.api.call(read, name, self.namespace)
         except self.api.ApiException:  # 404
             return None
-        return (sa.metadata.labels if sa.metadata else None) or {}
+        return (obj.metadata.labels if obj.metadata else None) or {}
 
     # -- the finalizer on trial Jobs -------------------------------------------------------------------
 
