@@ -2,7 +2,8 @@
 
 Here (a machine with Go and the module proxy):
 
-    python bench/gpu_node.py pack                 # .gpu/pack-N (the node's binaries, 44 MiB each), .gpu/wheels
+    python bench/gpu_node.py pack                 # .gpu/pack-N (the node's binaries, Debian's nft and Kueue's
+                                                  # manifests, 26 MiB each), .gpu/wheels
 
 On the GPU machine, from a copy of this repository that has every .gpu/pack-N and .gpu/wheels (each small enough
 to travel beside the repository in one call), with the machine's PyTorch Python:
@@ -42,15 +43,18 @@ sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 import gpu_node  # noqa: E402  (tests/cluster/gpu_node.py: standard library only)
 
 # The node's binaries, xz-compressed, in packs of at most PACK_MIB each: one call to the GPU machine carries one
-# pack beside the repository (64 MiB in all), so the packs travel one call each and are kept there.
+# pack beside the repository's tracked files (about 31 MiB; 64 MiB in all), so the packs travel one call each and
+# are kept there.
 GPU_DIR = ROOT / ".gpu"
-PACK_MIB = 44
+PACK_MIB = 26
 WHEELS = GPU_DIR / "wheels"
 SITE = Path("/tmp/kubesweep-site")
 NAMESPACE = "gpu-sweep"
 MLFLOW_PORT = 5000
 K8S_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd",
-                "containerd-shim-runc-v2", "ctr", "pause", "coredns")
+                "containerd-shim-runc-v2", "ctr", "pause", "coredns",
+                # the cluster as its users run it (`bench/gpu_cluster.py`): Services, the chart, Kueue
+                "kube-proxy", "helm", "kueue")
 GPU_BINARIES = {"runc": "", "nvidia-device-plugin": "", "gpu-feature-discovery": "", "nvidia-cdi-hook": "",
                 "bridge": "cni", "host-local": "cni", "loopback": "cni"}
 # What the job image and the CLI need that the GPU machine's PyTorch environment does not have (its venv provides
@@ -69,6 +73,11 @@ CARRIED = (
     "kopf", "python-json-logger", "jsonpatch", "jsonpointer", "iso8601", "click", "aiohttp", "aiohappyeyeballs",
     "aiosignal", "attrs", "frozenlist", "multidict", "propcache", "yarl",
 )
+# Debian 12's nft and the libraries it loads (kube-proxy's nftables mode; the GPU machine has no nft), fetched with
+# `apt-get download` and travelling in the packs as they are; the node unpacks them with `dpkg-deb -x`.
+NFT_DEBS = ("nftables", "libnftables1", "libnftnl11", "libmnl0", "libjansson4", "libxtables12")
+# Kueue's release manifests (CRDs, webhooks) from its module, as `tests/cluster/kueue.py` installs them.
+KUEUE_COMPONENTS = "kueue-components.tar.xz"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
 
 
@@ -113,15 +122,44 @@ def pack_binaries() -> None:
                 subprocess.run(["xz", "-6", "-T0", "-c", str(src)], stdout=out, check=True)
     for old in GPU_DIR.glob("pack-*"):
         shutil.rmtree(old)
-    sizes = {name: (compressed / f"{name}.xz").stat().st_size for name in binaries}
+    files = {f"{name}.xz": compressed / f"{name}.xz" for name in binaries}
+    files.update(nft_debs(compressed))
+    files[KUEUE_COMPONENTS] = kueue_components(compressed, versions)
+    sizes = {name: path.stat().st_size for name, path in files.items()}
     for i, names in enumerate(bin_packs(sizes, PACK_MIB << 20), 1):
         pack_dir = GPU_DIR / f"pack-{i}"
         pack_dir.mkdir()
         for name in names:
-            os.link(compressed / f"{name}.xz", pack_dir / f"{name}.xz")
+            os.link(files[name], pack_dir / name)
         (pack_dir / "manifest.json").write_text(json.dumps(
-            {"binaries": {n: binaries[n] for n in names}, "versions": versions}, indent=1))
-        log(f"{pack_dir}: {len(names)} binaries, {sum(sizes[n] for n in names) / 2**20:.1f} MiB compressed")
+            {"binaries": {n[:-3]: binaries[n[:-3]] for n in names if n[:-3] in binaries}, "versions": versions},
+            indent=1))
+        log(f"{pack_dir}: {len(names)} files, {sum(sizes[n] for n in names) / 2**20:.1f} MiB compressed")
+
+
+def nft_debs(dest: Path) -> dict[str, Path]:
+    """Debian's nft and its libraries as .deb files (`apt-get download`, kept once fetched)."""
+    have = {p.name.split("_")[0]: p for p in dest.glob("*.deb")}
+    missing = [name for name in NFT_DEBS if name not in have]
+    if missing:
+        sh(["apt-get", "download", *missing], cwd=dest)
+        have = {p.name.split("_")[0]: p for p in dest.glob("*.deb")}
+    return {p.name: p for name, p in have.items() if name in NFT_DEBS}
+
+
+def kueue_components(dest: Path, versions: dict[str, str]) -> Path:
+    """Kueue's config/components (CRDs, webhooks) of the built version, from Go's module cache, as one archive."""
+    sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+    import kueue
+
+    version = next(line.split()[1] for text in versions.values() for line in text.splitlines()
+                   if line.startswith("kueue "))
+    out = dest / KUEUE_COMPONENTS
+    if not out.exists():
+        source = kueue.module_dir(version)
+        sh(["tar", "-C", str(source / "config"), "-cJf", str(out), "--owner=0", "--group=0", "--mode=u+w",
+            "components/crd/bases", "components/webhook/manifests.yaml"])
+    return out
 
 
 def bin_packs(sizes: dict[str, int], limit: int) -> list[list[str]]:

@@ -5,8 +5,14 @@ It runs on a bare GPU machine from what `bench/gpu_node.py pack` brings to it (s
 - the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) on 127.0.0.1, certificates
   made with openssl on the spot;
 - containerd 2.x with its runc shim and a static runc, CDI enabled (the device plugin's spec in /var/run/cdi);
-- the pod network: one bridge (``BRIDGE``) with ``POD_CIDR``, no masquerade and no Service proxy, so the node
-  needs no iptables; pods reach the node's processes (MLflow) at the bridge's address, ``NODE_GATEWAY``;
+- the pod network: one bridge (``BRIDGE``) with ``POD_CIDR``; pods reach the node's processes at the bridge's
+  address, ``NODE_GATEWAY``;
+- Services: kube-proxy in nftables mode (the machine has nf_tables but no iptables binaries): the ``nft`` it runs
+  is Debian's, unpacked from the packs' ``.deb`` files with ``dpkg-deb -x`` into ``nft/`` and run with its libraries
+  on ``LD_LIBRARY_PATH``. Service traffic is masqueraded (``masqueradeAll``), so a pod reaching a Service whose
+  endpoint is a pod on the same bridge gets its replies through the node. The API server listens on every address
+  of the node (its certificate names the ``kubernetes`` Service's address, ``SERVICE_IP``), so pods reach it
+  through that Service as in-cluster clients do (the chart's operator);
 - the kubelet (cgroupfs driver; cgroup v2), with the cluster's DNS at the bridge's gateway: CoreDNS as a host process
   answers for ``cluster.local`` from the API (a multi-node trial's pods find pod 0 of their Indexed Job by name
   under its headless Service), and for nothing else;
@@ -57,6 +63,7 @@ BRIDGE = "ksw0"
 POD_CIDR = "10.89.0.0/24"
 NODE_GATEWAY = "10.89.0.1"
 SERVICE_CIDR = "10.89.128.0/24"
+SERVICE_IP = "10.89.128.1"  # the `kubernetes` Service: the first address of SERVICE_CIDR
 API_PORT = 6443
 K8S_NAMESPACE = "k8s.io"
 PAUSE_IMAGE = "localhost/kubesweep/pause:gpu-node"
@@ -67,13 +74,18 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 NODE_LABEL = "kubesweep.io/gpu-node"
 # The order they start in; `down` stops them in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "coredns", "containerd",
-              "kubelet", "nvidia-device-plugin")
+              "kubelet", "kube-proxy", "nvidia-device-plugin")
 CLUSTER_DOMAIN = "cluster.local"
 # What the driver puts on a CUDA image's library path (NVIDIA's own CUDA images set the same).
 DRIVER_LIBRARY_PATH = "/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
 # The device plugin finds the driver's libraries through the linker cache (or the distributions' library
 # directories); a driver installed under DRIVER_LIBRARY_PATH is registered there, as a driver installer does.
 LD_SO_CONF = Path("/etc/ld.so.conf.d/kubesweep-nvidia-driver.conf")
+
+
+# kubesweep's extras in the assembled image: the job's and tracking's, and k8s (kopf, the Kubernetes client) so that
+# the same image serves the chart's operator and MLflow server on the node (`bench/gpu_cluster.py`).
+IMAGE_EXTRAS = ("job", "tracking", "k8s")
 
 
 class GpuNodeError(RuntimeError):
@@ -267,6 +279,29 @@ def corefile(layout: Layout) -> str:
 """
 
 
+def kube_proxy_config(layout: Layout) -> dict[str, Any]:
+    """kube-proxy in nftables mode; every Service connection masqueraded (pods on one bridge, no hairpin trouble);
+    conntrack's sysctls left as the machine has them."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+        "mode": "nftables", "clusterCIDR": POD_CIDR, "hostnameOverride": NODE_NAME,
+        "healthzBindAddress": "127.0.0.1:10256", "metricsBindAddress": "127.0.0.1:10249",
+        "clientConnection": {"kubeconfig": str(layout.admin_kubeconfig)},
+        "nftables": {"masqueradeAll": True}, "oomScoreAdj": 0,
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+    }
+
+
+def nft_env(layout: Layout, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that finds Debian's `nft` (unpacked under nft/) and its libraries."""
+    env = dict(os.environ if base is None else base)
+    root = layout.root / "nft"
+    env["PATH"] = f"{root / 'usr/sbin'}:{root / 'usr/bin'}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+    libs = [str(p) for p in (root / "usr/lib/x86_64-linux-gnu", root / "lib/x86_64-linux-gnu") if p.is_dir()]
+    env["LD_LIBRARY_PATH"] = ":".join([*libs, *filter(None, [env.get("LD_LIBRARY_PATH")])])
+    return env
+
+
 def component_commands(layout: Layout) -> dict[str, list[str]]:
     b, pki, cfg = layout.bin, layout.pki, layout.config
     admin = str(layout.admin_kubeconfig)
@@ -278,7 +313,7 @@ def component_commands(layout: Layout) -> dict[str, list[str]]:
                  "--initial-cluster", f"{NODE_NAME}=http://127.0.0.1:2380", "--log-level", "warn"],
         "kube-apiserver": [
             str(b / "kube-apiserver"), "--etcd-servers", "http://127.0.0.1:2379",
-            "--bind-address", "127.0.0.1", "--advertise-address", node_ip(), "--secure-port", str(API_PORT),
+            "--bind-address", "0.0.0.0", "--advertise-address", node_ip(), "--secure-port", str(API_PORT),
             "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
             "--client-ca-file", str(pki / "ca.crt"),
             "--kubelet-client-certificate", str(pki / "admin.crt"), "--kubelet-client-key", str(pki / "admin.key"),
@@ -302,6 +337,7 @@ def component_commands(layout: Layout) -> dict[str, list[str]]:
                     "--kubeconfig", str(cfg / "kubelet.kubeconfig"), "--hostname-override", NODE_NAME,
                     "--node-ip", node_ip(),
                     "--node-labels", f"{NODE_LABEL}=true"],
+        "kube-proxy": [str(b / "kube-proxy"), f"--config={cfg / 'kube-proxy.json'}"],
         "nvidia-device-plugin": [str(b / "nvidia-device-plugin"), "--device-list-strategy", "cdi-cri",
                                  "--nvidia-cdi-hook-path", str(b / "nvidia-cdi-hook"), "--driver-root", "/",
                                  # a host process: it sees the driver where it is, not under /driver-root
@@ -334,6 +370,11 @@ class Api:
         with urllib.request.urlopen(req, context=self.ctx, timeout=30) as resp:
             return str(resp.read().decode("utf-8", errors="replace"))
 
+    def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> Any:
+        """Server-side apply of one object (as `kubectl apply --server-side --force-conflicts`)."""
+        query = "fieldManager=kubesweep-gpu-node&force=true" + ("&dryRun=All" if dry_run else "")
+        return self.call("PATCH", f"{object_path(obj)}?{query}", obj, "application/apply-patch+yaml")
+
     def node(self) -> dict[str, Any] | None:
         try:
             return dict(self.get(f"/api/v1/nodes/{NODE_NAME}"))
@@ -343,6 +384,24 @@ class Api:
     def label_node(self, labels: dict[str, str]) -> None:
         self.call("PATCH", f"/api/v1/nodes/{NODE_NAME}", {"metadata": {"labels": labels}},
                   "application/merge-patch+json")
+
+
+# The plural of each kind `Api.apply` writes (what discovery would say), and whether it is namespaced.
+KINDS = {"Namespace": ("namespaces", False), "PersistentVolume": ("persistentvolumes", False),
+         "PersistentVolumeClaim": ("persistentvolumeclaims", True), "Secret": ("secrets", True),
+         "CustomResourceDefinition": ("customresourcedefinitions", False),
+         "MutatingWebhookConfiguration": ("mutatingwebhookconfigurations", False),
+         "ValidatingWebhookConfiguration": ("validatingwebhookconfigurations", False),
+         "ResourceFlavor": ("resourceflavors", False), "ClusterQueue": ("clusterqueues", False),
+         "LocalQueue": ("localqueues", True), "WorkloadPriorityClass": ("workloadpriorityclasses", False)}
+
+
+def object_path(obj: dict[str, Any]) -> str:
+    plural, namespaced = KINDS[obj["kind"]]
+    api_version = obj["apiVersion"]
+    prefix = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    ns = f"/namespaces/{obj['metadata']['namespace']}" if namespaced else ""
+    return f"{prefix}{ns}/{plural}/{obj['metadata']['name']}"
 
 
 def node_ready(node: dict[str, Any] | None) -> bool:
@@ -371,12 +430,12 @@ class GpuNode:
             return False
         return True
 
-    def spawn(self, component: str, cmd: list[str]) -> None:
+    def spawn(self, component: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
         if self.alive(component):
             return
         log_file = (self.layout.logs / f"{component}.log").open("ab")
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         self.pid_path(component).write_text(str(proc.pid))
 
     def wait(self, what: str, fn: Callable[[], bool], timeout: float, component: str | None = None) -> float:
@@ -404,6 +463,11 @@ class GpuNode:
             self._unpack(pack)
 
     def _unpack(self, pack: Path) -> None:
+        for deb in sorted(pack.glob("*.deb")):  # Debian's nft and its libraries (kube-proxy's nftables mode)
+            run(["dpkg-deb", "-x", str(deb), str(self.layout.root / "nft")])
+        for archive in pack.glob("kueue-components.tar.xz"):  # Kueue's release manifests (`bench/gpu_cluster.py`)
+            (self.layout.root / "kueue").mkdir(exist_ok=True)
+            run(["tar", "-C", str(self.layout.root / "kueue"), "-xJf", str(archive)])
         manifest = json.loads((pack / "manifest.json").read_text())
         for name, where in manifest["binaries"].items():
             dest = self.layout.bin / where / name if where else self.layout.bin / name
@@ -422,7 +486,9 @@ class GpuNode:
              "-out", str(pki / "ca.crt"), "-days", "7", "-subj", "/CN=kubesweep-gpu-node-ca"])
         for name, subject, ext in (
             ("apiserver", "/CN=kube-apiserver",
-             "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes"),
+             "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
+             f"DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.{CLUSTER_DOMAIN},"
+             f"IP:{SERVICE_IP},IP:{node_ip()}"),
             ("admin", "/O=system:masters/CN=kubesweep-admin", "extendedKeyUsage=clientAuth"),
             ("kubelet", f"/O=system:nodes/CN=system:node:{NODE_NAME}", "extendedKeyUsage=clientAuth"),
         ):
@@ -443,6 +509,10 @@ class GpuNode:
         (cfg / "kubelet.json").write_text(json.dumps(kubelet_config(self.layout), indent=2))
         (cfg / "resolv.conf").write_text("# no upstream nameserver: pods ask the cluster's DNS (clusterDNS) alone\n")
         (cfg / "Corefile").write_text(corefile(self.layout))
+        proxy = cfg / "kube-proxy.json"  # kube-proxy exits when its configuration file is written to
+        text = json.dumps(kube_proxy_config(self.layout), indent=2)
+        if not proxy.exists() or proxy.read_text() != text:
+            proxy.write_text(text)
         self.layout.admin_kubeconfig.write_text(json.dumps(kubeconfig(self.layout, "kubesweep-admin", "admin")))
         (cfg / "kubelet.kubeconfig").write_text(json.dumps(kubeconfig(self.layout, f"system:node:{NODE_NAME}",
                                                                       "kubelet")))
@@ -464,8 +534,9 @@ class GpuNode:
         write_oci_archive(archive, PAUSE_IMAGE, [layer], {"Entrypoint": ["/pause"], "User": "65535:65535"})
         self.ctr("images", "import", "--snapshotter", "overlayfs", str(archive))
 
-    def up(self, packs: list[Path], timeout: float = 240) -> dict[str, float]:
-        """Bring the node up from `packs`; returns seconds per phase. Idempotent: what runs is left running."""
+    def up(self, packs: list[Path], timeout: float = 240, gpu: bool = True) -> dict[str, float]:
+        """Bring the node up from `packs`; returns seconds per phase. Idempotent: what runs is left running.
+        `gpu=False` stops before the device plugin (the node without its GPU, for a machine that has none)."""
         t0 = time.monotonic()
         times: dict[str, float] = {}
         for d in (self.layout.logs, self.layout.run, self.layout.config):
@@ -487,8 +558,13 @@ class GpuNode:
         self.wait("containerd ready", self.layout.containerd_socket.exists, timeout, "containerd")
         self.import_pause()
         self.spawn("kubelet", cmds["kubelet"])
-        times["node_ready"] = self.wait("node Ready", lambda: node_ready(api.node()), timeout, "kubelet") + (
-            time.monotonic() - t0 - 0)
+        self.wait("node Ready", lambda: node_ready(api.node()), timeout, "kubelet")
+        times["node_ready"] = time.monotonic() - t0  # seconds from the start, as every phase here
+        self.spawn("kube-proxy", cmds["kube-proxy"], env=nft_env(self.layout))
+        self.wait("kube-proxy's nftables rules", self._proxy_synced, timeout, "kube-proxy")
+        times["service_proxy"] = time.monotonic() - t0
+        if not gpu:
+            return times
         register_driver_libraries()
         self.spawn("nvidia-device-plugin", cmds["nvidia-device-plugin"])
         self.wait("nvidia.com/gpu advertised by the device plugin", lambda: self._plugin_started(api), timeout,
@@ -498,6 +574,21 @@ class GpuNode:
         log(f"labels from GPU Feature Discovery: {PRODUCT_LABEL}={labels.get(PRODUCT_LABEL)}")
         times["gpu_advertised"] = time.monotonic() - t0
         return times
+
+    def _proxy_synced(self) -> bool:
+        """kube-proxy has written its rules: its healthz says `healthy` (the status code also weighs whether the
+        node is eligible for load balancers' health checks, which does not matter here)."""
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:10256/healthz", timeout=2) as resp:
+                body = resp.read()
+        except urllib.error.HTTPError as exc:
+            body = exc.read()
+        except OSError:
+            return False
+        try:
+            return json.loads(body).get("healthy") is True
+        except ValueError:
+            return False
 
     def _plugin_started(self, api: Api) -> bool:
         """The GPU is advertised; a plugin that logged it cannot start (it retries forever) is an error now."""
@@ -777,7 +868,7 @@ def assemble_job_image(root: Path, wheels: Path, venv: Path = Path("/opt/torch/.
     extras: dict[str, set[str]] = {}
     for spec in requires:
         req = Requirement(spec)
-        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("job", "tracking")):
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in IMAGE_EXTRAS):
             roots.append(req.name)
             extras.setdefault(_norm(req.name), set()).update(req.extras)
     # The carried wheels' own requirements count too (mlflow's protobuf is the venv's, not a carried wheel's).
@@ -849,6 +940,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="bring the node up; prints seconds per phase as JSON")
     up.add_argument("--pack", type=Path, action="append", required=True, help="a pack directory (repeatable)")
+    up.add_argument("--no-gpu", action="store_true", help="stop before the device plugin (a machine without a GPU)")
     img = sub.add_parser("image", help="assemble the job image (and import it unless --assemble-only); prints its "
                                        "reference as JSON")
     img.add_argument("--wheels", type=Path, required=True)
@@ -859,7 +951,7 @@ def main(argv: list[str] | None = None) -> int:
     node = GpuNode(Layout(ROOT))
     try:
         if args.cmd == "up":
-            print(json.dumps(node.up(args.pack)))
+            print(json.dumps(node.up(args.pack, gpu=not args.no_gpu)))
         elif args.cmd == "image":
             assembled = assemble_job_image(node.layout.root, args.wheels, args.venv)
             print(json.dumps(assembled if args.assemble_only else import_job_image(node, assembled), indent=1))

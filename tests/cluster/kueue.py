@@ -78,7 +78,10 @@ class Kueue:
 
     def __init__(self, *, workdir: Path, bins: Path, kubeconfig: Path, version: str,
                  kubectl: Callable[..., subprocess.CompletedProcess[str]],
-                 wait_established: Callable[..., None]):
+                 wait_established: Callable[..., None], components: Path | None = None):
+        """`components`: the release's ``config/components`` where Go's module cache is not at hand (the GPU node
+        brings them packed); by default, the module's."""
+        self.components = components
         self.workdir = workdir
         self.bins = bins
         self.kubeconfig = kubeconfig
@@ -115,7 +118,7 @@ class Kueue:
         if not (self.bins / "kueue").is_file():
             raise KueueError(f"no kueue binary in {self.bins}: run tests/cluster/build-tools.sh")
         t0 = time.monotonic()
-        source = module_dir(self.version) / "config" / "components"
+        source = self.components or module_dir(self.version) / "config" / "components"
         self.workdir.mkdir(parents=True, exist_ok=True)
         ca = self._certificates()
         self._metrics_certificate()

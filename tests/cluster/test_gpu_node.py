@@ -56,6 +56,50 @@ def test_pod_network_needs_no_iptables(tmp_path: Path) -> None:
     assert bridge["ipam"]["ranges"][0][0] == {"subnet": gpu_node.POD_CIDR, "gateway": gpu_node.NODE_GATEWAY}
 
 
+def test_services_go_through_kube_proxy_in_nftables_mode_with_debians_nft(tmp_path: Path) -> None:
+    """The machine has nf_tables and no iptables binaries (bench/results/gpu_vm_probe-h100): kube-proxy's
+    nftables mode, running the nft unpacked under the node's root; pods' Service traffic masqueraded."""
+    layout = gpu_node.Layout(tmp_path)
+    cfg = gpu_node.kube_proxy_config(layout)
+    assert cfg["mode"] == "nftables" and cfg["nftables"]["masqueradeAll"] is True
+    assert cfg["clusterCIDR"] == gpu_node.POD_CIDR and cfg["hostnameOverride"] == gpu_node.NODE_NAME
+    assert cfg["healthzBindAddress"].startswith("127.0.0.1:")
+    env = gpu_node.nft_env(layout, {"PATH": "/usr/bin"})
+    assert env["PATH"].split(":")[0] == str(tmp_path / "nft/usr/sbin") and env["PATH"].endswith(":/usr/bin")
+    (tmp_path / "nft/usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    assert gpu_node.nft_env(layout, {})["LD_LIBRARY_PATH"] == str(tmp_path / "nft/usr/lib/x86_64-linux-gnu")
+    assert "kube-proxy" in gpu_node.COMPONENTS
+    # the `kubernetes` Service's address is the first of the Service range, which the API server's certificate names
+    import ipaddress
+
+    assert ipaddress.ip_address(gpu_node.SERVICE_IP) == next(ipaddress.ip_network(gpu_node.SERVICE_CIDR).hosts())
+
+
+def test_kube_proxy_configuration_is_written_only_when_it_changes(tmp_path: Path) -> None:
+    """kube-proxy exits when its configuration file is written to: a second `up` must leave it alone."""
+    node = gpu_node.GpuNode(gpu_node.Layout(tmp_path))
+    (tmp_path / "config").mkdir()
+    node.write_configs()
+    path = tmp_path / "config" / "kube-proxy.json"
+    before = path.stat().st_mtime_ns
+    import os
+
+    os.utime(path, ns=(before - 10**9, before - 10**9))
+    node.write_configs()
+    assert path.stat().st_mtime_ns == before - 10**9
+    assert json.loads(path.read_text())["mode"] == "nftables"
+
+
+def test_objects_applied_by_the_node_find_their_paths() -> None:
+    assert gpu_node.object_path({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml-team"}}) == \
+        "/api/v1/namespaces/ml-team"
+    assert gpu_node.object_path({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                                 "metadata": {"name": "gpus", "namespace": "ml-team"}}) == \
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/ml-team/localqueues/gpus"
+    assert gpu_node.object_path({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+                                 "metadata": {"name": "gpus"}}) == "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/gpus"
+
+
 def test_kubelet_and_device_plugin_commands(tmp_path: Path) -> None:
     layout = gpu_node.Layout(tmp_path)
     kubelet = gpu_node.kubelet_config(layout)
@@ -69,7 +113,8 @@ def test_kubelet_and_device_plugin_commands(tmp_path: Path) -> None:
     # a host process: the driver is found at the host's root, not at the container's /driver-root
     assert plugin[plugin.index("--driver-root") + 1] == plugin[plugin.index("--container-driver-root") + 1] == "/"
     api = cmds["kube-apiserver"]
-    assert api[api.index("--bind-address") + 1] == "127.0.0.1"
+    # every address: pods reach it through the `kubernetes` Service (kube-proxy turns it into the node's address)
+    assert api[api.index("--bind-address") + 1] == "0.0.0.0"
     assert "Node,RBAC" in api
     # the node's name resolves nowhere: the API server reaches the kubelet (logs) at the address it reports
     assert api[api.index("--kubelet-preferred-address-types") + 1] == "InternalIP"
