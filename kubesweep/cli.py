@@ -37,7 +37,7 @@ from kubesweep.plan import DEFAULT_MAX_TRIALS, check_size, plan
 from kubesweep.preflight import fit_lines, fit_report
 from kubesweep.session import EXIT_BACKEND, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, Options, Session, error_code
 from kubesweep.session import Results as SweepResults
-from kubesweep.spec import SpecError, Sweep, gpu_types, load_sweep_file, only_gpus
+from kubesweep.spec import Override, SpecError, Sweep, gpu_types, load_sweep_file, only_gpus, parse_sets
 from kubesweep.terminal_text import clean, plain
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking import ui as ui_mod
@@ -96,9 +96,10 @@ def main_options(gpu_catalog: opts.GpuCatalogOpt = None, version: opts.VersionOp
         load_catalog(gpu_catalog)
 
 
-def load(path: Path, allow_unpinned: bool) -> Sweep:
-    """The spec at `path` (exit 2 with every problem if it is not valid); its warnings go to stderr."""
-    sweep = load_sweep_file(path, allow_unpinned=allow_unpinned)
+def load(path: Path, allow_unpinned: bool, overrides: list[Override]) -> Sweep:
+    """The spec at `path` with the `--set` overrides applied (exit 2 with every problem if it is not valid); its
+    warnings go to stderr."""
+    sweep = load_sweep_file(path, allow_unpinned=allow_unpinned, overrides=overrides)
     views.print_warnings(err, sweep.warnings)
     return sweep
 
@@ -123,11 +124,13 @@ def narrowed(sweep: Sweep, gpus: list[str] | None, allow_unpinned: bool) -> Swee
 
 def submit_command(file: Path, *flags: tuple[str, object]) -> list[str]:
     """`sweep submit FILE` with the options given, as a person types it again: (flag, value) pairs, a bool value a
-    bare flag when true, None or False left out."""
+    bare flag when true, a list's items the flag each (`--set` options, in order), None or False left out."""
     words = ["sweep", "submit", str(file)]
     for flag, value in flags:
         if value is True:
             words.append(flag)
+        elif isinstance(value, list):
+            words += [word for item in value for word in (flag, str(item))]
         elif value not in (None, False):
             words += [flag, str(value)]
     return words
@@ -204,9 +207,15 @@ def _follow(s: Session, name: str, detach: bool) -> None:
     raise typer.Exit(ended.code)
 
 
-def _search(s: Session, sweep: Sweep) -> NoReturn:
+def _print_overrides(overrides: list[Override]) -> None:
+    if overrides:
+        console.print(plain(views.overrides_text(overrides), keep_lines=False))
+
+
+def _search(s: Session, sweep: Sweep, overrides: list[Override]) -> NoReturn:
     """Run (or continue) a tune or max-batch search here to its end, then print what it found."""
     views.print_search_start(console, sweep, s.options.backend, s.search_storage(sweep.name))
+    _print_overrides(overrides)
     ended = _watch(lambda progress: s.run_search(sweep, progress), f"interrupted; the search state is kept. "
                    f"`sweep submit` of the same spec or `sweep resume {sweep.name}` continues it", s, sweep.name)
     views.print_ended(console, s.backend, sweep.name, sweep.spec.tta_target, s.ended_records(sweep.name))
@@ -222,19 +231,22 @@ def validate(
     file: opts.SpecFile, backend: opts.BackendOpt = BackendName.local, any_gpu: opts.AnyGpuOpt = False,
     allow_unpinned: opts.AllowUnpinned = False, max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
     confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER, gpu: opts.GpuOpt = None, namespace: opts.NamespaceOpt = None,
-    kubeconfig: opts.KubeconfigOpt = None,
+    kubeconfig: opts.KubeconfigOpt = None, sets: opts.SetOpt = None,
 ) -> None:
     """Check a sweep spec, and everything `submit` checks before it runs on the backend (--backend; nothing runs);
-    print each problem as FILE:LINE: FIELD: what was expected. With --backend kubernetes and a cluster configured,
+    print each problem as FILE:LINE: FIELD: what was expected (a value given with --set: the option). With --set,
+    also each overridden path's value as the sweep has it. With --backend kubernetes and a cluster configured,
     also what the cluster's nodes offer each GPU type (a cluster that cannot be asked is a note, not an error)."""
-    p = make_plan(narrowed(load(file, allow_unpinned), gpu, allow_unpinned), max_trials)
+    overrides = parse_sets(sets)
+    p = make_plan(narrowed(load(file, allow_unpinned, overrides), gpu, allow_unpinned), max_trials)
     s = session(backend, namespace=namespace, kubeconfig=kubeconfig, any_gpu=any_gpu, allow_unpinned=allow_unpinned)
     s.check(p)
     views.warn_if_large(err, p, confirm_over)
-    views.print_valid(console, file, p, backend.value)
+    views.print_valid(console, file, p, backend.value, overrides)
     if backend == BackendName.kubernetes:
         _cluster_gpus(s, p, submit_command(file, ("--backend", backend.value), ("--namespace", namespace),
-                                           ("--kubeconfig", kubeconfig), ("--allow-unpinned", allow_unpinned)))
+                                           ("--kubeconfig", kubeconfig), ("--allow-unpinned", allow_unpinned),
+                                           ("--set", [o.text for o in overrides])))
 
 
 def _cluster_gpus(s: Session, p: Plan, command: list[str]) -> None:
@@ -261,9 +273,11 @@ def _cluster_gpus(s: Session, p: Plan, command: list[str]) -> None:
 def plan_cmd(
     file: opts.SpecFile, output: opts.PlanOutputOpt = PlanFormat.table, all_rows: opts.AllRowsOpt = False,
     allow_unpinned: opts.AllowUnpinned = False, max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
+    sets: opts.SetOpt = None,
 ) -> None:
     """Show the trials a spec expands to (and the cells dropped, with the reason)."""
-    p = make_plan(load(file, allow_unpinned), max_trials)
+    overrides = parse_sets(sets)
+    p = make_plan(load(file, allow_unpinned, overrides), max_trials)
     views.show_plan(console, p, output.value, all_rows)
 
 
@@ -271,11 +285,13 @@ def plan_cmd(
 def render(
     file: opts.SpecFile, allow_unpinned: opts.AllowUnpinned = False, namespace: opts.NamespaceOpt = None,
     max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS, tuner_image: opts.TunerImageOpt = None,
+    sets: opts.SetOpt = None,
 ) -> None:
     """Print the Kubernetes manifests (a YAML stream) the spec's trials run as (after the checks `submit
     --backend kubernetes` runs): a warm pod's Job per GPU slot kind (spec.warm_pods, the default; false: a Job per
     trial); a search sweep's tuner Job as the operator runs it, in --tuner-image."""
-    p = make_plan(load(file, allow_unpinned), max_trials)
+    overrides = parse_sets(sets)
+    p = make_plan(load(file, allow_unpinned, overrides), max_trials)
     session(BackendName.kubernetes, allow_unpinned=allow_unpinned).check(p)
     try:
         objects = render_plan(p, allow_unpinned=allow_unpinned, namespace=namespace, tuner_image=tuner_image)
@@ -297,9 +313,10 @@ def submit(
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
     max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS, confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER,
-    yes: opts.YesOpt = False, gpu: opts.GpuOpt = None,
+    yes: opts.YesOpt = False, gpu: opts.GpuOpt = None, sets: opts.SetOpt = None,
 ) -> None:
-    """Expand a spec into trials and run them. Submitting the same spec again starts nothing twice.
+    """Expand a spec (with its --set overrides) into trials and run them. Submitting the same spec again starts
+    nothing twice.
 
     Kubernetes: before anything is applied, what the cluster's nodes offer each GPU type (label
     nvidia.com/gpu.product, allocatable nvidia.com/gpu); where some trials cannot run, the ways forward: --gpu
@@ -309,7 +326,8 @@ def submit(
     else as the operator's tuner Job; submitted again, it continues from its saved state.
     Tracking: one MLflow parent run per sweep (found again on a later submit or resume), a child run per trial.
     """
-    sweep = narrowed(load(file, allow_unpinned), gpu, allow_unpinned)
+    overrides = parse_sets(sets)
+    sweep = narrowed(load(file, allow_unpinned, overrides), gpu, allow_unpinned)
     p = make_plan(sweep, max_trials)
     s = session(backend, home, namespace, kubeconfig, direct, any_gpu=any_gpu, parallel=parallel,
                 tracking_uri=tracking_uri, no_tracking=no_tracking, allow_unpinned=allow_unpinned)
@@ -319,16 +337,19 @@ def submit(
             file, ("--backend", backend.value), ("--namespace", namespace), ("--kubeconfig", kubeconfig),
             ("--direct", direct), ("--allow-unpinned", allow_unpinned), ("--tracking-uri", tracking_uri),
             ("--no-tracking", no_tracking), ("--detach", detach),
-            ("--max-trials", max_trials if max_trials != DEFAULT_MAX_TRIALS else None)), yes)
+            ("--max-trials", max_trials if max_trials != DEFAULT_MAX_TRIALS else None),
+            ("--set", [o.text for o in overrides])), yes)
     confirm_large(p, confirm_over, yes)
     if detach and s.search_runs_here(sweep):
-        s.detach_search(file, sweep.name, allow_unpinned=allow_unpinned, max_trials=max_trials)
+        s.detach_search(file, sweep.name, allow_unpinned=allow_unpinned, max_trials=max_trials,
+                        sets=[o.text for o in overrides])
         views.print_search_detached(console, sweep)
+        _print_overrides(overrides)
         return
     status = s.submit(sweep, p)
     if status is None:
-        _search(s, sweep)
-    views.print_submitted(console, file, p, backend.value, status.message)
+        _search(s, sweep, overrides)
+    views.print_submitted(console, file, p, backend.value, status.message, overrides)
     _follow(s, sweep.name, detach)
 
 
@@ -400,7 +421,7 @@ def resume(
     s = session(backend, home, namespace, kubeconfig, direct, tracking_uri=tracking_uri, no_tracking=no_tracking)
     sweep, resumed = s.resume(name)
     if resumed is None:
-        _search(s, sweep)
+        _search(s, sweep, [])
     if resumed.done:  # nothing to rerun: said so
         return
     _follow(s, name, detach)

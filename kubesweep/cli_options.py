@@ -105,6 +105,12 @@ UiNameArg = Annotated[str | None, typer.Argument(metavar="NAME", help="sweep who
                                                  "each sweep's", show_default=False)]
 AllRowsOpt = Annotated[bool, typer.Option("--all", help="print every row of a long table (otherwise the first 50 "
                                                       "and how many more there are)")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", metavar="PATH=VALUE", show_default=False,
+    help="override a value of the spec file (repeatable, in order), as Helm's --set: PATH a dotted path under spec "
+         "(job.max_steps, matrix.batch_size, concurrency.max_parallel, storage.cache_claim; a leading spec. is the "
+         "same) or metadata.name, VALUE one YAML value (200, true, 2.0e-5, [16, 32], {target: 3%, max: 10}, a "
+         "string; null removes the key); a key the file lacks is added")]
 AllowUnpinned = Annotated[bool, typer.Option("--allow-unpinned", help="accept image tags not pinned by digest")]
 TunerImageOpt = Annotated[str | None, typer.Option(
     "--tuner-image", envvar="KUBESWEEP_TUNER_IMAGE", metavar="IMAGE",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from kubesweep.backends.local_machine import default_home
@@ -43,10 +44,10 @@ def spawn_driver(name: str, home: Path | None, *, backend: str = "local", namesp
 def spawn_search(file: Path, name: str, *, home: Path | None, backend: str, parallel: int, max_trials: int,
                  allow_unpinned: bool = False, any_gpu: bool = False, tracking_uri: str | None = None,
                  no_tracking: bool = False, namespace: str | None = None, kubeconfig: Path | None = None,
-                 direct: bool = False) -> Path:
+                 direct: bool = False, sets: Sequence[str] = ()) -> Path:
     """`sweep submit` of the same spec (sweep `name`) with the same options (the `sweep` flags of the same
-    names): the search runs on after this shell returns. The size of the sweep was confirmed here already
-    (--yes)."""
+    names; `sets`: the `--set` options, in order): the search runs on after this shell returns. The size of the
+    sweep was confirmed here already (--yes)."""
     home_path = home or default_home()
     argv = [sys.executable, "-m", "kubesweep", "submit", str(file.resolve()), "--home", str(home_path),
             "--backend", backend, "--parallel", str(parallel), "--max-trials", str(max_trials)]
@@ -57,6 +58,7 @@ def spawn_search(file: Path, name: str, *, home: Path | None, backend: str, para
     argv += ["--namespace", namespace] if namespace else []
     argv += ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
     argv += ["--direct"] if direct else []
+    argv += [word for text in sets for word in ("--set", text)]
     argv += ["--yes"]
     log = driver_log(home_path, name)
     _spawn(argv, log)

@@ -211,7 +211,8 @@ def _host(devices: Sequence[Device], catalog: Catalog) -> str:
 
 
 def _ways_forward(sweep: Sweep, devices: Sequence[Device], catalog: Catalog, *, any_gpu: bool) -> str:
-    cluster = f"on a cluster with these GPUs, `sweep submit {sweep.source} --backend kubernetes`"
+    again = shlex.join(["sweep", "submit", sweep.source, *sweep.set_options, "--backend", "kubernetes"])
+    cluster = f"on a cluster with these GPUs, `{again}`"
     names = [n for n in dict.fromkeys(catalog.by_product(d.product) for d in devices) if n]
     if any_gpu:
         here = "on a machine with an NVIDIA GPU, the same command"

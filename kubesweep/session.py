@@ -22,7 +22,7 @@ import json
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -387,13 +387,15 @@ class Session:
             self.open_tracking(sweep, len(self.backend.status(name).trials))
         return self.follow(name)
 
-    def detach_search(self, file: Path, name: str, *, allow_unpinned: bool, max_trials: int) -> Path:
-        """Run the search of the spec `file` in a process of its own; its log file."""
+    def detach_search(self, file: Path, name: str, *, allow_unpinned: bool, max_trials: int,
+                      sets: Sequence[str] = ()) -> Path:
+        """Run the search of the spec `file` (with the `--set` overrides `sets`) in a process of its own; its log
+        file."""
         o = self.options
         return spawn_search(file, name, home=o.home, backend=o.backend, parallel=o.parallel, max_trials=max_trials,
                             allow_unpinned=allow_unpinned, any_gpu=o.any_gpu, tracking_uri=o.tracking_uri,
                             no_tracking=o.no_tracking, namespace=o.namespace, kubeconfig=o.kubeconfig,
-                            direct=o.direct)
+                            direct=o.direct, sets=sets)
 
     def delete(self, name: str) -> int:
         """Stop the sweep's trials and forget it; the MLflow runs it left running (its parent run, the trials'

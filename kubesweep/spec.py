@@ -19,7 +19,7 @@ not a boolean).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,9 @@ from kubesweep.spec_model import Sweep as Sweep
 from kubesweep.spec_model import SweepSpec as SweepSpec
 from kubesweep.spec_model import TuneSearch as TuneSearch
 from kubesweep.spec_model import set_axes as set_axes
+from kubesweep.spec_overrides import Override as Override
+from kubesweep.spec_overrides import apply_overrides
+from kubesweep.spec_overrides import parse_sets as parse_sets
 from kubesweep.specfile import MAX_DEPTH, LineMap, load_document, read_spec_text, too_deep
 from kubesweep.specfile import Problem as Problem
 from kubesweep.specfile import SpecError as SpecError
@@ -50,20 +53,25 @@ from kubesweep.specfile import SpecError as SpecError
 
 
 def load_sweep_file(
-    path: str | Path, *, allow_unpinned: bool = False, catalog: Catalog | None = None
+    path: str | Path, *, allow_unpinned: bool = False, catalog: Catalog | None = None,
+    overrides: Sequence[Override] = (),
 ) -> Sweep:
-    """The spec file at `path` as a `Sweep`; `SpecError` when it cannot be read (see `kubesweep.specfile`) or
-    is not valid."""
+    """The spec file at `path`, with `overrides` (`--set`) applied, as a `Sweep`; `SpecError` when it cannot be
+    read (see `kubesweep.specfile`) or is not valid."""
     source = str(path)
     text = read_spec_text(path)
-    return parse_sweep_text(text, source=source, allow_unpinned=allow_unpinned, catalog=catalog)
+    return parse_sweep_text(text, source=source, allow_unpinned=allow_unpinned, catalog=catalog, overrides=overrides)
 
 
 def parse_sweep_text(
-    text: str, *, source: str = "<input>", allow_unpinned: bool = False, catalog: Catalog | None = None
+    text: str, *, source: str = "<input>", allow_unpinned: bool = False, catalog: Catalog | None = None,
+    overrides: Sequence[Override] = (),
 ) -> Sweep:
     data, lines = load_document(text, source)
-    return parse_sweep(data, source=source, lines=lines, allow_unpinned=allow_unpinned, catalog=catalog)
+    data = apply_overrides(data, overrides, lines)
+    sweep = parse_sweep(data, source=source, lines=lines, allow_unpinned=allow_unpinned, catalog=catalog)
+    sweep._sets = [o.text for o in overrides]
+    return sweep
 
 
 def parse_sweep(
@@ -84,8 +92,8 @@ def parse_sweep(
                                               f"got {type(data).__name__}", 1)])
     deep = too_deep(data)
     if deep is not None:
-        raise SpecError(source, [Problem(deep, f"nested more than {MAX_DEPTH} levels deep; a sweep spec needs a "
-                                               "few", lines.line(deep))])
+        raise SpecError(source, [lines.problem(deep, f"nested more than {MAX_DEPTH} levels deep; a sweep spec "
+                                                     "needs a few")])
     try:
         sweep = Sweep.model_validate(data, strict=True)
     except ValidationError as exc:
@@ -94,14 +102,14 @@ def parse_sweep(
             path = clean_path(error["loc"], data)
             if error["type"] == "union_tag_invalid":
                 path = (*path, str((error.get("ctx") or {}).get("discriminator", "")).strip("'"))
-            problems.setdefault(path, Problem(path, message(error, path), lines.line(path)))
+            problems.setdefault(path, lines.problem(path, message(error, path)))
         raise SpecError(source, sorted(problems.values(), key=lambda p: p.line or 0)) from None
     sweep._source = source
-    sweep._lines = dict(lines.lines)
-    sweep._warnings = [Problem(w.path, w.message, lines.line(w.path)) for w in warnings_of(sweep)]
+    sweep._lines = lines
+    sweep._warnings = [lines.problem(w.path, w.message) for w in warnings_of(sweep)]
     problems_list = list(semantic_problems(sweep, catalog or load_catalog(), allow_unpinned))
     if problems_list:
-        raise SpecError(source, [Problem(p.path, p.message, lines.line(p.path)) for p in problems_list])
+        raise SpecError(source, [lines.problem(p.path, p.message) for p in problems_list])
     return sweep
 
 
@@ -140,13 +148,12 @@ def only_gpus(sweep: Sweep, gpus: list[str], *, allow_unpinned: bool = False) ->
     if isinstance(matrix.get("gpu"), list):
         matrix["gpu"] = [g for g in matrix["gpu"] if g in keep]
         if not matrix["gpu"]:
-            raise SpecError(sweep.source, [Problem(("spec", "matrix", "gpu"), f"--gpu {' --gpu '.join(gpus)} leaves "
-                                                   "the matrix's gpu axis no value", sweep.problem(
-                                                       ("spec", "matrix", "gpu"), "").line)])
+            raise SpecError(sweep.source, [sweep.problem(("spec", "matrix", "gpu"), f"--gpu {' --gpu '.join(gpus)} "
+                                                         "leaves the matrix's gpu axis no value")])
     spec["include"] = [c for c in spec.get("include") or [] if c.get("gpu") is None or c.get("gpu") in keep]
     space = (spec.get("search") or {}).get("space") or {}
     if isinstance(space.get("gpu"), Mapping) and isinstance(space["gpu"].get("values"), list):
         space["gpu"]["values"] = [g for g in space["gpu"]["values"] if g in keep]
-    lines = LineMap()
-    lines.lines = dict(sweep._lines)
-    return parse_sweep(document, source=sweep.source, lines=lines, allow_unpinned=allow_unpinned)
+    narrow = parse_sweep(document, source=sweep.source, lines=sweep._lines.copy(), allow_unpinned=allow_unpinned)
+    narrow._sets = list(sweep._sets)
+    return narrow

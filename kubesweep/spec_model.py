@@ -14,6 +14,7 @@ from pydantic import BeforeValidator, Field, PrivateAttr, create_model
 from pydantic.fields import FieldInfo
 
 from kubesweep.images import locked_reference
+from kubesweep.specfile import LineMap
 from kubesweep.specfile import Problem as Problem
 from kubesweep.specfile import SpecError as SpecError
 from kubesweep.wire.base import StrictModel
@@ -371,7 +372,8 @@ class Sweep(StrictModel):
     spec: SweepSpec = Field(default_factory=SweepSpec)
     _source: str = PrivateAttr("<input>")
     _warnings: list[Problem] = PrivateAttr(default_factory=list)
-    _lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)  # field path -> line in the source
+    _lines: LineMap = PrivateAttr(default_factory=LineMap)  # field path -> its line in the source, or its --set
+    _sets: list[str] = PrivateAttr(default_factory=list)  # the --set options applied to the source, as typed
 
     @property
     def name(self) -> str:
@@ -384,13 +386,17 @@ class Sweep(StrictModel):
 
     def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
         """A problem at `path` of this spec, with its line (or its nearest parent's) in the source text when it was
-        parsed from one."""
-        ends = (path[:end] for end in range(len(path), -1, -1))
-        return Problem(path, message, next((self._lines[p] for p in ends if p in self._lines), None))
+        parsed from one, or the command-line option (`--set`) that set its value."""
+        return self._lines.problem(path, message)
 
     @property
     def source(self) -> str:
         return self._source
+
+    @property
+    def set_options(self) -> list[str]:
+        """The `--set` options applied to the source's values, as words of a command (`--set`, `job.max_steps=5`)."""
+        return [word for text in self._sets for word in ("--set", text)]
 
     @property
     def base_dir(self) -> Path:

@@ -38,6 +38,7 @@ class Problem:
     path: tuple[str | int, ...]
     message: str
     line: int | None = None
+    option: str | None = None  # the command-line option that set the value (`--set job.max_steps=0`), not a line
 
     @property
     def dotted(self) -> str:
@@ -66,7 +67,7 @@ class SpecError(ValueError):
     def format(self) -> str:
         lines = []
         for p in self.problems[:self.SHOWN_PROBLEMS]:
-            where = f"{self.source}:{p.line}" if p.line else self.source
+            where = p.option or (f"{self.source}:{p.line}" if p.line else self.source)
             lines.append(f"{where}: {p.dotted}: {p.message}" if p.path else f"{where}: {p.message}")
         if len(self.problems) > self.SHOWN_PROBLEMS:
             more = len(self.problems) - self.SHOWN_PROBLEMS
@@ -225,16 +226,57 @@ def load_document(text: str, source: str) -> tuple[Any, LineMap]:
     except _Refused as exc:
         raise SpecError(source, [Problem((), exc.message, exc.line)]) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        opened, context = getattr(exc, "context_mark", None), getattr(exc, "context", None) or ""
-        if opened is not None and context.startswith("while parsing a flow ") and opened.line + 1 != line:
-            # an unclosed `[` or `{`: the parser notices on a later line; the mistake is where it was opened
-            kind = context.removeprefix("while parsing a ")
-            problem = f"the {kind} opened here is not closed ({problem} on line {line})"
-            line = opened.line + 1
-        raise SpecError(source, [Problem((), f"not valid YAML: {problem}", line)]) from None
+        raise _not_yaml(source, exc) from None
+
+
+def load_value(text: str, option: str) -> Any:
+    """The one YAML scalar or flow value in `text` (a command line's `--set PATH=VALUE`: `200`, `2.0e-5`, `[16, 32]`,
+    `{target: 3%, max: 10}`, a string), read as a spec file is, within its bounds; None for empty text. `SpecError`
+    naming `option` (the option as typed) when it is not one such value."""
+    if len(text.encode(errors="surrogatepass")) > MAX_SPEC_BYTES:
+        raise SpecError(option, [Problem((), f"the value is over the limit of {MAX_SPEC_BYTES:,} bytes (1 MiB) for a "
+                                             "sweep spec")])
+    loader = _Loader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            if isinstance(node, yaml.CollectionNode) and not node.flow_style:
+                raise SpecError(option, [Problem((), "expected one YAML value on the command line: a scalar (200, "
+                                                     "true, a string) or a flow list or mapping ([16, 32], {max: 10}), "
+                                                     "not a block one; quote a string that holds ': ' or '- '")])
+            duplicates = _duplicate_keys(node, (), set())
+            if duplicates:
+                raise SpecError(option, [Problem((), f"{duplicates[0].dotted}: given twice; YAML would keep only the "
+                                                     "last: give it once")])
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except _Refused as exc:
+        raise SpecError(option, [Problem((), exc.message)]) from None
+    except yaml.YAMLError as exc:
+        raise _not_yaml(option, exc, lines=False) from None
+
+
+def _not_yaml(source: str, exc: yaml.YAMLError, lines: bool = True) -> SpecError:
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    problem = getattr(exc, "problem", None) or str(exc)
+    opened, context = getattr(exc, "context_mark", None), getattr(exc, "context", None) or ""
+    if opened is not None and context.startswith("while parsing a flow ") and opened.line + 1 != line:
+        # an unclosed `[` or `{`: the parser notices on a later line; the mistake is where it was opened
+        kind = context.removeprefix("while parsing a ")
+        problem = f"the {kind} opened here is not closed ({problem} on line {line})"
+        line = opened.line + 1
+    if not lines:  # a value on the command line: one line
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        if context.startswith("while parsing a flow "):
+            problem = f"a '[' or '{{' is not closed ({problem})"
+        elif "single document" in context:
+            problem = "it holds more than one YAML document; give one value"
+        return SpecError(source, [Problem((), f"not valid YAML: {problem}")])
+    return SpecError(source, [Problem((), f"not valid YAML: {problem}", line)])
 
 
 def _short(text: str) -> str:
@@ -271,7 +313,8 @@ def _duplicate_keys(node: yaml.Node, path: tuple[str | int, ...], seen: set[int]
 
 
 class LineMap:
-    """Path → line number of each YAML node, so errors can point at the line.
+    """Path → line number of each YAML node, so errors can point at the line; and path → the command-line option
+    that set the value there (`options`: `--set job.max_steps=0`), which a problem at or under it names instead.
 
     A node is walked once, at its anchor; a path through an alias has the alias's line (`aliases`: the line of
     each alias by where it stands, (id(sequence), index) or (id(mapping), id(key node))).
@@ -279,6 +322,7 @@ class LineMap:
 
     def __init__(self, node: yaml.Node | None = None, aliases: Mapping[tuple[int, int], int] | None = None):
         self.lines: dict[tuple[str | int, ...], int] = {}
+        self.options: dict[tuple[str | int, ...], str] = {}
         self.aliases = aliases or {}
         if node is not None:
             self._walk(node, (), node.start_mark.line + 1, set())
@@ -306,6 +350,24 @@ class LineMap:
             if path[:end] in self.lines:
                 return self.lines[path[:end]]
         return None
+
+    def set_by(self, path: tuple[str | int, ...], option: str) -> None:
+        """The value at `path` is `option`'s (a later option replaces what an earlier one set under it)."""
+        for known in [p for p in self.options if p[:len(path)] == path]:
+            del self.options[known]
+        self.options[path] = option
+
+    def problem(self, path: tuple[str | int, ...], message: str) -> Problem:
+        """A problem at `path`: named by the option that set its value (or a parent's), else by its line."""
+        for end in range(len(path), -1, -1):
+            if path[:end] in self.options:
+                return Problem(path, message, None, self.options[path[:end]])
+        return Problem(path, message, self.line(path))
+
+    def copy(self) -> LineMap:
+        other = LineMap()
+        other.lines, other.options, other.aliases = dict(self.lines), dict(self.options), self.aliases
+        return other
 
 
 def too_deep(data: Any) -> tuple[str | int, ...] | None:

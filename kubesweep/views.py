@@ -7,11 +7,13 @@ import csv
 import io
 import json
 import os
+import shlex
 import sys
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import yaml
 from rich import box
 from rich.console import Console, Group
 from rich.live import Live
@@ -23,6 +25,7 @@ from kubesweep.backends.base import Backend, Phase, ProgressCallback, SweepStatu
 from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, row_of
 from kubesweep.search_view import search_lines
+from kubesweep.spec_overrides import Override, value_at
 from kubesweep.table_fit import Column, fit
 from kubesweep.terminal_text import clean, plain, value_text
 from kubesweep.tracking import aggregate as agg
@@ -58,9 +61,9 @@ def _row(table: Table, *cells: Any, style: str | None = None) -> None:
     table.add_row(*(cell if isinstance(cell, Text) else plain(cell) for cell in cells), style=style)
 
 
-def _say(console: Console, line: Any, style: str = "") -> None:
+def _say(console: Console, line: Any, style: str = "", keep_lines: bool = True) -> None:
     """One line with text from a trial, a results file, Kubernetes or MLflow in it, printed as literal text."""
-    console.print(plain(line, style=style))
+    console.print(plain(line, style=style, keep_lines=keep_lines))
 
 
 _fmt = value_text
@@ -159,15 +162,35 @@ def trials_text(plan: Plan) -> str:
     return f"{len(plan.trials):,} trials to start, up to {len(plan.trials) // rule.min * rule.max:,}"
 
 
-def print_valid(console: Console, file: Path, plan: Plan, backend: str) -> None:
+def print_valid(console: Console, file: Path, plan: Plan, backend: str, overrides: Sequence[Override] = ()) -> None:
     _say(console, f"{file}: valid for the {backend} backend — sweep {plan.sweep.name!r}, {trials_text(plan)}, "
                   f"{len(plan.dropped)} cells dropped")
+    document = plan.sweep.to_document()
+    for override in overrides:  # each --set path's value as the sweep has it (defaults filled in, values normalized)
+        found, value = value_at(document, override.path)
+        effective = _flow(value) if found else "(not set)"
+        _say(console, f"  {'.'.join(override.path)}: {effective}  ({override.option})")
 
 
-def print_submitted(console: Console, file: Path, plan: Plan, backend: str, message: str) -> None:
+def _flow(value: Any) -> str:
+    """A value as one line of YAML flow style: `200`, `true`, `[16, 32]`, `{target: 3.0, max: 10}`."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=2**31, allow_unicode=True, sort_keys=False)
+    return str(text).strip().removesuffix("\n...").strip()
+
+
+def overrides_text(overrides: Sequence[Override]) -> str:
+    """`with --set job.max_steps=200, --set 'matrix.batch_size=[16, 32]'`: the overrides, as typed again."""
+    return "with " + ", ".join(shlex.join(["--set", o.text]) for o in overrides)
+
+
+def print_submitted(console: Console, file: Path, plan: Plan, backend: str, message: str,
+                    overrides: Sequence[Override] = ()) -> None:
     _say(console, f"sweep {plan.sweep.name!r}: {trials_text(plan)} on the {backend} backend ({message})")
+    if overrides:
+        _say(console, overrides_text(overrides), keep_lines=False)
     if plan.dropped:
-        _say(console, f"{len(plan.dropped)} cells dropped (see `sweep plan {file}`)")
+        again = shlex.join(["sweep", "plan", str(file), *(w for o in overrides for w in ("--set", o.text))])
+        _say(console, f"{len(plan.dropped)} cells dropped (see `{again}`)")
 
 
 def print_search_detached(console: Console, sweep: Sweep) -> None:

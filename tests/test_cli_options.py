@@ -32,7 +32,7 @@ def declared() -> dict[str, Any]:
 
 def test_every_option_has_its_declared_envvar_and_no_other() -> None:
     infos = declared()
-    assert len(infos) == 45
+    assert len(infos) == 46
     assert {n: i.envvar for n, i in infos.items() if getattr(i, "envvar", None)} == ENVVARS
     for name, info in infos.items():
         if isinstance(info, typer.models.OptionInfo):
@@ -64,8 +64,11 @@ def test_submit_help_shows_the_options_with_their_envvars() -> None:
                       ("--no-tracking", "KUBESWEEP_NO_TRACKING"), ("--kubeconfig", "KUBECONFIG"),
                       ("--direct", "KUBESWEEP_DIRECT")]:
         assert re.search(re.escape(flag) + r".*?\[env var: " + env + r"[;\]]", text), (flag, text)
-    for flag in ("--detach", "--parallel", "--any-gpu", "--yes", "--tracking-uri", "--allow-unpinned"):
+    for flag in ("--detach", "--parallel", "--any-gpu", "--yes", "--tracking-uri", "--allow-unpinned", "--set"):
         assert flag in text
+    for command in ("validate", "plan", "render"):  # every command that reads a spec file takes --set
+        shown = plain(CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "300", "NO_COLOR": "1"}).output)
+        assert "--set PATH=VALUE" in shown, command
 
 
 @pytest.mark.parametrize("value", ["0", "x"])

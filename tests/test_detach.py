@@ -48,13 +48,15 @@ def test_a_detached_search_is_the_same_submit_with_the_same_options(tmp_path: Pa
     spec = tmp_path / "search.yaml"
     options = Options(home=tmp_path / "home", backend="kubernetes", parallel=3, any_gpu=True,
                       tracking_uri="http://mlflow:5000", namespace="team", kubeconfig=tmp_path / "kc", direct=True)
-    log = Session(options).detach_search(spec, "srch", allow_unpinned=True, max_trials=50)
+    log = Session(options).detach_search(spec, "srch", allow_unpinned=True, max_trials=50,
+                                         sets=["job.max_steps=5", "search.num_samples=8"])
     ((argv, spawned_log),) = started
     assert log == spawned_log == tmp_path / "home" / "sweeps" / "srch" / "driver.log"
     assert argv == [sys.executable, "-m", "kubesweep", "submit", str(spec.resolve()), "--home", str(tmp_path / "home"),
                     "--backend", "kubernetes", "--parallel", "3", "--max-trials", "50", "--allow-unpinned",
                     "--any-gpu", "--tracking-uri", "http://mlflow:5000", "--namespace", "team", "--kubeconfig",
-                    str(tmp_path / "kc"), "--direct", "--yes"]
+                    str(tmp_path / "kc"), "--direct", "--set", "job.max_steps=5", "--set", "search.num_samples=8",
+                    "--yes"]
     Session(Options(home=tmp_path / "home", no_tracking=True)).detach_search(spec, "srch", allow_unpinned=False,
                                                                              max_trials=5)
     assert started[1][0][4:] == [str(spec.resolve()), "--home", str(tmp_path / "home"), "--backend", "local",

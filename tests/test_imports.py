@@ -36,6 +36,7 @@ FLOORS: dict[str, int] = {
     "kubesweep.spec_checks": 1,
     "kubesweep.spec_errors": 1,
     "kubesweep.specfile": 1,
+    "kubesweep.spec_overrides": 1,
     "kubesweep.gpus": 1,
     "kubesweep.images": 1,
     "kubesweep.image_build": 1,

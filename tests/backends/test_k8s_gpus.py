@@ -94,8 +94,9 @@ def test_the_clusters_gpu_types_are_read_and_a_plan_of_four_split_by_them(k8s_cl
     spec.write_text(yaml.safe_dump({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep",
                                     "metadata": {"name": "four"},
                                     "spec": {"image": DIGEST, "matrix": FOUR, "warm_pods": False}}))
+    sets = ["--set", "job.max_steps=5", "--set", "concurrency={max_parallel: 2}"]  # carried into the commands
     args = ["submit", str(spec), "--backend", "kubernetes", "--direct", "--no-tracking", "-n", k8s_namespace,
-            "--kubeconfig", str(k8s_cluster.kubeconfig)]
+            "--kubeconfig", str(k8s_cluster.kubeconfig), *sets]
     proc = subprocess.run([sys.executable, "-m", "kubesweep", *args], capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "80"})  # commands stay whole
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -103,7 +104,8 @@ def test_the_clusters_gpu_types_are_read_and_a_plan_of_four_split_by_them(k8s_cl
     assert lines[0].startswith("4 of this sweep's 8 GPU trials cannot run on this cluster")
     assert "  v100-32gb (Tesla-V100-SXM2-32GB): no node: none of its 2 trials can run (no node of it)" in lines
     command = shlex.join(["sweep", *args[:2], "--backend", "kubernetes", "--namespace", k8s_namespace,
-                          "--kubeconfig", str(k8s_cluster.kubeconfig), "--direct", "--no-tracking"])
+                          "--kubeconfig", str(k8s_cluster.kubeconfig), "--direct", "--no-tracking", *sets])
+    assert command.endswith(" --set job.max_steps=5 --set 'concurrency={max_parallel: 2}'")
     assert f"  {command} --gpu h100-80gb --gpu l4" in lines and f"  {command} --yes" in lines, lines
     assert lines[-1] == "nothing submitted: choose one of the commands above" and proc.stdout == ""
     assert not k8s_cluster.get_json("jobs", namespace=k8s_namespace)["items"]
