@@ -892,8 +892,9 @@ def assemble_job_image(root: Path, wheels: Path, venv: Path = Path("/opt/torch/.
         target = stage / str(site).lstrip("/")
         run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-compile",
              "--target", str(target), *map(str, chosen)], timeout=600)
+        scripts = venv_scripts(target, stage / str(venv / "bin").lstrip("/"), venv)
         layer = work / f"{label}.tar"
-        tar_paths(layer, [str(target.relative_to(stage))], root=str(stage))
+        tar_paths(layer, [str(target.relative_to(stage)), *scripts], root=str(stage))
         shutil.rmtree(stage)
         layers.append(layer)
     skeleton = work / "skeleton.tar"
@@ -916,6 +917,27 @@ def assemble_job_image(root: Path, wheels: Path, venv: Path = Path("/opt/torch/.
               "carried_wheels": [w.name for w in carried], "seconds": times}
     (work / "assembled.json").write_text(json.dumps(result, indent=1))
     return result
+
+
+def venv_scripts(target: Path, bin_dir: Path, venv: Path) -> list[str]:
+    """The console scripts `pip install --target` left in target/bin (`mlflow`, `kopf`, ...), moved to the venv's
+    bin/ (on the image's PATH, as a plain install puts them) with the venv's Python as their interpreter; their
+    paths relative to the stage, for the layer."""
+    source = target / "bin"
+    if not source.is_dir():
+        return []
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    moved = []
+    for script in sorted(source.iterdir()):
+        data = script.read_bytes()
+        if data.startswith(b"#!"):
+            data = f"#!{venv}/bin/python".encode() + data[data.index(b"\n"):]
+        dest = bin_dir / script.name
+        dest.write_bytes(data)
+        dest.chmod(0o755)
+        moved.append(str(venv / "bin" / script.name).lstrip("/"))
+    shutil.rmtree(source)
+    return moved
 
 
 def import_job_image(node: GpuNode, assembled: dict[str, Any]) -> dict[str, Any]:

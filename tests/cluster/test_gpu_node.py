@@ -271,3 +271,18 @@ def test_a_carried_wheels_requirements_join_the_closure(tmp_path: Path) -> None:
     found, missing = gpu_node.requirement_closure(
         ["mlflow-skinny", "absent"], {}, {"mlflow-skinny": carried, "protobuf": venv_protobuf}.get)
     assert found == ["mlflow-skinny", "protobuf"] and missing == ["absent"]
+
+
+def test_console_scripts_of_carried_wheels_land_on_the_venvs_path(tmp_path: Path) -> None:
+    """`pip install --target` leaves `mlflow` in target/bin, off the image's PATH: the chart runs `mlflow server`
+    from this image, so the scripts move to the venv's bin/ and run with the venv's Python."""
+    target, venv = tmp_path / "stage/site", Path("/opt/torch/.venv")
+    (target / "bin").mkdir(parents=True)
+    (target / "bin" / "mlflow").write_text("#!/usr/bin/python3\nimport sys\nfrom mlflow.cli import cli\n")
+    bin_dir = tmp_path / "stage" / str(venv / "bin").lstrip("/")
+    moved = gpu_node.venv_scripts(target, bin_dir, venv)
+    assert moved == ["opt/torch/.venv/bin/mlflow"]
+    script = (bin_dir / "mlflow").read_text()
+    assert script.splitlines()[0] == "#!/opt/torch/.venv/bin/python" and "from mlflow.cli import cli" in script
+    assert (bin_dir / "mlflow").stat().st_mode & 0o111 and not (target / "bin").exists()
+    assert gpu_node.venv_scripts(target, bin_dir, venv) == []  # nothing left to move
