@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -37,11 +38,22 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-import gpu_node as node_bench  # noqa: E402  (bench/gpu_node.py: the node's steps and helpers)
 
-gpu_node = node_bench.gpu_node  # tests/cluster/gpu_node.py
+
+def _bench_module() -> Any:
+    """bench/gpu_node.py (the node's steps and helpers), under a name of its own: tests/cluster/gpu_node.py, which
+    it imports, has the same file name."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_node_bench", ROOT / "bench" / "gpu_node.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+node_bench = _bench_module()
+gpu_node = node_bench.gpu_node  # tests/cluster/gpu_node.py (bench/gpu_node.py put its folder on sys.path)
 
 RELEASE = "kubesweep"
 RELEASE_NS = "kubesweep"
@@ -136,7 +148,8 @@ def start_kueue(api: Any) -> float:
             crds = api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["items"]
             mine = [c for c in crds if c["spec"]["group"] == "kueue.x-k8s.io"]
             return bool(mine) and all(any(c["type"] == "Established" and c["status"] == "True"
-                                          for c in crd.get("status", {}).get("conditions", [])) for crd in mine)
+                                          for c in (crd.get("status") or {}).get("conditions") or [])
+                                      for crd in mine)
         node_bench.wait_for(established, timeout, "Kueue's CRDs established")
 
     manager = kueue.Kueue(workdir=gpu_node.ROOT / "kueue-run", bins=lay.bin, kubeconfig=lay.admin_kubeconfig,
@@ -176,6 +189,43 @@ def credentials(api: Any) -> dict[str, tuple[str, str]]:
             "team": (f"kubesweep-ns-{TEAM_NS}", plain[f"ns-{TEAM_NS}-password"])}
 
 
+def diagnostics(api: Any, namespace: str) -> dict[str, Any]:
+    """Each pod's containers' states and log tails, and the namespace's last events."""
+    out: dict[str, Any] = {"pods": {}, "events": []}
+    for pod in api.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
+        name, st = pod["metadata"]["name"], pod["status"]
+        containers = (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or [])
+        logs = {}
+        for c in containers:
+            try:
+                logs[c["name"]] = api.text(f"/api/v1/namespaces/{namespace}/pods/{name}/log?container={c['name']}"
+                                           "&tailLines=30")[-3000:]
+            except (urllib.error.URLError, OSError) as exc:
+                logs[c["name"]] = str(exc)
+        out["pods"][name] = {"phase": st.get("phase"), "states": [c.get("state") for c in containers], "logs": logs}
+    out["events"] = [f"{e['involvedObject']['name']}: {e['reason']}: {e['message']}"
+                     for e in api.get(f"/api/v1/namespaces/{namespace}/events")["items"][-30:]]
+    return out
+
+
+def reinstall(lay: Any, env: dict[str, str], out: Path) -> None:
+    """A release left by an earlier attempt goes first (with its MLflow store), so the install is a first one."""
+    helm = str(lay.bin / "helm")
+    kube = ["--kubeconfig", str(lay.admin_kubeconfig)]
+    if subprocess.run([helm, "status", RELEASE, "-n", RELEASE_NS, *kube], capture_output=True).returncode != 0:
+        return
+    run_logged(out, [helm, "uninstall", RELEASE, "-n", RELEASE_NS, "--wait", "--timeout", "120s", *kube], env=env,
+               timeout=150)
+    api = node_bench.node_api()
+    with contextlib.suppress(urllib.error.HTTPError):  # the chart keeps MLflow's claim (resource policy `keep`)
+        api.call("DELETE", f"/api/v1/namespaces/{RELEASE_NS}/persistentvolumeclaims/{MLFLOW_SERVICE}")
+    with contextlib.suppress(urllib.error.HTTPError):
+        api.call("DELETE", f"/api/v1/persistentvolumes/{RELEASE_NS}-mlflow")
+    node_bench.wait_for(lambda: not any(pv["metadata"]["name"] == f"{RELEASE_NS}-mlflow" for pv in
+                                        api.get("/api/v1/persistentvolumes")["items"]), 60, "the old MLflow volume")
+    shutil.rmtree(gpu_node.ROOT / "volumes" / "chart-mlflow", ignore_errors=True)
+
+
 def chart(args: argparse.Namespace) -> None:
     env = node_bench.site_env()
     api = node_bench.node_api()
@@ -193,6 +243,7 @@ def chart(args: argparse.Namespace) -> None:
     api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM_NS, "labels": {
         "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
         "kubesweep.io/kueue": "enabled"}}})
+    reinstall(lay, env, args.out)
     volumes = gpu_node.ROOT / "volumes"
     objs = host_volume(f"{RELEASE_NS}-mlflow", volumes / "chart-mlflow", MLFLOW_SERVICE, RELEASE_NS, uid=1001)
     for claim in ("cache", "checkpoints"):
@@ -214,13 +265,14 @@ def chart(args: argparse.Namespace) -> None:
             "--set", f"watch.namespaces={{{TEAM_NS}}}",
             "--set", f"mlflow.persistence.storageClassName={STORAGE_CLASS}",
             "--set", f"kueue.defaultQueue={QUEUE}",
-            "--wait", "--timeout", "300s", "--kubeconfig", str(lay.admin_kubeconfig)]
+            "--wait", "--timeout", "240s", "--kubeconfig", str(lay.admin_kubeconfig)]
     t1 = time.monotonic()
-    proc = run_logged(args.out, helm, env=env, timeout=360)
+    proc = run_logged(args.out, helm, env=env, timeout=300)
     result["helm_install"] = {"exit": proc.returncode, "wall_s": round(time.monotonic() - t1, 1)}
     result["pods"] = {p["metadata"]["name"]: {"phase": p["status"].get("phase"), **node_bench.pod_timing(p)}
                       for p in api.get(f"/api/v1/namespaces/{RELEASE_NS}/pods")["items"]}
     if proc.returncode != 0:
+        result["diagnostics"] = diagnostics(api, RELEASE_NS)
         node_bench.write_json(args.out, "chart.json", result)
         raise SystemExit(f"helm install exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     uri, via = mlflow_uri(api)
@@ -240,7 +292,11 @@ def overrides(args: argparse.Namespace, *, local: bool) -> list[str]:
             "job.max_steps": str(args.max_steps)}
     if not local:
         sets["storage.cache_claim"] = "cache"
-    return [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+        # the image lock's key names an image this machine cannot pull: the node's own, pinned by digest
+        image = json.loads((gpu_node.ROOT / "job-image.json").read_text())["image"]
+        sets["images.torch-2\\.8-cu128"] = image
+    return [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")] + [
+        arg for extra in args.extra_set for arg in ("--set", extra)]
 
 
 def sweep_phase(api: Any) -> dict[str, Any]:
@@ -464,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--fault-mlflow-after", type=int, default=7, help="trials done before the MLflow pod is "
                                                                          "deleted")
         sp.add_argument("--local-data", default=str(gpu_node.ROOT / "local-data"))
+        sp.add_argument("--extra-set", action="append", default=[], help="another --set for the sweep")
         sp.set_defaults(fn=fn)
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

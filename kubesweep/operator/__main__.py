@@ -239,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     # standalone: kopf's own peering is off; the Lease above decides who acts.
     runtime = Runtime(elector, supervisor, cache=cache, on_lead=controller.leading)
+    # kopf is given the identity: its own default asks the password database for this uid's name, which an image
+    # run under an arbitrary uid (the chart's 65532, a platform's random one) need not list
     kopf.run(clusterwide=args.all_namespaces, namespaces=namespaces, liveness_endpoint=args.liveness,
-             standalone=True, memo=kopf.Memo(runtime=runtime))
+             standalone=True, memo=kopf.Memo(runtime=runtime), identity=identity)
     return 0
 
 

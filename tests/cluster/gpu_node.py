@@ -190,7 +190,9 @@ def cni_conflist(layout: Layout) -> dict[str, Any]:
     return {"cniVersion": "1.0.0", "name": "kubesweep-gpu", "plugins": [
         {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False, "hairpinMode": True,
          "ipam": {"type": "host-local", "dataDir": str(layout.root / "cni-state"),
-                  "ranges": [[{"subnet": POD_CIDR, "gateway": NODE_GATEWAY}]]}}]}
+                  "ranges": [[{"subnet": POD_CIDR, "gateway": NODE_GATEWAY}]],
+                  # Services through the node (kube-proxy's rules), as the pod subnet; no default route
+                  "routes": [{"dst": SERVICE_CIDR, "gw": NODE_GATEWAY}]}}]}
 
 
 def containerd_config(layout: Layout) -> str:
