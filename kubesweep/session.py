@@ -265,7 +265,7 @@ class Session:
             except (BackendError, TrackingError) as exc:
                 note = f"MLflow could not be read: {exc}; trials' outcomes only, no figures"
         else:
-            note = "" if getattr(self.backend, "results", None) is not None else (
+            note = "" if self.backend.keeps_results else (
                 f"tracking is off and the {self.backend.name} backend keeps no results files on this machine: "
                 "trials' outcomes only, no figures")
         return Loaded(from_backend(self.backend, name), f"results files ({self.backend.name} backend)", note)

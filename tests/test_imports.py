@@ -216,3 +216,42 @@ def test_the_floor_check_names_a_planted_upward_import(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from kubesweep import cli\n")
     assert upward_imports(import_graph(package), floors, package) == [
         "kubesweep/wire/tags.py (floor 0) imports kubesweep.cli (floor 2)"]
+
+
+def backend_probes(package: Path = PACKAGE) -> list[str]:
+    """One line per `getattr(<a name that says backend>, ...)` in the package's modules (`backend`,
+    `self.backend`, `self._backend`, ...): a capability found by probing, where the `Backend` contract declares
+    each with its default (docs/architecture.md, "One backend contract")."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {
+                    "getattr", "hasattr"} and node.args and "backend" in _last_name(node.args[0]):
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def _last_name(node: ast.expr) -> str:
+    """The name an expression ends in (`self._backend`: `_backend`; a call or subscript: none), as spelled (torch's
+    `SDPBackend` is a class of attention kernels, not a backend of kubesweep's)."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def test_no_module_probes_a_backend_with_getattr() -> None:
+    probes = backend_probes()
+    assert not probes, "a backend probed for a capability the `Backend` contract should declare:\n" + "\n".join(probes)
+
+
+def test_the_probe_check_names_a_planted_probe(tmp_path: Path) -> None:
+    """A probe of a backend is named with its file and line, whatever the name it is held by; an option named
+    `backend` and torch's `SDPBackend` are not backends."""
+    package = tmp_path / "kubesweep"
+    package.mkdir()
+    (package / "records.py").write_text(
+        "def f(backend, self):\n"
+        "    reader = getattr(backend, 'results', None)\n"
+        "    return hasattr(self._backend, 'parent_run_id'), getattr(self.args, 'backend', None), \\\n"
+        "        getattr(SDPBackend, 'FLASH')\n")
+    assert backend_probes(package) == [
+        "kubesweep/records.py:2: getattr(backend, 'results', None)",
+        "kubesweep/records.py:3: hasattr(self._backend, 'parent_run_id')"]

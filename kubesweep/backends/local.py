@@ -74,6 +74,9 @@ from kubesweep.wire.results_file import ResultsFileError
 
 class LocalBackend(Backend):
     name = "local"
+    runs_here = True
+    keeps_results = True  # each trial's folder under the home: trial.json, results.json, log.txt
+    remembers_tracking = True  # <home>/sweeps/<sweep>/tracking.json
 
     def __init__(self, home: Path | str | None = None, *, job_command: list[str] | None = None,
                  cpu_slots: int = 1, any_gpu: bool = False, devices: list[Device] | None = None,

@@ -130,11 +130,8 @@ def record_from_status(status: TrialStatus, results: Results | None = None,
 def from_backend(backend: Backend, sweep: str) -> list[TrialRecord]:
     """Records from the backend's state and results files (no MLflow); a results file that is not valid is read as
     none (the record then says what the backend knows: its driver recorded the trial failed, with the reason)."""
-    reader = getattr(backend, "results", None)
-    if reader is None:
-        return [record_from_status(t) for t in backend.status(sweep).trials]
     out = []
-    for status, results in reader(sweep):
+    for status, results in backend.results(sweep):
         where = backend.trial_dir(sweep, status.name)
         trial_file = where / "trial.json" if where is not None else None
         out.append(record_from_status(status, results, trial_file))
