@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kubesweep.backend_factory import Flags, configure
 from kubesweep.backends.local_machine import default_home
 
 
@@ -30,10 +31,12 @@ def spawn_driver(name: str, home: Path | None, *, backend: str = "local", namesp
     home_path = home or default_home()
     log = driver_log(home_path, name)
     argv = [sys.executable, "-m", "kubesweep", "_drive", name, "--home", str(home_path)]
-    if backend != "local":
+    config = configure(backend, Flags(direct=True))
+    if config.asks_cluster:  # its cluster, driven from here (whoever waits on a `--direct` sweep drives it)
         argv += ["--backend", backend, "--direct"]
         argv += ["--namespace", namespace] if namespace else []
         argv += ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
+    if not config.kind().remembers_tracking:  # the driver finds the sweep's parent run again, where it is tracked
         argv += ["--tracking-uri", tracking_uri] if tracking_uri else []
         argv += ["--no-tracking"] if no_tracking else []
     _spawn(argv, log)
