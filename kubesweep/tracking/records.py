@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from kubesweep.backends.base import Backend, BackendError, TrialStatus
 from kubesweep.wire import tags
-from kubesweep.wire.config import ANY_GPU, CPU, JobConfig
+from kubesweep.wire.config import JobConfig, gpu_type_of
 from kubesweep.wire.results import Results
 from kubesweep.wire.results_file import (  # the one validated, bounded reader; re-exported for its readers here
     MAX_MAGNITUDE,
@@ -167,7 +167,7 @@ def record_from_child(child: Any, read: Results | ResultsFileError | None) -> Tr
         outcome = run_tags.get(tags.OUTCOME) or {"RUNNING": "running", "SCHEDULED": "pending",
                                                   "FINISHED": "succeeded", "KILLED": "cancelled"}.get(
             child.status, "failed")
-    gpu = None if gpu in (None, "", "any", "None", CPU, ANY_GPU) else str(gpu)  # "any": logged by earlier versions
+    gpu = gpu_type_of(gpu)
     reason = ""
     if results is not None and results.error is not None and outcome != "succeeded":
         reason = results.error.message
