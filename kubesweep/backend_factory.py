@@ -61,7 +61,7 @@ class BackendConfig(ABC):
 class LocalConfig(BackendConfig):
     """The local backend (`backends.local`): trials as processes of this machine."""
 
-    name: ClassVar[str] = "local"
+    name: ClassVar[str] = LocalBackend.name
     asks_cluster: ClassVar[bool] = False
     home: Path | None = None
     any_gpu: bool = False

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kubesweep.backend_factory import Flags, configure
+from kubesweep.backend_factory import DEFAULT_BACKEND, Flags, configure
 from kubesweep.backends.local_machine import default_home
 
 
@@ -23,7 +23,7 @@ def driver_log(home: Path, name: str) -> Path:
     return home / "sweeps" / name / "driver.log"
 
 
-def spawn_driver(name: str, home: Path | None, *, backend: str = "local", namespace: str | None = None,
+def spawn_driver(name: str, home: Path | None, *, backend: str = DEFAULT_BACKEND, namespace: str | None = None,
                  kubeconfig: Path | None = None, tracking_uri: str | None = None, no_tracking: bool = False) -> Path:
     """`sweep _drive NAME`: the driver of a sweep whose waiter drives it (a local sweep's supervisor; a
     `--direct` Kubernetes sweep's reconciler, which starts its Jobs as room frees up and hands its warm pods their

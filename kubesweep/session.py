@@ -28,7 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kubesweep.backend_factory import BackendConfig, Flags, configure, make_backend
+from kubesweep.backend_factory import DEFAULT_BACKEND, BackendConfig, Flags, configure, make_backend
 from kubesweep.backends.base import (
     AmbiguousTrial,
     Backend,
@@ -89,7 +89,7 @@ def error_code(exc: BaseException) -> int | None:
 class Options:
     """Where a command's sweeps run and are tracked (the CLI's backend and tracking flags)."""
 
-    backend: str = "local"
+    backend: str = DEFAULT_BACKEND
     home: Path | None = None  # local state directory (default ~/.kubesweep, $KUBESWEEP_HOME)
     namespace: str | None = None
     kubeconfig: Path | None = None
