@@ -151,8 +151,9 @@ class Backend(ABC):
     (`SweepConflict`, said before anything is opened by `conflict` where the backend can tell). `resume` runs again
     only the trials that ended without an answer (failed, cancelled, or a results file gone: `to_rerun`); a settled
     trial (succeeded, OOM, GPU mismatch, stopped by a search) keeps its outcome. `cancel` keeps the results of the
-    trials that finished; `stop_trial` of a trial that has ended changes nothing. Every method may be called again
-    after the process that called it died halfway: a step of driving is recorded before the next begins.
+    trials that finished; `stop_trial` of a trial that has ended changes nothing. A driver killed mid-sweep loses
+    nothing: what a step has done is recorded before the next begins, and whoever drives the sweep next carries on
+    from there (the local backend adopts the trials a dead supervisor left running).
 
     **Who drives a sweep.** A sweep moves (its pending trials start, ended ones are collected) only while something
     drives it. Where `driven_by_waiter` (the local backend, Kubernetes `--direct`), that is whoever waits on it
@@ -160,10 +161,10 @@ class Backend(ABC):
     _drive`). Otherwise a controller of the backend's own (the operator) drives it, and waiting only reads it.
 
     **Two processes at once.** Any number of processes may read a sweep (`status`, `logs`, `results`) while one
-    drives it. Two that wait on the same sweep never both drive it: the local backend's supervisor lock gives one
-    the sweep and the other observes; a Kubernetes reconcile step is idempotent, so two steps start a trial's Job
-    once. `cancel`, `delete` and `stop_trial` may come from another process than the driver's: the driver honours
-    them on its next step.
+    drives it. Two that wait on the same sweep never start a trial twice: the local backend's supervisor lock gives
+    one of them the sweep and the other observes; Kubernetes reconcile steps are idempotent (a trial's Job has one
+    name), so two processes' steps start it once. `cancel`, `delete` and `stop_trial` may come from another process
+    than the driver's: the driver honours them on its next step.
 
     **Optional capabilities**, each with its default here: a backend that has one says so by overriding it.
 
