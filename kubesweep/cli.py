@@ -26,9 +26,10 @@ from rich.console import Console
 
 from kubesweep import cli_options as opts
 from kubesweep import views
+from kubesweep.backend_factory import DEFAULT_BACKEND, KubernetesConfig, configure
 from kubesweep.backends.base import BackendError, Phase
 from kubesweep.backends.k8s_client import require_configuration
-from kubesweep.cli_options import CONFIRM_OVER, BackendName, MetricName, PlanFormat, ResultsFormat, ResultsSource
+from kubesweep.cli_options import CONFIRM_OVER, MetricName, PlanFormat, ResultsFormat, ResultsSource
 from kubesweep.crd import crd_yaml
 from kubesweep.gpus import load_catalog
 from kubesweep.images_cli import app as images_app
@@ -161,10 +162,10 @@ def make_plan(sweep: Sweep, max_trials: int = DEFAULT_MAX_TRIALS) -> Plan:
     return plan(sweep, max_trials=max_trials)
 
 
-def session(backend: BackendName = BackendName.local, home: Path | None = None, namespace: str | None = None,
+def session(backend: str = DEFAULT_BACKEND, home: Path | None = None, namespace: str | None = None,
             kubeconfig: Path | None = None, direct: bool = False, **more: Any) -> Session:
     """The session of one command; what it has to say goes to stdout, warnings and notes to stderr."""
-    return Session(Options(backend.value, home, namespace, kubeconfig, direct, **more),
+    return Session(Options(backend, home, namespace, kubeconfig, direct, **more),
                    notify=lambda message, warning: (err if warning else console).print(plain(message),
                                                                                       soft_wrap=True))
 
@@ -228,7 +229,7 @@ def _search(s: Session, sweep: Sweep, overrides: list[Override]) -> NoReturn:
 
 @app.command()
 def validate(
-    file: opts.SpecFile, backend: opts.BackendOpt = BackendName.local, any_gpu: opts.AnyGpuOpt = False,
+    file: opts.SpecFile, backend: opts.BackendOpt = DEFAULT_BACKEND, any_gpu: opts.AnyGpuOpt = False,
     allow_unpinned: opts.AllowUnpinned = False, max_trials: opts.MaxTrialsOpt = DEFAULT_MAX_TRIALS,
     confirm_over: opts.ConfirmOverOpt = CONFIRM_OVER, gpu: opts.GpuOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, sets: opts.SetOpt = None,
@@ -242,9 +243,9 @@ def validate(
     s = session(backend, namespace=namespace, kubeconfig=kubeconfig, any_gpu=any_gpu, allow_unpinned=allow_unpinned)
     s.check(p)
     views.warn_if_large(err, p, confirm_over)
-    views.print_valid(console, file, p, backend.value, overrides)
-    if backend == BackendName.kubernetes:
-        _cluster_gpus(s, p, submit_command(file, ("--backend", backend.value), ("--namespace", namespace),
+    views.print_valid(console, file, p, backend, overrides)
+    if s.options.config.asks_cluster:
+        _cluster_gpus(s, p, submit_command(file, ("--backend", backend), ("--namespace", namespace),
                                            ("--kubeconfig", kubeconfig), ("--allow-unpinned", allow_unpinned),
                                            ("--set", [o.text for o in overrides])))
 
@@ -292,7 +293,7 @@ def render(
     trial); a search sweep's tuner Job as the operator runs it, in --tuner-image."""
     overrides = parse_sets(sets)
     p = make_plan(load(file, allow_unpinned, overrides), max_trials)
-    session(BackendName.kubernetes, allow_unpinned=allow_unpinned).check(p)
+    session(KubernetesConfig.name, allow_unpinned=allow_unpinned).check(p)
     try:
         objects = render_plan(p, allow_unpinned=allow_unpinned, namespace=namespace, tuner_image=tuner_image)
     except RenderError as exc:
@@ -308,7 +309,7 @@ def crd() -> None:
 
 @app.command()
 def submit(
-    file: opts.SpecFile, backend: opts.BackendOpt = BackendName.local, detach: opts.SubmitDetachOpt = False,
+    file: opts.SpecFile, backend: opts.BackendOpt = DEFAULT_BACKEND, detach: opts.SubmitDetachOpt = False,
     any_gpu: opts.AnyGpuOpt = False, parallel: opts.ParallelOpt = 1, allow_unpinned: opts.AllowUnpinned = False,
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
@@ -332,9 +333,9 @@ def submit(
     s = session(backend, home, namespace, kubeconfig, direct, any_gpu=any_gpu, parallel=parallel,
                 tracking_uri=tracking_uri, no_tracking=no_tracking, allow_unpinned=allow_unpinned)
     s.check(p, cluster=True)  # what `validate` checks, and first whether there is a cluster to ask
-    if backend == BackendName.kubernetes:
+    if s.options.config.asks_cluster:
         confirm_gpus(s, p, submit_command(
-            file, ("--backend", backend.value), ("--namespace", namespace), ("--kubeconfig", kubeconfig),
+            file, ("--backend", backend), ("--namespace", namespace), ("--kubeconfig", kubeconfig),
             ("--direct", direct), ("--allow-unpinned", allow_unpinned), ("--tracking-uri", tracking_uri),
             ("--no-tracking", no_tracking), ("--detach", detach),
             ("--max-trials", max_trials if max_trials != DEFAULT_MAX_TRIALS else None),
@@ -349,13 +350,13 @@ def submit(
     status = s.submit(sweep, p)
     if status is None:
         _search(s, sweep, overrides)
-    views.print_submitted(console, file, p, backend.value, status.message, overrides)
+    views.print_submitted(console, file, p, backend, status.message, overrides)
     _follow(s, sweep.name, detach)
 
 
 @app.command("_drive", hidden=True)
 def drive(
-    name: str, home: opts.HomeOpt = None, backend: opts.BackendOpt = BackendName.local,
+    name: str, home: opts.HomeOpt = None, backend: opts.BackendOpt = DEFAULT_BACKEND,
     namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
     tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
@@ -367,7 +368,7 @@ def drive(
 
 @app.command()
 def status(
-    name: opts.StatusNameArg = None, backend: opts.BackendOpt = BackendName.local, watch: opts.WatchOpt = False,
+    name: opts.StatusNameArg = None, backend: opts.BackendOpt = DEFAULT_BACKEND, watch: opts.WatchOpt = False,
     output: opts.StatusOutputOpt = PlanFormat.table, all_rows: opts.AllRowsOpt = False, home: opts.HomeOpt = None,
     namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
@@ -385,7 +386,7 @@ def status(
 @app.command()
 def logs(
     name: opts.NameArg, trial: opts.TrialArg = None, follow: opts.FollowOpt = False, raw: opts.RawLogOpt = False,
-    backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
+    backend: opts.BackendOpt = DEFAULT_BACKEND, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
     """Print a trial's log as text (its escape sequences and control characters removed; --raw: as written); with
@@ -401,7 +402,7 @@ def logs(
 
 @app.command()
 def cancel(
-    name: opts.NameArg, backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None,
+    name: opts.NameArg, backend: opts.BackendOpt = DEFAULT_BACKEND, home: opts.HomeOpt = None,
     namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
     """Stop a sweep's running trials and start no new ones; finished trials keep their results."""
@@ -411,7 +412,7 @@ def cancel(
 
 @app.command()
 def resume(
-    name: opts.NameArg, backend: opts.BackendOpt = BackendName.local, detach: opts.ResumeDetachOpt = False,
+    name: opts.NameArg, backend: opts.BackendOpt = DEFAULT_BACKEND, detach: opts.ResumeDetachOpt = False,
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
@@ -429,7 +430,7 @@ def resume(
 
 @app.command()
 def delete(
-    name: opts.NameArg, yes: opts.DeleteYesOpt = False, backend: opts.BackendOpt = BackendName.local,
+    name: opts.NameArg, yes: opts.DeleteYesOpt = False, backend: opts.BackendOpt = DEFAULT_BACKEND,
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
@@ -457,7 +458,7 @@ def results(
     names: opts.NamesArg = None, fmt: opts.ResultsFormatOpt = ResultsFormat.table, sort: opts.SortOpt = None,
     reverse: opts.ReverseOpt = False, filters: opts.FilterOpt = None, target_accuracy: opts.TargetOpt = None,
     best_by: opts.BestByOpt = MetricName.samples_per_s, per_trial: opts.PerTrialOpt = False,
-    backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
+    backend: opts.BackendOpt = DEFAULT_BACKEND, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None,
     no_tracking: opts.NoTrackingOpt = False, experiment: opts.ExperimentOpt = None,
     source: opts.FromOpt = ResultsSource.auto, wide: opts.WideOpt = False,
@@ -510,7 +511,7 @@ def _merged(s: Session, names: list[str], experiment: str | None, target: float 
 def report(
     names: opts.NamesArg = None, output: opts.ReportDirOpt = None, target_accuracy: opts.TargetOpt = None,
     best_by: opts.BestByOpt = MetricName.samples_per_s, upload: opts.UploadOpt = True,
-    backend: opts.BackendOpt = BackendName.local, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
+    backend: opts.BackendOpt = DEFAULT_BACKEND, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, tracking_uri: opts.TrackingUriOpt = None,
     no_tracking: opts.NoTrackingOpt = False, experiment: opts.ExperimentOpt = None,
     source: opts.FromOpt = ResultsSource.auto,
@@ -558,13 +559,13 @@ def report(
 
 @app.command()
 def ui(
-    name: opts.UiNameArg = None, port: opts.PortOpt = None, backend: opts.BackendOpt = BackendName.local,
+    name: opts.UiNameArg = None, port: opts.PortOpt = None, backend: opts.BackendOpt = DEFAULT_BACKEND,
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, tracking_uri: opts.TrackingUriOpt = None,
 ) -> None:
     """Start the MLflow UI over the local store (127.0.0.1), or print how to reach the cluster's. Its URL is
     printed once it answers: NAME's runs view, or a link to each sweep's. The server's output goes to
     <home>/ui.log."""
-    if backend == BackendName.kubernetes:
+    if configure(backend).asks_cluster:
         console.print(plain(ui_mod.cluster_directions(namespace or "kubesweep",
                                                     tracking_uri or os.environ.get(URI_ENV))))
         return

@@ -15,13 +15,9 @@ import typer
 from typer.core import TyperArgument, TyperGroup
 
 from kubesweep import __version__
+from kubesweep.backend_factory import BACKENDS
 
 E = TypeVar("E", bound=StrEnum)
-
-
-class BackendName(StrEnum):
-    local = "local"
-    kubernetes = "kubernetes"
 
 
 class PlanFormat(StrEnum):
@@ -61,6 +57,18 @@ def choice(kind: type[E]) -> Callable[[str], E]:
             return kind(value)
         except ValueError:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(repr(m.value) for m in kind)}") from None
+
+    return parse
+
+
+def one_of(names: tuple[str, ...]) -> Callable[[str], str]:
+    """A parser for an option whose values are `names` (read from where they are registered): a value that is not
+    one is one plain line, naming them."""
+
+    def parse(value: str) -> str:
+        if value not in names:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(repr(n) for n in names)}")
+        return value
 
     return parse
 
@@ -136,9 +144,9 @@ StatusOutputOpt = Annotated[PlanFormat, typer.Option("--output", "-o", parser=ch
 
 # -- where trials run and are tracked ----------------------------------------------------------------------
 
-BackendOpt = Annotated[
-    BackendName, typer.Option("--backend", "-b", envvar="KUBESWEEP_BACKEND", parser=choice(BackendName),
-                              metavar=choices(BackendName), help="where trials run")
+BackendOpt = Annotated[  # the registered backends (`backend_factory.REGISTRY`)
+    str, typer.Option("--backend", "-b", envvar="KUBESWEEP_BACKEND", parser=one_of(BACKENDS),
+                      metavar="|".join(BACKENDS), help="where trials run")
 ]
 HomeOpt = Annotated[
     Path | None,

@@ -27,7 +27,7 @@ import sys
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kubesweep.spec import SweepSpec
 
@@ -98,6 +98,18 @@ class SweepStatusBody(_StatusModel):
     searchFinished: bool = Field(False, description="a search sweep's tuner Job finished (it is never started again)")
     mlflowParentRunId: str | None = Field(None, description="the sweep's MLflow parent run")
     updatedAt: str | None = None
+
+    @classmethod
+    def read(cls, raw: object) -> SweepStatusBody:
+        """A Sweep's `.status` as read back, typed: what the operator wrote (the API server holds it to the CRD's
+        schema). A field this version does not know (an older operator's) or cannot read is left out, as if
+        unwritten; nothing (no status yet) is the defaults."""
+        known = {k: v for k, v in raw.items() if k in cls.model_fields} if isinstance(raw, dict) else {}
+        try:
+            return cls.model_validate(known)
+        except ValidationError as exc:
+            unread = {e["loc"][0] for e in exc.errors() if e["loc"]}
+            return cls.model_validate({k: v for k, v in known.items() if k not in unread})
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kubesweep.backend_factory import DEFAULT_BACKEND, Flags, configure
 from kubesweep.backends.local_machine import default_home
 
 
@@ -23,7 +24,7 @@ def driver_log(home: Path, name: str) -> Path:
     return home / "sweeps" / name / "driver.log"
 
 
-def spawn_driver(name: str, home: Path | None, *, backend: str = "local", namespace: str | None = None,
+def spawn_driver(name: str, home: Path | None, *, backend: str = DEFAULT_BACKEND, namespace: str | None = None,
                  kubeconfig: Path | None = None, tracking_uri: str | None = None, no_tracking: bool = False) -> Path:
     """`sweep _drive NAME`: the driver of a sweep whose waiter drives it (a local sweep's supervisor; a
     `--direct` Kubernetes sweep's reconciler, which starts its Jobs as room frees up and hands its warm pods their
@@ -31,10 +32,12 @@ def spawn_driver(name: str, home: Path | None, *, backend: str = "local", namesp
     home_path = home or default_home()
     log = driver_log(home_path, name)
     argv = [sys.executable, "-m", "kubesweep", "_drive", name, "--home", str(home_path)]
-    if backend != "local":
+    config = configure(backend, Flags(direct=True))
+    if config.asks_cluster:  # its cluster, driven from here (whoever waits on a `--direct` sweep drives it)
         argv += ["--backend", backend, "--direct"]
         argv += ["--namespace", namespace] if namespace else []
         argv += ["--kubeconfig", str(kubeconfig)] if kubeconfig else []
+    if not config.kind().remembers_tracking:  # the driver finds the sweep's parent run again, where it is tracked
         argv += ["--tracking-uri", tracking_uri] if tracking_uri else []
         argv += ["--no-tracking"] if no_tracking else []
     _spawn(argv, log)

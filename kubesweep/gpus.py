@@ -114,9 +114,22 @@ def default_catalog() -> Catalog:
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
-    """The catalog from `path`, else from $KUBESWEEP_GPU_CATALOG, else the shipped one."""
+    """The catalog from `path`, else from $KUBESWEEP_GPU_CATALOG, else the shipped one: read once per process
+    (a file again only once it has changed); the catalog is shared, never to be changed by its users."""
     path = path or os.environ.get(CATALOG_ENV)
-    return Catalog.from_file(path) if path else default_catalog()
+    if not path:
+        return default_catalog()
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return Catalog.from_file(path)  # the error, naming the file
+    return _catalog_file(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@cache
+def _catalog_file(path: str, mtime_ns: int, size: int) -> Catalog:
+    """The catalog in the file `path` as it was when its modification time and size were these."""
+    return Catalog.from_file(path)
 
 
 def product_from_device_name(name: str) -> str:

@@ -5,16 +5,18 @@
 exists. A problem is a `NotRunnable`: a `SpecError` (exit 2), one `file:line: field: message` per problem.
 
 - Every backend: the sweep makes a trial (its `exclude` rules, or the GPU capability rules, may remove every cell).
-- local: the local paths its trials read exist (`dataset`, `model`, `tokenizer` starting with `/`, `.` or `~`;
-  a relative one resolved against the spec file's directory, as the local backend resolves it), and the machine
-  has a GPU its GPU trials can run on. With none of the spec's GPU types here (and no `--any-gpu`) nothing would
-  run: refused, with the ways forward. With some of them here, the trials of the others are skipped as they run
-  (`Skipped: gpu not present`), not refused. With `--any-gpu`, a machine without any NVIDIA GPU is refused.
-- kubernetes: an image its trials can run as (`manifests.image_problem`: named, built and locked, pinned).
-  `check` asks no cluster: whether it can be reached is the backend's to say. What the cluster's nodes offer
-  (`backends.k8s_gpus`) is split against the plan by `gpu_fit`, one line per GPU type (`fit_lines`), and where
-  some trials cannot run, `fit_report` gives the ways forward as commands to type: only the types the cluster
-  has (`--gpu`), or every trial (`--yes`; those no node can take end `unschedulable`).
+- a backend whose trials are processes of this machine (`Backend.runs_here`: local): the local paths its trials
+  read exist (`dataset`, `model`, `tokenizer` starting with `/`, `.` or `~`; a relative one resolved against the
+  spec file's directory, as the local backend resolves it), and the machine has a GPU its GPU trials can run on.
+  With none of the spec's GPU types here (and no `--any-gpu`) nothing would run: refused, with the ways forward.
+  With some of them here, the trials of the others are skipped as they run (`Skipped: gpu not present`), not
+  refused. With `--any-gpu`, a machine without any NVIDIA GPU is refused.
+- a backend on a cluster (`BackendConfig.asks_cluster`: kubernetes): an image its trials can run as
+  (`manifests.image_problem`: named, built and locked, pinned). `check` asks no cluster: whether it can be
+  reached is the backend's to say. What the cluster's nodes offer (`backends.k8s_gpus`) is split against the plan
+  by `gpu_fit`, one line per GPU type (`fit_lines`), and where some trials cannot run, `fit_report` gives the ways
+  forward as commands to type: only the types the cluster has (`--gpu`), or every trial (`--yes`; those no node
+  can take end `unschedulable`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kubesweep.backend_factory import configure
 from kubesweep.backends.local_machine import detect_gpus
 from kubesweep.gpus import PRODUCT_LABEL, Catalog, load_catalog
 from kubesweep.manifests import image_problem
@@ -53,11 +56,12 @@ def check(plan: Plan, backend: str, *, any_gpu: bool = False, allow_unpinned: bo
     Kubernetes, raises when there is no cluster to run on (`submit`'s check): run once the spec has no problem of
     every backend's, before what it lacks for a cluster (its image), so that no cluster is said first."""
     sweep = plan.sweep
+    config = configure(backend)
     problems = list(_no_trials(plan))
-    if not problems and backend == "local":
+    if not problems and config.kind().runs_here:
         problems += _missing_paths(plan)
         problems += _no_gpu_here(plan, any_gpu, devices)
-    if not problems and backend == "kubernetes":
+    if not problems and config.asks_cluster:
         if reach is not None:
             reach()
         problem = image_problem(sweep, allow_unpinned=allow_unpinned)

@@ -24,10 +24,11 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kubesweep.backend_factory import make_backend
+from kubesweep.backend_factory import DEFAULT_BACKEND, BackendConfig, Flags, configure, make_backend
 from kubesweep.backends.base import (
     AmbiguousTrial,
     Backend,
@@ -88,7 +89,7 @@ def error_code(exc: BaseException) -> int | None:
 class Options:
     """Where a command's sweeps run and are tracked (the CLI's backend and tracking flags)."""
 
-    backend: str = "local"
+    backend: str = DEFAULT_BACKEND
     home: Path | None = None  # local state directory (default ~/.kubesweep, $KUBESWEEP_HOME)
     namespace: str | None = None
     kubeconfig: Path | None = None
@@ -103,10 +104,12 @@ class Options:
     def home_dir(self) -> Path:
         return (self.home or default_home()).expanduser()
 
-    @property
-    def drives_searches(self) -> bool:
-        """A search runs in this process (local backend, or --direct); otherwise the operator's tuner Job runs it."""
-        return self.backend == "local" or self.direct
+    @cached_property
+    def config(self) -> BackendConfig:
+        """The backend's typed configuration (`backend_factory`): what it is made from, and what it declares."""
+        return configure(self.backend, Flags(home=self.home, namespace=self.namespace, kubeconfig=self.kubeconfig,
+                                             direct=self.direct, any_gpu=self.any_gpu, parallel=self.parallel,
+                                             allow_unpinned=self.allow_unpinned))
 
 
 @dataclass
@@ -178,10 +181,7 @@ class Session:
     def backend(self) -> Backend:
         """The backend, made on first use (with the tracking env, when tracking was opened first)."""
         if self._backend is None:
-            o = self.options
-            self._backend = make_backend(o.backend, home=o.home, any_gpu=o.any_gpu, cpu_slots=o.parallel,
-                                         namespace=o.namespace, kubeconfig=o.kubeconfig, direct=o.direct,
-                                         tracking=self.tracking, allow_unpinned=o.allow_unpinned)
+            self._backend = make_backend(self.options.config, self.tracking)
         return self._backend
 
     def searches(self, name: str, *, unknown: bool) -> bool:
@@ -194,8 +194,9 @@ class Session:
         return sweep.spec.adaptive if sweep is not None else unknown
 
     def search_runs_here(self, sweep: Sweep) -> bool:
-        """The sweep's search runs in this process (`run_search`), not as the operator's tuner Job."""
-        return sweep.spec.adaptive and self.options.drives_searches
+        """The sweep's search runs in this process (`run_search`) where whoever waits on a sweep drives it (local,
+        --direct); otherwise the operator's tuner Job runs it."""
+        return sweep.spec.adaptive and self.options.config.kind().driven_by_waiter
 
     def search_storage(self, name: str) -> Path:
         """Where a search keeps its state (Ray Tune's experiment, the max-batch bisection): under the sweep's
@@ -212,6 +213,7 @@ class Session:
         return resolve(experiment=experiment or (tracking.experiment if tracking else None) or name,
                        home=self.options.home_dir, flag=self.options.tracking_uri,
                        spec_uri=tracking.uri if tracking else None, backend=self.options.backend,
+                       runs_here=self.options.config.kind().runs_here,
                        disabled=self.options.no_tracking if disabled is None else disabled)
 
     def open_tracking(self, sweep: Sweep, trials: int) -> TrackingEnv | None:
@@ -228,7 +230,7 @@ class Session:
         opened = open_parent(target, sweep.name, backend=self.options.backend, trials=trials,
                              spec=sweep.to_document())
         self.notify(opened.message, opened.warning)
-        if opened.env is None and self.options.backend == "local":
+        if opened.env is None and self.options.config.kind().runs_here:
             # local trials inherit this environment: keep them from logging when tracking is off
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         self.target, self.tracking = target, opened.env
@@ -265,7 +267,7 @@ class Session:
             except (BackendError, TrackingError) as exc:
                 note = f"MLflow could not be read: {exc}; trials' outcomes only, no figures"
         else:
-            note = "" if getattr(self.backend, "results", None) is not None else (
+            note = "" if self.backend.keeps_results else (
                 f"tracking is off and the {self.backend.name} backend keeps no results files on this machine: "
                 "trials' outcomes only, no figures")
         return Loaded(from_backend(self.backend, name), f"results files ({self.backend.name} backend)", note)
@@ -291,7 +293,7 @@ class Session:
         o = self.options
         check(plan, o.backend, any_gpu=o.any_gpu, allow_unpinned=o.allow_unpinned,
               reach=(lambda: require_configuration(o.kubeconfig)) if cluster else None)
-        asks = cluster or self._backend is not None or o.backend == "local"  # validate asks no cluster
+        asks = cluster or self._backend is not None or not o.config.asks_cluster  # validate asks no cluster
         if asks and (conflict := self.backend.conflict(plan.sweep)) is not None:
             raise conflict
         self._checked = plan
@@ -323,7 +325,7 @@ class Session:
         `run_search` makes and runs the trials."""
         if self._checked is not plan:
             self.check(plan)
-        if self.options.backend != "local":  # ask the cluster first: an unreachable one is said before anything
+        if self.options.config.asks_cluster:  # ask the cluster first: an unreachable one is said before anything
             self.backend.sweep_of(sweep.name)  # else, and no parent run is opened for a sweep it cannot take
         self.open_tracking(sweep, len(plan.trials))
         backend = self.backend  # made with the parent run's env
@@ -380,7 +382,7 @@ class Session:
         """A detached driver's work (`sweep _drive`): drive the sweep to its end, then finish its parent run. A
         backend that keeps no tracking env with the sweep (Kubernetes) finds the sweep's parent run again first,
         as `sweep resume` does, so the trials it starts log under it."""
-        if self.options.backend != "local":
+        if not self.backend.remembers_tracking:
             sweep = self.backend.sweep_of(name)
             if sweep is None:
                 raise SweepNotFound(f"no {self.options.backend} sweep named {name!r}")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubesweep.crd import CHECKED_IN, IMMUTABLE_FIELDS, crd, crd_yaml
+from kubesweep.crd import CHECKED_IN, IMMUTABLE_FIELDS, SweepStatusBody, crd, crd_yaml
 from kubesweep.operator.store import resource_body, sweep_from_resource
 from kubesweep.plan import plan
 from kubesweep.spec import SweepSpec, load_sweep_file
@@ -77,3 +77,16 @@ def test_a_resource_round_trips_to_the_same_plan(path: Path) -> None:
     again = sweep_from_resource(yaml.safe_load(yaml.safe_dump(body)), allow_unpinned=True)
     assert again.to_document()["spec"] == sweep.to_document()["spec"]
     assert [t.id for t in plan(again).trials] == [t.id for t in plan(sweep).trials]
+
+
+def test_a_status_reads_back_typed_whatever_wrote_it() -> None:
+    """The operator reads a Sweep's status back typed: none yet is the defaults; a field an older operator wrote
+    that this version does not know, or one it cannot read, is left out as if unwritten, the rest kept."""
+    assert SweepStatusBody.read(None) == SweepStatusBody() and SweepStatusBody.read({}).phase == "Pending"
+    written = {"phase": "Running", "cancelled": True, "resumeHandled": "r2", "mlflowParentRunId": "run1",
+               "searchFinished": True, "retiredField": {"x": 1}, "counts": {"total": "many"}}
+    status = SweepStatusBody.read(written)
+    assert (status.phase, status.cancelled, status.resumeHandled, status.mlflowParentRunId, status.searchFinished) == (
+        "Running", True, "r2", "run1", True)
+    assert status.counts == SweepStatusBody().counts  # unreadable: left out
+    assert SweepStatusBody.read({"phase": "NoSuchPhase", "message": "m"}) == SweepStatusBody(message="m")

@@ -45,6 +45,19 @@ def test_a_file_replaces_the_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert load_catalog().names == ["mi300x"]
 
 
+def test_a_catalog_file_is_read_once_and_again_once_it_changed(tmp_path: Path) -> None:
+    path = tmp_path / "gpus.yaml"
+    gpu = "{product: AMD-MI300X, memory_gib: 192, compute_capability: '9.4', bf16: true, price_per_hour: 4.0}"
+    path.write_text(f"gpus:\n  mi300x: {gpu}\n")
+    first = load_catalog(path)
+    assert load_catalog(str(path)) is first and load_catalog() is default_catalog() is load_catalog()
+    path.write_text(f"gpus:\n  mi300x: {gpu}\n  mi300x-b: {gpu.replace('AMD-MI300X', 'AMD-MI300X-B')}\n")
+    assert load_catalog(path).names == ["mi300x", "mi300x-b"]
+    path.unlink()
+    with pytest.raises(CatalogError, match="cannot read GPU catalog"):
+        load_catalog(path)
+
+
 def test_bad_catalog_names_the_file_and_field(tmp_path: Path) -> None:
     path = tmp_path / "gpus.yaml"
     path.write_text("gpus:\n  x: {product: X, memory_gib: -1, compute_capability: '8.0', bf16: true,"

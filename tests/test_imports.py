@@ -8,15 +8,16 @@ up a floor fails the test, naming the importing file, the module it imports and 
 no floor holds. The floors, from the bottom:
 
 0. the contracts (`wire`): what the job, the backends, the operator and the reports agree on; nothing of theirs.
-1. the documents and the job: the spec and its parts, the GPU catalog, the image lock, the CLI's option table,
-   terminal text, and `jobs`, which runs in a trial's pod with the `job` extra only.
+1. the documents and the job: the spec and its parts, the GPU catalog, the image lock, terminal text, and `jobs`,
+   which runs in a trial's pod with the `job` extra only.
 2. the planner and the renderers: a `Sweep` into trials, Jobs and the CRD, pure functions of the documents.
 3. the backends: where a plan's trials run.
 4. tracking and results: what ran, read back from MLflow, results files and a backend's status.
 5. what drives the backends: the operator, the searches (`tune`) and the factory that makes a backend by name
    (a kubernetes backend may be the operator's client).
 6. one command's work: the session, the checks before a submit, detached drivers.
-7. the front: what the CLI shows and the CLI itself, and every `__main__` (an entry point, which nothing imports).
+7. the front: what the CLI shows and the CLI itself (its option table, whose `--backend` choices are the
+   registered backends'), and every `__main__` (an entry point, which nothing imports).
 """
 
 from __future__ import annotations
@@ -40,8 +41,6 @@ FLOORS: dict[str, int] = {
     "kubesweep.gpus": 1,
     "kubesweep.images": 1,
     "kubesweep.image_build": 1,
-    "kubesweep.images_cli": 1,
-    "kubesweep.cli_options": 1,
     "kubesweep.terminal_text": 1,
     "kubesweep.table_fit": 1,
     "kubesweep.plan": 2,
@@ -61,6 +60,8 @@ FLOORS: dict[str, int] = {
     "kubesweep.results_view": 7,
     "kubesweep.trial_progress": 7,
     "kubesweep.cli": 7,
+    "kubesweep.cli_options": 7,
+    "kubesweep.images_cli": 7,
     "kubesweep.__main__": 7,
     "kubesweep.jobs.__main__": 7,
     "kubesweep.operator.__main__": 7,
@@ -217,3 +218,42 @@ def test_the_floor_check_names_a_planted_upward_import(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from kubesweep import cli\n")
     assert upward_imports(import_graph(package), floors, package) == [
         "kubesweep/wire/tags.py (floor 0) imports kubesweep.cli (floor 2)"]
+
+
+def backend_probes(package: Path = PACKAGE) -> list[str]:
+    """One line per `getattr(<a name that says backend>, ...)` in the package's modules (`backend`,
+    `self.backend`, `self._backend`, ...): a capability found by probing, where the `Backend` contract declares
+    each with its default (docs/architecture.md, "One backend contract")."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {
+                    "getattr", "hasattr"} and node.args and "backend" in _last_name(node.args[0]):
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def _last_name(node: ast.expr) -> str:
+    """The name an expression ends in (`self._backend`: `_backend`; a call or subscript: none), as spelled (torch's
+    `SDPBackend` is a class of attention kernels, not a backend of kubesweep's)."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def test_no_module_probes_a_backend_with_getattr() -> None:
+    probes = backend_probes()
+    assert not probes, "a backend probed for a capability the `Backend` contract should declare:\n" + "\n".join(probes)
+
+
+def test_the_probe_check_names_a_planted_probe(tmp_path: Path) -> None:
+    """A probe of a backend is named with its file and line, whatever the name it is held by; an option named
+    `backend` and torch's `SDPBackend` are not backends."""
+    package = tmp_path / "kubesweep"
+    package.mkdir()
+    (package / "records.py").write_text(
+        "def f(backend, self):\n"
+        "    reader = getattr(backend, 'results', None)\n"
+        "    return hasattr(self._backend, 'parent_run_id'), getattr(self.args, 'backend', None), \\\n"
+        "        getattr(SDPBackend, 'FLASH')\n")
+    assert backend_probes(package) == [
+        "kubesweep/records.py:2: getattr(backend, 'results', None)",
+        "kubesweep/records.py:3: hasattr(self._backend, 'parent_run_id')"]

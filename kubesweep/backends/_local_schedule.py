@@ -17,7 +17,7 @@ from kubesweep.backends._local_store import SweepRow, TrialRow
 from kubesweep.backends._local_trials import Running
 from kubesweep.backends.base import Phase
 from kubesweep.backends.local_machine import Device
-from kubesweep.gpus import load_catalog
+from kubesweep.gpus import Catalog
 
 
 @dataclass(frozen=True)
@@ -31,20 +31,21 @@ class Start:
 
 @dataclass(frozen=True)
 class Scheduler:
-    """The machine's slots: its GPUs, its CPU slots, and how many trials may be staged behind each GPU trial."""
+    """The machine's slots: its GPUs, its CPU slots, how many trials may be staged behind each GPU trial, and the GPU
+    catalog its trials' GPU types are looked up in."""
 
     devices: list[Device]
     cpu_slots: int
     prestart: int
+    catalog: Catalog  # the backend's, loaded once: a GPU type's product label
 
     def starts(self, state: SweepRow, trials: list[TrialRow], running: Mapping[str, Running],
                any_gpu: bool) -> Iterator[Start]:
         """The pending trials of `trials` to start now, in order. Each is to be started (and put in `running`)
         before the next is asked for: the next one's place depends on it."""
-        spec = state.spec["spec"]
-        alone = bool((spec.get("placement") or {}).get("alone"))  # one machine is one node: one trial at a time
-        max_parallel = 1 if alone else int(spec["concurrency"]["max_parallel"])
-        per_type = spec["concurrency"].get("per_gpu_type")
+        alone = state.placement.alone  # one machine is one node: one trial at a time
+        max_parallel = 1 if alone else state.concurrency.max_parallel
+        per_type = state.concurrency.per_gpu_type
         prestart = self.prestart and not alone  # a trial preparing behind another is its neighbour on the host
         for row in trials:
             if row.phase != Phase.PENDING:
@@ -69,7 +70,7 @@ class Scheduler:
         cpu_busy = sum(1 for r in running.values() if not r.devices)
         if row.gpus == 0 or (not self.devices and row.gpu is None):
             return [] if cpu_busy < self.cpu_slots else None
-        product = load_catalog()[row.gpu].product if row.gpu else None
+        product = self.catalog[row.gpu].product if row.gpu else None
         fits = [d.index for d in self.devices
                 if d.index not in busy and (product is None or any_gpu or d.product == product)]
         if row.gpu and not any_gpu and not any(d.product == product for d in self.devices):
@@ -83,7 +84,7 @@ class Scheduler:
             return None
         runs = list(running.values())
         staged = Counter(i for r in runs if r.staged for i in r.devices)
-        product = load_catalog()[row.gpu].product if row.gpu else None
+        product = self.catalog[row.gpu].product if row.gpu else None
         products = {d.index: d.product for d in self.devices}
         for run in runs:
             if run.staged or run.proc is None or len(run.devices) != row.gpus or \

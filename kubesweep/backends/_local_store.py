@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, TrialStatus
+from kubesweep.spec_model import Concurrency, Placement, Resources
 from kubesweep.wire.outcomes import Outcome
 
 SCHEMA = """
@@ -80,6 +81,24 @@ class SweepRow:
     driver_pid: int | None = None  # the process driving the sweep (its supervisor), while one does
     driver_start: int | None = None  # its start time (/proc stat, clock ticks): pid and start name it
     driver_stop: str = ""  # how the last driver stopped before the sweep ended (a signal), when it could say
+
+    # the parts of the stored spec the backend acts on, typed (a part an older spec lacks: its defaults)
+
+    @property
+    def resources(self) -> Resources:
+        return Resources.model_validate(self._part("resources"))
+
+    @property
+    def concurrency(self) -> Concurrency:
+        return Concurrency.model_validate(self._part("concurrency"))
+
+    @property
+    def placement(self) -> Placement:
+        return Placement.model_validate(self._part("placement"))
+
+    def _part(self, name: str) -> dict[str, Any]:
+        part = (self.spec.get("spec") or {}).get(name)
+        return part if isinstance(part, dict) else {}
 
 
 @dataclass

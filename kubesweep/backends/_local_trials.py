@@ -168,7 +168,8 @@ class Reaper:
         else:
             outcome = outcome_for_exit(code)
             reason = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
-        retries = int(self.store.get_sweep(sweep).spec["spec"]["resources"]["retries"])  # type: ignore[union-attr]
+        state = self.store.get_sweep(sweep)
+        retries = state.resources.retries if state is not None else 0
         if outcome == Outcome.FAILED and row.attempts <= retries:
             self.store.update(sweep, row.trial_id, only_if=Phase.RUNNING, phase=Phase.PENDING, pid=None,
                               reason=f"retrying after: {reason[-300:]}", exit_code=code)

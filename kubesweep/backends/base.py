@@ -2,7 +2,8 @@
 
 Public methods (`submit`, `status`, `wait`, `cancel`, `resume`, `logs`, `delete`) hold the behaviour every
 backend shares — argument checks, idempotency rules, the meaning of "resume" — and call the `_impl` methods a
-backend provides. `tests/backends/contract.py` is the suite every backend must pass.
+backend provides. `Backend`'s docstring states the contract; `tests/backends/contract.py` is the suite every
+backend must pass.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kubesweep.plan import Plan, Trial
 from kubesweep.spec import Sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.results import Results
 
 
 class Phase(StrEnum):
@@ -137,6 +139,49 @@ ProgressCallback = Callable[[SweepStatus], None]
 
 
 class Backend(ABC):
+    """Where a plan's trials run, and the one way the rest of kubesweep asks about them.
+
+    A backend keeps each sweep's state (its spec, its trials' phases and outcomes) where any process that makes
+    the same backend finds it again: a sweep outlives the process that submitted it. Nothing above this floor
+    asks which backend it holds: what differs between backends is declared here, with a default, and read as
+    declared (never probed with `getattr`).
+
+    **Idempotency.** `submit` of a plan already submitted starts no trial twice, and `add_trials` of a trial
+    already in the sweep leaves it as it is; `submit` of another spec under a sweep's name is refused
+    (`SweepConflict`, said before anything is opened by `conflict` where the backend can tell). `resume` runs again
+    only the trials that ended without an answer (failed, cancelled, or a results file gone: `to_rerun`); a settled
+    trial (succeeded, OOM, GPU mismatch, stopped by a search) keeps its outcome. `cancel` keeps the results of the
+    trials that finished; `stop_trial` of a trial that has ended changes nothing. A driver killed mid-sweep loses
+    nothing: what a step has done is recorded before the next begins, and whoever drives the sweep next carries on
+    from there (the local backend adopts the trials a dead supervisor left running).
+
+    **Who drives a sweep.** A sweep moves (its pending trials start, ended ones are collected) only while something
+    drives it. Where `driven_by_waiter` (the local backend, Kubernetes `--direct`), that is whoever waits on it
+    (`wait`, `advance`, `submit(wait=True)`); a sweep left detached needs a driver process of its own (`sweep
+    _drive`). Otherwise a controller of the backend's own (the operator) drives it, and waiting only reads it.
+
+    **Two processes at once.** Any number of processes may read a sweep (`status`, `logs`, `results`) while one
+    drives it. Two that wait on the same sweep never start a trial twice: the local backend's supervisor lock gives
+    one of them the sweep and the other observes; Kubernetes reconcile steps are idempotent (a trial's Job has one
+    name), so two processes' steps start it once. `cancel`, `delete` and `stop_trial` may come from another process
+    than the driver's: the driver honours them on its next step.
+
+    **Optional capabilities**, each with its default here: a backend that has one says so by overriding it.
+
+    - `runs_here`: the trials are processes of this machine, started with this process's environment (default:
+      no; they run elsewhere, with the environment the backend gives them).
+    - `keeps_results`: the trials' results files are on this machine, read by `results` (default: no; `results`
+      then gives each trial's status without a file, and figures come from MLflow).
+    - `parent_run_id`: the MLflow parent run the backend records for a sweep (default: none).
+    - `opens_parent_run`: a controller of the backend's own opens that run (default: no; the client opens it).
+    - `driven_by_waiter`: see above (default: yes).
+    - `remembers_tracking`: the MLflow env the trials start with is kept with the sweep, so a detached driver or a
+      later resume passes the same (default: no; a driver finds the sweep's parent run again).
+    - `add_trials` and `stop_trial` (a search's trials): refused by default (`BackendError`).
+    - `conflict`, `sweep_of`, `trial_dir`: what the backend knows before it submits, of a submitted spec and of a
+      trial's files on this machine (default: nothing).
+    """
+
     name: str = "abstract"
     # the MLflow env of the trials this backend starts (None: not tracked); see `use_tracking`
     tracking: TrackingEnv | None = None
@@ -146,6 +191,13 @@ class Backend(ABC):
     # True where whoever waits on a sweep drives it (starts its trials, hands warm pods their next trial): a sweep
     # left detached then needs a driver process of its own (`sweep _drive`). False where a controller drives it.
     driven_by_waiter: bool = True
+    # True where the trials are processes of this machine, started with this process's environment
+    runs_here: bool = False
+    # True where the trials' results files are on this machine (`results` reads them, `trial_dir` finds them)
+    keeps_results: bool = False
+    # True where the MLflow env the trials start with is kept with the sweep (`use_tracking`), for a detached driver
+    # or a later resume; False where a driver finds the sweep's parent run again (`parent_run_id`, MLflow)
+    remembers_tracking: bool = False
 
     def submit(self, plan: Plan, *, wait: bool = False, progress: ProgressCallback | None = None) -> SweepStatus:
         """Start a sweep's trials. Submitting the same plan again starts nothing twice."""
@@ -212,6 +264,16 @@ class Backend(ABC):
     def trial_dir(self, sweep: str, trial: str) -> Path | None:
         """The directory on this machine holding a trial's files (trial.json, results.json, log.txt); None when
         the trials run elsewhere."""
+        return None
+
+    def results(self, sweep: str) -> list[tuple[TrialStatus, Results | None]]:
+        """Each trial with its results file, validated (None where it has none, or the file is not valid). Without
+        `keeps_results`, every trial's is None: its figures are in its MLflow run."""
+        return [(trial, None) for trial in self.status(sweep).trials]
+
+    def parent_run_id(self, sweep: str) -> str | None:
+        """The MLflow parent run the backend records for the sweep, that its trials log under (None: no record:
+        not tracked, not yet opened, an unknown sweep, or a backend that keeps none)."""
         return None
 
     # -- searches: trials made while the sweep runs ---------------------------------------------------

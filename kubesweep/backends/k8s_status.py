@@ -26,8 +26,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from kubesweep.backends.base import Phase
 from kubesweep.wire.outcomes import ExitCode, Outcome
+from kubesweep.wire.results import ErrorInfo
 
 # Why the scheduler leaves a node out that no wait changes: the node's labels or taints (a GPU type the cluster has
 # no node of, a label no node carries). Every other reason (GPUs or memory in use, too many pods, a node cordoned,
@@ -86,6 +89,18 @@ def _summary(term: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _text(value: object) -> str:
+    """A termination message's field as text: a string as it is; the results file's error (`{"type", "message"}`,
+    `ErrorInfo`) as `type: message`, as the local backend words it; anything else, none (never a repr)."""
+    if isinstance(value, str):
+        return value
+    try:
+        error = ErrorInfo.model_validate(value)
+    except ValidationError:
+        return ""
+    return f"{error.type}: {error.message}"
+
+
 def _newest(pods: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     ordered = sorted(pods, key=lambda p: p.get("metadata", {}).get("creationTimestamp") or "")
     return ordered[-1] if ordered else None
@@ -97,7 +112,7 @@ def pod_failure(pod: Mapping[str, Any]) -> tuple[Outcome, str]:
     term = _terminated(pod)
     summary = _summary(term)
     if summary and summary.get("outcome") in {o.value for o in Outcome}:
-        return Outcome(summary["outcome"]), str(summary.get("error") or summary.get("reason") or "")
+        return Outcome(summary["outcome"]), _text(summary.get("error")) or _text(summary.get("reason"))
     if status.get("reason") == "Evicted" or _condition(pod, "DisruptionTarget"):
         return Outcome.FAILED, f"evicted: {status.get('message') or 'disrupted'}"
     if term:

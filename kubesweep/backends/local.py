@@ -74,6 +74,9 @@ from kubesweep.wire.results_file import ResultsFileError
 
 class LocalBackend(Backend):
     name = "local"
+    runs_here = True
+    keeps_results = True  # each trial's folder under the home: trial.json, results.json, log.txt
+    remembers_tracking = True  # <home>/sweeps/<sweep>/tracking.json
 
     def __init__(self, home: Path | str | None = None, *, job_command: list[str] | None = None,
                  cpu_slots: int = 1, any_gpu: bool = False, devices: list[Device] | None = None,
@@ -94,7 +97,8 @@ class LocalBackend(Backend):
         self.devices = detect_gpus() if devices is None else devices
         self.prestart = prestart_depth() if prestart is None else max(0, int(prestart))
         self.forkserver = forkserver_wanted() if forkserver is None else forkserver
-        self.scheduler = Scheduler(self.devices, self.cpu_slots, self.prestart)
+        self.catalog = load_catalog()  # once: every trial's GPU type is looked up in it
+        self.scheduler = Scheduler(self.devices, self.cpu_slots, self.prestart, self.catalog)
         self.launcher = Launcher(self.store, prestart=self.prestart, forkserver=self.forkserver)
         self.reaper = Reaper(self.store)
         self._supervisors: dict[str, Supervisor] = {}  # the sweeps this process drives
@@ -126,7 +130,7 @@ class LocalBackend(Backend):
         known = {r.trial_id for r in self.store.trials(sweep.name)} if existing is not None else set()
         trials = [t for t in trials if t.id not in known]
         products = {d.product for d in self.devices}
-        catalog = load_catalog()
+        catalog = self.catalog
         rows = []
         for position, trial in enumerate(trials, start=len(known)):
             phase, reason = Phase.PENDING, ""

@@ -15,7 +15,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from kubesweep.backends.base import (
 from kubesweep.backends.k8s_client import Api, unreachable
 from kubesweep.backends.k8s_reconcile import trial_log
 from kubesweep.backends.k8s_state import TrialEntry, TrialSlices
-from kubesweep.crd import CRD_NAME, GROUP, PLURAL, VERSION
+from kubesweep.crd import CRD_NAME, GROUP, PLURAL, VERSION, SweepStatusBody
 from kubesweep.manifests import LABEL_SWEEP, RenderError, resolve_image
 from kubesweep.operator.store import (
     ANNOTATION_CANCEL,
@@ -130,7 +130,7 @@ class SweepClient(Backend):
             body = self.get_resource(sweep)
         except SweepNotFound:
             return None
-        return (body.get("status") or {}).get("mlflowParentRunId") or None
+        return SweepStatusBody.read(body.get("status")).mlflowParentRunId or None
 
     def _plan_for(self, sweep: Sweep) -> Plan:
         cached = self._plans.get(sweep.name)
@@ -187,11 +187,10 @@ class SweepClient(Backend):
         return self._status(sweep)[0]
 
     def _message(self, body: dict[str, Any]) -> str:
-        status = body.get("status") or {}
+        status = SweepStatusBody.read(body.get("status"))
         parts = [f"namespace {self.namespace}", f"Sweep {body['metadata']['name']}"]
-        if status.get("phase"):
-            parts.append(f"operator: {status['phase']}" + (f" ({status['message']})" if status.get("message")
-                                                           else ""))
+        if "phase" in status.model_fields_set:  # the operator has written one
+            parts.append(f"operator: {status.phase}" + (f" ({status.message})" if status.message else ""))
         else:
             created = epoch(body["metadata"].get("creationTimestamp")) or time.time()
             if time.time() - created > OPERATOR_GRACE:
@@ -199,24 +198,26 @@ class SweepClient(Backend):
                              "(kubectl get deploy -A -l app.kubernetes.io/name=kubesweep)")
             else:
                 parts.append("waiting for the operator")
-        if status.get("mlflowParentRunId"):
-            parts.append(f"MLflow parent run {status['mlflowParentRunId']}")
+        if status.mlflowParentRunId:
+            parts.append(f"MLflow parent run {status.mlflowParentRunId}")
         return "; ".join(parts)
 
     def _wait_step(self, sweep: str, interval: float) -> SweepStatus:
         status, body = self._status(sweep)
-        if (body.get("status") or {}).get("phase") == "Invalid":
-            raise BackendError(f"the operator rejected sweep {sweep!r}: {body['status'].get('message', '')}")
+        written = SweepStatusBody.read(body.get("status"))
+        if written.phase == "Invalid":
+            raise BackendError(f"the operator rejected sweep {sweep!r}: {written.message}")
         if not status.done:
             time.sleep(max(interval, self.poll))
         return status
 
     # -- requests -----------------------------------------------------------------------------------------
 
-    def _await(self, sweep: str, what: str, done: Any, timeout: float = 60.0) -> None:
+    def _await(self, sweep: str, what: str, done: Callable[[SweepStatusBody], bool],
+               timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if done(self.get_resource(sweep).get("status") or {}):
+            if done(SweepStatusBody.read(self.get_resource(sweep).get("status"))):
                 return
             time.sleep(self.poll)
         raise BackendError(f"the operator has not {what} sweep {sweep!r} after {timeout:.0f}s; the request stays "
@@ -225,13 +226,13 @@ class SweepClient(Backend):
     def _cancel_impl(self, sweep: str) -> None:
         self.get_resource(sweep)
         self.patch_metadata(sweep, {"annotations": {ANNOTATION_CANCEL: "true"}})
-        self._await(sweep, "cancelled", lambda s: s.get("cancelled"))
+        self._await(sweep, "cancelled", lambda s: s.cancelled)
 
     def _resume_impl(self, sweep: str) -> None:
         self.get_resource(sweep)
         request = uuid.uuid4().hex[:12]
         self.patch_metadata(sweep, {"annotations": {ANNOTATION_CANCEL: None, ANNOTATION_RESUME: request}})
-        self._await(sweep, "resumed", lambda s: s.get("resumeHandled") == request)
+        self._await(sweep, "resumed", lambda s: s.resumeHandled == request)
 
     def _delete_impl(self, sweep: str) -> None:
         self.get_resource(sweep)

@@ -30,6 +30,7 @@ from kubesweep.backends.k8s_client import Api
 from kubesweep.backends.k8s_reconcile import JobPolicy, JobReconciler, JobRefused, Listed, ObjectSource
 from kubesweep.backends.k8s_state import Recorded, SweepState, phase_for
 from kubesweep.backends.k8s_status import job_finished
+from kubesweep.crd import SweepStatusBody
 from kubesweep.manifests import LABEL_TRIAL, LABEL_WORKER, render_tuner_job, resolve_image, tuner_name
 from kubesweep.operator import admission, testhooks
 from kubesweep.operator.cache import CacheSource, ClusterCache
@@ -262,7 +263,7 @@ class OperatorBackend:
             self._release_jobs(name)
             return None
         annotations = body["metadata"].get("annotations") or {}
-        current = body.get("status") or {}
+        current = SweepStatusBody.read(body.get("status"))
         refusal = state.sweep.spec.tracking.uri and self.tracking_policy.refusal(state.sweep.spec.tracking.uri)
         if refusal:  # checked before anything is requested from it; the field is immutable, so this is final
             self._publish_message(name, "Invalid", refusal)
@@ -273,13 +274,13 @@ class OperatorBackend:
             return settled[1]  # finished, and nothing of it changed since a step that changed nothing
         writes = self.writes
 
-        if annotations.get(ANNOTATION_CANCEL) == "true" and not current.get("cancelled"):
+        if annotations.get(ANNOTATION_CANCEL) == "true" and not current.cancelled:
             log.info("sweep %s/%s: cancelling", self.namespace, name)
             self.jobs.cancel(state)
-        elif current.get("cancelled"):
+        elif current.cancelled:
             self._finish_cancel(state)
         resume = annotations.get(ANNOTATION_RESUME)
-        if resume and resume != current.get("resumeHandled"):
+        if resume and resume != current.resumeHandled:
             log.info("sweep %s/%s: resuming (request %s)", self.namespace, name, resume)
             self._status_extra[name] = {"resumeHandled": resume}  # written with the forgotten outcomes
             self.jobs.resume(state)
@@ -308,7 +309,7 @@ class OperatorBackend:
         try:
             status = self.jobs.reconcile(state)
         except JobRefused as exc:  # refused as it is, so on every try: the Sweep says why, and keeps its phase
-            self._publish_message(name, self.sweeps.status_of(name).get("phase") or "Pending", str(exc))
+            self._publish_message(name, self.sweeps.status_of(name).phase, str(exc))
             return None
         self._record_late(state, status)
         jobs = self.jobs.job_objects(name)
@@ -348,7 +349,7 @@ class OperatorBackend:
             return (f"{state.sweep.spec.search_title}: waiting, this operator has no tuner image "
                     "(--tuner-image or KUBESWEEP_TUNER_IMAGE; the chart sets it to the operator's image)")
         search = state.sweep.spec.search_title
-        if self.sweeps.status_of(state.sweep.name).get("searchFinished"):
+        if self.sweeps.status_of(state.sweep.name).searchFinished:
             return f"{search}: finished (tuner Job {name})"
         jobs = self.jobs.job_objects(state.sweep.name)
         tuner = next((j for j in jobs if j["metadata"]["name"] == name), None)
@@ -402,7 +403,7 @@ class OperatorBackend:
     def _publish_message(self, name: str, phase: str, message: str) -> None:
         message = clip_message(message)
         current = self.sweeps.status_of(name)
-        if current.get("phase") != phase or current.get("message") != message:
+        if current.phase != phase or current.message != message:
             log.warning("sweep %s/%s: %s", self.namespace, name, message)
             self.patch_status(name, {"phase": phase, "message": message})
 

@@ -199,8 +199,9 @@ class SweepResourceStore(StateStore):
             raise self._gone(name) from None
         self.resources[name] = json.loads(resp.data)
 
-    def status_of(self, name: str) -> dict[str, Any]:
-        return (self.resources.get(name) or {}).get("status") or {}
+    def status_of(self, name: str) -> SweepStatusBody:
+        """The Sweep's status as last read or written here, typed."""
+        return SweepStatusBody.read((self.resources.get(name) or {}).get("status"))
 
     # -- StateStore --------------------------------------------------------------------------------------
 
@@ -219,9 +220,8 @@ class SweepResourceStore(StateStore):
             parsed = sweep_from_resource(body, allow_unpinned=self.allow_unpinned)
         except SpecError as exc:
             raise InvalidSweep(str(exc)) from None
-        status = body.get("status") or {}
-        return SweepState(parsed, self.recorded(sweep), bool(status.get("cancelled")),
-                          status.get("mlflowParentRunId"))
+        status = SweepStatusBody.read(body.get("status"))
+        return SweepState(parsed, self.recorded(sweep), status.cancelled, status.mlflowParentRunId)
 
     def create(self, sweep: Sweep, parent_run_id: str | None) -> None:
         raise BackendError("a Sweep resource is created by `sweep submit` or `kubectl apply`, not by the operator")

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from kubesweep.backends.base import Backend, BackendError, TrialStatus
 from kubesweep.wire import tags
-from kubesweep.wire.config import ANY_GPU, CPU, JobConfig
+from kubesweep.wire.config import JobConfig, gpu_type_of
 from kubesweep.wire.results import Results
 from kubesweep.wire.results_file import (  # the one validated, bounded reader; re-exported for its readers here
     MAX_MAGNITUDE,
@@ -130,11 +130,8 @@ def record_from_status(status: TrialStatus, results: Results | None = None,
 def from_backend(backend: Backend, sweep: str) -> list[TrialRecord]:
     """Records from the backend's state and results files (no MLflow); a results file that is not valid is read as
     none (the record then says what the backend knows: its driver recorded the trial failed, with the reason)."""
-    reader = getattr(backend, "results", None)
-    if reader is None:
-        return [record_from_status(t) for t in backend.status(sweep).trials]
     out = []
-    for status, results in reader(sweep):
+    for status, results in backend.results(sweep):
         where = backend.trial_dir(sweep, status.name)
         trial_file = where / "trial.json" if where is not None else None
         out.append(record_from_status(status, results, trial_file))
@@ -170,7 +167,7 @@ def record_from_child(child: Any, read: Results | ResultsFileError | None) -> Tr
         outcome = run_tags.get(tags.OUTCOME) or {"RUNNING": "running", "SCHEDULED": "pending",
                                                   "FINISHED": "succeeded", "KILLED": "cancelled"}.get(
             child.status, "failed")
-    gpu = None if gpu in (None, "", "any", "None", CPU, ANY_GPU) else str(gpu)  # "any": logged by earlier versions
+    gpu = gpu_type_of(gpu)
     reason = ""
     if results is not None and results.error is not None and outcome != "succeeded":
         reason = results.error.message

@@ -118,7 +118,7 @@ def load_records(target: TrackingTarget, sweep: str, backend: Backend | None, *,
     Raises `runs.TrackingError` when MLflow is asked for but cannot be read, and `BackendError` (`SweepNotFound`)
     when what is asked for does not know the sweep.
     """
-    keeps_files = backend is not None and getattr(backend, "results", None) is not None
+    keeps_files = backend is not None and backend.keeps_results
     if source == "files" or (source == "auto" and (keeps_files or not target.enabled)):
         off = "" if target.enabled else f"{target.describe()}; reading the backend's results files"
         if backend is None:
@@ -162,8 +162,7 @@ def load_records(target: TrackingTarget, sweep: str, backend: Backend | None, *,
 def _from_record(runs: SweepRuns, target: TrackingTarget, backend: Backend | None, sweep: str) -> Loaded | None:
     """The sweep's runs under the parent run the backend records for it (None: no record, or a run this server
     does not have: the record names another server's)."""
-    recorded = getattr(backend, "parent_run_id", None)
-    parent = recorded(sweep) if recorded is not None else None
+    parent = backend.parent_run_id(sweep) if backend is not None else None
     if parent is None or backend is None:
         return None
     try:
@@ -174,10 +173,9 @@ def _from_record(runs: SweepRuns, target: TrackingTarget, backend: Backend | Non
 
 
 def _from_files(backend: Backend, sweep: str, note: str) -> Loaded:
-    if getattr(backend, "results", None) is None:
+    if not backend.keeps_results:
         note = (f"{note.split(';')[0]}; " if note else "") + (
             f"the {backend.name} backend keeps no results files on this machine: trials' outcomes only, no figures "
             "(its trials' MLflow runs hold them: --tracking-uri URI)")
-    parent = getattr(backend, "parent_run_id", None)
     return Loaded(from_backend(backend, sweep), f"results files ({backend.name} backend)", note,
-                  parent(sweep) if parent is not None else None)
+                  backend.parent_run_id(sweep))

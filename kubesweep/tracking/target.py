@@ -6,7 +6,8 @@ Resolution, first match wins (the same for `submit`, `resume`, `results`, `repor
 2. the environment variable `MLFLOW_TRACKING_URI`;
 3. the sweep spec's `tracking.uri`;
 4. the local store under the kubesweep home: `sqlite:///<home>/mlflow.db`, artifacts in `<home>/mlartifacts`
-   (local backend only; a Kubernetes trial cannot write to this machine's disk).
+   (only where the trials are processes of this machine, `Backend.runs_here`: a Kubernetes trial cannot write to
+   this machine's disk).
 
 `--no-tracking` (env `KUBESWEEP_NO_TRACKING=1`) turns tracking off. This module imports nothing from mlflow.
 """
@@ -92,10 +93,13 @@ def resolve(
     flag: str | None = None,
     spec_uri: str | None = None,
     backend: str = "local",
+    runs_here: bool = True,
     disabled: bool = False,
     require_mlflow: bool = True,
 ) -> TrackingTarget:
-    """The tracking destination for a sweep; see the module docstring for the order."""
+    """The tracking destination for a sweep; see the module docstring for the order. `runs_here`: the backend's
+    trials are processes of this machine (`Backend.runs_here`), so the local store is theirs to write to;
+    `backend`: its name, for the message where it is not."""
     if disabled:
         return TrackingTarget(None, experiment, "off", off_reason=f"--no-tracking / {NO_TRACKING_ENV}")
     if require_mlflow and not mlflow_installed():
@@ -109,7 +113,7 @@ def resolve(
             if uri.startswith("file:") or "://" not in uri:
                 root = None  # a file store keeps artifacts beside the runs by itself
             return TrackingTarget(uri, experiment, source, artifact_root=root)
-    if backend != "local":
+    if not runs_here:
         return TrackingTarget(None, experiment, "off", off_reason=(
             f"no tracking URI for the {backend} backend: pass --tracking-uri, set {URI_ENV} or the spec's "
             "tracking.uri to the cluster's MLflow server (`sweep ui --backend kubernetes` shows how to reach it)"))

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from kubesweep.backend_factory import make_backend
+from kubesweep.backend_factory import BACKENDS, Flags, KubernetesConfig, configure, make_backend
 from kubesweep.backends.base import BackendError
 from kubesweep.search_view import search_lines
 from kubesweep.session import EXIT_BACKEND, EXIT_USAGE, exit_code
@@ -28,7 +28,7 @@ from kubesweep.wire.env import TRACKING_SECRET_ENV, TrackingEnv
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kubesweep.tune", description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, type=Path, help="the Sweep (YAML or JSON)")
-    parser.add_argument("--backend", choices=("local", "kubernetes"), default="kubernetes")
+    parser.add_argument("--backend", choices=BACKENDS, default=KubernetesConfig.name)
     parser.add_argument("--namespace", default=None)
     parser.add_argument("--storage", type=Path, required=True, help="search state directory")
     parser.add_argument("--home", type=Path, default=None, help="local backend state directory")
@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                            os.environ.get("KUBESWEEP_PARENT_RUN_ID") or None,
                            credentials_secret=os.environ.get(TRACKING_SECRET_ENV) or None) if uri else None
     try:
-        backend = make_backend(args.backend, home=args.home, namespace=args.namespace, direct=True,
-                               tracking=tracking)
+        backend = make_backend(configure(args.backend, Flags(home=args.home, namespace=args.namespace,
+                                                             direct=True)), tracking)
         summary = run_search(sweep, backend, storage=args.storage, tracking=tracking)
         status = backend.status(sweep.name)
     except NoSearch as exc:

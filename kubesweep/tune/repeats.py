@@ -160,7 +160,7 @@ def run_repeats(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trac
     """Run (or continue) the sweep under its sequential repeats rule to its end; what each cell got."""
     rule = sweep.spec.repeat_rule
     assert rule is not None, "run_repeats needs spec.repeat_until"
-    if getattr(backend, "results", None) is None and (tracking is None or not tracking.parent_run_id):
+    if not backend.keeps_results and (tracking is None or not tracking.parent_run_id):
         raise BackendError(f"sweep {sweep.name!r}: repeat_until reads each repeat's {rule.metric} from MLflow on "
                            f"the {backend.name} backend, and this sweep is not tracked (turn tracking on, or drop "
                            "repeat_until)")
@@ -245,7 +245,7 @@ class _Reader:
                     cell.values = list(agg.metrics[self.metric].values)
 
     def _records(self) -> list[TrialRecord]:
-        if getattr(self.backend, "results", None) is not None or self.tracking is None or \
+        if self.backend.keeps_results or self.tracking is None or \
                 not self.tracking.parent_run_id:
             return from_backend(self.backend, self.sweep)
         target = TrackingTarget(self.tracking.uri, self.tracking.experiment, "env")

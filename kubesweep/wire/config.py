@@ -197,6 +197,15 @@ JOB_FIELDS: frozenset[str] = frozenset(JobConfig.model_fields)
 
 CPU = "cpu"  # the device of a trial that asks for no GPU
 ANY_GPU = "any GPU"  # the device of a trial that takes whichever GPU it is given
+# what earlier versions logged as the device of a trial without a GPU type: none, "any", str(None)
+_EARLIER_NO_GPU_TYPE = frozenset({"", "any", "None"})
+
+
+def gpu_type_of(device: object) -> str | None:
+    """The GPU type a logged device names (`TrialConfig.device`, read back from a run's tag): None for `cpu`,
+    `any GPU`, nothing, or what earlier versions logged for those."""
+    text = "" if device is None else str(device)
+    return None if text in (CPU, ANY_GPU) or text in _EARLIER_NO_GPU_TYPE else text
 
 
 class TrialConfig(StrictModel):

@@ -144,6 +144,24 @@ class BackendContract:
         text = "".join(harness.backend.logs(p.sweep.name, p.trials[0].name))
         assert harness.log_marker(p.trials[0]) in text
 
+    def test_what_it_keeps_is_what_it_declares(self, harness: Harness) -> None:
+        """`keeps_results`: each trial's results file is read on this machine (`results`, from its `trial_dir`);
+        without it, `results` gives every trial without a file (its figures are in MLflow). `parent_run_id` of a
+        sweep the backend does not know is None, and of an untracked one where no controller opens one."""
+        p = make_plan("contract-kept", {"batch_size": [8, 256]})
+        status = self.run(harness, p)
+        backend, name = harness.backend, p.sweep.name
+        read = backend.results(name)
+        assert [t.trial_id for t, _ in read] == [t.trial_id for t in status.trials]
+        if backend.keeps_results:
+            assert [r is not None for _, r in read] == [True, True]  # the OOM cell's file says so too
+            assert all((d := backend.trial_dir(name, t.name)) is not None and d.is_dir() for t, _ in read)
+        else:
+            assert [r for _, r in read] == [None, None]
+        assert backend.parent_run_id("contract-no-such-sweep") is None
+        if backend.tracking is None and not backend.opens_parent_run:
+            assert backend.parent_run_id(name) is None
+
     def test_unknown_sweep_is_not_found(self, harness: Harness) -> None:
         with pytest.raises(SweepNotFound):
             harness.backend.status("contract-no-such-sweep")

@@ -101,6 +101,19 @@ def test_termination_message_json_wins() -> None:
     assert o.outcome == Outcome.GPU_MISMATCH and "NVIDIA-H200" in o.reason
 
 
+def test_a_termination_messages_error_is_its_text_not_a_dicts_repr() -> None:
+    """A termination message in the results file's words (`error`: `{"type", "message"}`, `wire.results.ErrorInfo`)
+    gives the reason as the local backend words it, `type: message`; an error that is neither text nor such a pair
+    leaves the reason to the message's `reason`."""
+    error = {"type": "RuntimeError", "message": "CUDA error: device-side assert triggered"}
+    summary = json.dumps({"outcome": "failed", "error": error})
+    o = observe(job("Failed", "BackoffLimitExceeded"), [pod("Failed", exit_code=1, message=summary)])
+    assert (o.outcome, o.reason) == (Outcome.FAILED, "RuntimeError: CUDA error: device-side assert triggered")
+    odd = json.dumps({"outcome": "failed", "error": [1, {"x": 2}], "reason": "the worker ended"})
+    o = observe(job("Failed", "BackoffLimitExceeded"), [pod("Failed", exit_code=1, message=odd)])
+    assert (o.outcome, o.reason) == (Outcome.FAILED, "the worker ended")
+
+
 def test_unschedulable_carries_the_schedulers_message() -> None:
     p = pod("Pending", conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                     "message": "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."}])

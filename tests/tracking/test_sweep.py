@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
+from kubesweep.backends.base import Backend, Phase, SweepStatus, TrialStatus
 from kubesweep.gpus import load_catalog
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord
@@ -296,6 +296,9 @@ class _OperatorRecord:
 
     name = "kubernetes"
     opens_parent_run = True
+    keeps_results = False
+    results = Backend.results  # the contract's defaults: each trial without a file, none on this machine
+    trial_dir = Backend.trial_dir
 
     def __init__(self, parent: str | None) -> None:
         self.parent = parent
@@ -340,9 +343,13 @@ class _NoFilesBackend:
 
     name = "kubernetes"
     opens_parent_run = False
+    keeps_results = False
 
     def status(self, sweep: str) -> Any:
         return SweepStatus(sweep, self.name, [TrialStatus("t1", f"{sweep}-t1", "cell", None, Phase.SUCCEEDED)])
+
+    results = Backend.results  # the contract's defaults: each trial without a file, no parent run recorded
+    parent_run_id = Backend.parent_run_id
 
     def trial_dir(self, sweep: str, trial: str) -> None:
         return None

@@ -45,10 +45,10 @@ def test_off_when_disabled_and_for_a_cluster_backend_without_a_uri(tmp_path: Pat
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     off = resolve(experiment="e", home=tmp_path, flag="http://flag:5000", disabled=True, require_mlflow=False)
     assert not off.enabled and off.source == "off" and "--no-tracking" in off.describe()
-    cluster = resolve(experiment="e", home=tmp_path, backend="kubernetes", require_mlflow=False)
+    cluster = resolve(experiment="e", home=tmp_path, backend="kubernetes", runs_here=False, require_mlflow=False)
     assert not cluster.enabled and "no tracking URI for the kubernetes backend" in cluster.off_reason
     monkeypatch.setenv(URI_ENV, "http://mlflow.ns:5000")
-    assert resolve(experiment="e", home=tmp_path, backend="kubernetes", require_mlflow=False).uri == \
+    assert resolve(experiment="e", home=tmp_path, backend="kubernetes", runs_here=False, require_mlflow=False).uri == \
         "http://mlflow.ns:5000"
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.wire.config import JobConfig, TrialConfig, is_local_path, local_path
+from kubesweep.wire.config import ANY_GPU, CPU, JobConfig, TrialConfig, gpu_type_of, is_local_path, local_path
 
 
 def test_overrides_need_random_init() -> None:
@@ -51,3 +51,13 @@ def test_a_trial_names_its_device_the_same_everywhere() -> None:
 
     assert (trial(None, 0).device, trial(None, 1).device, trial("h100-80gb", 1).device) == (
         "cpu", "any GPU", "h100-80gb")
+
+
+def test_a_logged_device_names_a_gpu_type_or_none() -> None:
+    """The inverse of `TrialConfig.device` as its tag is read back: a GPU type, or None for `cpu`, `any GPU` and
+    what earlier versions logged for those ("any", "None", nothing)."""
+    assert gpu_type_of("l4") == "l4" and gpu_type_of("h100-80gb") == "h100-80gb"
+    assert [gpu_type_of(d) for d in (CPU, ANY_GPU, "any", "None", "", None)] == [None] * 6
+    for gpu, gpus in (("l4", 1), (None, 0), (None, 2)):
+        trial = TrialConfig(sweep="s", trial_id="t", name="n", gpu=gpu, gpus_per_trial=gpus, job=JobConfig())
+        assert gpu_type_of(trial.device) == gpu
