@@ -22,7 +22,8 @@ from kubesweep.wire.trial_metrics import METRICS
 
 LEFT = frozenset({"task", "gpu", "precision", "compile", "status", "flags", "model", "engine", "padding", "dataset"})
 # the figures after the objective, most telling first
-FIGURES = ("accuracy", "tta_s", "step_p50_ms", "peak_mem_gib", "cost_per_epoch", "kwh_per_epoch")
+FIGURES = ("accuracy", "tta_s", "step_p50_ms", "peak_mem_gib", "cost_per_epoch", "kwh_per_epoch", "mfu_pct",
+           "tflops_per_s", "padded_tokens_per_sample")
 NO_FIGURE = "-"
 
 
