@@ -390,7 +390,8 @@ class TrialRun:
         if self.dist.is_main:
             rate = (
                 f"{stats['samples_per_s']:,.1f} samples/s" if stats["samples_per_s"] else "no measured steps"
-            )
+            ) + (f", {stats['tflops_per_s']:,.2f} TFLOP/s ({stats['padded_tokens_per_sample']:.1f} padded tokens a "
+                 "sample)" if stats["tflops_per_s"] and stats["padded_tokens_per_sample"] else "")
             acc = (
                 f", dev accuracy {self.fields['final_accuracy']:.4f}"
                 if self.fields["final_accuracy"] is not None

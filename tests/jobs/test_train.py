@@ -62,6 +62,8 @@ def test_succeeds_with_complete_results(full_run: JobRun) -> None:
     assert train.padded_tokens_per_sample == pytest.approx(width)
     assert train.tokens_per_sample == pytest.approx(train.tokens_per_s * train.measured_time_s / samples)
     assert results.probe is None  # a CPU trial: no GEMM probe
+    assert re.search(r"^train: 12 steps in .* samples/s, [\d.]+ TFLOP/s \([\d.]+ padded tokens a sample\)",
+                     full_run.stdout, re.M), full_run.stdout
     assert "tracking: off" in full_run.stdout
     # progress from the first step (a warm-up step), then every log_every steps and at the end
     steps = [int(n) for n in re.findall(r"^step (\d+)/12 ", full_run.stdout, re.M)]
