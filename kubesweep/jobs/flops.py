@@ -73,6 +73,17 @@ class ModelShape:
         return TRAIN_FACTOR * self.forward_flops(rows, width)
 
 
+def measured_figures(flops: float | None, seconds: float, *, samples: int, tokens: float, padded: float,
+                     count: int, per: str) -> dict[str, float | None]:
+    """What results record beside samples/s over one measured window: tokens and padded tokens per sample, the
+    window's model FLOPs (None: not counted), FLOPs per `per` (step or batch; `count` of them) and TFLOP/s."""
+    return {"tokens_per_sample": tokens / samples if samples else None,
+            "padded_tokens_per_sample": padded / samples if samples else None,
+            "measured_flops": flops,
+            f"flops_per_{per}": flops / count if flops is not None and count else None,
+            "tflops_per_s": tflops_per_s(flops, seconds) if flops is not None else None}
+
+
 def tflops_per_s(flops: float, seconds: float) -> float | None:
     """FLOPs over `seconds`, in TFLOP/s (None for no time)."""
     return flops / seconds / 1e12 if seconds > 0 else None

@@ -27,7 +27,7 @@ from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
 from kubesweep.jobs.energy import EnergyMeter, EnergyWindow, energy_stats
 from kubesweep.jobs.errors import UsageError
-from kubesweep.jobs.flops import ModelShape, tflops_per_s
+from kubesweep.jobs.flops import ModelShape, measured_figures
 from kubesweep.jobs.metrics import percentiles
 from kubesweep.wire.config import JobConfig
 
@@ -123,11 +123,8 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist,
         "samples_per_s": rows / measured,
         "tokens_per_s": tokens / measured,
         "padded_tokens_per_s": padded / measured,
-        "tokens_per_sample": tokens / rows if rows else None,
-        "padded_tokens_per_sample": padded / rows if rows else None,
-        "measured_flops": flops if shape is not None else None,
-        "flops_per_batch": flops / len(latencies) if shape is not None and latencies else None,
-        "tflops_per_s": tflops_per_s(flops, measured) if shape is not None else None,
+        **measured_figures(flops if shape is not None else None, measured, samples=rows, tokens=tokens,
+                           padded=padded, count=len(latencies), per="batch"),
         "measured_from": measured_from,
         "measured_until": measured_until,
         "graph": graphs,

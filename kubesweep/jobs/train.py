@@ -30,7 +30,7 @@ from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
 from kubesweep.jobs.energy import EnergyMeter, EnergyWindow, energy_stats
 from kubesweep.jobs.errors import UsageError
-from kubesweep.jobs.flops import ModelShape, tflops_per_s
+from kubesweep.jobs.flops import ModelShape, measured_figures
 from kubesweep.jobs.metrics import StepClock, percentiles
 from kubesweep.wire.config import JobConfig
 from kubesweep.wire.progress import step_line
@@ -121,7 +121,7 @@ class TrainOutcome:
     energy: dict[str, Any] | None = None
 
     def stats(self) -> dict[str, Any]:
-        t, samples, flops = self.measured_time_s, self.measured_samples, self.measured_flops
+        t = self.measured_time_s
         return {
             "steps": self.steps,
             "target_steps": self.target_steps,
@@ -135,11 +135,8 @@ class TrainOutcome:
             "samples_per_s": self.measured_samples / t if t > 0 else None,
             "tokens_per_s": self.measured_tokens / t if t > 0 else None,
             "padded_tokens_per_s": self.measured_padded_tokens / t if t > 0 else None,
-            "tokens_per_sample": self.measured_tokens / samples if samples else None,
-            "padded_tokens_per_sample": self.measured_padded_tokens / samples if samples else None,
-            "measured_flops": flops,
-            "flops_per_step": flops / self.measured_steps if flops is not None and self.measured_steps else None,
-            "tflops_per_s": tflops_per_s(flops, t) if flops is not None else None,
+            **measured_figures(self.measured_flops, t, samples=self.measured_samples, tokens=self.measured_tokens,
+                               padded=self.measured_padded_tokens, count=self.measured_steps, per="step"),
             "step_time_s": percentiles(self.step_times),
             "final_loss": self.loss_curve[-1]["loss"] if self.loss_curve else None,
             "resumed_from_step": self.resumed_from_step,
@@ -389,8 +386,7 @@ class FineTuner:
         step_meta.samples += rows * world_size
         step_meta.tokens += batch["n_tokens"] * world_size
         step_meta.padded_tokens += rows * shape[1] * world_size
-        if self.shape is not None:
-            step_meta.flops += self.shape.train_flops(rows, shape[1]) * world_size
+        step_meta.flops += self.shape.train_flops(rows, shape[1]) * world_size if self.shape is not None else 0.0
         self.micro_in_epoch += 1
         loop.micro_in_step += 1
         last_micro = loop.micro_in_step == cfg.grad_accum or self.micro_in_epoch == self.micro_per_epoch
@@ -473,8 +469,7 @@ class FineTuner:
             out.measured_samples += meta.samples
             out.measured_tokens += meta.tokens
             out.measured_padded_tokens += meta.padded_tokens
-            if out.measured_flops is not None:
-                out.measured_flops += meta.flops
+            out.measured_flops = out.measured_flops + meta.flops if out.measured_flops is not None else None
             out.step_times.append(dt_s)
             window_samples += meta.samples
             window_time += dt_s
