@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from kubesweep.wire.base import StrictModel
 
@@ -31,11 +31,27 @@ class GpuType(StrictModel):
     bf16: bool
     fp8: bool = False
     price_per_hour: float = Field(ge=0, description="USD per GPU-hour, for $/epoch")
+    dense_tflops: dict[Literal["fp32", "tf32", "fp16", "bf16"], float] = Field(
+        default_factory=dict, description="the data sheet's dense peak TFLOP/s (not with sparsity) per precision: "
+        "the denominator of MFU; a precision left out has none")
+    dense_tflops_source: str | None = Field(None, min_length=1, description="the data sheet the peaks come from")
+
+    @model_validator(mode="after")
+    def _peaks_have_a_source(self) -> GpuType:
+        if any(v <= 0 for v in self.dense_tflops.values()):
+            raise ValueError("dense_tflops: every peak must be greater than 0")
+        if self.dense_tflops and not self.dense_tflops_source:
+            raise ValueError("dense_tflops needs dense_tflops_source: the data sheet the peaks come from")
+        return self
 
     @property
     def sm(self) -> tuple[int, int]:
         major, minor = self.compute_capability.split(".")
         return int(major), int(minor)
+
+    def peak_tflops(self, precision: str | None) -> float | None:
+        """The dense peak TFLOP/s of one GPU of this type at the job's `precision` (None: the catalog has none)."""
+        return next((v for k, v in self.dense_tflops.items() if k == precision), None)
 
     def unsupported_precision(self, precision: str) -> str | None:
         """Why this GPU cannot run `precision`, or None when it can."""
@@ -73,6 +89,13 @@ class Catalog:
     @property
     def names(self) -> list[str]:
         return list(self.gpus)
+
+    def price_and_peak(self, name: str | None, precision: str | None) -> tuple[float | None, float | None]:
+        """A GPU type's price per hour and dense peak TFLOP/s at `precision`, what $/epoch and MFU are computed
+        against; (None, None) for no type (a CPU trial) or one the catalog does not know."""
+        if name is None or name not in self.gpus:
+            return None, None
+        return self.gpus[name].price_per_hour, self.gpus[name].peak_tflops(precision)
 
     def by_product(self, product: str) -> str | None:
         """The catalog name whose product label is exactly `product`."""

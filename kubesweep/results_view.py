@@ -22,7 +22,8 @@ from kubesweep.wire.trial_metrics import METRICS
 
 LEFT = frozenset({"task", "gpu", "precision", "compile", "status", "flags", "model", "engine", "padding", "dataset"})
 # the figures after the objective, most telling first
-FIGURES = ("accuracy", "tta_s", "step_p50_ms", "peak_mem_gib", "cost_per_epoch", "kwh_per_epoch")
+FIGURES = ("accuracy", "tta_s", "step_p50_ms", "peak_mem_gib", "cost_per_epoch", "kwh_per_epoch", "mfu_pct",
+           "tflops_per_s", "padded_tokens_per_sample")
 NO_FIGURE = "-"
 
 
@@ -111,7 +112,9 @@ def print_cells(console: Console, sweep: str, cells: list[Cell], *, source: str,
     notes = [f"mean ± the 95% interval's half-width over repeats; TTA = training time to dev accuracy >= {target:g}; "
              f"* best {METRICS[best_by][0]} per GPU type; from {source}"]
     if built.empty:
-        notes.append(f"no figures for: {', '.join(built.empty)}")
+        cpu = any(c.axes.gpu == "cpu" for c in cells)  # MFU needs a peak: a CPU has none, and none is invented
+        notes.append("no figures for: " + ", ".join(f"{h} (no peak on the CPU)" if cpu and h == METRICS["mfu_pct"][0]
+                                                     else h for h in built.empty))
     if hidden:
         notes.append(f"left out to fit {width} columns: {', '.join(hidden)}"
                      + (f"; {more} shows every column" if more else ""))

@@ -435,12 +435,14 @@ RESULT_COLUMNS: list[tuple[str, str]] = [
     ("accuracy", "accuracy"),
     ("train_s", "train s"),
     ("warmup_s", "warm-up s"),
+    ("tflops_per_s", "TFLOP/s"),
+    ("mfu_pct", "MFU %"),
 ]
 
 
 # the per-trial columns most telling first: which trial, how it ended, its figures, then its settings
 RESULT_ORDER = ("trial", "outcome", "samples_per_s", "step_p50_ms", "accuracy", "batch_size", "precision", "compile",
-                "repeat", "gpu", "peak_mem_gib", "train_s", "warmup_s")
+                "repeat", "gpu", "peak_mem_gib", "train_s", "warmup_s", "tflops_per_s", "mfu_pct")
 
 
 def print_results(console: Console, sweep: str, rows: Sequence[ResultRow]) -> None:

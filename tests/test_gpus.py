@@ -70,3 +70,27 @@ def test_duplicate_products_are_refused() -> None:
     gpu = {"product": "X", "memory_gib": 1, "compute_capability": "8.0", "bf16": True, "price_per_hour": 1}
     with pytest.raises(CatalogError, match="used twice"):
         Catalog.from_mapping({"gpus": {"a": gpu, "b": gpu}}, "inline")
+
+
+def test_every_catalogued_peak_is_dense_and_names_its_data_sheet() -> None:
+    """H100 SXM5's dense bf16 peak is 989.4 TFLOP/s (1,979 with sparsity); fp32 is the non-tensor 66.9."""
+    catalog = default_catalog()
+    h100 = catalog["h100-80gb"]
+    assert h100.peak_tflops("bf16") == 989.4 and h100.peak_tflops("fp32") == 66.9 and h100.peak_tflops("tf32") == 494.7
+    assert catalog["v100-32gb"].peak_tflops("bf16") is None  # no bf16 on a V100: no peak, no MFU
+    assert catalog["a10g"].peak_tflops("bf16") is None and catalog["a10g"].dense_tflops_source is None
+    for name in catalog.names:
+        gpu = catalog[name]
+        assert not gpu.dense_tflops or gpu.dense_tflops_source, name
+        assert all(gpu.unsupported_precision(p) is None for p in gpu.dense_tflops), name
+
+
+def test_a_peak_without_its_source_or_not_positive_is_refused() -> None:
+    gpu = {"product": "X", "memory_gib": 1, "compute_capability": "8.0", "bf16": True, "price_per_hour": 1,
+           "dense_tflops": {"bf16": 100}}
+    with pytest.raises(CatalogError, match=r"inline: gpus.x: .*dense_tflops needs dense_tflops_source"):
+        Catalog.from_mapping({"gpus": {"x": gpu}}, "inline")
+    with pytest.raises(CatalogError, match="greater than 0"):
+        Catalog.from_mapping({"gpus": {"x": {**gpu, "dense_tflops": {"bf16": 0}, "dense_tflops_source": "s"}}}, "x")
+    with pytest.raises(CatalogError, match=r"dense_tflops\.fp8"):
+        Catalog.from_mapping({"gpus": {"x": {**gpu, "dense_tflops": {"fp8": 1}, "dense_tflops_source": "s"}}}, "x")

@@ -115,3 +115,19 @@ def test_markdown_carries_the_answer_the_table_and_how_to_read_it() -> None:
     assert text.index("**The answer**") < text.index("| ") < text.index("Mean ± the 95% interval")
     assert sum(1 for line in lines if line.startswith("| ")) == len(cells) + 1  # header and a row per setting
     assert "* best samples/s per GPU type" in text and "Marks beside a number" in text and "OOM" in text
+
+
+def test_tflops_and_mfu_are_shown_and_a_cpu_sweep_says_why_it_has_no_mfu() -> None:
+    """An H100 bf16 cell at 300 TFLOP/s reads 30.32 MFU % of the 989.4 dense peak; a CPU sweep shows its TFLOP/s and
+    says it has no MFU because there is no peak, rather than a number."""
+    def flops(name: str, gpu: str, tflops: float) -> TrialRecord:
+        parts = trial_parts(100.0, device="cuda" if gpu != "cpu" else "cpu")
+        parts["train"] |= {"tflops_per_s": tflops, "tokens_per_sample": 12.9, "padded_tokens_per_sample": 21.0}
+        job = JobConfig(batch_size=256, precision="bf16")
+        return TrialRecord(name, name, 0, None if gpu == "cpu" else gpu, 0 if gpu == "cpu" else 1, "succeeded", job,
+                           make_results(**{"config": job.model_dump(mode="json", exclude_unset=True), **parts}))
+
+    gpu = shown(None, [flops("h", "h100-80gb", 300.0)])
+    assert "TFLOP/s" in gpu and "MFU %" in gpu and "30.32" in gpu and "300.0" in gpu and "21.00" in gpu
+    cpu = shown(None, [flops("c", "cpu", 0.002)])
+    assert "0.0020" in cpu and "no figures for: " in cpu and "MFU % (no peak on the CPU)" in cpu

@@ -31,6 +31,7 @@ from transformers import (
 from kubesweep.jobs import runtime
 from kubesweep.jobs.data import TokenizedSplit, pad_length
 from kubesweep.jobs.distributed import Dist
+from kubesweep.jobs.flops import ModelShape
 from kubesweep.jobs.metrics import StepClock
 from kubesweep.jobs.model import LoadedModel
 from kubesweep.jobs.train import MetricSink, TrainOutcome
@@ -236,12 +237,17 @@ def train(cfg: JobConfig, trainer: Any, measure: Measure, checkpoint_dir: Path |
 
 
 def extract_results(
-    out: TrainOutcome, mean_tokens: float, padded_width: float, pre_padded: bool, checkpoint_dir: Path | None
+    out: TrainOutcome, mean_tokens: float, padded_width: float, pre_padded: bool, checkpoint_dir: Path | None,
+    shape: ModelShape | None,
 ) -> None:
     """The figures Trainer does not count: tokens from the measured samples (padded tokens: `padded_width` for
-    pre-padded rows, else the mean length), and the checkpoints left behind."""
+    pre-padded rows, else the mean length), their model FLOPs at that width (the batches' own widths are
+    Trainer's: with dynamic padding the attention term is the mean width's, a lower bound), and the checkpoints
+    left behind."""
     out.measured_tokens = int(out.measured_samples * mean_tokens)
-    out.measured_padded_tokens = int(out.measured_samples * (padded_width if pre_padded else mean_tokens))
+    width = padded_width if pre_padded else mean_tokens
+    out.measured_padded_tokens = int(out.measured_samples * width)
+    out.measured_flops = shape.train_flops(out.measured_samples, width) if shape is not None else None
     if checkpoint_dir is not None:
         out.checkpoints = sorted(str(p) for p in checkpoint_dir.glob("checkpoint-*"))
 
@@ -275,5 +281,6 @@ def run(
     trainer = make_trainer(cfg, loaded, train_data, eval_data, args, pad_to, measure)
     setup_s = time.perf_counter() - t0
     train(cfg, trainer, measure, checkpoint_dir)
-    extract_results(out, mean_tokens, padded_width, bool(pad_to), checkpoint_dir)
+    extract_results(out, mean_tokens, padded_width, bool(pad_to), checkpoint_dir,
+                    ModelShape.from_config(getattr(loaded.model, "config", None)))
     return out, setup_s

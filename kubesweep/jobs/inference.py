@@ -27,6 +27,7 @@ from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
 from kubesweep.jobs.energy import EnergyMeter, EnergyWindow, energy_stats
 from kubesweep.jobs.errors import UsageError
+from kubesweep.jobs.flops import ModelShape, measured_figures
 from kubesweep.jobs.metrics import percentiles
 from kubesweep.wire.config import JobConfig
 
@@ -39,6 +40,7 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist,
     a meter). The energy counter is read after the warm-up batches and after the last measured one, each
     synchronized."""
     device = torch.device(dist.device)
+    shape = ModelShape.from_config(getattr(model, "config", None))  # None: FLOPs not counted
     runtime.limit_threads()
     runtime.setup_precision(cfg)
     dtype = runtime.autocast_dtype(cfg) or torch.float32
@@ -68,6 +70,7 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist,
     latencies: list[float] = []
     launches: list[float] = []
     rows = tokens = padded = 0
+    flops = 0.0
     warmup_s = 0.0
     measured_from: float | None = None
     total = cfg.warmup_batches + cfg.inference_batches
@@ -97,10 +100,11 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist,
                 continue
             latencies.append(elapsed)
             launches.append(issued)
-            shape = batch["input_ids"].shape
-            rows += shape[0]
+            size = batch["input_ids"].shape
+            rows += size[0]
             tokens += batch["n"]
-            padded += shape[0] * shape[1]
+            padded += size[0] * size[1]
+            flops += shape.forward_flops(size[0], size[1]) if shape is not None else 0.0
     measured = sum(latencies)
     measured_until = time.time()
     joules = None
@@ -119,6 +123,8 @@ def run(cfg: JobConfig, model: Any, eval_data: TokenizedSplit, dist: Dist,
         "samples_per_s": rows / measured,
         "tokens_per_s": tokens / measured,
         "padded_tokens_per_s": padded / measured,
+        **measured_figures(flops if shape is not None else None, measured, samples=rows, tokens=tokens,
+                           padded=padded, count=len(latencies), per="batch"),
         "measured_from": measured_from,
         "measured_until": measured_until,
         "graph": graphs,

@@ -243,6 +243,10 @@ def load(cfg: JobConfig) -> LoadedModel:
         "parameters": sum(p.numel() for p in model.parameters()),
         "hidden_size": getattr(config, "hidden_size", None),
         "num_hidden_layers": getattr(config, "num_hidden_layers", None),
+        # the rest of the shapes its FLOPs are counted from (kubesweep/jobs/flops.py)
+        "intermediate_size": getattr(config, "intermediate_size", None),
+        "num_attention_heads": getattr(config, "num_attention_heads", None),
+        "num_labels": getattr(config, "num_labels", None),
         "overrides": dict(cfg.model_overrides),
         # the attention code path (sdpa: torch's scaled_dot_product_attention, whose kernels sdpa_backend picks)
         "attention": getattr(model.config, "_attn_implementation", None),

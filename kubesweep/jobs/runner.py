@@ -21,7 +21,7 @@ from typing import Any
 
 from kubesweep.gpus import load_catalog
 from kubesweep.jobs import data as data_mod
-from kubesweep.jobs import distributed, env, export, inference, plot, runtime
+from kubesweep.jobs import distributed, env, export, inference, plot, probe, runtime
 from kubesweep.jobs import model as model_mod
 from kubesweep.jobs.command import LAUNCHED_ENV, QUEUE_TAGS, QUEUED_AT_ENV
 from kubesweep.jobs.data import TokenizedSplit
@@ -36,7 +36,7 @@ from kubesweep.wire.config import JobConfig, TrialConfig
 from kubesweep.wire.flags import comparison_tags
 from kubesweep.wire.outcomes import ExitCode, Outcome
 from kubesweep.wire.results import Results
-from kubesweep.wire.trial_metrics import comparison_metrics, gpu_type
+from kubesweep.wire.trial_metrics import comparison_metrics, gpu_type, physics
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +179,9 @@ class TrialRun:
                   "nvml_peak_used_bytes": sampler.peak_used_bytes() if sampler is not None else None}
         memory["host_peak_rss_bytes"] = host_peak_rss_bytes()
         self.fields["memory"] = memory
+        # after the memory peaks are read: the probe's allocations are not the trial's
+        if self.outcome == Outcome.SUCCEEDED and dist.is_main:
+            self._probe()
         keep = model is not None and dist.is_main and bool(cfg.export) and self.outcome == Outcome.SUCCEEDED
         model = runtime.free_device_memory(model, keep=keep)
         self.lease.release()
@@ -195,6 +198,21 @@ class TrialRun:
             self._finish()
         distributed.shutdown(dist)
         return int(self.exit_code)
+
+    def _probe(self) -> None:
+        """The GEMM probe of the trial's GPU (none on the CPU), outside the measured window: the machine's ceiling
+        at the trial's precision (kubesweep/jobs/probe.py). The model is still on the GPU; a probe that cannot run
+        leaves a note."""
+        try:
+            self.fields["probe"], note = probe.probe_trial(self.cfg.precision, self.dist.device)
+        except BaseException as err:  # SIGTERM, Ctrl-C while it runs
+            self._failed(err)
+            return
+        if note is not None:
+            self.notes.append(note)
+        elif self.fields["probe"] is not None:
+            print(f"GEMM probe ({self.cfg.precision}, {self.fields['probe']['size']}^3): "
+                  f"{self.fields['probe']['tflops_per_s']:,.0f} TFLOP/s", flush=True)
 
     def _stopped_reason(self) -> str:
         """What stopped the trial and what its next attempt starts from, as they are here: a pod or a process, a
@@ -289,6 +307,7 @@ class TrialRun:
                 "inference/samples_per_s": stats["samples_per_s"],
                 "inference/latency_p50_s": stats["latency_s"]["p50"],
                 "inference/latency_p99_s": stats["latency_s"]["p99"],
+                "inference/tflops_per_s": stats["tflops_per_s"],
                 **energy_metrics(self.fields["energy"]),
             },
             0,
@@ -358,6 +377,7 @@ class TrialRun:
         summary = {
             "result/samples_per_s": stats["samples_per_s"],
             "result/tokens_per_s": stats["tokens_per_s"],
+            "result/tflops_per_s": stats["tflops_per_s"],
             "result/final_accuracy": self.fields["final_accuracy"],
             "result/train_s": out.train_s,
             "result/compile_warmup_s": out.warmup_time_s,
@@ -370,7 +390,8 @@ class TrialRun:
         if self.dist.is_main:
             rate = (
                 f"{stats['samples_per_s']:,.1f} samples/s" if stats["samples_per_s"] else "no measured steps"
-            )
+            ) + (f", {stats['tflops_per_s']:,.2f} TFLOP/s ({stats['padded_tokens_per_sample']:.1f} padded tokens a "
+                 "sample)" if stats["tflops_per_s"] and stats["padded_tokens_per_sample"] else "")
             acc = (
                 f", dev accuracy {self.fields['final_accuracy']:.4f}"
                 if self.fields["final_accuracy"] is not None
@@ -440,11 +461,11 @@ class TrialRun:
         GPU mismatch, chance accuracy) as a tag: the columns of the sweep's runs view in the MLflow UI."""
         catalog = load_catalog()
         gpu = gpu_type(self.trial.gpu, results, catalog.by_product)
-        price = catalog[gpu].price_per_hour if gpu is not None and gpu in catalog else None
-        self.tracker.set_tags(comparison_tags(results))
+        price, peak = catalog.price_and_peak(gpu, self.cfg.precision)
+        metrics = comparison_metrics(results, gpus=self.trial.gpus_per_trial, price_per_hour=price, peak_tflops=peak)
+        self.tracker.set_tags(comparison_tags(results, physics(metrics)))
         step = results.train.steps if results.train is not None else 0
-        self.tracker.log_metrics(comparison_metrics(results, gpus=self.trial.gpus_per_trial, price_per_hour=price),
-                                 step)
+        self.tracker.log_metrics(metrics, step)
 
     def _finish(self) -> None:
         fields = self.fields

@@ -30,6 +30,7 @@ from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
 from kubesweep.jobs.energy import EnergyMeter, EnergyWindow, energy_stats
 from kubesweep.jobs.errors import UsageError
+from kubesweep.jobs.flops import ModelShape, measured_figures
 from kubesweep.jobs.metrics import StepClock, percentiles
 from kubesweep.wire.config import JobConfig
 from kubesweep.wire.progress import step_line
@@ -89,6 +90,7 @@ class StepMeta:
     samples: int
     tokens: int
     padded_tokens: int
+    flops: float = 0.0  # model FLOPs of the step's batches (kubesweep/jobs/flops.py), all ranks
 
 
 @dataclass
@@ -103,6 +105,7 @@ class TrainOutcome:
     measured_samples: int = 0
     measured_tokens: int = 0
     measured_padded_tokens: int = 0
+    measured_flops: float | None = None  # None: the model's FLOPs are not counted (its shapes unknown)
     measured_time_s: float = 0.0
     measured_from: float | None = None  # Unix times: the first measured step's start, the last one's end
     measured_until: float | None = None
@@ -132,6 +135,8 @@ class TrainOutcome:
             "samples_per_s": self.measured_samples / t if t > 0 else None,
             "tokens_per_s": self.measured_tokens / t if t > 0 else None,
             "padded_tokens_per_s": self.measured_padded_tokens / t if t > 0 else None,
+            **measured_figures(self.measured_flops, t, samples=self.measured_samples, tokens=self.measured_tokens,
+                               padded=self.measured_padded_tokens, count=self.measured_steps, per="step"),
             "step_time_s": percentiles(self.step_times),
             "final_loss": self.loss_curve[-1]["loss"] if self.loss_curve else None,
             "resumed_from_step": self.resumed_from_step,
@@ -190,6 +195,7 @@ class FineTuner:
         self.energy = EnergyWindow(energy) if energy is not None else None
         self.raw = model
         self.pin = cfg.pin_memory and dist.cuda
+        self.shape = ModelShape.from_config(getattr(model, "config", None))  # None: FLOPs not counted
 
         per_rank = len(self._plan(0)) // dist.world_size
         if per_rank == 0:
@@ -239,7 +245,8 @@ class FineTuner:
             if cfg.step_graph
             else None
         )
-        self.out = TrainOutcome(steps=0, target_steps=self.target_steps, steps_per_epoch=self.steps_per_epoch)
+        self.out = TrainOutcome(steps=0, target_steps=self.target_steps, steps_per_epoch=self.steps_per_epoch,
+                                measured_flops=0.0 if self.shape is not None else None)
         self.epoch = 0
         self.micro_in_epoch = 0
         if restored is not None:
@@ -379,6 +386,7 @@ class FineTuner:
         step_meta.samples += rows * world_size
         step_meta.tokens += batch["n_tokens"] * world_size
         step_meta.padded_tokens += rows * shape[1] * world_size
+        step_meta.flops += self.shape.train_flops(rows, shape[1]) * world_size if self.shape is not None else 0.0
         self.micro_in_epoch += 1
         loop.micro_in_step += 1
         last_micro = loop.micro_in_step == cfg.grad_accum or self.micro_in_epoch == self.micro_per_epoch
@@ -461,6 +469,7 @@ class FineTuner:
             out.measured_samples += meta.samples
             out.measured_tokens += meta.tokens
             out.measured_padded_tokens += meta.padded_tokens
+            out.measured_flops = out.measured_flops + meta.flops if out.measured_flops is not None else None
             out.step_times.append(dt_s)
             window_samples += meta.samples
             window_time += dt_s

@@ -11,7 +11,8 @@ tracking.md says the same, with examples); here they meet per setting:
   overlap the best one's are tied with it (`tied_with`);
 - flags, beside a cell's numbers: repeats that ran out of memory, ran on another GPU than asked or failed;
   repeats whose final accuracy is at chance (SST-2 has two balanced classes: <= 0.55); a single measured repeat
-  (no spread).
+  (no spread); a repeat whose TFLOP/s fail the physics check (`flags.physics_error`: above the GPU's GEMM probe or
+  above 95% of its dense peak), a measurement error: such a cell is never the best nor tied with it.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from kubesweep.wire.flags import (
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, METRICS
 
 TABLE_METRICS = ("samples_per_s", "step_p50_ms", "peak_mem_gib", "tta_s", "accuracy", "cost_per_epoch",
-                 "kwh_per_epoch")
+                 "kwh_per_epoch", "tflops_per_s", "mfu_pct", "padded_tokens_per_sample")
 ACCURACY_METRICS = frozenset({"accuracy", "tta_s", "tta_train_s"})  # what a random-init model's numbers do not answer
 AXES = ("task", "gpu", "gpus", "batch_size", "precision", "compile")
 # settings that differ between repeats of one cell, or only say where the trial kept its files (a Kubernetes
@@ -62,11 +63,11 @@ def gpu_type(record: TrialRecord, catalog: Catalog) -> str | None:
 
 
 def record_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[str, float | None]:
-    """One trial's measurements (`kubesweep.wire.trial_metrics`), priced by the catalog."""
-    gpu = gpu_type(record, catalog)
-    price = catalog[gpu].price_per_hour if gpu is not None and gpu in catalog else None
+    """One trial's measurements (`kubesweep.wire.trial_metrics`), priced and held against its peak by the
+    catalog."""
+    price, peak = catalog.price_and_peak(gpu_type(record, catalog), record.job.precision)
     return trial_metrics.trial_metrics(record.results, record.outcome, gpus=record.gpus, price_per_hour=price,
-                                       target=target)
+                                       target=target, peak_tflops=peak)
 
 
 @dataclass
@@ -141,6 +142,7 @@ class Cell:
     extra: dict[str, Any] = field(default_factory=dict)
     left_out: list[TrialRecord] = field(default_factory=list)  # repeats of a machine that disagreed (machines.py)
     machine_flag: str = ""
+    physics: list[str] = field(default_factory=list)  # the physics check's measurement errors of its repeats
 
     @property
     def task(self) -> str:
@@ -207,6 +209,9 @@ class Cell:
             out.append("n=1")
         if self.machine_flag:
             out.append(self.machine_flag)
+        if self.physics:  # the highest figure's, with how many repeats failed the check
+            share = "" if len(self.physics) == self.outcomes.get("succeeded") else f"{len(self.physics)}/{total} "
+            out.append(share + self.physics[0])
         moved = sharing.interference(self.trials)
         if moved is not None and moved.flag():
             out.append(str(moved.flag()))
@@ -314,10 +319,13 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
         odd = {m.name for m in verdict.left_out}
         kept = [(t, pt) for t, pt in measured if machine_of(t) not in odd]
         stats = {m: Stat([v for _, pt in kept if (v := pt[m]) is not None]) for m in METRICS}
+        errors = sorted(((pt["tflops_per_s"] or 0.0, e) for _, pt in kept if (e := trial_metrics.physics(pt))),
+                        reverse=True)
         cells.append(Cell(axes=axes, trials=sorted((t for t, _ in kept), key=lambda t: t.repeat), metrics=stats,
                           outcomes=Counter(t.outcome for t, _ in kept),
                           extra={k: _setting(first.job, k) for k in varying[_family(first, names)]},
-                          left_out=[t for t, _ in measured if machine_of(t) in odd], machine_flag=verdict.flag))
+                          left_out=[t for t, _ in measured if machine_of(t) in odd], machine_flag=verdict.flag,
+                          physics=[e for _, e in errors]))
     mark_best(cells, best_by)
     return cells
 
@@ -353,9 +361,10 @@ def _varying(groups: dict[str, list[TrialRecord]], names: dict[str, str]) -> dic
 
 def best_cell(cells: list[Cell], metric: str) -> Cell | None:
     """The cell with the best mean of `metric` (higher or lower, as the metric goes) among those that have it;
-    a setting with a repeat whose training stayed at chance accuracy is never the best, however fast; a
-    random-init speed run is never the best on accuracy or time to accuracy."""
-    rated = [c for c in cells if c.value(metric) is not None and not c.at_chance
+    a setting with a repeat whose training stayed at chance accuracy, or whose figures fail the physics check (a
+    measurement error), is never the best, however fast; a random-init speed run is never the best on accuracy or
+    time to accuracy."""
+    rated = [c for c in cells if c.value(metric) is not None and not c.at_chance and not c.physics
              and not (c.random_init and metric in ACCURACY_METRICS)]
     if not rated:
         return None
@@ -363,12 +372,13 @@ def best_cell(cells: list[Cell], metric: str) -> Cell | None:
 
 
 def tied_with(best: Cell, cells: list[Cell], metric: str) -> list[Cell]:
-    """The settings tied with `best` on `metric`: those (that learned) whose 95% interval overlaps its interval,
-    best first by mean (`kubesweep.tracking.intervals` gives the rule)."""
+    """The settings tied with `best` on `metric`: those (that learned, and pass the physics check) whose 95%
+    interval overlaps its interval, best first by mean (`kubesweep.tracking.intervals` gives the rule)."""
     mine = best.metrics[metric].interval
     if mine is None:
         return []
-    tied = [c for c in cells if c is not best and not c.at_chance and (other := c.metrics[metric].interval)
+    tied = [c for c in cells if c is not best and not c.at_chance and not c.physics
+            and (other := c.metrics[metric].interval)
             is not None and other.overlaps(mine)]
     return sorted(tied, key=lambda c: c.value(metric) or 0.0, reverse=METRICS[metric][1])
 

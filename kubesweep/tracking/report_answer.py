@@ -71,6 +71,9 @@ def why_no_best(cells: list[Cell], metric: str, target: float) -> str:
     if not any("succeeded" in c.outcomes for c in cells):
         return "no trial succeeded"
     if any(c.value(metric) is not None for c in cells):  # measured, but best_cell left every such setting out
+        learned = [c for c in cells if c.value(metric) is not None and not c.at_chance]
+        if learned and all(c.physics for c in learned):
+            return "every measured setting failed the physics check: a measurement error"
         return "no setting learned: each has a repeat at chance accuracy"
     if metric in ("tta_s", "tta_train_s"):
         best = max((v for c in cells if (v := c.value("accuracy")) is not None), default=None)

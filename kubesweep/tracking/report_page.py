@@ -43,6 +43,15 @@ DEFINITIONS: list[tuple[str, str, str]] = [  # (anchor, term, definition), as do
      "`1 ok, 1 OOM`."),
     ("def-scaling", "scaling", "samples/s on N GPUs / (N x samples/s on one GPU)."),
     ("def-speedup", "speed-up vs CPU", "the CPU's p50 latency / this setting's p50 latency."),
+    ("def-tflops", "TFLOP/s", "train.tflops_per_s (inference: inference.tflops_per_s): model FLOPs of the measured "
+     "steps over their time, all ranks, counted from the model's shapes and each batch's padded shape: matmuls (2N "
+     "per token) and attention (4 x layers x width x padded width per token), forward + backward = 3x forward "
+     "(Kaplan et al. 2020; PaLM, appendix B)."),
+    ("def-mfu", "MFU %, MFU probe %", "TFLOP/s / (the catalog's dense peak of the GPU type at the trial's precision "
+     "x its GPUs): model FLOPs utilization; MFU probe %: against the GEMM probe the trial ran on its GPU at its "
+     "precision (what that machine delivered). None on the CPU or where the catalog has no peak: none is invented."),
+    ("def-tokens", "padded tokens/sample", "train.padded_tokens_per_sample: the padded width the model computed on, "
+     "per sample of samples/s (tokens/sample: the real tokens)."),
 ]
 MARKS: list[tuple[str, str, str]] = [  # (anchor, mark, meaning)
     ("mark-best", "*", "the best setting per task and GPU type on the chosen metric, among those that learned."),
@@ -58,12 +67,16 @@ MARKS: list[tuple[str, str, str]] = [  # (anchor, mark, meaning)
      "accuracy or time to accuracy, and may be on speed, cost and energy."),
     ("mark-share", "k/n", "before a mark: k of the setting's n repeats have it."),
     ("mark-n1", "n=1", "one measured repeat: no spread (tables only)."),
+    ("mark-physics", "measurement error", "the physics check: a repeat's TFLOP/s are above the GEMM probe of its GPU "
+     "or above 95% of the dense peak, which no model's steps reach: the figure is wrong (a clock or a count), and "
+     "the setting is never the best nor tied with it."),
 ]
 ANCHORS = {"samples/s": "def-samples-per-s", "step p50 ms": "def-step-p50", "p50 ms": "def-step-p50",
            "p99 ms": "def-p99", "peak GiB": "def-peak", "TTA s": "def-tta", "accuracy": "def-accuracy",
            "epoch s": "def-epoch", "$/epoch": "def-cost", "value": "def-ci", "kWh/epoch": "def-kwh",
            "J/sample": "def-kwh", "pays off": "def-breakeven", "min/epoch": "def-epoch", "n": "def-n",
-           "status": "def-status",
+           "status": "def-status", "TFLOP/s": "def-tflops", "MFU %": "def-mfu", "MFU probe %": "def-mfu",
+           "padded tokens/sample": "def-tokens", "tokens/sample": "def-tokens",
            "scaling": "def-scaling", "speed-up vs CPU": "def-speedup", "best": "mark-best", "flags": "marks"}
 LEGEND = ("Marks beside a number, in every table (flags) and figure: * best per GPU type; OOM; GPU mismatch; "
           f"failed; chance accuracy (0.51): did not learn (a final accuracy at most {CHANCE_LIMIT:g}, the lowest "

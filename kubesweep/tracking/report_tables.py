@@ -91,7 +91,9 @@ def gpu_table(cells: list[Cell], target: float) -> Table | None:
         if (rel := epoch.relative_half_width) is not None:
             minutes += f" ±{rel * 100:.1f}%"
         rows.append([model, _gpu_label(cell), setting_text(cell), minutes, metric_text(cell, "warmup_s"),
-                     metric_text(cell, "samples_per_s"), metric_text(cell, "peak_mem_gib"),
+                     metric_text(cell, "samples_per_s"), metric_text(cell, "padded_tokens_per_sample"),
+                     metric_text(cell, "tflops_per_s"), metric_text(cell, "mfu_pct"),
+                     metric_text(cell, "mfu_probe_pct"), metric_text(cell, "peak_mem_gib"),
                      metric_text(cell, "kwh_per_epoch"),
                      metric_text(cell, "cost_per_epoch"), metric_text(cell, "accuracy"),
                      metric_text(cell, "tta_train_s"),
@@ -103,9 +105,12 @@ def gpu_table(cells: list[Cell], target: float) -> Table | None:
             "over the repeats. min/epoch: training-loop wall time per epoch, the warm-up apart (warm-up s: "
             f"compilation and each shape's first steps, once per run); TTA train s: to {target:g} dev accuracy, the "
             "steps to it at the steady step time (the warm-up apart, so a compile cache that one repeat fills and "
-            "the next reads does not set them apart).")
+            "the next reads does not set them apart). TFLOP/s: model FLOPs of the measured steps' padded shapes per "
+            "second; MFU %: against the GPU type's dense peak at the precision, MFU probe %: against the GEMM probe "
+            "of the machine that ran it (none on the CPU, no peak invented).")
     return Table("GPU types at their best setting", ["model", "GPU", "setting", "min/epoch", "warm-up s",
-                                                    "samples/s",
+                                                    "samples/s", "padded tokens/sample", "TFLOP/s", "MFU %",
+                                                    "MFU probe %",
                                                     "peak GiB", "kWh/epoch", "$/epoch", "accuracy", "TTA train s", "n",
                                                     "flags"], rows, note)
 
@@ -176,11 +181,13 @@ def inference_table(cells: list[Cell]) -> Table | None:
                      *([_other_settings(cell)] if other else []),
                      str(cell.axes.batch_size), metric_text(cell, "step_p50_ms"),
                      metric_text(cell, "latency_p99_ms"), metric_text(cell, "samples_per_s"),
+                     metric_text(cell, "tflops_per_s"), metric_text(cell, "mfu_pct"),
                      *([speedup] if cpu_p50 else []), _flags(cell)])
     note = "latency = wall time of one batch (p50, p99 over the measured batches)"
     note += "; speed-up = CPU p50 / p50." if cpu_p50 else "."
     return Table(inference_title(inf), ["device", "precision", "compile", *(["other"] if other else []), "batch",
-                                        "p50 ms", "p99 ms", "samples/s", *(["speed-up vs CPU"] if cpu_p50 else []),
+                                        "p50 ms", "p99 ms", "samples/s", "TFLOP/s", "MFU %",
+                                        *(["speed-up vs CPU"] if cpu_p50 else []),
                                         "flags"], rows, note)
 
 

@@ -29,6 +29,29 @@ GPU_BUSY_BOUND_PCT = 50.0
 GPU_BUSY_SAMPLES = 3
 
 
+# The physics check: a figure above what the GPU can do is a measurement error (a clock that missed work, FLOPs
+# counted for work that did not run), never a result: above the machine's own GEMM probe at the same precision
+# (square 8192 matmuls, the easiest dense work there is), or above this share of the data sheet's dense peak (the
+# peak is the tensor cores' at their boost clock; a whole model's steps, with their attention, norms and launches,
+# do not come within 5% of it).
+PHYSICS_PROBE_SHARE = 1.0
+PHYSICS_PEAK_SHARE = 0.95
+
+
+def physics_error(tflops: float | None, mfu_pct: float | None, mfu_probe_pct: float | None) -> str | None:
+    """`measurement error: ...` with the numbers, where a trial's achieved TFLOP/s are above its GPUs' GEMM probe
+    (`mfu_probe_pct` > 100) or above PHYSICS_PEAK_SHARE of their dense peak (`mfu_pct` > 95); else None."""
+    if tflops is None:
+        return None
+    if mfu_probe_pct is not None and mfu_probe_pct > 100 * PHYSICS_PROBE_SHARE:
+        return (f"measurement error: {tflops:,.0f} TFLOP/s is {mfu_probe_pct:.0f}% of the GPU's GEMM probe "
+                f"({100 * tflops / mfu_probe_pct:,.0f} TFLOP/s)")
+    if mfu_pct is not None and mfu_pct > 100 * PHYSICS_PEAK_SHARE:
+        return (f"measurement error: {tflops:,.0f} TFLOP/s is {mfu_pct:.0f}% of the dense peak "
+                f"({100 * tflops / mfu_pct:,.0f} TFLOP/s; above {PHYSICS_PEAK_SHARE:.0%} is not reached)")
+    return None
+
+
 def finite(value: float | None) -> float | None:
     """`value` where it is a finite number (a diverged run writes NaN), else None."""
     return float(value) if value is not None and math.isfinite(value) else None
@@ -126,8 +149,9 @@ def trial_flags(outcome: str, results: Results | None) -> list[str]:
     return []
 
 
-def comparison_tags(results: Results) -> dict[str, str]:
+def comparison_tags(results: Results, physics: str | None) -> dict[str, str]:
     """One trial's flags joined by `; ` as the tag `kubesweep.flags` and as its run's description, empty when it
-    has none (a retried trial that now learned clears what an earlier attempt set)."""
-    flags = "; ".join(trial_flags(results.outcome.value, results))
+    has none (a retried trial that now learned clears what an earlier attempt set); `physics`: its physics check's
+    `measurement error: ...` (`physics_error`), after them."""
+    flags = "; ".join([*trial_flags(results.outcome.value, results), *([physics] if physics else [])])
     return {tags.FLAGS: flags, tags.NOTE: flags}

@@ -89,6 +89,15 @@ class TrainStats(_Model):
     samples_per_s: float | None = Field(description="measured samples / measured time, all ranks")
     tokens_per_s: float | None = Field(description="non-padding tokens per second over measured steps")
     padded_tokens_per_s: float | None = Field(description="tokens incl. padding the model computed on")
+    tokens_per_sample: float | None = Field(None, description="measured non-padding tokens / measured samples")
+    padded_tokens_per_sample: float | None = Field(None, description="measured tokens incl. padding / measured "
+                                                   "samples: the width the model computed on, per sample")
+    measured_flops: float | None = Field(None, description="model FLOPs of the measured steps, all ranks: forward + "
+                                         "backward (3x forward) of each batch's padded shape, matmuls and attention "
+                                         "(kubesweep/jobs/flops.py); null where the model's shapes are not counted")
+    flops_per_step: float | None = Field(None, description="measured_flops / measured_steps")
+    tflops_per_s: float | None = Field(None, description="measured_flops / measured_time_s / 1e12: achieved TFLOP/s "
+                                       "over the window samples_per_s is measured in, all ranks")
     step_time_s: Percentiles | None
     final_loss: float | None
     resumed_from_step: int | None = None
@@ -127,6 +136,14 @@ class InferenceStats(_Model):
     samples_per_s: float
     tokens_per_s: float = Field(description="non-padding tokens per second")
     padded_tokens_per_s: float
+    tokens_per_sample: float | None = Field(None, description="measured non-padding tokens / measured samples")
+    padded_tokens_per_sample: float | None = Field(None, description="measured tokens incl. padding / measured "
+                                                   "samples")
+    measured_flops: float | None = Field(None, description="model FLOPs of the measured batches: one forward pass of "
+                                         "each batch's padded shape, matmuls and attention (kubesweep/jobs/flops.py); "
+                                         "null where the model's shapes are not counted")
+    flops_per_batch: float | None = Field(None, description="measured_flops / batches")
+    tflops_per_s: float | None = Field(None, description="measured_flops / the measured batches' latency / 1e12")
     measured_from: float | None = Field(None, description="Unix time the first measured step began (its "
                                         "neighbours on the node are read against this window)")
     measured_until: float | None = Field(None, description="Unix time the last measured step ended")
@@ -201,6 +218,20 @@ class CompileCache(_Model):
     dir: str | None = Field(None, description="the Inductor cache directory")
 
 
+class GemmProbe(_Model):
+    """The machine's own ceiling: square matmuls at the trial's precision on its GPU, after its measured steps
+    (kubesweep/jobs/probe.py)."""
+
+    precision: str = Field(description="the trial's precision: fp32 (strict), tf32, fp16 or bf16")
+    dtype: str
+    size: int = Field(description="the matrices' side: size x size times size x size")
+    repeats: int = Field(description="timings taken after the warm-up; the best one counts")
+    matmuls_per_repeat: int
+    best_s: float = Field(description="the best timing of matmuls_per_repeat matmuls")
+    tflops_per_s: float = Field(description="matmuls_per_repeat x 2 size^3 / best_s / 1e12, one GPU")
+    seconds: float = Field(description="the probe's wall time, warm-up included")
+
+
 class GpuLeaseInfo(_Model):
     """The GPU lease of a trial started before its GPU was free (see kubesweep/jobs/gpu_lease.py)."""
 
@@ -232,6 +263,7 @@ class Results(_Model):
     gpu_monitor: GpuMonitor | None = None
     compile_cache: CompileCache | None = None
     gpu_lease: GpuLeaseInfo | None = None
+    probe: GemmProbe | None = Field(None, description="a GPU trial that succeeded: the GEMM probe of its (first) GPU")
     loss_curve: list[LossPoint] = Field(default_factory=list, description="training loss of every step")
     checkpoints: list[str] = Field(default_factory=list, description="checkpoint directories kept")
     exports: list[ExportRecord] = Field(default_factory=list)

@@ -29,15 +29,24 @@
 - warm-up s: `timings.compile_warmup_s`, the steps reported apart from the measured ones (compilation included);
 - queue wait s: `timings.queue_wait_s`, a queued trial's (spec.queue) Job creation to its process's start: the wait
   for Kueue's admission, scheduling and image pull.
+- TFLOP/s: `train.tflops_per_s` (inference: `inference.tflops_per_s`), the model FLOPs of the measured steps (padded
+  batch shapes, matmuls and attention, forward + backward = 3x forward; kubesweep/jobs/flops.py) over their time,
+  all ranks; CPU trials too.
+- MFU %: TFLOP/s / (the GPU type's dense peak at the trial's precision x its GPUs) x 100 (PaLM's model FLOPs
+  utilization); none on the CPU and for a GPU type or precision the catalog gives no peak: no peak is invented.
+- MFU probe %: TFLOP/s / (the trial's GEMM probe x its GPUs) x 100: against what that machine's GPU delivered on
+  square matmuls at that precision (`probe.tflops_per_s`), not the data sheet.
+- tokens/sample, padded tokens/sample: `tokens_per_sample` and `padded_tokens_per_sample` of the measured steps:
+  what one of the samples of samples/s carried (SST-2 bucketed: about 21 padded tokens, not 128).
 
-Pure functions: the GPU type's price comes from the caller (the catalog is not part of the contract).
+Pure functions: the GPU type's price and peak come from the caller (the catalog is not part of the contract).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from kubesweep.wire.flags import at_chance, finite, random_init
+from kubesweep.wire.flags import at_chance, finite, physics_error, random_init
 from kubesweep.wire.results import Results
 
 GIB = 1024**3
@@ -60,12 +69,19 @@ METRICS: dict[str, tuple[str, bool]] = {
     "warmup_cold_s": ("warm-up cold s", False),
     "warmup_warm_s": ("warm-up warm s", False),
     "queue_wait_s": ("queue wait s", False),
+    "tflops_per_s": ("TFLOP/s", True),
+    "mfu_pct": ("MFU %", True),
+    "mfu_probe_pct": ("MFU probe %", True),
+    "tokens_per_sample": ("tokens/sample", False),
+    "padded_tokens_per_sample": ("padded tokens/sample", False),
 }
 # what a trial's MLflow run carries as metrics of these names, for the UI's runs view (kubesweep.tracking.view)
 COMPARISON_METRICS = ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch", "step_p50_ms", "epoch_s",
-                      "j_per_sample", "kwh_per_epoch", "queue_wait_s")
-# samples_per_s of a run that may rank among the best: absent where its accuracy stayed at chance, so the runs
-# view, sorted by it, lists such a run after every run that learned (with OOM and mismatched runs)
+                      "j_per_sample", "kwh_per_epoch", "queue_wait_s", "tflops_per_s", "mfu_pct", "mfu_probe_pct",
+                      "padded_tokens_per_sample")
+# samples_per_s of a run that may rank among the best: absent where its accuracy stayed at chance or its TFLOP/s are
+# physically impossible (`flags.physics_error`), so the runs view, sorted by it, lists such a run after every run
+# that learned (with OOM and mismatched runs)
 RANK_METRIC = "ranked_samples_per_s"
 
 
@@ -149,10 +165,28 @@ def _ms(seconds: float | None) -> float | None:
     return seconds * 1000 if seconds is not None else None
 
 
+def flops_metrics(results: Results, gpus: int, peak_tflops: float | None) -> dict[str, float | None]:
+    """TFLOP/s, MFU against the dense peak and against the probe, tokens and padded tokens per sample (see the
+    module docstring); `peak_tflops`: one GPU's dense peak at the trial's precision, None on the CPU."""
+    stats = results.inference or results.train
+    if stats is None:
+        return {}
+    tflops = finite(stats.tflops_per_s)
+    gpus = max(1, results.world_size or gpus or 1)
+    probe = finite(results.probe.tflops_per_s) if results.probe is not None else None
+    on_gpu = results.device != "cpu"
+    return {"tflops_per_s": tflops,
+            "mfu_pct": 100 * tflops / (peak_tflops * gpus) if tflops is not None and peak_tflops and on_gpu else None,
+            "mfu_probe_pct": 100 * tflops / (probe * gpus) if tflops is not None and probe and on_gpu else None,
+            "tokens_per_sample": finite(stats.tokens_per_sample),
+            "padded_tokens_per_sample": finite(stats.padded_tokens_per_sample)}
+
+
 def trial_metrics(results: Results | None, outcome: str, *, gpus: int, price_per_hour: float | None,
-                  target: float) -> dict[str, float | None]:
+                  target: float, peak_tflops: float | None) -> dict[str, float | None]:
     """One trial's `METRICS` (all None unless it succeeded with results). `gpus`: the GPUs it asked for (its
-    world size where the results have one); `price_per_hour`: its GPU type's (None: no cost)."""
+    world size where the results have one); `price_per_hour`: its GPU type's (None: no cost); `peak_tflops`: one
+    of its GPUs' dense peak at its precision (None: no MFU)."""
     out: dict[str, float | None] = dict.fromkeys(METRICS)
     r = results
     if r is None or outcome != "succeeded":
@@ -176,6 +210,7 @@ def trial_metrics(results: Results | None, outcome: str, *, gpus: int, price_per
     out["tta_s"] = time_to_accuracy(r, target) if inference is None else None
     out["tta_train_s"] = train_time_to_accuracy(r, target) if inference is None else None
     out["warmup_cold_s"], out["warmup_warm_s"] = warmup_by_cache(r)
+    out.update(flops_metrics(r, gpus, peak_tflops))
     train_s = finite(r.timings.train_s)
     epochs = finite(r.train.epochs_completed) if r.train is not None else None
     if train_s is not None and epochs and r.train is not None:
@@ -186,12 +221,20 @@ def trial_metrics(results: Results | None, outcome: str, *, gpus: int, price_per
     return out
 
 
-def comparison_metrics(results: Results, *, gpus: int, price_per_hour: float | None) -> dict[str, float]:
+def physics(values: Mapping[str, float | None]) -> str | None:
+    """The physics check of one trial's `trial_metrics`: `flags.physics_error` of its TFLOP/s and MFUs."""
+    return physics_error(values.get("tflops_per_s"), values.get("mfu_pct"), values.get("mfu_probe_pct"))
+
+
+def comparison_metrics(results: Results, *, gpus: int, price_per_hour: float | None,
+                       peak_tflops: float | None) -> dict[str, float]:
     """One trial's `COMPARISON_METRICS` from its results, by the definitions above (none unless it succeeded),
-    and `RANK_METRIC` unless its accuracy is at chance (a random-init speed run ranks by its speed)."""
+    and `RANK_METRIC` unless its accuracy is at chance (a random-init speed run ranks by its speed) or its
+    figures fail the physics check."""
     values = trial_metrics(results, results.outcome.value, gpus=gpus, price_per_hour=price_per_hour,
-                           target=DEFAULT_TARGET_ACCURACY)
+                           target=DEFAULT_TARGET_ACCURACY, peak_tflops=peak_tflops)
     out = {m: float(f"{v:.5g}") for m in COMPARISON_METRICS if (v := values[m]) is not None}  # as a person reads
-    if "samples_per_s" in out and (not at_chance(results) or random_init(results.config)):
+    if ("samples_per_s" in out and (not at_chance(results) or random_init(results.config))
+            and physics(values) is None):
         out[RANK_METRIC] = out["samples_per_s"]
     return out

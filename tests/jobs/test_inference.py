@@ -39,6 +39,11 @@ def test_run_times_the_asked_batches(sst2: Path, tmp_path: Path) -> None:
     assert stats["samples_per_s"] == pytest.approx(7 * 8 / (stats["latency_s"]["mean"] * 7))
     assert stats["padded_tokens_per_s"] == pytest.approx(stats["samples_per_s"] * 32)
     assert 0 < stats["tokens_per_s"] < stats["padded_tokens_per_s"]  # SST-2 sentences are shorter than 32
+    # one forward pass per batch of 8 x 32: matmuls 2N per token, attention, pooler and classifier (flops.py)
+    per_batch = 8 * 32 * 2 * (4 * 32 * 32 + 2 * 32 * 64) + 4 * 32 * 8 * 32 * 32 + 2 * 8 * (32 * 32 + 32 * 2)
+    assert stats["flops_per_batch"] == per_batch and stats["measured_flops"] == 7 * per_batch
+    assert stats["tflops_per_s"] == pytest.approx(7 * per_batch / (stats["latency_s"]["mean"] * 7) / 1e12)
+    assert stats["padded_tokens_per_sample"] == 32 and 0 < stats["tokens_per_sample"] < 32
     assert not model.training
     # on the CPU a forward pass returns once computed: no issuing time, no host share (they mean nothing there)
     assert stats["graph"] is False and stats["launch_s"] is None and stats["host_share"] is None

@@ -45,6 +45,25 @@ def test_succeeds_with_complete_results(full_run: JobRun) -> None:
     assert results.device == "cpu" and results.world_size == 1
     assert results.environment["packages"]["torch"]
     assert results.model and results.model["parameters"] < 5_000_000
+    # model FLOPs of the measured steps: 3 x (2N per padded token + the head per sample) plus the attention term
+    # of each batch's own width (dynamic padding: widths vary, so at least the mean width's, at most 64's)
+    from kubesweep.jobs.flops import ModelShape
+
+    shape = ModelShape(hidden=64, layers=2, intermediate=128, heads=2, labels=2)
+    assert (results.model["intermediate_size"], results.model["num_attention_heads"]) == (128, 2)
+    assert train.measured_flops is not None and train.tflops_per_s is not None and train.padded_tokens_per_s
+    assert train.tokens_per_s is not None
+    samples, padded = train.measured_samples, train.padded_tokens_per_s * train.measured_time_s
+    attention = train.measured_flops - 3 * (2 * shape.matmul_weights * padded + 2 * samples * (64 * 64 + 64 * 2))
+    width = padded / samples
+    assert 3 * 4 * 2 * 64 * samples * width**2 * 0.999 <= attention <= 3 * 4 * 2 * 64 * samples * 64**2
+    assert train.tflops_per_s == pytest.approx(train.measured_flops / train.measured_time_s / 1e12)
+    assert train.flops_per_step == pytest.approx(train.measured_flops / train.measured_steps)
+    assert train.padded_tokens_per_sample == pytest.approx(width)
+    assert train.tokens_per_sample == pytest.approx(train.tokens_per_s * train.measured_time_s / samples)
+    assert results.probe is None  # a CPU trial: no GEMM probe
+    assert re.search(r"^train: 12 steps in .* samples/s, [\d.]+ TFLOP/s \([\d.]+ padded tokens a sample\)",
+                     full_run.stdout, re.M), full_run.stdout
     assert "tracking: off" in full_run.stdout
     # progress from the first step (a warm-up step), then every log_every steps and at the end
     steps = [int(n) for n in re.findall(r"^step (\d+)/12 ", full_run.stdout, re.M)]

@@ -108,6 +108,27 @@ def test_bf16_compiled_bucketed_finetune(tmp_path: Path) -> None:
     assert results["gpu_monitor"]["devices"][0]["samples"] >= 1
     gpu = results["environment"]["gpus"][0]
     assert gpu["product"] == device_label() and results["environment"]["driver_version"]
+    # model FLOPs of the measured steps, and the GEMM probe at bf16 after them; the steps stay below the probe
+    probe = results["probe"]
+    assert probe is not None and probe["precision"] == "bf16" and probe["dtype"] == "bfloat16", output[-2000:]
+    assert 0 < train["tflops_per_s"] < probe["tflops_per_s"] and probe["seconds"] < 10
+    assert train["padded_tokens_per_sample"] >= train["tokens_per_sample"] > 0
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "tf32", "fp32"])
+def test_the_gemm_probe_reads_the_machine_below_the_data_sheets_dense_peak(precision: str) -> None:
+    """The probe in each precision on this GPU: a figure between a tenth of the catalog's dense peak and the peak
+    (none above it: the peak is the sheet's ceiling), in seconds; fp32 strict is far below tf32."""
+    from kubesweep.gpus import load_catalog, product_from_device_name
+    from kubesweep.jobs import probe
+
+    out = probe.gemm_probe(precision, "cuda:0")
+    catalog = load_catalog()
+    name = catalog.by_product(product_from_device_name(torch.cuda.get_device_name(0)))
+    peak = catalog[name].peak_tflops(precision) if name is not None else None
+    assert out["tflops_per_s"] > 0 and out["seconds"] < 10, out
+    if peak is not None:
+        assert 0.1 * peak < out["tflops_per_s"] <= peak, (out, peak)
 
 
 def test_fp16_inference(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
 from kubesweep.wire.config import TrialConfig
 from kubesweep.wire.flags import comparison_tags
 from kubesweep.wire.results import Results
-from kubesweep.wire.trial_metrics import comparison_metrics, gpu_type
+from kubesweep.wire.trial_metrics import comparison_metrics, gpu_type, physics
 
 GIB = 1024**3
 BASE_RATE = {"h100-80gb": 1000.0, "l40s": 600.0, "a100-40gb": 700.0, "v100-32gb": 300.0, None: 40.0}
@@ -133,10 +133,10 @@ def main() -> int:
     tracker.log_artifact(out / "results.json")
     catalog = load_catalog()
     gpu = gpu_type(trial.gpu, results, catalog.by_product)
-    price = catalog[gpu].price_per_hour if gpu is not None and gpu in catalog else None
-    tracker.set_tags({"kubesweep.outcome": results.outcome.value, **comparison_tags(results)})
-    tracker.log_metrics(comparison_metrics(results, gpus=trial.gpus_per_trial, price_per_hour=price),
-                        results.train.steps if results.train else 0)
+    price, peak = catalog.price_and_peak(gpu, trial.job.precision)
+    metrics = comparison_metrics(results, gpus=trial.gpus_per_trial, price_per_hour=price, peak_tflops=peak)
+    tracker.set_tags({"kubesweep.outcome": results.outcome.value, **comparison_tags(results, physics(metrics))})
+    tracker.log_metrics(metrics, results.train.steps if results.train else 0)
     tracker.close("FINISHED" if code == 0 else "FAILED")
     print(f"stand-in: {results.outcome.value}", flush=True)
     return code

@@ -275,6 +275,43 @@ def test_a_trials_own_checkpoint_directory_is_no_setting() -> None:
 # -- intervals, ties, random init and merged sweeps ---------------------------------------------------------------
 
 
+def flops(rate: float, tflops: float, probe: float | None) -> dict[str, Any]:
+    """A succeeded bf16 GPU trial at `rate` samples/s and `tflops` achieved, with its GEMM probe's TFLOP/s."""
+    parts = results(rate)
+    parts["train"] |= {"tflops_per_s": tflops, "tokens_per_sample": 19.5, "padded_tokens_per_sample": 21.0}
+    if probe is not None:
+        parts["probe"] = {"precision": "bf16", "dtype": "bfloat16", "size": 8192, "repeats": 5,
+                          "matmuls_per_repeat": 10, "best_s": 0.0157, "tflops_per_s": probe, "seconds": 0.2}
+    return parts
+
+
+def test_a_cell_above_the_gpus_ceiling_is_flagged_with_its_numbers_and_never_the_best() -> None:
+    """The physics check: a setting whose TFLOP/s exceed its machine's GEMM probe, or 95% of the dense peak (H100
+    bf16: 989.4), is a measurement error: flagged with the numbers, never the best nor tied with it, though it is
+    the fastest; the answer says why where no setting is left."""
+    honest = [record("ok", repeat=i, res=flops(28000.0 + 100 * i, 300.0 + i, 700.0)) for i in range(3)]
+    above_probe = [record("probe", batch_size=64, repeat=i, res=flops(29000.0 + 100 * i, 750.0 + i, 700.0))
+                   for i in range(3)]
+    above_peak = [record("peak", batch_size=128, repeat=0, res=flops(60000.0, 960.0, None)),
+                  record("peak", batch_size=128, repeat=1, res=flops(30000.0, 400.0, None))]
+    cells = agg.aggregate(honest + above_probe + above_peak, catalog=CATALOG)
+    assert [c.best for c in cells] == [True, False, False]
+    assert cells[0].physics == [] and cells[0].value("mfu_pct") == pytest.approx(100 * 301 / 989.4)
+    assert cells[0].value("mfu_probe_pct") == pytest.approx(100 * 301 / 700)
+    assert cells[1].flags[-1] == "measurement error: 752 TFLOP/s is 107% of the GPU's GEMM probe (700 TFLOP/s)"
+    assert cells[2].flags[-1] == ("1/2 measurement error: 960 TFLOP/s is 97% of the dense peak (989 TFLOP/s; above "
+                                  "95% is not reached)")
+    assert agg.best_cell(cells, "samples_per_s") is cells[0]
+    assert agg.tied_with(cells[0], cells, "samples_per_s") == []  # 29,100 ± overlaps 28,100 ±, but is an error
+    assert agg.best_cell(cells[1:], "samples_per_s") is None
+    from kubesweep.tracking.report_answer import why_no_best
+
+    assert why_no_best(cells[1:], "samples_per_s", 0.9) == ("every measured setting failed the physics check: a "
+                                                             "measurement error")
+    text = agg.to_markdown(cells)
+    assert "| TFLOP/s | MFU % | padded tokens/sample |" in text and "| 301.0 ±0.8% | 30.42 ±0.8% | 21.00" in text
+
+
 def _cell_of(rates: list[float], batch: int, gpu: str = "h100-80gb", **job: Any) -> list[TrialRecord]:
     return [record(f"{gpu}-{batch}-{i}", gpu=gpu, repeat=i, res=results(rate), batch_size=batch, **job)
             for i, rate in enumerate(rates)]
@@ -306,7 +343,7 @@ def test_a_random_init_speed_run_is_marked_and_may_be_fastest_but_never_most_acc
     assert best_acc is not None and best_acc.axes.batch_size == 32
     assert isinstance(speed[0].results, Results)
     assert flags.trial_flags("succeeded", speed[0].results) == [flags.RANDOM_INIT]
-    assert tm.RANK_METRIC in tm.comparison_metrics(speed[0].results, gpus=1, price_per_hour=None)
+    assert tm.RANK_METRIC in tm.comparison_metrics(speed[0].results, gpus=1, price_per_hour=None, peak_tflops=None)
 
 
 def test_sweeps_from_two_machines_meet_in_cells_by_the_gpu_nvml_named() -> None:

@@ -57,7 +57,7 @@ def test_real_job_logs_a_child_run_that_results_reads(mlflow_server: MlflowServe
     assert child.data.tags["kubesweep.outcome"] == "succeeded"
     # the runs view's flags column and sort key: a run at chance accuracy says so and does not rank
     typed = Results.model_validate(results)
-    assert child.data.tags[FLAGS_TAG] == child.data.tags[NOTE_TAG] == comparison_tags(typed)[FLAGS_TAG]
+    assert child.data.tags[FLAGS_TAG] == child.data.tags[NOTE_TAG] == comparison_tags(typed, None)[FLAGS_TAG]
     assert (RANK_METRIC in child.data.metrics) == (not at_chance(typed))
     assert child.data.metrics["result/samples_per_s"] == pytest.approx(results["train"]["samples_per_s"])
     assert child.data.metrics["eval/accuracy"] == pytest.approx(results["final_accuracy"])
