@@ -241,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     runtime = Runtime(elector, supervisor, cache=cache, on_lead=controller.leading)
     # kopf is given the identity: its own default asks the password database for this uid's name, which an image
     # run under an arbitrary uid (the chart's 65532, a platform's random one) need not list
+    kopf_identity: Any = identity  # kopf's `Identity`, a NewType of str that kopf does not export
     kopf.run(clusterwide=args.all_namespaces, namespaces=namespaces, liveness_endpoint=args.liveness,
-             standalone=True, memo=kopf.Memo(runtime=runtime), identity=identity)
+             standalone=True, memo=kopf.Memo(runtime=runtime), identity=kopf_identity)
     return 0
 
 

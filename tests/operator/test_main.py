@@ -50,3 +50,33 @@ def test_the_operators_secrets_come_from_files_when_named(tmp_path: Path) -> Non
     assert operator_main.secrets_from_files(missing) == (
         f"MLFLOW_TRACKING_USERNAME_FILE: cannot read {tmp_path / 'nope'}: No such file or directory")
     assert operator_main.secrets_from_files({}) is None
+
+
+def test_a_uid_the_image_does_not_list_still_starts_the_operator(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """The chart runs the operator as uid 65532, which an image need not list in /etc/passwd (the GPU node's image
+    does not; a platform that assigns random uids never does). kopf names a replica from the password database
+    unless it is given an identity: the operator gives it its own, so the lookup that failed is never made."""
+    import getpass
+    import json
+
+    import kopf
+
+    def no_such_user() -> str:
+        raise KeyError("getpwuid(): uid not found: 65532")
+
+    ran: dict[str, object] = {}
+    monkeypatch.setattr(getpass, "getuser", no_such_user)
+    monkeypatch.setattr(kopf, "run", lambda **kwargs: ran.update(kwargs))
+    monkeypatch.setattr(operator_main, "crd_installed", lambda api_client: True)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "ml-team"}}]}))
+    for name in ("KUBESWEEP_WATCH_NAMESPACES", "KUBECONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    assert operator_main.main(["--namespace", "ml-team", "--kubeconfig", str(kubeconfig),
+                               "--identity", "kubesweep-operator-abc12"]) == 0
+    assert ran["identity"] == "kubesweep-operator-abc12" and ran["standalone"] is True
