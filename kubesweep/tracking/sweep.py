@@ -136,20 +136,21 @@ def load_records(target: TrackingTarget, sweep: str, backend: Backend | None, *,
     if backend is not None and backend.opens_parent_run:
         # the operator owns the parent run: its record alone says which run is the sweep's, never a run found by
         # its tags in the experiment (which anyone who may write to it can make)
-        if (loaded := _from_record(runs, target, backend, sweep)) is not None:
+        loaded, missing = _from_record(runs, target, backend, sweep)
+        if loaded is not None:
             return loaded
-        missing = f"the operator records no MLflow parent run for sweep {sweep!r} that {target.uri} holds"
         if source == "mlflow":
             raise SweepNotFound(f"sweep {sweep!r}: {missing}")
         return Loaded(from_backend(backend, sweep), f"results files ({backend.name} backend)",
-                      f"{missing}; reading the backend's results files")
+                      f"{missing}; reading the backend's results files" + _no_figures(backend))
     parent = runs.find_parent()
     if parent is not None:
         return Loaded(from_mlflow(runs, parent, backend, sweep),
                       f"MLflow {target.uri}, experiment {target.experiment!r}, parent run {parent}", "", parent)
     # the backend's record of the sweep's parent run: where its experiment is not the name asked for (the
     # operator's, on a server with a user per namespace, is `<namespace>/<experiment>`)
-    if (loaded := _from_record(runs, target, backend, sweep)) is not None:
+    loaded, _ = _from_record(runs, target, backend, sweep)
+    if loaded is not None:
         return loaded
     missing = f"no MLflow parent run for sweep {sweep!r} in experiment {target.experiment!r} at {target.uri}"
     if source == "mlflow" or backend is None:
@@ -159,17 +160,27 @@ def load_records(target: TrackingTarget, sweep: str, backend: Backend | None, *,
                   f"{missing}; reading the backend's results files")
 
 
-def _from_record(runs: SweepRuns, target: TrackingTarget, backend: Backend | None, sweep: str) -> Loaded | None:
-    """The sweep's runs under the parent run the backend records for it (None: no record, or a run this server
-    does not have: the record names another server's)."""
+def _from_record(runs: SweepRuns, target: TrackingTarget, backend: Backend | None,
+                 sweep: str) -> tuple[Loaded | None, str]:
+    """The sweep's runs under the parent run the backend records for it; else None and why not (no record, or a
+    run this server does not give: the record names another server's, or the server refused or failed, in its
+    words)."""
     parent = backend.parent_run_id(sweep) if backend is not None else None
     if parent is None or backend is None:
-        return None
+        who = f"the {backend.name} backend" if backend is not None else "no backend"
+        return None, f"{who} records no MLflow parent run for sweep {sweep!r}"
     try:
         return Loaded(from_mlflow(runs, parent, backend, sweep),
-                      f"MLflow {target.uri}, parent run {parent} (the {backend.name} backend's record)", "", parent)
-    except TrackingError:
-        return None
+                      f"MLflow {target.uri}, parent run {parent} (the {backend.name} backend's record)", "",
+                      parent), ""
+    except TrackingError as exc:
+        return None, (f"the {backend.name} backend records MLflow parent run {parent} for sweep {sweep!r}, which "
+                      f"{target.uri} does not give ({exc})")
+
+
+def _no_figures(backend: Backend) -> str:
+    return "" if backend.keeps_results else (
+        f" (the {backend.name} backend keeps trials' outcomes, not their figures: those are in the MLflow runs)")
 
 
 def _from_files(backend: Backend, sweep: str, note: str) -> Loaded:

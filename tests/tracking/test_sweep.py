@@ -333,7 +333,14 @@ def test_the_operators_record_of_the_parent_run_decides_and_an_older_run_made_wi
         # no record yet (or one this server does not hold): the run found by its tags is still not the sweep's
         unrecorded = load_records(target, ts.name, _OperatorRecord(None))  # type: ignore[arg-type]
         assert unrecorded.parent_run_id is None and unrecorded.records == []
-        assert "the operator records no MLflow parent run for sweep 'tracked'" in unrecorded.note
+        assert "the kubernetes backend records no MLflow parent run for sweep 'tracked'" in unrecorded.note
+        # a record this server does not give: the note says which run and the server's own words, and that the
+        # backend's files hold outcomes, not figures (a table of dashes is explained)
+        elsewhere = load_records(target, ts.name, _OperatorRecord("0" * 32))  # type: ignore[arg-type]
+        assert elsewhere.records == [] and f"parent run {'0' * 32} for sweep 'tracked'" in elsewhere.note
+        assert f"which {ts.server.url} does not give (MLflow at {ts.server.url}: cannot read the parent run:" \
+            in elsewhere.note
+        assert "keeps trials' outcomes, not their figures" in elsewhere.note
     finally:
         c.delete_run(decoy)
 
