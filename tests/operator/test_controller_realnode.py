@@ -415,6 +415,16 @@ def test_sweep_trials_run_the_job_image_and_log_to_the_in_cluster_mlflow(stack: 
     doc = json.loads(results.stdout)
     assert doc["source"].startswith(f"MLflow {stack.mlflow_host_uri}"), doc["source"]
     assert len(doc["cells"]) == 2 and {c["n"] for c in doc["cells"]} == {2}, doc["cells"]
+    # the same as the namespace's own MLflow user (what a team member has, not the admin's password)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MLFLOW_TRACKING_USERNAME", stack.users["trials"][0])
+        env.setenv("MLFLOW_TRACKING_PASSWORD", stack.users["trials"][1])
+        as_team = stack.sweep("results", name, "--format", "json", "--tracking-uri", stack.mlflow_host_uri)
+    assert as_team.returncode == 0, as_team.stdout + as_team.stderr
+    team_doc = json.loads(as_team.stdout)
+    assert team_doc["source"] == doc["source"], as_team.stderr
+    figures = [c["metrics"]["samples_per_s"]["mean"] for c in team_doc["cells"]]
+    assert None not in figures and figures == [c["metrics"]["samples_per_s"]["mean"] for c in doc["cells"]]
     report = stack.sweep("report", name, "--tracking-uri", stack.mlflow_host_uri, "-o", str(tmp_path / "r.html"))
     assert report.returncode == 0, report.stdout + report.stderr
     assert (tmp_path / "r.html").stat().st_size > 1000
