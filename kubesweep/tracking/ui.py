@@ -12,6 +12,7 @@ import ctypes
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from types import FrameType
 
 from kubesweep.backends.base import SweepNotFound
 from kubesweep.tracking.runs import TrackingError, quiet
-from kubesweep.tracking.target import LOCAL_ARTIFACTS, local_store_uri
+from kubesweep.tracking.target import LOCAL_ARTIFACTS, local_store_uri, sqlite_path
 from kubesweep.tracking.view import VIEW_TAG, runs_url
 
 CLUSTER_SERVICE = "kubesweep-mlflow"
@@ -198,11 +199,36 @@ def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[
     return run_server(command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}, log=log, ready=ready)
 
 
+def _sqlite_experiments(store_uri: str) -> list[tuple[str, str, bool]] | None:
+    """(name, id, whether kubesweep tagged it) of each active experiment of a `sqlite:///` store, read from the
+    file as it is (read only, no MLflow import: that import alone took `sweep ui` seconds before it printed a
+    link); [] for a store not made yet; None for another kind of store, or a file whose tables are not MLflow's
+    as this reader knows them (MLflow's client reads it then)."""
+    db = sqlite_path(store_uri)
+    if db is None:
+        return None
+    if not db.exists():
+        return []
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=30)) as conn:
+            rows = conn.execute(
+                "SELECT e.name, e.experiment_id, EXISTS (SELECT 1 FROM experiment_tags t "
+                "WHERE t.experiment_id = e.experiment_id AND t.key = ?) FROM experiments e "
+                "WHERE e.lifecycle_stage = 'active' ORDER BY e.creation_time DESC, e.experiment_id DESC",
+                (VIEW_TAG,)).fetchall()
+    except sqlite3.Error:
+        return None
+    return [(str(name), str(eid), bool(tagged)) for name, eid, tagged in rows]
+
+
 def experiment_view(store_uri: str, experiment: str, base: str) -> str | None:
     """The runs view URL of the experiment named `experiment` in the store, on `sweep ui`'s server at `base`;
     None when there is none."""
+    listed = _sqlite_experiments(store_uri)
+    if listed is not None:
+        found_id = next((eid for name, eid, _ in listed if name == experiment), None)
+        return runs_url(base, found_id, served=True) if found_id is not None else None
     from mlflow.tracking import MlflowClient
-
 
     quiet()
     try:
@@ -215,11 +241,12 @@ def experiment_view(store_uri: str, experiment: str, base: str) -> str | None:
 def sweep_views(store_uri: str, base: str) -> list[tuple[str, str]]:
     """(experiment name, its runs view URL on `sweep ui`'s server at `base`) for each experiment in the store
     that kubesweep tagged."""
+    listed = _sqlite_experiments(store_uri)
+    if listed is not None:
+        return [(name, runs_url(base, eid, served=True)) for name, eid, tagged in listed if tagged]
     from mlflow.tracking import MlflowClient
 
-
     quiet()
-
     try:
         experiments = MlflowClient(tracking_uri=store_uri).search_experiments(max_results=1000)
     except Exception:  # an empty or unreadable store: the server says what is wrong when it starts

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from kubesweep.tracking.target import local_store_uri
 from kubesweep.tracking.ui import answers, free_port
-from kubesweep.tracking.view import AXES, KEY_METRICS, experiment_tags, runs_url, view_state
+from kubesweep.tracking.view import AXES, KEY_METRICS, VIEW_TAG, experiment_tags, runs_url, view_state
 from kubesweep.wire.trial_metrics import RANK_METRIC
 from tests.support.mlflow_fixtures import (
     MARKS_NAME,
@@ -376,3 +377,24 @@ def test_sweep_ui_name_opens_the_runs_view_without_banner_or_assistant(marked_sw
     finally:
         if ui.poll() is None:
             os.killpg(ui.pid, signal.SIGKILL)
+
+
+def test_the_links_come_from_the_local_store_without_importing_mlflow(marked_sweep: MarkedSweep) -> None:
+    """`sweep ui`'s links to a local store's sweeps are read from its sqlite file as it is, the same experiments
+    and ids MLflow's client finds, and without importing MLflow: that import took seconds before `sweep ui`
+    printed anything."""
+    from mlflow.tracking import MlflowClient
+
+    store = local_store_uri(marked_sweep.home)
+    base = "http://127.0.0.1:1"
+    script = ("import json, sys\nfrom kubesweep.tracking.ui import experiment_view, sweep_views\n"
+              f"print(json.dumps([sweep_views({store!r}, {base!r}), experiment_view({store!r}, 'tasks', {base!r}),"
+              f" experiment_view({store!r}, 'nosuch', {base!r})]))\n"
+              "assert not [m for m in sys.modules if m.split('.')[0] == 'mlflow'], 'mlflow imported'\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    views, tasks, missing = json.loads(done.stdout)
+    experiments = MlflowClient(tracking_uri=store).search_experiments(max_results=1000)
+    assert views == [[e.name, runs_url(base, e.experiment_id, served=True)] for e in experiments
+                     if VIEW_TAG in e.tags]
+    assert len(views) == 2 and missing is None
+    assert tasks == runs_url(base, next(e.experiment_id for e in experiments if e.name == "tasks"), served=True)
