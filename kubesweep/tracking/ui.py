@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
@@ -51,15 +52,37 @@ def mlflow_executable() -> list[str]:
     return [str(beside)] if beside.exists() else [sys.executable, "-m", "mlflow"]
 
 
+# What `mlflow server` hands the server process it starts, in MLflow 3.17's names (mlflow/server/__init__.py
+# `_run_server`; tests/tracking/test_ui.py holds them to MLflow's own constants). `mlflow server` is a Python
+# process that imports MLflow's whole command line and opens the store, then starts uvicorn in a second one,
+# which imports MLflow again: on this 2-core machine, busy, 16 s until it answered, where uvicorn started
+# directly on the same app answered in 3.5 s. `sweep ui` starts uvicorn itself; the store is opened (made, for a
+# fresh home) by the server's first request that reads it.
+STORE_ENV = "_MLFLOW_SERVER_FILE_STORE"
+ARTIFACT_ROOT_ENV = "_MLFLOW_SERVER_ARTIFACT_ROOT"
+ARTIFACTS_DESTINATION_ENV = "_MLFLOW_SERVER_ARTIFACT_DESTINATION"
+SERVE_ARTIFACTS_ENV = "_MLFLOW_SERVER_SERVE_ARTIFACTS"
+SGI_ENV = "_MLFLOW_SGI_NAME"  # which server runs the app: ui_app.create_app wraps it for uvicorn
+BOOT_ID_ENV = "_MLFLOW_SERVER_BOOT_ID"
+IN_JOB_EXECUTOR_ENV = "_MLFLOW_IN_JOB_EXECUTOR"
+JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+SERVED_ARTIFACT_ROOT = "mlflow-artifacts:/"  # runs' artifacts through the server's proxy (`--serve-artifacts`)
+APP = "kubesweep.tracking.ui_app:create_app"  # the `mlflow.app` entry point `APP_NAME`, a factory
+
+
 def server_command(home: Path, port: int, host: str = "127.0.0.1", workers: int = 1,
-                   backend_uri: str | None = None) -> list[str]:
-    """`mlflow server` over the kubesweep home's store: sqlite runs, artifacts served from <home>/mlartifacts;
-    the app is kubesweep's (`APP_NAME`: MLflow's own plus the page the runs-view links go through)."""
+                   backend_uri: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of an MLflow server over the kubesweep home's store (sqlite runs, artifacts
+    served from <home>/mlartifacts), as `mlflow server --serve-artifacts --app-name kubesweep` runs it: uvicorn
+    on kubesweep's app (`APP_NAME`: MLflow's own plus the page the runs-view links go through)."""
     artifacts = (home / LOCAL_ARTIFACTS).resolve()
     artifacts.mkdir(parents=True, exist_ok=True)
-    return [*mlflow_executable(), "server", "--backend-store-uri", backend_uri or local_store_uri(home),
-            "--artifacts-destination", str(artifacts), "--serve-artifacts", "--host", host, "--port", str(port),
-            "--workers", str(workers), "--app-name", APP_NAME]
+    command = [sys.executable, "-m", "uvicorn", "--host", host, "--port", str(port), "--workers", str(workers),
+               "--factory", APP]
+    env = {STORE_ENV: backend_uri or local_store_uri(home), ARTIFACT_ROOT_ENV: SERVED_ARTIFACT_ROOT,
+           ARTIFACTS_DESTINATION_ENV: str(artifacts), SERVE_ARTIFACTS_ENV: "true", SGI_ENV: "uvicorn",
+           BOOT_ID_ENV: uuid.uuid4().hex, IN_JOB_EXECUTOR_ENV: "false"}
+    return command, env
 
 
 class Stopped(Exception):
@@ -167,8 +190,8 @@ def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[
     each sweep's runs view. Returns what `run_server` returns; `SweepNotFound` when the store has no
     `experiment`, `ServerFailed` when the server does not come up."""
     chosen = port or free_port()
-    command = server_command(home, chosen, backend_uri=backend_uri)
-    store = command[command.index("--backend-store-uri") + 1]
+    command, server_env = server_command(home, chosen, backend_uri=backend_uri)
+    store = server_env[STORE_ENV]
     base = f"http://127.0.0.1:{chosen}"
     target = None
     if experiment is not None:
@@ -195,8 +218,8 @@ def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[
                     say(f"  {name}: {url}")
         say(f"(the server answered after {took:.0f} s; Ctrl-C or SIGTERM stops it and its workers)")
 
-    # a UI-only server: no background job runner (MLflow's GenAI jobs), unless asked for in the environment
-    return run_server(command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}, log=log, ready=ready)
+    # a UI-only server: no background job runner (MLflow's GenAI jobs)
+    return run_server(command, {**os.environ, JOB_EXECUTION_ENV: "false", **server_env}, log=log, ready=ready)
 
 
 def _sqlite_experiments(store_uri: str) -> list[tuple[str, str, bool]] | None:

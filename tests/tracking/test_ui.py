@@ -398,3 +398,31 @@ def test_the_links_come_from_the_local_store_without_importing_mlflow(marked_swe
                      if VIEW_TAG in e.tags]
     assert len(views) == 2 and missing is None
     assert tasks == runs_url(base, next(e.experiment_id for e in experiments if e.name == "tasks"), served=True)
+
+
+def test_the_server_is_started_as_mlflow_server_starts_it(tmp_path: Path) -> None:
+    """`sweep ui` starts uvicorn on kubesweep's app itself, with what `mlflow server --serve-artifacts --app-name
+    kubesweep` hands its server process: the names are MLflow's own (an MLflow that renames one fails here, not
+    in a browser), the app is the `mlflow.app` entry point's, and the command is uvicorn's, not MLflow's command
+    line, whose import took most of the time before the link was printed."""
+    from importlib.metadata import entry_points
+
+    from mlflow import environment_variables as mlflow_env
+    from mlflow.server import constants
+
+    from kubesweep.tracking import ui
+
+    assert (ui.STORE_ENV, ui.ARTIFACT_ROOT_ENV, ui.ARTIFACTS_DESTINATION_ENV, ui.SERVE_ARTIFACTS_ENV) == (
+        constants.BACKEND_STORE_URI_ENV_VAR, constants.ARTIFACT_ROOT_ENV_VAR,
+        constants.ARTIFACTS_DESTINATION_ENV_VAR, constants.SERVE_ARTIFACTS_ENV_VAR)
+    names = [ui.SGI_ENV, ui.BOOT_ID_ENV, ui.IN_JOB_EXECUTOR_ENV, ui.JOB_EXECUTION_ENV]
+    assert names == [mlflow_env._MLFLOW_SGI_NAME.name, mlflow_env._MLFLOW_SERVER_BOOT_ID.name,
+                     mlflow_env._MLFLOW_IN_JOB_EXECUTOR.name, mlflow_env.MLFLOW_SERVER_ENABLE_JOB_EXECUTION.name]
+    (app,) = [e for e in entry_points(group="mlflow.app") if e.name == ui.APP_NAME]
+    assert app.value == ui.APP
+    command, env = ui.server_command(tmp_path, 5123)
+    assert command == [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", "5123", "--workers", "1",
+                       "--factory", ui.APP]
+    assert env[ui.STORE_ENV] == local_store_uri(tmp_path) and env[ui.SGI_ENV] == "uvicorn"
+    assert env[ui.ARTIFACTS_DESTINATION_ENV] == str((tmp_path / "mlartifacts").resolve())
+    assert env[ui.ARTIFACT_ROOT_ENV] == "mlflow-artifacts:/" and env[ui.SERVE_ARTIFACTS_ENV] == "true"
