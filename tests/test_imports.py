@@ -60,6 +60,7 @@ FLOORS: dict[str, int] = {
     "kubesweep.results_view": 7,
     "kubesweep.trial_progress": 7,
     "kubesweep.cli": 7,
+    "kubesweep.cli_names": 7,
     "kubesweep.__main__": 7,
     "kubesweep.jobs.__main__": 7,
     "kubesweep.operator.__main__": 7,
