@@ -6,16 +6,19 @@ Every experiment kubesweep creates or logs a sweep into carries two tags:
   artifacts), not as a GenAI app (traces, judges);
 - `mlflow.sharedViewState.kubesweep`: the runs table that `runs_url` opens (`&viewStateShareKey=kubesweep`, or
   through `sweep ui`'s page, below):
-  every run, sorted by `wire.trial_metrics.RANK_METRIC` (samples/s of the runs that learned, best first; runs
-  whose accuracy stayed at chance have no such metric and come after them, with the OOM, mismatched and failed
-  runs; sorted, the UI lists child runs by themselves, not folded under the parent), and these columns, in this
-  order and width: the run's name, its Created column (narrowed to the run's status icon) and Duration; the
-  cell's axes as the run's params `gpu`, `batch_size`, `precision`, `compile` (the job logs them: short headers,
-  where the tags `kubesweep.gpu`... would head their columns with the whole tag name); the key metrics
-  `samples_per_s`, `accuracy`, `peak_mem_gib`, `cost_per_epoch` (`wire.trial_metrics.COMPARISON_METRICS`, logged by
-  each trial under those names); the run's description (the UI's Description column: a trial's flags `OOM`,
-  `GPU mismatch`, `chance accuracy (0.51)`, the parent's answer); then, to scroll to, `step_p50_ms` and the tag
-  `kubesweep.outcome`. `FIRST_SCREEN` lists what must be seen without scrolling sideways at that width.
+  every run, grouped by the trial's task (`GROUP_BY`: the param `task`; a group per task, each open, the parent
+  run in MLflow's group of runs without the param), so runs of different tasks are never ranked against each
+  other, and within each group sorted by `wire.trial_metrics.RANK_METRIC` (samples/s of the runs that learned,
+  best first; runs whose accuracy stayed at chance have no such metric and come after them, with the OOM,
+  mismatched and failed runs); these columns, in this order and width: the run's name, its Created column
+  (narrowed to the run's status icon) and Duration; the trial's task and cell as the run's params `task`, `gpu`,
+  `batch_size`, `precision`, `compile` (the job logs them, `compile` in the CLI's words: wire/trial_run.py; short
+  headers, where the tags `kubesweep.gpu`... would head their columns with the whole tag name); the key metrics
+  `samples_per_s`, `step_p50_ms` (an inference run's latency), `accuracy` (`wire.trial_metrics.COMPARISON_METRICS`,
+  logged by each trial under those names); the tag `kubesweep.outcome`; then, to scroll to, the run's description
+  (the UI's Description column: a trial's flags `OOM`, `GPU mismatch`, `chance accuracy (0.51)`, the parent's
+  answer), `peak_mem_gib` and `cost_per_epoch`. `FIRST_SCREEN` lists what must be seen without scrolling
+  sideways at that width.
 
 How MLflow's runs page (3.17.2; read from its bundle, `mlflow/server/js/build/static/js/`) gets its state:
 - the sort, filter and time range ("search facets": `searchFilter, orderByKey, orderByAsc, startTime,
