@@ -25,7 +25,8 @@ from types import FrameType
 from kubesweep.backends.base import SweepNotFound
 from kubesweep.tracking.runs import TrackingError, quiet
 from kubesweep.tracking.target import LOCAL_ARTIFACTS, local_store_uri, sqlite_path
-from kubesweep.tracking.view import VIEW_TAG, runs_url
+from kubesweep.tracking.view import SERVED_PATH, VIEW_TAG, runs_url
+from kubesweep.wire import tags
 
 CLUSTER_SERVICE = "kubesweep-mlflow"
 CLUSTER_PORT = 5000
@@ -200,6 +201,7 @@ def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[
             known = ", ".join(name for name, _ in sweep_views(store, base)) or "none"
             raise SweepNotFound(f"sweep {sweep or experiment!r}: no MLflow experiment {experiment!r} in the store "
                                 f"{store} (experiments of sweeps there: {known})")
+    answer = answer_view(store, target, sweep) if target is not None and sweep is not None else None
     views = [] if target is not None else sweep_views(store, base)
     log = home / LOG_FILE
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -210,6 +212,8 @@ def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[
         took = wait_until_served(proc, base, log, say, offset=offset)
         if target is not None:
             say(f"MLflow UI, the runs of sweep {sweep or experiment!r} (best samples/s first): {target}")
+            if answer is not None:
+                say(f"its answer in full (the parent run's description): {answer}")
         else:
             say(f"MLflow UI: {base}")
             if views:
@@ -242,6 +246,27 @@ def _sqlite_experiments(store_uri: str) -> list[tuple[str, str, bool]] | None:
     except sqlite3.Error:
         return None
     return [(str(name), str(eid), bool(tagged)) for name, eid, tagged in rows]
+
+
+def answer_view(store_uri: str, experiment_url: str, sweep: str) -> str | None:
+    """The page of the sweep's parent run, whose description is its answer in full (the runs view's Description
+    column has room for its first words), in a `sqlite:///` store, read as `_sqlite_experiments` reads; None
+    where there is none, or another kind of store. `experiment_url`: the runs view's URL `experiment_view` gave."""
+    db = sqlite_path(store_uri)
+    base, _, experiment_id = experiment_url.rpartition(SERVED_PATH)
+    if db is None or not db.exists() or not experiment_id:
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=30)) as conn:
+            row = conn.execute(
+                "SELECT r.run_uuid FROM runs r "
+                "JOIN tags a ON a.run_uuid = r.run_uuid AND a.key = ? AND a.value = ? "
+                "JOIN tags b ON b.run_uuid = r.run_uuid AND b.key = ? AND b.value = ? "
+                "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' ORDER BY r.start_time DESC LIMIT 1",
+                (tags.ROLE, tags.PARENT_ROLE, tags.SWEEP, sweep, experiment_id)).fetchone()
+    except sqlite3.Error:
+        return None
+    return f"{base}/#/experiments/{experiment_id}/runs/{row[0]}?workflowType=machine_learning" if row else None
 
 
 def experiment_view(store_uri: str, experiment: str, base: str) -> str | None:

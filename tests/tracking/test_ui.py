@@ -338,6 +338,11 @@ def test_sweep_ui_name_opens_the_runs_view_without_banner_or_assistant(marked_sw
             assert ui.poll() is None and time.monotonic() < deadline, terminal.read_text()
             time.sleep(0.1)
         url = link[1]
+        while not (said := re.search(r"its answer in full \(the parent run's description\): (\S+)",
+                                     terminal.read_text())):
+            assert ui.poll() is None and time.monotonic() < deadline, terminal.read_text()
+            time.sleep(0.1)
+        answer = said[1]
         base = f"http://127.0.0.1:{port}"
         assert re.fullmatch(rf"{re.escape(base)}/kubesweep/runs/\d+", url), url
 
@@ -370,6 +375,20 @@ def test_sweep_ui_name_opens_the_runs_view_without_banner_or_assistant(marked_sw
                 expect(page.locator(".ag-row[row-index='1'] a[href*='/runs/']").first)\
                     .to_have_text(best.info.run_name)  # first under its task's row
                 page.screenshot(path=str(shot))
+                # the sweep's answer, whole on its parent run's page (the view's Description column shows its
+                # first words)
+                (parent,) = [r for r in runs if r.data.tags.get("kubesweep.role") == "parent"]
+                assert answer == (f"{base}/#/experiments/{experiment.experiment_id}/runs/{parent.info.run_id}"
+                                  "?workflowType=machine_learning")
+                page.goto(answer)
+                note = parent.data.tags["mlflow.note.content"]
+                first, *rest = note.splitlines()
+                assert rest, note
+                expect(page.get_by_text(first[:60]).first).to_be_visible()
+                more = page.get_by_text("Show more", exact=True)
+                if more.count():
+                    more.first.click()
+                expect(page.get_by_text(rest[-1][:60]).first).to_be_visible()
             finally:
                 context.close()
         ui.send_signal(signal.SIGTERM)
