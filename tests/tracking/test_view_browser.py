@@ -11,17 +11,23 @@ docs/img/mlflow-runs-view-marks.png.
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from kubesweep.tracking.view import AXES, DESCRIPTION, FIRST_SCREEN, KEY_METRICS, OUTCOME, runs_url
+from kubesweep.tracking.view import AXES, DESCRIPTION, FIRST_SCREEN, KEY_METRICS, OUTCOME, TASK, runs_url
 from kubesweep.wire import tags
+from kubesweep.wire.config import JobConfig, TrialConfig
 from kubesweep.wire.trial_metrics import RANK_METRIC
+from kubesweep.wire.trial_run import run_name, run_params, run_tags
 from tests.support.chromium import SHOTS, launch
+from tests.support.mlflow_auth import PASSWORDS, PREFIX, AuthServer
 from tests.support.mlflow_fixtures import (
     MARKS_NAME,
     MARKS_TRIALS,
@@ -78,7 +84,7 @@ def test_experiment_parent_children_and_report_in_the_ui(tracked_sweep: TrackedS
             assert len(runs) == SWEEP_TRIALS and {r.data.tags[tags.TRIAL] for r in runs} == set(names)
             for run in (runs[0], runs[-1]):
                 expect(page.get_by_role("link", name=run.info.run_name, exact=True)).to_be_visible()
-            for column in ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch"):
+            for column in ("task", "samples_per_s", "step_p50_ms", "accuracy", "kubesweep.outcome"):
                 expect(page.get_by_role("columnheader", name=re.compile(re.escape(column))).first).to_be_visible()
             best = max((r for r in runs if "samples_per_s" in r.data.metrics),
                        key=lambda r: r.data.metrics["samples_per_s"])
@@ -253,5 +259,77 @@ def test_the_runs_view_ranks_each_task_apart_and_fits_1400_px(marked_sweep: Mark
                 assert rows == sorted(rows), (task, rows)
                 assert rows[-1] - rows[0] == len(rows) - 1, (task, index)
             page.screenshot(path=str(SHOTS / "mlflow-runs-view-tasks-1400.png"))
+        finally:
+            context.close()
+
+
+def test_the_chart_servers_view_for_a_namespaces_user_groups_tasks(mlflow_auth_server: AuthServer,
+                                                                   tmp_path: Path) -> None:
+    """The chart's MLflow (basic auth): the operator makes a namespace's experiment with the view's tags, that
+    namespace's user logs trials of two tasks into it (the job's tags and params), and opens the link the report
+    and `sweep results` give for a server (`runs_url`, the shared view) at 1,400 x 900 with its credentials: the
+    same view, grouped by task, every column up to the outcome whole."""
+    from playwright.sync_api import expect, sync_playwright
+
+    server = mlflow_auth_server
+    operator = server.as_user("kubesweep-operator")
+    parent = operator.parent_run("sweeps-view", "view", "uid-view", namespace="team-a", grant_to=PREFIX + "team-a")
+    experiment = operator.experiment_id("sweeps-view", "team-a")
+    user, password = PREFIX + "team-a", PASSWORDS["team-a"]
+    auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    def call(path: str, body: dict[str, Any]) -> Any:
+        request = urllib.request.Request(f"{server.url}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(),
+                                         method="POST", headers={"Content-Type": "application/json",
+                                                                 "Authorization": auth})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"{}")
+
+    cells = [("finetune", 64, 2729.0, 23.9, 0.91), ("inference", 32, 2216.0, 14.7, None),
+             ("finetune", 16, 1800.0, 9.07, 0.92), ("inference", 8, 31.8, 251.0, None)]  # by samples/s
+    rows: dict[str, str] = {}
+    for n, (task, batch, rate, p50, accuracy) in enumerate(cells):
+        trial = TrialConfig(sweep="view", trial_id=f"{n:016x}", name=f"view-{task[:3]}-bs{batch}-{n:08x}",
+                            gpu="h100-80gb", job=JobConfig(task=task, batch_size=batch, precision="bf16"))
+        run_tags_ = {**run_tags(trial), tags.PARENT_RUN: parent}
+        created = call("runs/create", {"experiment_id": experiment, "run_name": run_name(trial),
+                                       "tags": [{"key": k, "value": v} for k, v in run_tags_.items()]})
+        run_id = created["run"]["info"]["run_id"]
+        metrics = {"samples_per_s": rate, RANK_METRIC: rate, "step_p50_ms": p50,
+                   **({"accuracy": accuracy} if accuracy is not None else {})}
+        call("runs/log-batch", {"run_id": run_id,
+                                "params": [{"key": k, "value": str(v)} for k, v in run_params(trial).items()],
+                                "metrics": [{"key": k, "value": v, "timestamp": 0, "step": 0}
+                                            for k, v in metrics.items()],
+                                "tags": [{"key": tags.OUTCOME, "value": "succeeded"}]})
+        rows[run_id] = task
+
+    with sync_playwright() as pw:
+        context = launch(pw, tmp_path / "chromium-profile", width=1400, height=900)
+        try:
+            context.set_extra_http_headers({"Authorization": auth})  # the namespace user's credentials
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            expect.set_options(timeout=TIMEOUT_MS)
+            page.goto(runs_url(server.url, experiment))
+            expect(page.get_by_text(f"{len(cells) + 1} matching runs")).to_be_visible()
+            page.wait_for_timeout(1000)
+            close = page.locator("[data-component-id='mlflow.assistant.chat_panel.close']")
+            if close.count():
+                close.first.click()
+            for column in FIRST_SCREEN:
+                header = page.locator(f".ag-header-cell[col-id='{column}']")
+                expect(header).to_have_count(1)
+                expect(header.get_by_text(column.split("`")[1], exact=True)).to_be_in_viewport(ratio=1)
+            index = {}
+            for run_id, task in rows.items():
+                row = page.locator(f".ag-row[row-id$='.{run_id}']")  # its parts: the pinned name, the cells
+                expect(row.locator(f".ag-cell[col-id='{TASK}']").get_by_text(task, exact=True)).to_be_in_viewport(
+                    ratio=1)
+                index[run_id] = int(row.first.get_attribute("row-index") or -1)
+            for task in ("finetune", "inference"):  # each task's runs together, faster first
+                at = [index[r] for r, t in rows.items() if t == task]
+                assert at == sorted(at) and at[-1] - at[0] == len(at) - 1, index
+            page.screenshot(path=str(SHOTS / "mlflow-runs-view-auth-1400.png"))
         finally:
             context.close()
