@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 from rich.console import Console
 
+from kubesweep import cli_names as name_args
 from kubesweep import cli_options as opts
 from kubesweep import views
 from kubesweep.backend_factory import DEFAULT_BACKEND, KubernetesConfig, configure
@@ -368,7 +369,7 @@ def drive(
 
 @app.command()
 def status(
-    name: opts.StatusNameArg = None, backend: opts.BackendOpt = DEFAULT_BACKEND, watch: opts.WatchOpt = False,
+    name: name_args.StatusNameArg = None, backend: opts.BackendOpt = DEFAULT_BACKEND, watch: opts.WatchOpt = False,
     output: opts.StatusOutputOpt = PlanFormat.table, all_rows: opts.AllRowsOpt = False, home: opts.HomeOpt = None,
     namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
@@ -385,7 +386,7 @@ def status(
 
 @app.command()
 def logs(
-    name: opts.NameArg, trial: opts.TrialArg = None, follow: opts.FollowOpt = False, raw: opts.RawLogOpt = False,
+    name: name_args.NameArg, trial: opts.TrialArg = None, follow: opts.FollowOpt = False, raw: opts.RawLogOpt = False,
     backend: opts.BackendOpt = DEFAULT_BACKEND, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
@@ -402,7 +403,7 @@ def logs(
 
 @app.command()
 def cancel(
-    name: opts.NameArg, backend: opts.BackendOpt = DEFAULT_BACKEND, home: opts.HomeOpt = None,
+    name: name_args.NameArg, backend: opts.BackendOpt = DEFAULT_BACKEND, home: opts.HomeOpt = None,
     namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None, direct: opts.DirectOpt = False,
 ) -> None:
     """Stop a sweep's running trials and start no new ones; finished trials keep their results."""
@@ -412,7 +413,7 @@ def cancel(
 
 @app.command()
 def resume(
-    name: opts.NameArg, backend: opts.BackendOpt = DEFAULT_BACKEND, detach: opts.ResumeDetachOpt = False,
+    name: name_args.NameArg, backend: opts.BackendOpt = DEFAULT_BACKEND, detach: opts.ResumeDetachOpt = False,
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
@@ -430,7 +431,7 @@ def resume(
 
 @app.command()
 def delete(
-    name: opts.NameArg, yes: opts.DeleteYesOpt = False, backend: opts.BackendOpt = DEFAULT_BACKEND,
+    name: name_args.NameArg, yes: opts.DeleteYesOpt = False, backend: opts.BackendOpt = DEFAULT_BACKEND,
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, kubeconfig: opts.KubeconfigOpt = None,
     direct: opts.DirectOpt = False, tracking_uri: opts.TrackingUriOpt = None, no_tracking: opts.NoTrackingOpt = False,
 ) -> None:
@@ -455,7 +456,7 @@ def delete(
 
 @app.command()
 def results(
-    names: opts.NamesArg = None, fmt: opts.ResultsFormatOpt = ResultsFormat.table, sort: opts.SortOpt = None,
+    names: name_args.NamesArg = None, fmt: opts.ResultsFormatOpt = ResultsFormat.table, sort: opts.SortOpt = None,
     reverse: opts.ReverseOpt = False, filters: opts.FilterOpt = None, target_accuracy: opts.TargetOpt = None,
     best_by: opts.BestByOpt = MetricName.samples_per_s, per_trial: opts.PerTrialOpt = False,
     backend: opts.BackendOpt = DEFAULT_BACKEND, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
@@ -509,7 +510,7 @@ def _merged(s: Session, names: list[str], experiment: str | None, target: float 
 
 @app.command()
 def report(
-    names: opts.NamesArg = None, output: opts.ReportDirOpt = None, target_accuracy: opts.TargetOpt = None,
+    names: name_args.NamesArg = None, output: opts.ReportDirOpt = None, target_accuracy: opts.TargetOpt = None,
     best_by: opts.BestByOpt = MetricName.samples_per_s, upload: opts.UploadOpt = True,
     backend: opts.BackendOpt = DEFAULT_BACKEND, home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None,
     kubeconfig: opts.KubeconfigOpt = None, tracking_uri: opts.TrackingUriOpt = None,
@@ -559,7 +560,7 @@ def report(
 
 @app.command()
 def ui(
-    name: opts.UiNameArg = None, port: opts.PortOpt = None, backend: opts.BackendOpt = DEFAULT_BACKEND,
+    name: name_args.UiNameArg = None, port: opts.PortOpt = None, backend: opts.BackendOpt = DEFAULT_BACKEND,
     home: opts.HomeOpt = None, namespace: opts.NamespaceOpt = None, tracking_uri: opts.TrackingUriOpt = None,
 ) -> None:
     """Start the MLflow UI over the local store (127.0.0.1), or print how to reach the cluster's. Its URL is

@@ -98,19 +98,8 @@ VersionOpt = Annotated[
 # -- specs and plans ---------------------------------------------------------------------------------------
 
 SpecFile = Annotated[Path, typer.Argument(metavar="FILE", help="sweep spec (YAML)", show_default=False)]
-NameArg = Annotated[str, typer.Argument(metavar="NAME", help="sweep name")]
-NamesArg = Annotated[list[str] | None, typer.Argument(
-    metavar="NAME",
-    help="sweep name; several merge into one comparison, each a sweep here or a directory of results files (a "
-         "name with a '/' or a leading '.' or '~': a sweep's directory copied from another machine): trials meet "
-         "in one cell when they ran the same settings on the same GPU type; omit to list the sweeps",
-    show_default=False)]
-StatusNameArg = Annotated[str | None, typer.Argument(metavar="NAME", help="sweep name; omit to list sweeps",
-                                                     show_default=False)]
 TrialArg = Annotated[str | None, typer.Argument(metavar="TRIAL", help="trial name or id (a unique prefix is enough); "
                                                 "omit to list the sweep's trials", show_default=False)]
-UiNameArg = Annotated[str | None, typer.Argument(metavar="NAME", help="sweep whose runs to open; omit for a link to "
-                                                 "each sweep's", show_default=False)]
 AllRowsOpt = Annotated[bool, typer.Option("--all", help="print every row of a long table (otherwise the first 50 "
                                                       "and how many more there are)")]
 SetOpt = Annotated[list[str] | None, typer.Option(

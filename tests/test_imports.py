@@ -62,6 +62,7 @@ FLOORS: dict[str, int] = {
     "kubesweep.cli": 7,
     "kubesweep.cli_options": 7,
     "kubesweep.images_cli": 7,
+    "kubesweep.cli_names": 7,
     "kubesweep.__main__": 7,
     "kubesweep.jobs.__main__": 7,
     "kubesweep.operator.__main__": 7,

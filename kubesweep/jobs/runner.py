@@ -31,7 +31,7 @@ from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.jobs.metrics import NvmlSampler, host_peak_rss_bytes, system_metrics, torch_memory_peaks
 from kubesweep.jobs.mlflow_logger import MlflowTrialLogger, NullLogger
 from kubesweep.jobs.train import FineTuner, TrainOutcome
-from kubesweep.wire import tags
+from kubesweep.wire import tags, trial_run
 from kubesweep.wire.config import JobConfig, TrialConfig
 from kubesweep.wire.flags import comparison_tags
 from kubesweep.wire.outcomes import ExitCode, Outcome
@@ -402,34 +402,13 @@ class TrialRun:
     # ------------------------------------------------------------------------------------------- outputs
 
     def _tracker(self) -> MlflowTrialLogger | NullLogger:
-        cfg, trial = self.cfg, self.trial
-        run_tags = {
-            tags.SWEEP: trial.sweep,
-            tags.TRIAL: trial.name,
-            tags.GPU: trial.device,
-            tags.PRECISION: cfg.precision,
-            tags.COMPILE: str(cfg.compile),
-            tags.BATCH_SIZE: str(cfg.batch_size),
-            tags.REPEAT: str(trial.repeat),
-            tags.ENGINE: cfg.engine,
-            tags.TASK: cfg.task,
-            **{tag: os.environ[env] for env, tag in QUEUE_TAGS.items() if os.environ.get(env)},
-        }
+        trial = self.trial
+        run_tags = {**trial_run.run_tags(trial),
+                    **{tag: os.environ[env] for env, tag in QUEUE_TAGS.items() if os.environ.get(env)}}
         tracker = MlflowTrialLogger.from_env(
-            trial.trial_id, trial.name, run_tags, self.state_dir() / "mlflow-spool.jsonl"
+            trial.trial_id, trial_run.run_name(trial), run_tags, self.state_dir() / "mlflow-spool.jsonl"
         )
-        params: dict[str, Any] = {}
-        for key, value in cfg.model_dump(mode="json").items():
-            params[key] = json.dumps(value) if isinstance(value, dict | list) else value
-        params.update(
-            {
-                "sweep": trial.sweep,
-                "trial_id": trial.trial_id,
-                "repeat": trial.repeat,
-                "gpu": trial.device,  # as the tag: the GPU type, `cpu` or `any GPU` (an axis of the runs view)
-                "gpus_per_trial": trial.gpus_per_trial,
-            }
-        )
+        params = trial_run.run_params(trial)
         tracker.log_params(params)
         return tracker
 

@@ -12,18 +12,21 @@ import ctypes
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 
 from kubesweep.backends.base import SweepNotFound
 from kubesweep.tracking.runs import TrackingError, quiet
-from kubesweep.tracking.target import LOCAL_ARTIFACTS, local_store_uri
-from kubesweep.tracking.view import VIEW_TAG, runs_url
+from kubesweep.tracking.target import LOCAL_ARTIFACTS, local_store_uri, sqlite_path
+from kubesweep.tracking.view import SERVED_PATH, VIEW_TAG, runs_url
+from kubesweep.wire import tags
 
 CLUSTER_SERVICE = "kubesweep-mlflow"
 CLUSTER_PORT = 5000
@@ -50,15 +53,37 @@ def mlflow_executable() -> list[str]:
     return [str(beside)] if beside.exists() else [sys.executable, "-m", "mlflow"]
 
 
+# What `mlflow server` hands the server process it starts, in MLflow 3.17's names (mlflow/server/__init__.py
+# `_run_server`; tests/tracking/test_ui.py holds them to MLflow's own constants). `mlflow server` is a Python
+# process that imports MLflow's whole command line and opens the store, then starts uvicorn in a second one,
+# which imports MLflow again: on this 2-core machine, busy, 16 s until it answered, where uvicorn started
+# directly on the same app answered in 3.5 s. `sweep ui` starts uvicorn itself; the store is opened (made, for a
+# fresh home) by the server's first request that reads it.
+STORE_ENV = "_MLFLOW_SERVER_FILE_STORE"
+ARTIFACT_ROOT_ENV = "_MLFLOW_SERVER_ARTIFACT_ROOT"
+ARTIFACTS_DESTINATION_ENV = "_MLFLOW_SERVER_ARTIFACT_DESTINATION"
+SERVE_ARTIFACTS_ENV = "_MLFLOW_SERVER_SERVE_ARTIFACTS"
+SGI_ENV = "_MLFLOW_SGI_NAME"  # which server runs the app: ui_app.create_app wraps it for uvicorn
+BOOT_ID_ENV = "_MLFLOW_SERVER_BOOT_ID"
+IN_JOB_EXECUTOR_ENV = "_MLFLOW_IN_JOB_EXECUTOR"
+JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+SERVED_ARTIFACT_ROOT = "mlflow-artifacts:/"  # runs' artifacts through the server's proxy (`--serve-artifacts`)
+APP = "kubesweep.tracking.ui_app:create_app"  # the `mlflow.app` entry point `APP_NAME`, a factory
+
+
 def server_command(home: Path, port: int, host: str = "127.0.0.1", workers: int = 1,
-                   backend_uri: str | None = None) -> list[str]:
-    """`mlflow server` over the kubesweep home's store: sqlite runs, artifacts served from <home>/mlartifacts;
-    the app is kubesweep's (`APP_NAME`: MLflow's own plus the page the runs-view links go through)."""
+                   backend_uri: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of an MLflow server over the kubesweep home's store (sqlite runs, artifacts
+    served from <home>/mlartifacts), as `mlflow server --serve-artifacts --app-name kubesweep` runs it: uvicorn
+    on kubesweep's app (`APP_NAME`: MLflow's own plus the page the runs-view links go through)."""
     artifacts = (home / LOCAL_ARTIFACTS).resolve()
     artifacts.mkdir(parents=True, exist_ok=True)
-    return [*mlflow_executable(), "server", "--backend-store-uri", backend_uri or local_store_uri(home),
-            "--artifacts-destination", str(artifacts), "--serve-artifacts", "--host", host, "--port", str(port),
-            "--workers", str(workers), "--app-name", APP_NAME]
+    command = [sys.executable, "-m", "uvicorn", "--host", host, "--port", str(port), "--workers", str(workers),
+               "--factory", APP]
+    env = {STORE_ENV: backend_uri or local_store_uri(home), ARTIFACT_ROOT_ENV: SERVED_ARTIFACT_ROOT,
+           ARTIFACTS_DESTINATION_ENV: str(artifacts), SERVE_ARTIFACTS_ENV: "true", SGI_ENV: "uvicorn",
+           BOOT_ID_ENV: uuid.uuid4().hex, IN_JOB_EXECUTOR_ENV: "false"}
+    return command, env
 
 
 class Stopped(Exception):
@@ -166,8 +191,8 @@ def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[
     each sweep's runs view. Returns what `run_server` returns; `SweepNotFound` when the store has no
     `experiment`, `ServerFailed` when the server does not come up."""
     chosen = port or free_port()
-    command = server_command(home, chosen, backend_uri=backend_uri)
-    store = command[command.index("--backend-store-uri") + 1]
+    command, server_env = server_command(home, chosen, backend_uri=backend_uri)
+    store = server_env[STORE_ENV]
     base = f"http://127.0.0.1:{chosen}"
     target = None
     if experiment is not None:
@@ -176,6 +201,7 @@ def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[
             known = ", ".join(name for name, _ in sweep_views(store, base)) or "none"
             raise SweepNotFound(f"sweep {sweep or experiment!r}: no MLflow experiment {experiment!r} in the store "
                                 f"{store} (experiments of sweeps there: {known})")
+    answer = answer_view(store, target, sweep) if target is not None and sweep is not None else None
     views = [] if target is not None else sweep_views(store, base)
     log = home / LOG_FILE
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -186,6 +212,8 @@ def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[
         took = wait_until_served(proc, base, log, say, offset=offset)
         if target is not None:
             say(f"MLflow UI, the runs of sweep {sweep or experiment!r} (best samples/s first): {target}")
+            if answer is not None:
+                say(f"its answer in full (the parent run's description): {answer}")
         else:
             say(f"MLflow UI: {base}")
             if views:
@@ -194,15 +222,61 @@ def serve(home: Path, port: int | None, backend_uri: str | None, say: Callable[[
                     say(f"  {name}: {url}")
         say(f"(the server answered after {took:.0f} s; Ctrl-C or SIGTERM stops it and its workers)")
 
-    # a UI-only server: no background job runner (MLflow's GenAI jobs), unless asked for in the environment
-    return run_server(command, {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}, log=log, ready=ready)
+    # a UI-only server: no background job runner (MLflow's GenAI jobs)
+    return run_server(command, {**os.environ, JOB_EXECUTION_ENV: "false", **server_env}, log=log, ready=ready)
+
+
+def _sqlite_experiments(store_uri: str) -> list[tuple[str, str, bool]] | None:
+    """(name, id, whether kubesweep tagged it) of each active experiment of a `sqlite:///` store, read from the
+    file as it is (read only, no MLflow import: that import alone took `sweep ui` seconds before it printed a
+    link); [] for a store not made yet; None for another kind of store, or a file whose tables are not MLflow's
+    as this reader knows them (MLflow's client reads it then)."""
+    db = sqlite_path(store_uri)
+    if db is None:
+        return None
+    if not db.exists():
+        return []
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=30)) as conn:
+            rows = conn.execute(
+                "SELECT e.name, e.experiment_id, EXISTS (SELECT 1 FROM experiment_tags t "
+                "WHERE t.experiment_id = e.experiment_id AND t.key = ?) FROM experiments e "
+                "WHERE e.lifecycle_stage = 'active' ORDER BY e.creation_time DESC, e.experiment_id DESC",
+                (VIEW_TAG,)).fetchall()
+    except sqlite3.Error:
+        return None
+    return [(str(name), str(eid), bool(tagged)) for name, eid, tagged in rows]
+
+
+def answer_view(store_uri: str, experiment_url: str, sweep: str) -> str | None:
+    """The page of the sweep's parent run, whose description is its answer in full (the runs view's Description
+    column has room for its first words), in a `sqlite:///` store, read as `_sqlite_experiments` reads; None
+    where there is none, or another kind of store. `experiment_url`: the runs view's URL `experiment_view` gave."""
+    db = sqlite_path(store_uri)
+    base, _, experiment_id = experiment_url.rpartition(SERVED_PATH)
+    if db is None or not db.exists() or not experiment_id:
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=30)) as conn:
+            row = conn.execute(
+                "SELECT r.run_uuid FROM runs r "
+                "JOIN tags a ON a.run_uuid = r.run_uuid AND a.key = ? AND a.value = ? "
+                "JOIN tags b ON b.run_uuid = r.run_uuid AND b.key = ? AND b.value = ? "
+                "WHERE r.experiment_id = ? AND r.lifecycle_stage = 'active' ORDER BY r.start_time DESC LIMIT 1",
+                (tags.ROLE, tags.PARENT_ROLE, tags.SWEEP, sweep, experiment_id)).fetchone()
+    except sqlite3.Error:
+        return None
+    return f"{base}/#/experiments/{experiment_id}/runs/{row[0]}?workflowType=machine_learning" if row else None
 
 
 def experiment_view(store_uri: str, experiment: str, base: str) -> str | None:
     """The runs view URL of the experiment named `experiment` in the store, on `sweep ui`'s server at `base`;
     None when there is none."""
+    listed = _sqlite_experiments(store_uri)
+    if listed is not None:
+        found_id = next((eid for name, eid, _ in listed if name == experiment), None)
+        return runs_url(base, found_id, served=True) if found_id is not None else None
     from mlflow.tracking import MlflowClient
-
 
     quiet()
     try:
@@ -215,11 +289,12 @@ def experiment_view(store_uri: str, experiment: str, base: str) -> str | None:
 def sweep_views(store_uri: str, base: str) -> list[tuple[str, str]]:
     """(experiment name, its runs view URL on `sweep ui`'s server at `base`) for each experiment in the store
     that kubesweep tagged."""
+    listed = _sqlite_experiments(store_uri)
+    if listed is not None:
+        return [(name, runs_url(base, eid, served=True)) for name, eid, tagged in listed if tagged]
     from mlflow.tracking import MlflowClient
 
-
     quiet()
-
     try:
         experiments = MlflowClient(tracking_uri=store_uri).search_experiments(max_results=1000)
     except Exception:  # an empty or unreadable store: the server says what is wrong when it starts

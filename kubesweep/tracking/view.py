@@ -6,16 +6,19 @@ Every experiment kubesweep creates or logs a sweep into carries two tags:
   artifacts), not as a GenAI app (traces, judges);
 - `mlflow.sharedViewState.kubesweep`: the runs table that `runs_url` opens (`&viewStateShareKey=kubesweep`, or
   through `sweep ui`'s page, below):
-  every run, sorted by `wire.trial_metrics.RANK_METRIC` (samples/s of the runs that learned, best first; runs
-  whose accuracy stayed at chance have no such metric and come after them, with the OOM, mismatched and failed
-  runs; sorted, the UI lists child runs by themselves, not folded under the parent), and these columns, in this
-  order and width: the run's name, its Created column (narrowed to the run's status icon) and Duration; the
-  cell's axes as the run's params `gpu`, `batch_size`, `precision`, `compile` (the job logs them: short headers,
-  where the tags `kubesweep.gpu`... would head their columns with the whole tag name); the key metrics
-  `samples_per_s`, `accuracy`, `peak_mem_gib`, `cost_per_epoch` (`wire.trial_metrics.COMPARISON_METRICS`, logged by
-  each trial under those names); the run's description (the UI's Description column: a trial's flags `OOM`,
-  `GPU mismatch`, `chance accuracy (0.51)`, the parent's answer); then, to scroll to, `step_p50_ms` and the tag
-  `kubesweep.outcome`. `FIRST_SCREEN` lists what must be seen without scrolling sideways at that width.
+  every run, grouped by the trial's task (`GROUP_BY`: the param `task`; a group per task, each open, the parent
+  run in MLflow's group of runs without the param), so runs of different tasks are never ranked against each
+  other, and within each group sorted by `wire.trial_metrics.RANK_METRIC` (samples/s of the runs that learned,
+  best first; runs whose accuracy stayed at chance have no such metric and come after them, with the OOM,
+  mismatched and failed runs); these columns, in this order and width: the run's name, its Created column
+  (narrowed to the run's status icon) and Duration; the trial's task and cell as the run's params `task`, `gpu`,
+  `batch_size`, `precision`, `compile` (the job logs them, `compile` in the CLI's words: wire/trial_run.py; short
+  headers, where the tags `kubesweep.gpu`... would head their columns with the whole tag name); the key metrics
+  `samples_per_s`, `step_p50_ms` (an inference run's latency), `accuracy` (`wire.trial_metrics.COMPARISON_METRICS`,
+  logged by each trial under those names); the tag `kubesweep.outcome`; then, to scroll to, the run's description
+  (the UI's Description column: a trial's flags `OOM`, `GPU mismatch`, `chance accuracy (0.51)`, the parent's
+  answer), `peak_mem_gib` and `cost_per_epoch`. `FIRST_SCREEN` lists what must be seen without scrolling
+  sideways at that width.
 
 How MLflow's runs page (3.17.2; read from its bundle, `mlflow/server/js/build/static/js/`) gets its state:
 - the sort, filter and time range ("search facets": `searchFilter, orderByKey, orderByAsc, startTime,
@@ -59,6 +62,7 @@ import json
 import urllib.parse
 from typing import Any
 
+from kubesweep.wire import tags
 from kubesweep.wire.trial_metrics import RANK_METRIC
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -72,31 +76,40 @@ RUN_NAME = "attributes.`Run Name`"
 CREATED = "runDateAndNestInfo"
 DURATION = "duration"
 DESCRIPTION = "attributes.`Description`"  # the run's description (tag mlflow.note.content): its flags
-AXES = tuple(f"params.`{p}`" for p in ("gpu", "batch_size", "precision", "compile"))
-KEY_METRICS = tuple(f"metrics.`{m}`" for m in ("samples_per_s", "accuracy", "peak_mem_gib", "cost_per_epoch"))
-MORE = ("metrics.`step_p50_ms`", "tags.`kubesweep.outcome`")  # right of the first screen
-FIRST_SCREEN = (*AXES, *KEY_METRICS, DESCRIPTION)  # seen at 1,400 px without scrolling sideways
-COLUMNS = [*AXES, *KEY_METRICS, DESCRIPTION, *MORE]  # the columns the view adds to name, Created and Duration
+TASK = "params.`task`"
+AXES = (TASK, *(f"params.`{p}`" for p in ("gpu", "batch_size", "precision", "compile")))
+# samples/s; the step time's p50, which is an inference run's latency (one batch); accuracy
+KEY_METRICS = tuple(f"metrics.`{m}`" for m in ("samples_per_s", "step_p50_ms", "accuracy"))
+OUTCOME = f"tags.`{tags.OUTCOME}`"
+MORE = tuple(f"metrics.`{m}`" for m in ("peak_mem_gib", "cost_per_epoch"))  # right of the description
+FIRST_SCREEN = (*AXES, *KEY_METRICS, OUTCOME)  # seen at 1,400 px without scrolling sideways
+COLUMNS = [*FIRST_SCREEN, DESCRIPTION, *MORE]  # the columns the view adds to name, Created and Duration
 
-# Widths in px, for MLflow's 12-13 px type: each header and value whole (the longest values: `h100-80gb`, `145ms`,
-# `chance accuracy (0.51)`), the name cut short (the axes say what it says), Created down to the run's status icon.
-# At 1,400 px the table is 1,146 px wide beside the side bar: the row checkboxes (73) and these up to the
-# description take 977, leaving the description 169, where the longest flags need 136 (and a vertical scroll
-# bar 15).
+# Widths in px, for MLflow's 12-13 px type: each header and value whole (the longest values: `inference`,
+# `h100-80gb`, `gpu_mismatch`; the longest header `kubesweep.outcome`), the name cut after its leading axes (the
+# columns say them too; the whole name is the link's), Created down to the run's status icon. At 1,400 px the
+# table is 1,146 px wide beside MLflow's side bar: the row checkboxes (73), these up to the outcome (1,038) and a
+# vertical scroll bar (15) fit. The description comes next: a trial's flags (`chance accuracy (0.51)`, `OOM`) a
+# scroll away, the parent's answer in full on the parent run's page.
 WIDTHS = {
-    RUN_NAME: 100, CREATED: 40, DURATION: 62,
-    "params.`gpu`": 84, "params.`batch_size`": 80, "params.`precision`": 74, "params.`compile`": 68,
-    "metrics.`samples_per_s`": 106, "metrics.`accuracy`": 74, "metrics.`peak_mem_gib`": 104,
-    "metrics.`cost_per_epoch`": 112,
-    DESCRIPTION: 320,  # the parent's answer runs on; a trial's flags need its first 136
-    "metrics.`step_p50_ms`": 100, "tags.`kubesweep.outcome`": 140,
+    RUN_NAME: 130, CREATED: 40, DURATION: 62,
+    TASK: 80, "params.`gpu`": 84, "params.`batch_size`": 80, "params.`precision`": 74, "params.`compile`": 68,
+    "metrics.`samples_per_s`": 106, "metrics.`step_p50_ms`": 100, "metrics.`accuracy`": 74, OUTCOME: 140,
+    DESCRIPTION: 320,
+    "metrics.`peak_mem_gib`": 104, "metrics.`cost_per_epoch`": 112,
 }
 ORDER = [RUN_NAME, CREATED, DURATION, *COLUMNS]
+# the runs grouped by the trial's task, each group ranked on its own: a batch-8 inference run is never listed
+# above a fine-tuning run for its samples/s. Every group open, the runs without a task (the sweep's parent run)
+# too; each group's row shows its runs' mean (MLflow's default).
+GROUP_BY = {"aggregateFunction": "average", "groupByKeys": [{"mode": "param", "groupByData": "task"}]}
+GROUPS_EXPANDED = {"param.task": True}  # MLflow's id of the group of runs without the key: closed by default
 
 
 def view_state() -> str:
     return json.dumps({"orderByKey": f"metrics.`{SORT_METRIC}`", "orderByAsc": False, "selectedColumns": COLUMNS,
-                       "columnOrder": ORDER, "columnWidths": {c: WIDTHS[c] for c in ORDER}},
+                       "columnOrder": ORDER, "columnWidths": {c: WIDTHS[c] for c in ORDER}, "groupBy": GROUP_BY,
+                       "groupsExpanded": GROUPS_EXPANDED},
                       separators=(",", ":"))
 
 

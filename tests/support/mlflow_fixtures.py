@@ -189,18 +189,38 @@ spec:
   resources: {gpus_per_trial: 1, retries: 0}
 """
 MARKS_TRIALS = 14
+# fine-tuning and inference in one sweep, in the same home: ranked by samples/s alone, an inference run would sit
+# between the fine-tuning runs (2,729, 2,216, 1,800 and 32 samples/s: fine-tuning, inference, fine-tuning, inference)
+TASKS_NAME = "tasks"
+TASKS_SPEC = """\
+apiVersion: kubesweep.io/v1alpha1
+kind: Sweep
+metadata: {name: tasks}
+spec:
+  job: {precision: fp16, epochs: 2, train_samples: 67349}
+  matrix:
+    gpu: [h100-80gb]
+    batch_size: [16, 64]
+  include:
+    - {task: inference, gpu: h100-80gb, batch_size: 32}
+    - {task: inference, gpus_per_trial: 0, precision: fp32, batch_size: 8}
+  resources: {gpus_per_trial: 1, retries: 0}
+"""
+TASKS_TRIALS = 4
 
 
 @dataclass
 class MarkedSweep:
     """A sweep with a chance-accuracy, an OOM and a GPU-mismatch setting in the local store of `home`, its
-    report made, and `sweep ui` serving that store at `base`; `runs_view` is the URL `sweep ui` printed for it."""
+    report made, and `sweep ui` serving that store at `base`; `runs_view` is the URL `sweep ui` printed for it.
+    The same home holds the sweep TASKS_SPEC, of two tasks, whose link is `tasks_view`."""
 
     home: Path
     report: Path
     base: str
     runs_view: str
     sweep: Runner
+    tasks_view: str
 
 
 @pytest.fixture(scope="session")
@@ -215,6 +235,8 @@ def marked_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarkedSwe
                 "KUBESWEEP_JOB_COMMAND": json.dumps([sys.executable, str(TRACKED_JOB)]), "COLUMNS": "220"})
     run = make_runner(env, work)
     run("submit", "marks.yaml", timeout=900)
+    (work / "tasks.yaml").write_text(TASKS_SPEC)
+    run("submit", "tasks.yaml", timeout=900)
     report = work / "report"
     run("report", MARKS_NAME, "--output", str(report))
     port = free_port()
@@ -226,10 +248,14 @@ def marked_sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarkedSwe
     try:
         wait_http(f"{base}/health", ui, log)
         deadline = time.monotonic() + 60  # the links may follow the server's first answer
-        while not (printed := [line.split(": ", 1)[1] for line in log.read_text().splitlines()
-                               if line.startswith(f"  {MARKS_NAME}: ")]) and time.monotonic() < deadline:
+
+        def links() -> dict[str, str]:
+            return dict(line[2:].split(": ", 1) for line in log.read_text().splitlines()
+                        if line.startswith((f"  {MARKS_NAME}: ", f"  {TASKS_NAME}: ")))
+
+        while len(printed := links()) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert len(printed) == 1, log.read_text()
-        yield MarkedSweep(home, report / "report.html", base, printed[0], run)
+        assert len(printed) == 2, log.read_text()
+        yield MarkedSweep(home, report / "report.html", base, printed[MARKS_NAME], run, printed[TASKS_NAME])
     finally:
         stop(ui)

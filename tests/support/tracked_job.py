@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import math
 import os
 import sys
@@ -29,6 +28,7 @@ from kubesweep.wire.config import TrialConfig
 from kubesweep.wire.flags import comparison_tags
 from kubesweep.wire.results import Results
 from kubesweep.wire.trial_metrics import comparison_metrics, gpu_type, physics
+from kubesweep.wire.trial_run import run_name, run_params, run_tags
 
 GIB = 1024**3
 BASE_RATE = {"h100-80gb": 1000.0, "l40s": 600.0, "a100-40gb": 700.0, "v100-32gb": 300.0, None: 40.0}
@@ -109,15 +109,9 @@ def main() -> int:
     out = Path(args.output_dir)
     with (out.parent.parent / "starts.log").open("a") as log:
         log.write(f"{trial.trial_id} {os.getpid()}\n")
-    job = trial.job
-    tags = {"kubesweep.sweep": trial.sweep, "kubesweep.trial": trial.name, "kubesweep.gpu": trial.device,
-            "kubesweep.precision": job.precision, "kubesweep.compile": str(job.compile),
-            "kubesweep.batch_size": str(job.batch_size), "kubesweep.repeat": str(trial.repeat),
-            "kubesweep.engine": job.engine, "kubesweep.task": job.task}
-    tracker = MlflowTrialLogger.from_env(trial.trial_id, trial.name, tags, out / "mlflow-spool.jsonl")
-    params = {k: json.dumps(v) if isinstance(v, dict | list) else v for k, v in job.model_dump(mode="json").items()}
-    params.update({"sweep": trial.sweep, "trial_id": trial.trial_id, "repeat": trial.repeat, "gpu": trial.device,
-                   "gpus_per_trial": trial.gpus_per_trial})
+    tracker = MlflowTrialLogger.from_env(trial.trial_id, run_name(trial), run_tags(trial),
+                                         out / "mlflow-spool.jsonl")
+    params = run_params(trial)
     tracker.log_params(params)
     data, code = build(trial, dt.datetime.now(dt.UTC).isoformat())
     results = Results.model_validate(data)

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from kubesweep.tracking.target import local_store_uri
 from kubesweep.tracking.ui import answers, free_port
-from kubesweep.tracking.view import AXES, KEY_METRICS, experiment_tags, runs_url, view_state
+from kubesweep.tracking.view import AXES, KEY_METRICS, VIEW_TAG, experiment_tags, runs_url, view_state
 from kubesweep.wire.trial_metrics import RANK_METRIC
 from tests.support.mlflow_fixtures import (
     MARKS_NAME,
@@ -337,6 +338,11 @@ def test_sweep_ui_name_opens_the_runs_view_without_banner_or_assistant(marked_sw
             assert ui.poll() is None and time.monotonic() < deadline, terminal.read_text()
             time.sleep(0.1)
         url = link[1]
+        while not (said := re.search(r"its answer in full \(the parent run's description\): (\S+)",
+                                     terminal.read_text())):
+            assert ui.poll() is None and time.monotonic() < deadline, terminal.read_text()
+            time.sleep(0.1)
+        answer = said[1]
         base = f"http://127.0.0.1:{port}"
         assert re.fullmatch(rf"{re.escape(base)}/kubesweep/runs/\d+", url), url
 
@@ -366,9 +372,23 @@ def test_sweep_ui_name_opens_the_runs_view_without_banner_or_assistant(marked_sw
                     header = page.locator(f".ag-header-cell[col-id='{column}']")
                     expect(header).to_have_count(1)
                     expect(header.get_by_text(column.split("`")[1], exact=True)).to_be_in_viewport(ratio=1)
-                expect(page.get_by_role("link", name=re.compile(rf"^{MARKS_NAME}-")).first)\
-                    .to_have_text(best.info.run_name)
+                expect(page.locator(".ag-row[row-index='1'] a[href*='/runs/']").first)\
+                    .to_have_text(best.info.run_name)  # first under its task's row
                 page.screenshot(path=str(shot))
+                # the sweep's answer, whole on its parent run's page (the view's Description column shows its
+                # first words)
+                (parent,) = [r for r in runs if r.data.tags.get("kubesweep.role") == "parent"]
+                assert answer == (f"{base}/#/experiments/{experiment.experiment_id}/runs/{parent.info.run_id}"
+                                  "?workflowType=machine_learning")
+                page.goto(answer)
+                note = parent.data.tags["mlflow.note.content"]
+                first, *rest = note.splitlines()
+                assert rest, note
+                expect(page.get_by_text(first[:60]).first).to_be_visible()
+                more = page.get_by_text("Show more", exact=True)
+                if more.count():
+                    more.first.click()
+                expect(page.get_by_text(rest[-1][:60]).first).to_be_visible()
             finally:
                 context.close()
         ui.send_signal(signal.SIGTERM)
@@ -376,3 +396,52 @@ def test_sweep_ui_name_opens_the_runs_view_without_banner_or_assistant(marked_sw
     finally:
         if ui.poll() is None:
             os.killpg(ui.pid, signal.SIGKILL)
+
+
+def test_the_links_come_from_the_local_store_without_importing_mlflow(marked_sweep: MarkedSweep) -> None:
+    """`sweep ui`'s links to a local store's sweeps are read from its sqlite file as it is, the same experiments
+    and ids MLflow's client finds, and without importing MLflow: that import took seconds before `sweep ui`
+    printed anything."""
+    from mlflow.tracking import MlflowClient
+
+    store = local_store_uri(marked_sweep.home)
+    base = "http://127.0.0.1:1"
+    script = ("import json, sys\nfrom kubesweep.tracking.ui import experiment_view, sweep_views\n"
+              f"print(json.dumps([sweep_views({store!r}, {base!r}), experiment_view({store!r}, 'tasks', {base!r}),"
+              f" experiment_view({store!r}, 'nosuch', {base!r})]))\n"
+              "assert not [m for m in sys.modules if m.split('.')[0] == 'mlflow'], 'mlflow imported'\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    views, tasks, missing = json.loads(done.stdout)
+    experiments = MlflowClient(tracking_uri=store).search_experiments(max_results=1000)
+    assert views == [[e.name, runs_url(base, e.experiment_id, served=True)] for e in experiments
+                     if VIEW_TAG in e.tags]
+    assert len(views) == 2 and missing is None
+    assert tasks == runs_url(base, next(e.experiment_id for e in experiments if e.name == "tasks"), served=True)
+
+
+def test_the_server_is_started_as_mlflow_server_starts_it(tmp_path: Path) -> None:
+    """`sweep ui` starts uvicorn on kubesweep's app itself, with what `mlflow server --serve-artifacts --app-name
+    kubesweep` hands its server process: the names are MLflow's own (an MLflow that renames one fails here, not
+    in a browser), the app is the `mlflow.app` entry point's, and the command is uvicorn's, not MLflow's command
+    line, whose import took most of the time before the link was printed."""
+    from importlib.metadata import entry_points
+
+    from mlflow import environment_variables as mlflow_env
+    from mlflow.server import constants
+
+    from kubesweep.tracking import ui
+
+    assert (ui.STORE_ENV, ui.ARTIFACT_ROOT_ENV, ui.ARTIFACTS_DESTINATION_ENV, ui.SERVE_ARTIFACTS_ENV) == (
+        constants.BACKEND_STORE_URI_ENV_VAR, constants.ARTIFACT_ROOT_ENV_VAR,
+        constants.ARTIFACTS_DESTINATION_ENV_VAR, constants.SERVE_ARTIFACTS_ENV_VAR)
+    names = [ui.SGI_ENV, ui.BOOT_ID_ENV, ui.IN_JOB_EXECUTOR_ENV, ui.JOB_EXECUTION_ENV]
+    assert names == [mlflow_env._MLFLOW_SGI_NAME.name, mlflow_env._MLFLOW_SERVER_BOOT_ID.name,
+                     mlflow_env._MLFLOW_IN_JOB_EXECUTOR.name, mlflow_env.MLFLOW_SERVER_ENABLE_JOB_EXECUTION.name]
+    (app,) = [e for e in entry_points(group="mlflow.app") if e.name == ui.APP_NAME]
+    assert app.value == ui.APP
+    command, env = ui.server_command(tmp_path, 5123)
+    assert command == [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", "5123", "--workers", "1",
+                       "--factory", ui.APP]
+    assert env[ui.STORE_ENV] == local_store_uri(tmp_path) and env[ui.SGI_ENV] == "uvicorn"
+    assert env[ui.ARTIFACTS_DESTINATION_ENV] == str((tmp_path / "mlartifacts").resolve())
+    assert env[ui.ARTIFACT_ROOT_ENV] == "mlflow-artifacts:/" and env[ui.SERVE_ARTIFACTS_ENV] == "true"

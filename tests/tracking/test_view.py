@@ -34,21 +34,25 @@ from tests.support.mlflow_fixtures import MARKS_TRIALS, MarkedSweep
 def test_the_view_ranks_by_a_metric_runs_at_chance_lack_and_shows_the_flags() -> None:
     state = json.loads(view_state())
     assert state["orderByKey"] == f"metrics.`{RANK_METRIC}`" and state["orderByAsc"] is False
-    # the cell's axes as the params the job logs (short headers), then the key metrics, then the run's
-    # description, which holds its flags
-    assert AXES == ("params.`gpu`", "params.`batch_size`", "params.`precision`", "params.`compile`")
-    assert KEY_METRICS == ("metrics.`samples_per_s`", "metrics.`accuracy`", "metrics.`peak_mem_gib`",
-                           "metrics.`cost_per_epoch`")
+    # the trial's task and cell as the params the job logs (short headers; `compile` in the CLI's words), the key
+    # metrics (step p50: an inference run's latency), the outcome, then the run's description (its flags)
+    assert AXES == ("params.`task`", "params.`gpu`", "params.`batch_size`", "params.`precision`",
+                    "params.`compile`")
+    assert KEY_METRICS == ("metrics.`samples_per_s`", "metrics.`step_p50_ms`", "metrics.`accuracy`")
+    assert (*AXES, *KEY_METRICS, "tags.`kubesweep.outcome`") == FIRST_SCREEN
     assert DESCRIPTION == "attributes.`Description`"
-    assert state["selectedColumns"] == COLUMNS == [*AXES, *KEY_METRICS, DESCRIPTION, *COLUMNS[len(FIRST_SCREEN):]]
-    assert list(FIRST_SCREEN) == COLUMNS[:len(FIRST_SCREEN)]
+    assert state["selectedColumns"] == COLUMNS == [*FIRST_SCREEN, DESCRIPTION, *COLUMNS[len(FIRST_SCREEN) + 1:]]
     # in that order after the columns MLflow always shows, each with its width
     assert state["columnOrder"] == [RUN_NAME, CREATED, DURATION, *COLUMNS]
     assert state["columnWidths"] == {c: WIDTHS[c] for c in state["columnOrder"]}
-    # at 1,400 px the table is 1,146 px wide beside MLflow's side bar, 73 of them the row checkboxes: the
-    # longest flags (136 px) and a vertical scroll bar (15) fit after the columns left of the description
-    left_of_flags = state["columnOrder"][:state["columnOrder"].index(DESCRIPTION)]
-    assert 73 + sum(WIDTHS[c] for c in left_of_flags) + 136 + 15 <= 1146
+    # at 1,400 px the table is 1,146 px wide beside MLflow's side bar, 73 of them the row checkboxes: every
+    # column up to the outcome and a vertical scroll bar (15) fit
+    first = state["columnOrder"][:state["columnOrder"].index(FIRST_SCREEN[-1]) + 1]
+    assert 73 + sum(WIDTHS[c] for c in first) + 15 <= 1146
+    # grouped by the trial's task: every group open, the parent run's (no task) too
+    assert state["groupBy"] == {"aggregateFunction": "average",
+                                "groupByKeys": [{"mode": "param", "groupByData": "task"}]}
+    assert state["groupsExpanded"] == {"param.task": True}
 
 
 def api(base: str, path: str, body: dict[str, Any] | None = None) -> Any:
