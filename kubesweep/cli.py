@@ -565,10 +565,14 @@ def ui(
 ) -> None:
     """Start the MLflow UI over the local store (127.0.0.1), or print how to reach the cluster's. Its URL is
     printed once it answers: NAME's runs view, or a link to each sweep's. The server's output goes to
-    <home>/ui.log."""
+    <home>/ui.log. Kubernetes: with NAME and --tracking-uri of the cluster's server (a port-forward), NAME's runs
+    view and answer there, from the operator's record of its parent run."""
     if configure(backend).asks_cluster:
-        console.print(plain(ui_mod.cluster_directions(namespace or "kubesweep",
-                                                    tracking_uri or os.environ.get(URI_ENV))))
+        uri = tracking_uri or os.environ.get(URI_ENV)
+        if name is not None and uri and uri.startswith(("http://", "https://")):
+            _cluster_views(session(backend, namespace=namespace, tracking_uri=uri), name, uri)
+            return
+        console.print(plain(ui_mod.cluster_directions(uri)))
         return
     configured = tracking_uri or os.environ.get(URI_ENV)
     if configured and configured.startswith(("http://", "https://")):
@@ -591,6 +595,23 @@ def ui(
         err.print("stopped the MLflow UI")
     elif code != 0:
         fail(f"mlflow server exited with code {code}; its log: {home_dir / ui_mod.LOG_FILE}", EXIT_BACKEND)
+
+
+def _cluster_views(s: Session, name: str, uri: str) -> None:
+    """The sweep's runs view and its answer on the cluster's tracking server (through a port-forward, say), as
+    the operator records its parent run."""
+    try:
+        views_found = s.recorded_views(name)
+    except TrackingError as exc:
+        fail(f"sweep {name!r}: {exc}", EXIT_BACKEND)
+    except BackendError as exc:
+        fail(str(exc), error_code(exc) or EXIT_BACKEND)
+    if views_found is None:
+        fail(f"sweep {name!r}: the backend records no MLflow parent run for it (yet): `sweep status {name}` says "
+             "where it stands", EXIT_NOT_FOUND)
+    runs, answer = views_found
+    console.print(plain(f"sweep {name}'s runs on {uri}: {runs}"))
+    console.print(plain(f"its answer in full (the parent run's description): {answer}"))
 
 
 def main(argv: list[str] | None = None) -> Any:

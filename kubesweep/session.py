@@ -53,6 +53,7 @@ from kubesweep.tracking.records import from_backend, from_results_dir, names_a_d
 from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
 from kubesweep.tracking.sweep import Loaded, finish_parent, kill_running, load_records, open_parent
 from kubesweep.tracking.target import TrackingTarget, resolve, sqlite_experiments
+from kubesweep.tracking.view import runs_url
 from kubesweep.tune.dispatch import run_search, summary_names, summary_of
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY
@@ -215,6 +216,18 @@ class Session:
                        spec_uri=tracking.uri if tracking else None, backend=self.options.backend,
                        runs_here=self.options.config.kind().runs_here,
                        disabled=self.options.no_tracking if disabled is None else disabled)
+
+    def recorded_views(self, name: str) -> tuple[str, str] | None:
+        """The runs view of the sweep and its parent run's page (the answer in full) on the tracking server the
+        options name, from the parent run the backend records for it (the operator's, on a cluster); None where
+        it records none. Raises TrackingError when that server does not give the run."""
+        parent = self.backend.parent_run_id(name)
+        target = self.tracking_target(name, None)
+        if parent is None or target.uri is None:
+            return None
+        experiment_id = SweepRuns(target, name).experiment_of(parent)
+        base = target.uri.rstrip("/")
+        return runs_url(base, experiment_id), f"{base}/#/experiments/{experiment_id}/runs/{parent}"
 
     def open_tracking(self, sweep: Sweep, trials: int) -> TrackingEnv | None:
         """Find or create the sweep's parent run (said through `notify`); off is not an error. A backend made

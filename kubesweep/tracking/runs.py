@@ -230,6 +230,10 @@ class SweepRuns:
 
     # -- child runs ----------------------------------------------------------------------------------
 
+    def experiment_of(self, run_id: str) -> str:
+        """The id of the experiment the run is in (TrackingError: no such run here, or the server refused)."""
+        return str(self._call("read the parent run", self.client.get_run, run_id).info.experiment_id)
+
     def children(self, parent_run_id: str) -> list[ChildRun]:
         experiment = self._call("read the parent run", self.client.get_run, parent_run_id).info.experiment_id
         out: list[ChildRun] = []

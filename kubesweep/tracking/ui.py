@@ -302,16 +302,19 @@ def sweep_views(store_uri: str, base: str) -> list[tuple[str, str]]:
     return [(e.name, runs_url(base, e.experiment_id, served=True)) for e in experiments if VIEW_TAG in e.tags]
 
 
-def cluster_directions(namespace: str, uri: str | None) -> str:
+def cluster_directions(uri: str | None) -> str:
+    """How to reach the chart's MLflow server from a workstation. It is the Service `<release>-mlflow` in the
+    namespace the chart was installed in, which the sweeps' namespaces need not be."""
     lines = []
     if uri:
         lines.append(f"tracking URI in use: {uri}")
     lines += [
-        f"The cluster's MLflow server is the Service `{CLUSTER_SERVICE}` in namespace `{namespace}`. "
-        "From this machine:",
-        f"  kubectl -n {namespace} port-forward svc/{CLUSTER_SERVICE} {CLUSTER_PORT}:{CLUSTER_PORT}",
+        f"The chart's MLflow server is the Service `{CLUSTER_SERVICE}` in the namespace the chart was installed in "
+        "(`kubesweep` as the README installs it; `kubectl get svc -A -l app.kubernetes.io/component=mlflow` "
+        "finds it). From this machine:",
+        f"  kubectl -n kubesweep port-forward svc/{CLUSTER_SERVICE} {CLUSTER_PORT}:{CLUSTER_PORT}",
         f"  then open http://127.0.0.1:{CLUSTER_PORT}",
-        f"and, for `sweep results/report`, pass --tracking-uri http://127.0.0.1:{CLUSTER_PORT} "
-        "(or set MLFLOW_TRACKING_URI).",
+        f"and pass --tracking-uri http://127.0.0.1:{CLUSTER_PORT} (or set MLFLOW_TRACKING_URI) to `sweep ui NAME` "
+        "for a sweep's runs view and to `sweep results/report`.",
     ]
     return "\n".join(lines)

@@ -425,6 +425,18 @@ def test_sweep_trials_run_the_job_image_and_log_to_the_in_cluster_mlflow(stack: 
     assert team_doc["source"] == doc["source"], as_team.stderr
     figures = [c["metrics"]["samples_per_s"]["mean"] for c in team_doc["cells"]]
     assert None not in figures and figures == [c["metrics"]["samples_per_s"]["mean"] for c in doc["cells"]]
+    # `sweep ui NAME` against the chart's server: the sweep's runs view and its answer, from the operator's record
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KUBECONFIG", str(stack.cluster.kubeconfig))
+        env.setenv("MLFLOW_TRACKING_USERNAME", stack.users["trials"][0])
+        env.setenv("MLFLOW_TRACKING_PASSWORD", stack.users["trials"][1])
+        ui = stack.sweep("ui", name, "--backend", "kubernetes", "-n", stack.namespace, "--tracking-uri",
+                         stack.mlflow_host_uri, timeout=60)
+    parent = stack.status(name)["mlflowParentRunId"]
+    experiment = stack.child_runs(name)[0].info.experiment_id
+    assert ui.returncode == 0, ui.stdout + ui.stderr
+    assert f"{stack.mlflow_host_uri}/#/experiments/{experiment}/runs?" in ui.stdout, ui.stdout
+    assert f"{stack.mlflow_host_uri}/#/experiments/{experiment}/runs/{parent}" in ui.stdout, ui.stdout
     report = stack.sweep("report", name, "--tracking-uri", stack.mlflow_host_uri, "-o", str(tmp_path / "r.html"))
     assert report.returncode == 0, report.stdout + report.stderr
     assert (tmp_path / "r.html").stat().st_size > 1000

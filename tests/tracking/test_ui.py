@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from kubesweep.tracking import ui
 from kubesweep.tracking.target import local_store_uri
 from kubesweep.tracking.ui import answers, free_port
 from kubesweep.tracking.view import AXES, KEY_METRICS, VIEW_TAG, experiment_tags, runs_url, view_state
@@ -445,3 +446,13 @@ def test_the_server_is_started_as_mlflow_server_starts_it(tmp_path: Path) -> Non
     assert env[ui.STORE_ENV] == local_store_uri(tmp_path) and env[ui.SGI_ENV] == "uvicorn"
     assert env[ui.ARTIFACTS_DESTINATION_ENV] == str((tmp_path / "mlartifacts").resolve())
     assert env[ui.ARTIFACT_ROOT_ENV] == "mlflow-artifacts:/" and env[ui.SERVE_ARTIFACTS_ENV] == "true"
+
+
+def test_the_clusters_directions_name_the_charts_namespace_not_the_sweeps() -> None:
+    """The chart's MLflow Service lives in the namespace the chart was installed in; a sweep's namespace (`-n
+    ml-team`) is another one, and naming it sent a user's port-forward to a Service that is not there."""
+    text = ui.cluster_directions("http://127.0.0.1:5000")
+    assert text.splitlines()[0] == "tracking URI in use: http://127.0.0.1:5000"
+    assert "kubectl -n kubesweep port-forward svc/kubesweep-mlflow 5000:5000" in text
+    assert "the namespace the chart was installed in" in text and "ml-team" not in text
+    assert "`sweep ui NAME`" in text
