@@ -4,6 +4,7 @@ writes back byte for byte, and a file of another shape is one line naming the fi
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,13 @@ def test_a_summary_of_another_shape_is_one_line_naming_the_file_and_the_field(do
     with pytest.raises(SummaryError) as caught:
         read_summary(doc, "x.json")
     assert str(caught.value) == said and "\n" not in said
+
+
+def test_the_summaries_earlier_versions_wrote_on_real_machines_read_and_write_back_the_same() -> None:
+    """The `repeats.json` files bench/results keeps, written on H200 machines before these models."""
+    root = Path(__file__).parents[2] / "bench" / "results"
+    files = sorted(root.glob("*/home/sweeps/*/search/*.json"))
+    assert files, f"no search summary under {root}"
+    for path in files:
+        text = path.read_text()
+        assert summary_json(read_summary(json.loads(text), str(path))) == text, path
