@@ -221,7 +221,8 @@ def _search(s: Session, sweep: Sweep, overrides: list[Override]) -> NoReturn:
     ended = _watch(lambda progress: s.run_search(sweep, progress), f"interrupted; the search state is kept. "
                    f"`sweep submit` of the same spec or `sweep resume {sweep.name}` continues it", s, sweep.name)
     views.print_ended(console, s.backend, sweep.name, sweep.spec.tta_target, s.ended_records(sweep.name))
-    views.print_search(console, ended.found or {})
+    if ended.found is not None:
+        views.print_search(console, ended.found)
     raise typer.Exit(ended.code)
 
 

@@ -9,32 +9,30 @@ from typing import Any
 
 from kubesweep.terminal_text import clean
 from kubesweep.terminal_text import value_text as _value
+from kubesweep.wire.search import MaxBatchSummary, RepeatsSummary, SearchSummary, TuneTrial
 
 
-def repeats_lines(summary: dict[str, Any]) -> list[str]:
+def repeats_lines(summary: RepeatsSummary) -> list[str]:
     """What sequential repeats spent: the rule, the repeats against a fixed min and max, and the cells that stopped
     without reaching the target (at max, with no value, or host-bound)."""
-    rule = summary.get("rule") or {}
-    cells = summary.get("cells") or []
-    low, high = _value(rule.get("min")), _value(rule.get("max"))
-    lines = [f"repeats until the 95% interval of {_value(rule.get('metric'))} is within ±{_value(rule.get('target'))}% "
-             f"({low} to {high} per cell): {_value(summary.get('repeats'))} repeats over {len(cells)} cells (a fixed "
-             f"{low}: {_value(summary.get('fixed_min'))}, a fixed {high}: {_value(summary.get('fixed_max'))})"]
+    rule, cells = summary.rule, summary.cells
+    low, high = _value(rule.min), _value(rule.max)
+    lines = [f"repeats until the 95% interval of {_value(rule.metric)} is within ±{_value(rule.target)}% "
+             f"({low} to {high} per cell): {_value(summary.repeats)} repeats over {len(cells)} cells (a fixed "
+             f"{low}: {_value(summary.fixed_min)}, a fixed {high}: {_value(summary.fixed_max)})"]
     for cell in cells:
-        if not isinstance(cell, dict) or cell.get("stopped") not in ("max", "no value", "host-bound"):
+        if cell.stopped not in ("max", "no value", "host-bound"):
             continue
-        axes = cell.get("axes")
-        axes = axes if isinstance(axes, dict) else {}
-        where = " ".join(f"{k}={_value(v)}" for k, v in axes.items())
-        n = _value(cell.get("repeats"))
-        width = cell.get("half_width_pct")
-        if cell["stopped"] == "no value":
+        where = " ".join(f"{k}={_value(v)}" for k, v in cell.axes.items())
+        n = _value(cell.repeats)
+        width = cell.half_width_pct
+        if cell.stopped == "no value":
             why = f"no value in {n} repeats"
-        elif cell["stopped"] == "host-bound":
-            spread = f" at ±{width:.1f}%" if isinstance(width, int | float) else ""
+        elif cell.stopped == "host-bound":
+            spread = f" at ±{width:.1f}%" if width is not None else ""
             why = (f"stopped after {n} repeats{spread}: host-bound (its spread is the host's; more repeats "
                    "measure it again)")
-        elif isinstance(width, int | float):
+        elif width is not None:
             why = f"stopped at the max of {n} repeats at ±{width:.1f}%"
         else:
             why = f"stopped at the max of {n} repeats without an interval"
@@ -42,53 +40,36 @@ def repeats_lines(summary: dict[str, Any]) -> list[str]:
     return [clean(line, keep_lines=False) for line in lines]
 
 
-def search_lines(summary: dict[str, Any]) -> list[str]:
-    """What a tune or max-batch search found, as lines of text."""
+def search_lines(summary: SearchSummary) -> list[str]:
+    """What a tune, max-batch or sequential repeats search found, as lines of text."""
     lines: list[str] = []
-    if summary.get("strategy") == "repeats":
+    if isinstance(summary, RepeatsSummary):
         return repeats_lines(summary)
-    if "cells" in summary:  # max-batch
-        for cell in _dicts(summary.get("cells")):
-            found = cell.get("max_batch")
-            text = f"{found}" if found is not None else f"none fits (smallest tried: {cell.get('low')})"
-            lines.append(f"max batch size {cell.get('gpu') or 'cpu'} {cell.get('precision')}: {text} "
-                         f"({cell.get('probes')} probes)")
+    if isinstance(summary, MaxBatchSummary):
+        for cell in summary.cells:
+            found = cell.max_batch
+            text = f"{found}" if found is not None else f"none fits (smallest tried: {cell.low})"
+            lines.append(f"max batch size {cell.gpu or 'cpu'} {cell.precision}: {text} ({cell.probes} probes)")
         return [clean(line, keep_lines=False) for line in lines]
-    trials = _dicts(summary.get("trials"))
     outcomes: dict[str, int] = {}
-    for t in trials:
-        outcome = str(t.get("outcome"))
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    for t in summary.trials:
+        outcomes[t.outcome] = outcomes.get(t.outcome, 0) + 1
     counts = ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items()))
-    metrics = [str(m) for m in _list(summary.get("metrics"))]
-    modes = [str(m) for m in _list(summary.get("modes"))]
-    lines.append(f"tune: {len(trials)} trials ({counts}); metric {', '.join(metrics)} "
-                 f"({', '.join(modes)})" + ("; resumed" if summary.get("resumed") else ""))
-    best = summary.get("best")
-    if isinstance(best, dict) and best:
-        lines.append(f"best: {_row_text(best)}")
-    elif trials:
+    lines.append(f"tune: {len(summary.trials)} trials ({counts}); metric {', '.join(summary.metrics)} "
+                 f"({', '.join(summary.modes)})" + ("; resumed" if summary.resumed else ""))
+    if summary.best is not None:
+        lines.append(f"best: {_row_text(summary.best)}")
+    elif summary.trials:
         lines.append("best: none (no trial succeeded within the constraints)")
-    for row in _dicts(summary.get("pareto")):
+    for row in summary.pareto:
         lines.append(f"pareto: {_row_text(row)}")
     return [clean(line, keep_lines=False) for line in lines]
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    """The mappings of a summary's list (a summary file is data: anything else in it is passed over)."""
-    return [item for item in _list(value) if isinstance(item, dict)]
-
-
-def _row_text(row: dict[str, Any]) -> str:
+def _row_text(row: TuneTrial) -> str:
     """`t-7 (samples_per_s 1235) with batch_size=64`: a trial of a tune summary."""
-    metrics = row.get("metrics") if isinstance(row.get("metrics"), dict) else {}
-    axes = row.get("axes") if isinstance(row.get("axes"), dict) else {}
-    values = ", ".join(f"{k} {_fmt_num(v)}" for k, v in (metrics or {}).items())
-    return f"{row.get('name')} ({values}) with {_axes_text(axes or {})}"
+    values = ", ".join(f"{k} {_fmt_num(v)}" for k, v in row.metrics.items())
+    return f"{row.name} ({values}) with {_axes_text(row.axes)}"
 
 
 def _fmt_num(value: Any) -> str:

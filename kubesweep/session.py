@@ -56,6 +56,7 @@ from kubesweep.tracking.target import TrackingTarget, resolve, sqlite_experiment
 from kubesweep.tracking.view import runs_url
 from kubesweep.tune.dispatch import run_search, summary_names, summary_of
 from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.search import RepeatsSummary, SearchSummary, SummaryError, read_summary
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY
 
 # Exit codes of `sweep` (and of the tuner, `python -m kubesweep.tune`)
@@ -75,9 +76,10 @@ def exit_code(status: SweepStatus) -> int:
 
 def error_code(exc: BaseException) -> int | None:
     """The exit code that reports `exc`: 2 for bad input (an invalid spec or GPU catalog, an ambiguous trial
-    reference, a sqlite MLflow store file that cannot be read, a sweep name taken by another spec), 3 for a sweep
+    reference, a sqlite MLflow store file that cannot be read, a sweep name taken by another spec, a stored search
+    summary of the wrong shape), 3 for a sweep
     or trial not found, 4 for a backend or tracking server that failed; None for anything else."""
-    if isinstance(exc, AmbiguousTrial | SpecError | CatalogError | UnusableStore | SweepConflict):
+    if isinstance(exc, AmbiguousTrial | SpecError | CatalogError | UnusableStore | SweepConflict | SummaryError):
         return EXIT_USAGE
     if isinstance(exc, SweepNotFound):
         return EXIT_NOT_FOUND
@@ -119,7 +121,7 @@ class Ended:
 
     status: SweepStatus
     code: int
-    found: dict[str, Any] | None = None
+    found: SearchSummary | None = None
 
 
 @dataclass
@@ -132,6 +134,17 @@ class Results:
     sweep: Sweep | None  # the sweep as the backend keeps it (None: unknown here)
     searched: bool  # the sweep is a search, or may be one (its spec is unknown here)
     target_accuracy: float = DEFAULT_TARGET_ACCURACY  # what time-to-accuracy was measured to
+
+
+def _read_summary(path: Path, where: str | None = None) -> SearchSummary | None:
+    """The search summary in the file at `path` (`where` names it in an error, else the path); None when it cannot
+    be read or is not JSON (a file being written, a partial download). A summary of another shape raises
+    `SummaryError`, one line naming the file and the field."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return read_summary(data, where or str(path))
 
 
 def _tta(sweep: Sweep | None) -> float:
@@ -251,7 +264,7 @@ class Session:
             self._backend.use_tracking(sweep.name, opened.env)
         return opened.env
 
-    def _ended(self, name: str, status: SweepStatus, found: dict[str, Any] | None = None) -> Ended:
+    def _ended(self, name: str, status: SweepStatus, found: SearchSummary | None = None) -> Ended:
         code = exit_code(status)
         if self.target is not None:
             to = self.tta_target(name)
@@ -510,19 +523,17 @@ class Session:
         return Results(cells, loaded, first.target if first is not None else self.tracking_target(names[0], None),
                        None, False, to)
 
-    def repeats_spent(self, names: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    def repeats_spent(self, names: list[str]) -> list[tuple[str, RepeatsSummary]]:
         """What sequential repeats spent in each of `names` that ran under the rule: (name, its `repeats.json`),
         from a sweep's search storage or parent run, or from `search/repeats.json` of a directory of results files
-        (a local sweep's directory copied from another machine)."""
+        (a local sweep's directory copied from another machine). A `repeats.json` of another shape is bad input
+        (`SummaryError`)."""
         out = []
         for name in names:
-            found: dict[str, Any] | None = None
+            found: SearchSummary | None = None
             if names_a_directory(name):
-                try:
-                    data = json.loads((Path(name).expanduser() / "search" / "repeats.json").read_text())
-                except (OSError, ValueError):
-                    data = None
-                found = data if isinstance(data, dict) else None
+                path = Path(name).expanduser() / "search" / "repeats.json"
+                found = _read_summary(path)
             else:
                 try:
                     sweep = self.backend.sweep_of(name)
@@ -530,24 +541,32 @@ class Session:
                     sweep = None
                 if sweep is not None and sweep.spec.repeat_rule is not None:
                     found = self.search_found(name, sweep, None)
-            if found is not None and found.get("strategy") == "repeats":
+            if isinstance(found, RepeatsSummary):
                 out.append((name, found))
         return out
 
-    def search_found(self, name: str, sweep: Sweep | None, parent_run_id: str | None) -> dict[str, Any] | None:
+    def search_found(self, name: str, sweep: Sweep | None, parent_run_id: str | None) -> SearchSummary | None:
         """What a search found: its file under the search storage, else the parent run's artifact in MLflow
-        (`<strategy>/<strategy>.json`); any strategy's when the sweep is not known here."""
+        (`<strategy>/<strategy>.json`); any strategy's when the sweep is not known here. A file that is not JSON or
+        cannot be read is passed over; one of another shape is bad input (`SummaryError`)."""
         names = summary_names(summary_of(sweep) if sweep is not None else None)
         storage = self.search_storage(name)
         for _, file in names:
-            try:
-                data = json.loads((storage / file).read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(data, dict):
-                return data
+            if (found := _read_summary(storage / file)) is not None:
+                return found
         if parent_run_id is None:
             return None
+        runs = SweepRuns(self.tracking_target(name, None, disabled=False), name)
+        for folder, file in names:
+            with tempfile.TemporaryDirectory(prefix="kubesweep-search-") as tmp:
+                try:
+                    path = runs.client.download_artifacts(parent_run_id, f"{folder}/{file}", tmp)
+                except Exception:  # a server that cannot be read, an artifact that is not there
+                    continue
+                found = _read_summary(Path(path), f"artifact {folder}/{file} of run {parent_run_id}")
+                if found is not None:
+                    return found
+        return None
         runs = SweepRuns(self.tracking_target(name, None, disabled=False), name)
         for folder, file in names:
             with tempfile.TemporaryDirectory(prefix="kubesweep-search-") as tmp:

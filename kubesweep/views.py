@@ -33,6 +33,7 @@ from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.busy import busy_text, gpu_busy
 from kubesweep.tracking.sweep import Loaded
 from kubesweep.trial_progress import Peek, ProgressReader, duration
+from kubesweep.wire.search import SearchSummary
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -520,14 +521,14 @@ def print_ended(console: Console, backend: Backend, sweep: str, target: float, l
 
 
 def print_aggregated(console: Console, fmt: str, sweep: str, cells: Sequence[Any], records: Sequence[Any], *,
-                     source: str, target: float, best_by: str, found: dict[str, Any] | None,
+                     source: str, target: float, best_by: str, found: SearchSummary | None,
                      wide: bool = False) -> None:
     """`sweep results` in one of its formats (table, json, csv, markdown), with what a search found (`found`)."""
     if fmt == "json":
         doc = agg.to_json(list(cells), sweep=sweep, source=source, target=target, best_by=best_by,
                           busy=gpu_busy(list(records)))
         if found is not None:
-            doc["search"] = found
+            doc["search"] = found.model_dump(mode="json")
         doc["unfinished_trials"] = sum(1 for r in records if r.outcome in UNFINISHED)
         sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
     elif fmt == "csv":
@@ -542,7 +543,7 @@ def print_aggregated(console: Console, fmt: str, sweep: str, cells: Sequence[Any
             print_search(console, found)
 
 
-def print_search(console: Console, summary: dict[str, Any]) -> None:
+def print_search(console: Console, summary: SearchSummary) -> None:
     for line in search_lines(summary):
         _say(console, line)
 

@@ -40,6 +40,7 @@ from kubesweep.spec import SpecError, Sweep, parse_sweep
 from kubesweep.tracking.runs import TrackingError
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.search import MaxBatchSummary, SummaryError
 
 STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"
 
@@ -259,12 +260,13 @@ def test_a_max_batch_search_runs_to_its_end_through_the_session(home: Path) -> N
     ended = s.run_search(sweep, progress=recorder.update)
     assert ended.code == EXIT_OK
     assert ended.found is not None
-    (cell,) = ended.found["cells"]
-    assert (cell["max_batch"], cell["smallest_oom"]) == (192, 256)
+    assert isinstance(ended.found, MaxBatchSummary)
+    (cell,) = ended.found.cells
+    assert (cell.max_batch, cell.smallest_oom) == (192, 256)
     assert recorder.progress
     storage = s.search_storage(sweep.name)
     assert storage == home / "sweeps" / "mb" / "search"
-    assert json.loads((storage / "max_batch.json").read_text()) == ended.found
+    assert json.loads((storage / "max_batch.json").read_text()) == ended.found.model_dump(mode="json")
     # what results shows: the file under the storage, found for the known sweep and for an unknown one
     assert s.search_found("mb", sweep, None) == ended.found
     assert s.search_found("mb", None, None) == ended.found
@@ -276,6 +278,30 @@ def test_a_max_batch_search_runs_to_its_end_through_the_session(home: Path) -> N
     resumed_sweep, resumed = session(home).resume("mb")
     assert resumed is None and resumed_sweep.spec.search.adaptive
 
+
+
+def test_a_stored_search_summary_of_another_shape_is_one_line_of_bad_input(home: Path) -> None:
+    """A summary file is data: a `max_batch.json` or `repeats.json` of another shape (edited, from elsewhere) is bad
+    input that names the file and the field, never a half-read answer or a KeyError further on; a file that is
+    not JSON (still being written) is passed over as before."""
+    s = session(home)
+    storage = s.search_storage("mb")
+    storage.mkdir(parents=True)
+    (storage / "max_batch.json").write_text(json.dumps({"sweep": "mb", "strategy": "max_batch", "cells": ["junk"]}))
+    with pytest.raises(SummaryError) as caught:
+        s.search_found("mb", None, None)
+    assert str(caught.value) == (f"{storage / 'max_batch.json'}: not a valid MaxBatchSummary at cells.0: Input "
+                                 "should be a valid dictionary or instance of MaxBatchCell")
+    assert error_code(caught.value) == EXIT_USAGE  # what the CLI prints, with exit code 2
+    copied = home / "copied"
+    (copied / "search").mkdir(parents=True)
+    (copied / "search" / "repeats.json").write_text(json.dumps({
+        "sweep": "reps", "strategy": "repeats", "rule": {"min": 3, "max": 5, "target": 3.0, "metric": "samples_per_s"},
+        "repeats": 9, "fixed_min": 9, "fixed_max": 15, "at_max": 0}))
+    with pytest.raises(SummaryError, match=r"repeats\.json: not a valid RepeatsSummary at cells: Field required$"):
+        s.repeats_spent([str(copied)])
+    (storage / "max_batch.json").write_text('{"sweep": "mb", "cel')
+    assert s.search_found("mb", None, None) is None
 
 # -- what submit checks first (kubesweep.preflight) -----------------------------------------------------------
 

@@ -17,6 +17,7 @@ from kubesweep.plan import plan
 from kubesweep.results import ResultRow
 from kubesweep.spec import parse_sweep
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.search import MaxBatchCell, MaxBatchSummary
 
 
 def console() -> Console:
@@ -218,7 +219,9 @@ def test_results_fields_with_markup_and_escape_sequences_are_printed_as_text_in_
                     outcome="failed", reason=HOSTILE)
     c = console()
     views.print_results(c, "s", [row])
-    views.print_search(c, {"cells": [{"gpu": HOSTILE, "precision": "fp16", "max_batch": 8, "probes": 3}]})
+    views.print_search(c, MaxBatchSummary(sweep="s", cells=[MaxBatchCell(
+        gpu=HOSTILE, precision="fp16", axes={}, max_batch=8, smallest_oom=None, low=8, high=8, probes=3, history=[],
+        error="")]))
     _shows_it_as_text(printed(c))
     for fmt in ("csv", "markdown"):
         out = views.format_rows([row], fmt)

@@ -234,10 +234,9 @@ def machine_of(record: TrialRecord) -> str | None:
     UUIDs of the trial's GPUs (`vm (2f2f41ff)`); None where the node is unknown."""
     res = record.results
     node = node_name(res) if res is not None else None
-    if res is None or node is None or res.environment.get("boot_id"):
+    if res is None or node is None or res.environment.boot_id:
         return node
-    gpus = ",".join(sorted(str(g["uuid"])[:8] for g in res.environment.get("gpus") or []
-                           if isinstance(g, dict) and g.get("uuid")))
+    gpus = ",".join(sorted(g.uuid[:8] for g in res.environment.gpus if g.uuid))
     return f"{node} ({gpus})" if gpus else node
 
 

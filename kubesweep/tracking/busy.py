@@ -9,7 +9,7 @@ from typing import Any
 
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire.flags import finite
-from kubesweep.wire.results import Results
+from kubesweep.wire.results import EnvironmentGpu, Results
 
 
 def _unix(iso: str) -> float | None:
@@ -32,20 +32,18 @@ def measured_train_s(results: Results) -> float:
     return (finite(results.train.measured_time_s) or 0.0) if results.train is not None else 0.0
 
 
-def environment_gpus(results: Results) -> list[dict[str, Any]]:
+def environment_gpus(results: Results) -> list[EnvironmentGpu]:
     """The GPUs the trial's environment names, as NVML named them inside its container."""
-    gpus = results.environment.get("gpus") or []
-    return [gpu for gpu in gpus if isinstance(gpu, dict)] if isinstance(gpus, list) else []
+    return results.environment.gpus
 
 
 def node_name(results: Results) -> str | None:
     """The node a trial ran on: its name (the hostname outside Kubernetes), with the kernel's boot id where the job
     recorded it (`vm (5275ba46)`), since VMs of one image may all be called `vm`."""
-    node = results.environment.get("node_name")
+    node, boot = results.environment.node_name, results.environment.boot_id
     if not node:
         return None
-    boot = results.environment.get("boot_id")
-    return f"{node} ({str(boot)[:8]})" if boot else str(node)
+    return f"{node} ({boot[:8]})" if boot else node
 
 
 def gpu_trials(records: Iterable[TrialRecord]) -> Iterator[tuple[Results, tuple[float, float]]]:
@@ -80,7 +78,7 @@ def gpu_busy(records: list[TrialRecord]) -> dict[str, Any] | None:
         widest = max(widest, world)
         measured += measured_train_s(res) * world
         for gpu in environment_gpus(res):
-            devices.add((str(node_name(res)), str(gpu.get("uuid") or gpu.get("index"))))
+            devices.add((str(node_name(res)), str(gpu.uuid or gpu.index)))
         trials += 1
     wall = max(ends) - min(starts) if trials else 0.0
     if wall <= 0:

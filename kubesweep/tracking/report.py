@@ -57,6 +57,7 @@ from kubesweep.tracking.report_tables import (
     repeats_table,
     sharing_table,
 )
+from kubesweep.wire.search import RepeatsSummary
 from kubesweep.wire.trial_metrics import METRICS
 
 # -- figures ---------------------------------------------------------------------------------------------------
@@ -93,7 +94,7 @@ def _figure_gap(name: str, cells: list[Cell], target: float, merged: bool = Fals
 
 def build(cells: list[Cell], directory: Path, *, sweep: str, source: str, target: float, best_by: str,
           catalog: Catalog | None = None, merged: bool = False,
-          repeats: list[tuple[str, dict[str, Any]]] | None = None) -> Report:
+          repeats: list[tuple[str, RepeatsSummary]] | None = None) -> Report:
     """Write report.html, the figures, report.md and summary.json into `directory`. `merged`: the cells come from
     several sweeps (machines, at other times): no GPU-busy figure or timeline, which need one sweep's wall time.
     `repeats`: what sequential repeats spent in each sweep that ran under the rule ((where, repeats.json)).
@@ -114,15 +115,14 @@ FIGURES = ("throughput.png", "compile_speedup.png", "peak_memory.png", "time_to_
            "energy_per_epoch.png", "heatmap.png", "gpu_timeline.png")
 
 
-def _rule_metric(repeats: list[tuple[str, dict[str, Any]]], best_by: str) -> str:
+def _rule_metric(repeats: list[tuple[str, RepeatsSummary]], best_by: str) -> str:
     """The metric the sweeps' repeats rule measured until (the first sweep's), else `best_by`."""
-    rule = repeats[0][1].get("rule") if repeats else None
-    metric = rule.get("metric") if isinstance(rule, dict) else None
-    return metric if isinstance(metric, str) and metric in METRICS else best_by
+    metric = repeats[0][1].rule.metric if repeats else None
+    return metric if metric is not None and metric in METRICS else best_by
 
 
 def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target: float, best_by: str,
-           catalog: Catalog, merged: bool, repeats: list[tuple[str, dict[str, Any]]]) -> Report:
+           catalog: Catalog, merged: bool, repeats: list[tuple[str, RepeatsSummary]]) -> Report:
     """The report's files, written into `staging` (the report's directory until they are moved into place)."""
     report = Report(sweep, staging)
 

@@ -23,6 +23,7 @@ from kubesweep.tracking.figures import gpu_label as _gpu_label
 from kubesweep.tracking.figures import other_settings as _other_settings
 from kubesweep.tracking.report_answer import setting_text
 from kubesweep.tracking.report_page import Table
+from kubesweep.wire.search import RepeatsCell, RepeatsSummary
 
 SEED_BATCH = 16
 
@@ -253,19 +254,19 @@ def device_table(cells: list[Cell]) -> Table | None:
                                              "(first trial's start to last results file)")
 
 
-def _entry_matches(cell: Cell, entry: dict[str, Any]) -> bool:
+def _entry_matches(cell: Cell, entry: RepeatsCell) -> bool:
     """A `repeats.json` cell (its task, the GPU type its repeats ran on and its plan's axes) names this aggregated
     cell; merged with another GPU type's sweep, only that GPU type's cell."""
-    if entry.get("task") not in (None, cell.task):
+    if entry.task != cell.task:
         return False
-    if entry.get("gpu") and str(entry["gpu"]) != str(cell.axes.gpu):
+    if entry.gpu and entry.gpu != str(cell.axes.gpu):
         return False
-    return _matches(cell, entry.get("axes"))
+    return _matches(cell, entry.axes)
 
 
-def _matches(cell: Cell, axes: Any) -> bool:
+def _matches(cell: Cell, axes: dict[str, Any]) -> bool:
     """The summary cell's axes (a plan's: `gpu`, `gpus_per_trial` and job settings) name this aggregated cell."""
-    if not isinstance(axes, dict) or not cell.trials:
+    if not cell.trials:
         return False
     job = cell.trials[0].job
     for key, value in axes.items():
@@ -277,7 +278,7 @@ def _matches(cell: Cell, axes: Any) -> bool:
     return True
 
 
-def repeats_table(cells: list[Cell], summaries: list[tuple[str, dict[str, Any]]], metric: str) -> Table | None:
+def repeats_table(cells: list[Cell], summaries: list[tuple[str, RepeatsSummary]], metric: str) -> Table | None:
     """Sequential repeats (`repeat_until`): per setting, the repeats it got and the half-width its
     interval reached, and which settings stopped short of the target (`max`, `no value`, `host-bound`), from each
     sweep's `repeats.json` (`summaries`: (where it was read, the summary)). None when no sweep ran under the rule."""
@@ -286,18 +287,14 @@ def repeats_table(cells: list[Cell], summaries: list[tuple[str, dict[str, Any]]]
     stopped: dict[int, list[str]] = {}
     rules = []
     for where, summary in summaries:
-        given = summary.get("rule")
-        rule: dict[str, Any] = given if isinstance(given, dict) else {}
-        rules.append(f"{where}: {rule.get('min')} to {rule.get('max')} repeats a setting until the 95% interval of "
-                     f"{rule.get('metric')} is within ±{rule.get('target')}%, {summary.get('repeats')} repeats in all "
-                     f"(a fixed {rule.get('min')}: {summary.get('fixed_min')}, a fixed {rule.get('max')}: "
-                     f"{summary.get('fixed_max')})")
-        for entry in summary.get("cells") or []:
-            if not isinstance(entry, dict):
-                continue
+        rule = summary.rule
+        rules.append(f"{where}: {rule.min} to {rule.max} repeats a setting until the 95% interval of "
+                     f"{rule.metric} is within ±{rule.target}%, {summary.repeats} repeats in all "
+                     f"(a fixed {rule.min}: {summary.fixed_min}, a fixed {rule.max}: {summary.fixed_max})")
+        for entry in summary.cells:
             for i, cell in enumerate(cells):
                 if _entry_matches(cell, entry):
-                    how = entry.get("stopped")
+                    how = entry.stopped
                     stopped.setdefault(i, []).append("" if how == "reached" else f"{where}: {how or 'cut short'}")
     rows = []
     for i, cell in enumerate(cells):

@@ -130,9 +130,9 @@ def device_busy(records: Iterable[TrialRecord]) -> list[dict[str, Any]]:
         ends.append(span[1])
         measured = measured_train_s(res)
         for gpu in environment_gpus(res):
-            uuid = gpu.get("nvml_uuid") or gpu.get("uuid") or gpu.get("index")
+            uuid = gpu.nvml_uuid or gpu.uuid or gpu.index
             key = (str(node_name(res)), str(uuid))
-            entry = devices.setdefault(key, {"node": key[0], "uuid": key[1], "pci_bus_id": gpu.get("pci_bus_id"),
+            entry = devices.setdefault(key, {"node": key[0], "uuid": key[1], "pci_bus_id": gpu.pci_bus_id,
                                              "measured_train_s": 0.0, "trials": 0})
             entry["measured_train_s"] += measured
             entry["trials"] += 1
@@ -154,7 +154,7 @@ def sharing_rows(records: list[TrialRecord]) -> list[list[str]]:
         if res is None or record.neighbours is None:
             continue
         gpus = environment_gpus(res)
-        where = ", ".join(str(g.get("pci_bus_id") or g.get("nvml_uuid") or g.get("index")) for g in gpus) or "cpu"
+        where = ", ".join(str(g.pci_bus_id or g.nvml_uuid or g.index) for g in gpus) or "cpu"
         rate = samples_per_s(record)
         rows.append([record.name, str(node_name(res) or "-"), where, measured_text(record),
                      f"{rate:,.0f}" if rate is not None else "-"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kubesweep.spec import SEARCH_RUNNERS
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kubesweep.backends.base import Backend, SweepStatus
     from kubesweep.spec import Sweep
     from kubesweep.wire.env import TrackingEnv
+    from kubesweep.wire.search import SearchSummary
 
 
 class NoSearch(ValueError):
@@ -30,7 +31,7 @@ class NoSearch(ValueError):
 
 
 def run_search(sweep: Sweep, backend: Backend, *, storage: Path, tracking: TrackingEnv | None = None,
-               progress: Callable[[SweepStatus], None] | None = None) -> dict[str, Any]:
+               progress: Callable[[SweepStatus], None] | None = None) -> SearchSummary:
     """Run (or continue, from the state under `storage`) the sweep's search to its end; what it found."""
     runner = sweep.spec.runner
     if runner is None:
@@ -38,7 +39,7 @@ def run_search(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Track
                        "a fixed number of repeats)")
     module, function = runner.split(":")
     run = getattr(importlib.import_module(module), function)
-    summary: dict[str, Any] = run(sweep, backend, storage=storage, tracking=tracking, progress=progress).as_dict()
+    summary: SearchSummary = run(sweep, backend, storage=storage, tracking=tracking, progress=progress)
     return summary
 
 

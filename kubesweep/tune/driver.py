@@ -18,14 +18,12 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import stat
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +36,7 @@ from kubesweep.tune.space import axes_from_config, ray_space
 from kubesweep.wire import tags
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.search import TuneSummary, summary_json
 
 log = logging.getLogger(__name__)
 
@@ -47,21 +46,6 @@ ASHA_MAX_T = 100_000  # reports; trials end on their own long before
 
 class TuneError(RuntimeError):
     pass
-
-
-@dataclass
-class TuneSummary:
-    sweep: str
-    metrics: list[str]
-    modes: list[str]
-    trials: list[dict[str, Any]]
-    best: dict[str, Any] | None
-    pareto: list[dict[str, Any]] = field(default_factory=list)
-    resumed: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"sweep": self.sweep, "metrics": self.metrics, "modes": self.modes, "trials": self.trials,
-                "best": self.best, "pareto": self.pareto, "resumed": self.resumed}
 
 
 class _Driver:
@@ -274,7 +258,7 @@ def run_tune(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trackin
     summary = summarize(sweep, search, last, driver, resumed, finals=_FinalReader(ctx.tracking_uri,
                                                                                   ctx.experiment_id,
                                                                                   ctx.parent_run_id, search))
-    (storage / SUMMARY).write_text(json.dumps(summary.as_dict(), indent=2, default=str) + "\n")
+    (storage / SUMMARY).write_text(summary_json(summary))
     log_summary(tracking, storage / SUMMARY)
     return summary
 
@@ -333,7 +317,8 @@ def summarize(sweep: Sweep, search: TuneSearch, results: list[tuple[dict[str, An
         sign = 1.0 if modes[0] == "max" else -1.0
         best = max(ok, key=lambda t: sign * float(t["metrics"][names[0]]))
     pareto = pareto_front(ok, names, modes) if len(names) > 1 else []
-    return TuneSummary(sweep.name, names, modes, trials, best, pareto, resumed)
+    return TuneSummary.model_validate({"sweep": sweep.name, "metrics": names, "modes": modes, "trials": trials,
+                                       "best": best, "pareto": pareto, "resumed": resumed})
 
 
 def pareto_front(rows: list[dict[str, Any]], names: list[str], modes: list[str]) -> list[dict[str, Any]]:
@@ -359,11 +344,3 @@ def log_summary(tracking: TrackingEnv | None, path: Path) -> None:
         from mlflow.tracking import MlflowClient
 
         MlflowClient(tracking_uri=tracking.uri).log_artifact(tracking.parent_run_id, str(path), "tune")
-
-
-def load_summary(storage: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((storage / SUMMARY).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

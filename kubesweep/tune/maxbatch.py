@@ -16,7 +16,6 @@ artifact `max_batch/max_batch.json`) and to `sweep results`.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from kubesweep.plan import Trial, candidates, cells, drop_reason, make_trial, ne
 from kubesweep.spec import MaxBatchSearch, Sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.search import MaxBatchCell, MaxBatchSummary, summary_json
 
 SUMMARY = "max_batch.json"
 
@@ -50,21 +50,13 @@ class CellSearch:
     def done(self) -> bool:
         return bool(self.error) or (not self.running and self.oom - self.fit <= 1)
 
-    def as_dict(self, sweep: Sweep) -> dict[str, Any]:
-        return {"gpu": self.axes.get("gpu"), "precision": self.axes.get("precision", sweep.spec.job.precision),
-                "axes": self.axes, "max_batch": self.sizes[self.fit] if self.fit >= 0 else None,
-                "smallest_oom": self.sizes[self.oom] if self.oom < len(self.sizes) else None,
-                "low": self.sizes[0] if self.sizes else None, "high": self.sizes[-1] if self.sizes else None,
-                "probes": len(self.history), "history": self.history, "error": self.error}
-
-
-@dataclass
-class MaxBatchSummary:
-    sweep: str
-    cells: list[dict[str, Any]]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"sweep": self.sweep, "strategy": "max_batch", "cells": self.cells}
+    def summary(self, sweep: Sweep) -> MaxBatchCell:
+        return MaxBatchCell.model_validate({
+            "gpu": self.axes.get("gpu"), "precision": self.axes.get("precision", sweep.spec.job.precision),
+            "axes": self.axes, "max_batch": self.sizes[self.fit] if self.fit >= 0 else None,
+            "smallest_oom": self.sizes[self.oom] if self.oom < len(self.sizes) else None,
+            "low": self.sizes[0] if self.sizes else None, "high": self.sizes[-1] if self.sizes else None,
+            "probes": len(self.history), "history": self.history, "error": self.error})
 
 
 def probe_trial(sweep: Sweep, search: MaxBatchSearch, axes: dict[str, Any], batch: int) -> Trial:
@@ -113,9 +105,9 @@ def run_max_batch(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Tr
             break
         time.sleep(poll_s)
     backend.wait(sweep.name, interval=poll_s)
-    summary = MaxBatchSummary(sweep.name, [c.as_dict(sweep) for c in searches])
+    summary = MaxBatchSummary(sweep=sweep.name, cells=[c.summary(sweep) for c in searches])
     storage.mkdir(parents=True, exist_ok=True)
-    (storage / SUMMARY).write_text(json.dumps(summary.as_dict(), indent=2, default=str) + "\n")
+    (storage / SUMMARY).write_text(summary_json(summary))
     _log(tracking, summary, storage / SUMMARY)
     return summary
 
@@ -128,7 +120,7 @@ def _log(tracking: TrackingEnv | None, summary: MaxBatchSummary, path: Path) -> 
 
         client = MlflowClient(tracking_uri=tracking.uri)
         for cell in summary.cells:
-            if cell["max_batch"] is not None:
-                client.log_metric(tracking.parent_run_id, f"max_batch/{cell['gpu'] or 'cpu'}/{cell['precision']}",
-                                  float(cell["max_batch"]))
+            if cell.max_batch is not None:
+                client.log_metric(tracking.parent_run_id, f"max_batch/{cell.gpu or 'cpu'}/{cell.precision}",
+                                  float(cell.max_batch))
         client.log_artifact(tracking.parent_run_id, str(path), "max_batch")

@@ -48,6 +48,7 @@ from kubesweep.tracking.target import TrackingTarget
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.flags import measured_host
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.search import RepeatRule, RepeatsCell, RepeatsSummary, summary_json
 from kubesweep.wire.trial_metrics import METRICS
 
 SUMMARY = "repeats.json"
@@ -102,12 +103,13 @@ class CellRepeats:
             return AT_MAX
         return None
 
-    def as_dict(self, rule: SequentialRepeats) -> dict[str, Any]:
+    def summary(self, rule: SequentialRepeats) -> RepeatsCell:
         width = self.half_width_pct
-        return {"axes": self.axes, "task": self.group[0], "gpu": self.group[1] or None, "repeats": len(self.trials),
-                "ended": self.ended, "values": len(self.values), "mean": self.mean,
-                "half_width_pct": width if width is None or math.isfinite(width) else None,
-                "stopped": self.stopped(rule), "trials": [t.name for t in self.trials]}
+        return RepeatsCell.model_validate({
+            "axes": self.axes, "task": self.group[0], "gpu": self.group[1] or None, "repeats": len(self.trials),
+            "ended": self.ended, "values": len(self.values), "mean": self.mean,
+            "half_width_pct": width if width is None or math.isfinite(width) else None,
+            "stopped": self.stopped(rule), "trials": [t.name for t in self.trials]})
 
 
 def leaders(cells: Sequence[CellRepeats], higher_is_better: bool) -> set[int]:
@@ -140,19 +142,13 @@ def next_repeats(cells: Sequence[CellRepeats], rule: SequentialRepeats, *, highe
     return ranked[: width - in_flight]
 
 
-@dataclass
-class RepeatsSummary:
-    sweep: str
-    rule: SequentialRepeats
-    cells: list[CellRepeats]
-
-    def as_dict(self) -> dict[str, Any]:
-        spent = sum(len(c.trials) for c in self.cells)
-        return {"sweep": self.sweep, "strategy": "repeats", "rule": dataclasses.asdict(self.rule),
-                "repeats": spent, "fixed_min": len(self.cells) * self.rule.min,
-                "fixed_max": len(self.cells) * self.rule.max,
-                "at_max": sum(1 for c in self.cells if c.stopped(self.rule) == AT_MAX),
-                "cells": [c.as_dict(self.rule) for c in self.cells]}
+def summarize(sweep: str, rule: SequentialRepeats, cells: Sequence[CellRepeats]) -> RepeatsSummary:
+    """What the rule decided: the rule, the repeats it spent against a fixed `min` and `max`, and each cell."""
+    return RepeatsSummary(sweep=sweep, rule=RepeatRule.model_validate(dataclasses.asdict(rule)),
+                          repeats=sum(len(c.trials) for c in cells), fixed_min=len(cells) * rule.min,
+                          fixed_max=len(cells) * rule.max,
+                          at_max=sum(1 for c in cells if c.stopped(rule) == AT_MAX),
+                          cells=[c.summary(rule) for c in cells])
 
 
 def run_repeats(sweep: Sweep, backend: Backend, *, storage: Path, tracking: TrackingEnv | None = None,
@@ -195,9 +191,9 @@ def run_repeats(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trac
             break
         time.sleep(poll_s)
     backend.wait(sweep.name, interval=poll_s)
-    summary = RepeatsSummary(sweep.name, rule, cells)
+    summary = summarize(sweep.name, rule, cells)
     storage.mkdir(parents=True, exist_ok=True)
-    (storage / SUMMARY).write_text(json.dumps(summary.as_dict(), indent=2, default=str) + "\n")
+    (storage / SUMMARY).write_text(summary_json(summary))
     _log(tracking, storage / SUMMARY)
     return summary
 

@@ -240,6 +240,56 @@ class GpuLeaseInfo(_Model):
     released_at: float | None = Field(None, description="Unix time the trial gave the GPU back")
 
 
+class _Open(BaseModel):
+    """A part the job describes its machine with: the fields read here are typed, others are kept as written (a
+    newer job's, read by an older reader)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class EnvironmentGpu(_Open):
+    index: int | None = Field(None, description="the CUDA index inside the trial's process")
+    name: str | None = None
+    product: str | None = Field(None, description="the product name NVML gives (`NVIDIA H100 80GB HBM3`)")
+    memory_total_bytes: int | None = None
+    compute_capability: str | None = None
+    uuid: str | None = Field(None, description="the UUID CUDA gives")
+    nvml_uuid: str | None = Field(None, description="the UUID NVML reads inside the container")
+    pci_bus_id: str | None = Field(None, description="the PCI bus id NVML reads inside the container")
+
+
+class EnvironmentCpu(_Open):
+    model: str | None = None
+    logical_cores: int | None = None
+    usable_cores: int | None = Field(None, description="the CPUs this process may run on")
+    affinity: str | None = Field(None, description="those CPUs in the kernel's list format (`0-3,8`)")
+    quota_cores: float | None = Field(None, description="the cgroup's CPU limit in cores (null: none)")
+    torch_threads: int | None = None
+
+
+class Environment(_Open):
+    """Where the trial ran (environment.json): node, host, CPU, GPUs and the versions of what ran it."""
+
+    captured_at: str | None = None
+    node_name: str | None = Field(None, description="the Kubernetes node (the hostname outside Kubernetes)")
+    hostname: str | None = None
+    boot_id: str | None = Field(None, description="the kernel's boot id: tells machines of one name apart")
+    image: str | None = None
+    python: str | None = None
+    platform: str | None = None
+    cpu: EnvironmentCpu | None = None
+    memory_total_bytes: int | None = None
+    gpus: list[EnvironmentGpu] = Field(default_factory=list)
+    gpu_test_override: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    cuda_available: bool | None = None
+    cudnn_version: int | None = None
+    nccl_version: str | None = None
+    packages: dict[str, str | None] = Field(default_factory=dict)
+    world_size: int | None = None
+
+
 class Results(_Model):
     schema_: str = Field(RESULTS_SCHEMA, alias="schema")
     outcome: Outcome
@@ -270,7 +320,7 @@ class Results(_Model):
     artifacts: dict[str, str] = Field(
         default_factory=dict, description="name -> file, relative to OUTPUT_DIR"
     )
-    environment: dict[str, Any] = Field(default_factory=dict, description="same as environment.json")
+    environment: Environment = Field(default_factory=Environment, description="same as environment.json")
     notes: list[str] = Field(default_factory=list, description="substitutions and caveats of this run")
 
     def write(self, path: Path) -> None:

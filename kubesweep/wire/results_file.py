@@ -110,9 +110,6 @@ def parse_results(raw: bytes | str, where: str) -> Results:
                                "docs/results-schema.md)") from None
     if results.schema_ != RESULTS_SCHEMA:
         raise ResultsFileError(f"{where}: schema: {results.schema_!r} is not {RESULTS_SCHEMA}, the version read here")
-    gpus = results.environment.get("gpus", [])
-    if not isinstance(gpus, list) or not all(isinstance(gpu, dict) for gpu in gpus):
-        raise ResultsFileError(f"{where}: environment.gpus: expected a list of objects, got {_short(gpus)}")
     try:
         data = _finite(results.model_dump(mode="python", by_alias=True, exclude_unset=True))
     except ResultsFileError as exc:

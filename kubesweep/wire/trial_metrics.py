@@ -148,8 +148,8 @@ def gpu_product(results: Results | None) -> str:
     """The product NVML named for the trial's first GPU ("" on the CPU or where the results do not say)."""
     if results is None or results.device != "cuda":
         return ""
-    gpus = results.environment.get("gpus") or []
-    return str(gpus[0].get("product") or "") if gpus and isinstance(gpus[0], dict) else ""
+    gpus = results.environment.gpus
+    return gpus[0].product or "" if gpus else ""
 
 
 def gpu_type(asked: str | None, results: Results | None, by_product: Callable[[str], str | None]) -> str | None:

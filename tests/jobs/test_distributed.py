@@ -27,4 +27,4 @@ def test_two_process_gloo_ddp(sst2: Path, token_cache: Path, tmp_path: Path) -> 
     assert results.train is not None and results.train.steps == 8
     assert results.train.samples == 8 * 16 * 2  # both ranks' batches
     assert results.eval[-1].samples == 128  # the dev rows split over the ranks, each counted once
-    assert results.environment["world_size"] == 2
+    assert results.environment.world_size == 2

@@ -43,7 +43,7 @@ def test_succeeds_with_complete_results(full_run: JobRun) -> None:
     assert t.total_s >= t.train_s  # type: ignore[operator]
     assert results.memory.host_peak_rss_bytes and results.memory.host_peak_rss_bytes > 0
     assert results.device == "cpu" and results.world_size == 1
-    assert results.environment["packages"]["torch"]
+    assert results.environment.packages["torch"]
     assert results.model and results.model["parameters"] < 5_000_000
     # model FLOPs of the measured steps: 3 x (2N per padded token + the head per sample) plus the attention term
     # of each batch's own width (dynamic padding: widths vary, so at least the mean width's, at most 64's)

@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from kubesweep.tracking.busy import (
     busy_text,
@@ -18,6 +19,7 @@ from kubesweep.tracking.busy import (
     trial_span,
 )
 from kubesweep.tracking.records import TrialRecord
+from kubesweep.wire.results import EnvironmentGpu
 from tests.support.results_docs import make_results
 
 T0 = 1_800_000_000.0
@@ -92,7 +94,7 @@ def test_gpus_named_by_index_alone_are_told_apart_and_a_world_of_zero_is_one_gpu
     by_index = [record("a", 0, 10, 5.0, ["GPU-x"]), record("b", 0, 10, 5.0, ["GPU-y"])]
     for r, index in zip(by_index, (0, 1), strict=True):
         assert r.results is not None
-        r.results.environment["gpus"] = [{"index": index}]
+        r.results.environment.gpus = [EnvironmentGpu(index=index)]
     assert gpu_busy(by_index) == {"fraction": 0.5, "measured_train_s": 10.0, "wall_s": 10.0, "gpus": 2, "trials": 2,
                                   "wall_per_trial_s": 5.0}
     zero = record("z", 0, 10, 5.0, [])
@@ -117,8 +119,13 @@ def test_the_text_names_the_gpus_only_past_one_and_a_full_share_is_a_share() -> 
     assert busy_text({**base, "fraction": None}).startswith("GPU busy -: ")
 
 
-def test_a_trial_with_either_clock_unreadable_has_no_span_and_gpus_not_a_list_are_none() -> None:
+def test_a_trial_with_either_clock_unreadable_has_no_span_and_gpus_are_read_typed() -> None:
+    """The environment's GPUs are typed where the results are read: a value of another shape is refused there
+    (tests/tracking/test_records.py: one line naming the field), and a field a newer job adds is kept."""
     assert trial_span(make_results(started_at="not a time")) is None
     assert trial_span(make_results(finished_at="not a time")) is None
-    assert environment_gpus(make_results(environment={"gpus": 5})) == []
-    assert environment_gpus(make_results(environment={"gpus": [{"index": 0}, "GPU-1"]})) == [{"index": 0}]
+    (gpu,) = environment_gpus(make_results(environment={"gpus": [{"index": 0, "mig_profile": "1g.10gb"}]}))
+    assert (gpu.index, gpu.uuid, gpu.model_extra) == (0, None, {"mig_profile": "1g.10gb"})
+    for hostile in (5, [{"index": 0}, "GPU-1"], [{"uuid": 7}]):
+        with pytest.raises(ValidationError):
+            make_results(environment={"gpus": hostile})

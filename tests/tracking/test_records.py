@@ -266,7 +266,9 @@ def _set(path: tuple[str | int, ...], value: Any) -> Any:
     (_set(("train", "surprise"), 1), "train.surprise: not a field of kubesweep.io/results/v1"),
     (_set(("outcome",), "exploded"), "outcome: not one of the outcomes, got 'exploded'"),
     (_set(("schema",), "kubesweep.io/results/v9"), "schema: 'kubesweep.io/results/v9' is not kubesweep.io/results/v1"),
-    (_set(("environment", "gpus"), {"0": {"product": "x"}}), "environment.gpus: expected a list of objects"),
+    (_set(("environment", "gpus"), {"0": {"product": "x"}}), "environment.gpus: expected a list"),
+    (_set(("environment", "gpus"), [{"uuid": 7}]), "environment.gpus[0].uuid: expected a string, got 7"),
+    (_set(("environment", "boot_id"), ["b"]), "environment.boot_id: expected a string, got ['b']"),
 ])
 def test_a_damaged_results_file_is_one_line_naming_the_file_and_the_field(tmp_path: Path, body: Any,
                                                                           line: str) -> None:

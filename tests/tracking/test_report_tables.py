@@ -8,17 +8,22 @@ from typing import Any
 from kubesweep.gpus import load_catalog
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.report_tables import repeats_table
+from kubesweep.wire.search import RepeatsSummary
 from tests.tracking.test_aggregate import record, results
 
 
-def summary(gpu: str, stops: dict[str, str]) -> dict[str, Any]:
+def summary(gpu: str, stops: dict[str, str]) -> RepeatsSummary:
     """A `repeats.json` of one GPU machine's sweep: bf16 and fp16 cells on `gpu`, and the CPU's cell."""
-    cells = [{"axes": {"precision": p}, "task": "finetune", "gpu": gpu, "repeats": 3, "stopped": stops[p]}
-             for p in ("bf16", "fp16")]
-    cells.append({"axes": {"gpus_per_trial": 0, "precision": "fp32"}, "task": "finetune", "gpu": "cpu",
-                  "repeats": 8, "stopped": stops["cpu"]})
-    return {"rule": {"min": 3, "max": 8, "target": 3.0, "metric": "samples_per_s"}, "repeats": 14,
-            "fixed_min": 9, "fixed_max": 24, "cells": cells}
+    def cell(axes: dict[str, Any], gpu: str, repeats: int, stopped: str) -> dict[str, Any]:
+        return {"axes": axes, "task": "finetune", "gpu": gpu, "repeats": repeats, "ended": repeats, "values": repeats,
+                "mean": 1000.0, "half_width_pct": 2.0, "stopped": stopped, "trials": []}
+
+    cells = [cell({"precision": p}, gpu, 3, stops[p]) for p in ("bf16", "fp16")]
+    cells.append(cell({"gpus_per_trial": 0, "precision": "fp32"}, "cpu", 8, stops["cpu"]))
+    return RepeatsSummary.model_validate({
+        "sweep": f"{gpu}-run", "strategy": "repeats", "rule": {"min": 3, "max": 8, "target": 3.0,
+                                                               "metric": "samples_per_s"},
+        "repeats": 14, "fixed_min": 9, "fixed_max": 24, "at_max": 1, "cells": cells})
 
 
 def test_each_sweeps_stops_name_only_its_own_gpu_types_cells() -> None:

@@ -16,6 +16,7 @@ from kubesweep.backends.kubernetes import KubernetesBackend
 from kubesweep.spec import Sweep
 from kubesweep.tune.driver import run_tune
 from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.search import summary_json
 from tests.cluster.kwok_cluster import ANNOTATION_OUTCOME
 
 
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
                                 pod_annotations=lambda trial: {ANNOTATION_OUTCOME: "hang"})
     tracking = TrackingEnv(uri=uri, experiment=experiment, parent_run_id=parent)
     summary = run_tune(sweep, backend, storage=Path(storage), tracking=tracking, poll_s=0.3)
-    Path(out).write_text(json.dumps(summary.as_dict(), default=str))
+    Path(out).write_text(summary_json(summary))
     backend.close()
     return 0
 

@@ -14,6 +14,7 @@ from kubesweep.session import Options, Session
 from kubesweep.spec import SEARCH_RUNNERS, Sweep
 from kubesweep.tune.dispatch import NoSearch, run_search, summary_names
 from kubesweep.wire.env import TrackingEnv
+from kubesweep.wire.search import MaxBatchSummary
 from tests.test_session import make_sweep
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
@@ -50,14 +51,10 @@ def test_the_spec_says_which_searches_are_adaptive_and_what_runs_them() -> None:
 def test_run_search_dispatches_on_the_spec(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[str, Path, TrackingEnv | None]] = []
 
-    class Found:
-        def as_dict(self) -> dict[str, Any]:
-            return {"sweep": "fake", "cells": []}
-
     def fake_runner(sweep: Sweep, backend: Any, *, storage: Path, tracking: TrackingEnv | None,
-                    progress: Any) -> Found:
+                    progress: Any) -> MaxBatchSummary:
         calls.append((sweep.name, storage, tracking))
-        return Found()
+        return MaxBatchSummary(sweep="fake", cells=[])
 
     module = type(sys)("fake_search_runner")
     module.run = fake_runner  # type: ignore[attr-defined]
@@ -65,7 +62,7 @@ def test_run_search_dispatches_on_the_spec(home: Path, monkeypatch: pytest.Monke
     monkeypatch.setitem(SEARCH_RUNNERS, "max_batch", "fake_search_runner:run")
     sweep = make_sweep("dispatched", search={"strategy": "max_batch"})
     found = run_search(sweep, session(home).backend, storage=home / "st")
-    assert found == {"sweep": "fake", "cells": []}
+    assert found == MaxBatchSummary(sweep="fake", cells=[])
     assert calls == [("dispatched", home / "st", None)]
     with pytest.raises(NoSearch, match="has no search to run"):
         run_search(make_sweep(batches=[8]), session(home).backend, storage=home / "st")

@@ -159,9 +159,9 @@ def test_a_succeeded_trial_without_the_metric_is_infeasible_not_a_crash() -> Non
     results = [({"batch_size": 8}, {"samples_per_s": None, "feasible": True}),
                ({"batch_size": 16}, {"samples_per_s": 120.0, "feasible": True})]
     summary = summarize(sweep, sweep.spec.search, results, driver, resumed=False)  # type: ignore[arg-type]
-    rows = {t["trial_id"]: t for t in summary.trials}
-    assert rows["id8"]["feasible"] is False and rows["id8"]["violations"] == "samples_per_s missing"
-    assert summary.best is not None and summary.best["trial_id"] == "id16"
+    rows = {t.trial_id: t for t in summary.trials}
+    assert rows["id8"].feasible is False and rows["id8"].violations == "samples_per_s missing"
+    assert summary.best is not None and summary.best.trial_id == "id16"
 
 
 def test_rays_temporary_directory_is_never_one_another_user_could_have_prepared(tmp_path: Path) -> None:

@@ -151,7 +151,7 @@ def test_tune_trials_are_jobs_and_asha_stops_delete_them(k8s_cluster: Any, k8s_n
         pods.stop()
     assert tuner.returncode == 0, (tuner.stdout + tuner.stderr)[-5000:]
     assert pods.error is None, pods.error
-    summary: dict[str, Any] = json.loads(out.read_text())  # TuneSummary.as_dict()
+    summary: dict[str, Any] = json.loads(out.read_text())  # tune.json's shape
 
     status = {t.trial_id: t for t in backend.status(NAME).trials}
     backend.close()

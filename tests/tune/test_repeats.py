@@ -18,6 +18,7 @@ from kubesweep.spec import SequentialRepeats, SpecError, parse_sweep
 from kubesweep.tracking.report import build
 from kubesweep.tune.repeats import AT_MAX, HOST_BOUND, NO_VALUE, REACHED, CellRepeats, leaders, next_repeats
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.search import RepeatsSummary
 
 STAND_IN = Path(__file__).parents[1] / "support" / "stand_in_job.py"
 RULE = SequentialRepeats(min=3, max=6, target=3.0)
@@ -141,18 +142,18 @@ def test_a_sweep_repeats_each_cell_until_it_decides_and_a_second_run_continues_i
     assert s.submit(sweep, plan(sweep)) is None  # the rule runs here
     ended = s.run_search(sweep)
     found = ended.found
-    assert found is not None and found["strategy"] == "repeats"
-    by_batch = {c["axes"]["batch_size"]: c for c in found["cells"]}
-    assert {b: (c["repeats"], c["stopped"]) for b, c in by_batch.items()} == {
+    assert isinstance(found, RepeatsSummary)
+    by_batch = {c.axes["batch_size"]: c for c in found.cells}
+    assert {b: (c.repeats, c.stopped) for b, c in by_batch.items()} == {
         8: (3, "reached"), 256: (3, "no value"), 16: (4, "reached"), 32: (5, "max"), 64: (3, "host-bound")}
-    assert by_batch[16]["half_width_pct"] < 3 < by_batch[32]["half_width_pct"]
-    assert (found["repeats"], found["fixed_min"], found["fixed_max"], found["at_max"]) == (18, 15, 25, 1)
+    assert (by_batch[16].half_width_pct or 99) < 3 < (by_batch[32].half_width_pct or 0)
+    assert (found.repeats, found.fixed_min, found.fixed_max, found.at_max) == (18, 15, 25, 1)
     status = s.backend.status("reps")
     assert len(status.trials) == 18 and all(t.phase.terminal for t in status.trials)
     starts = (home / "sweeps" / "reps" / "starts.log").read_text().splitlines()
     assert len(starts) == 18  # no repeat ran twice
     storage = s.search_storage("reps")
-    assert json.loads((storage / "repeats.json").read_text()) == found
+    assert json.loads((storage / "repeats.json").read_text()) == found.model_dump(mode="json")
     assert s.search_found("reps", sweep, None) == found
     lines = repeats_lines(found)
     assert "18 repeats over 5 cells (a fixed 3: 15, a fixed 5: 25)" in lines[0]

@@ -29,6 +29,7 @@ from kubesweep.spec import parse_sweep
 from kubesweep.tracking.sweep import open_parent
 from kubesweep.tracking.target import resolve
 from kubesweep.wire.outcomes import Outcome
+from kubesweep.wire.search import RepeatsSummary
 from tests.support.results_docs import results_doc, trial_parts
 from tests.tune.support import end_trial_pods
 
@@ -118,9 +119,9 @@ def test_repeats_on_kubernetes_read_each_repeat_from_mlflow_and_stop_by_the_rule
         pods.stop()
     assert pods.error is None, pods.error
     found = ended.found
-    assert found is not None
-    by_rate = {c["axes"]["learning_rate"]: (c["repeats"], c["stopped"]) for c in found["cells"]}
-    assert by_rate == {1.0e-4: (2, "reached"), 0.789: (4, "max")}, found["cells"]
+    assert isinstance(found, RepeatsSummary)
+    by_rate = {c.axes["learning_rate"]: (c.repeats, c.stopped) for c in found.cells}
+    assert by_rate == {1.0e-4: (2, "reached"), 0.789: (4, "max")}, found.cells
     status = backend.status(NAME)
     backend.close()
     assert len(status.trials) == 6 and {t.outcome for t in status.trials} == {Outcome.SUCCEEDED}
