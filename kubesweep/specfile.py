@@ -327,6 +327,15 @@ class LineMap:
         if node is not None:
             self._walk(node, (), node.start_mark.line + 1, set())
 
+    def __eq__(self, other: object) -> bool:
+        """Equal where they point at the same lines and options (a Sweep read back from where it was stored equals
+        the one submitted); `aliases`, keyed by the parsed nodes' ids, is how they were found, not what they say."""
+        if not isinstance(other, LineMap):
+            return NotImplemented
+        return self.lines == other.lines and self.options == other.options
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
     def _walk(self, node: yaml.Node, path: tuple[str | int, ...], line: int, seen: set[int]) -> None:
         self.lines.setdefault(path, line)
         if id(node) in seen:
