@@ -31,12 +31,20 @@ def compile_text(value: Any) -> str:
 
 
 def run_name(trial: TrialConfig) -> str:
-    """The trial's name without the sweep's name (or the part of it the planner kept) in front."""
+    """The trial's name without the sweep's name (or the part of it the planner kept) in front, and with its GPU
+    type after the other axes: the runs view's Name column shows a dozen characters, and every run of a GPU's
+    cells would start alike (`h100-80gb-b…`) where the GPU has a column of its own."""
     name, sweep = trial.name, trial.sweep.lower()
     for end in range(len(sweep), 0, -1):
         prefix = sweep[:end].rstrip("-")
         if prefix and name.startswith(prefix + "-") and len(name) > len(prefix) + 1:
-            return name[len(prefix) + 1:]
+            name = name[len(prefix) + 1:]
+            break
+    gpu = f"{trial.device}-"
+    if trial.device != "cpu" and name.startswith(gpu):
+        axes, _, short_id = name[len(gpu):].rpartition("-")
+        if axes:
+            return f"{axes}-{trial.device}-{short_id}"
     return name
 
 
