@@ -243,7 +243,8 @@ class Reaper:
 
     def stop(self, sweep: str, trial_id: str, reason: str, supervisor: Supervisor | None) -> None:
         """End one trial early and record it Stopped (its process: SIGTERM, SIGKILL after TERM_GRACE_S). A trial
-        that has finished before the stop came keeps its own outcome."""
+        that has finished before the stop came, or wrote its answer while the stop was on its way, keeps its own
+        outcome."""
         row = next(r for r in self.store.trials(sweep) if r.trial_id == trial_id)
         if (self.store.trial_dir(sweep, row.name) / RESULTS_FILE).exists():
             # it finished before the stop came (the results file is the job's last word; the process may still
@@ -275,5 +276,10 @@ class Reaper:
         if run is not None and run.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 run.proc.wait(timeout=5)
+        # it may have written its answer between the look above and the signal: a settled outcome of its own
+        # (succeeded, OOM, ...) is what it did, and stands over the stop
+        answer = self.answer(sweep, row)
+        if answer is not None and answer[0] != Outcome.STOPPED:
+            self.record_answer(sweep, row, Phase.STOPPED)
         if supervisor is not None:
             self.reap(sweep, supervisor)

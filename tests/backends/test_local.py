@@ -248,3 +248,45 @@ def test_cancel_removes_and_kills_nothing_a_forged_fork_server_record_names(tmp_
             b.send_signal(signal.SIGKILL)
             b.wait()
         LocalBackend(tmp_path / "home", devices=[]).cancel("forged")
+
+
+def test_a_trial_that_wrote_its_answer_while_the_stop_came_keeps_it(tmp_path: Path) -> None:
+    """The race a stop meets: the trial has no results file when the stop looks, then writes "succeeded" before
+    the signal lands (here, deterministically, in its SIGTERM handler). What it did stands: the trial is recorded
+    Succeeded, as its results file says, not Stopped."""
+    import subprocess
+
+    from kubesweep.backends._local_driver import process_start
+    from tests.support.results_docs import results_doc
+
+    backend = LocalBackend(tmp_path, job_command=[sys.executable, str(STAND_IN)], cpu_slots=1, devices=[])
+    p = make_plan("race", {"batch_size": [8]})
+    (trial,) = p.trials
+    backend.store.add_sweep("race", p.sweep.to_document(), "race.yaml", [sys.executable], False, [
+        {"trial_id": trial.id, "position": 0, "name": trial.name, "label": trial.label(), "gpu": None, "gpus": 0,
+         "config": "{}", "axes": "{}", "phase": Phase.RUNNING.value, "reason": ""}])
+    trial_dir = backend.store.trial_dir("race", trial.name)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    answer = json.dumps(results_doc(trial={"sweep": "race", "trial_id": trial.id, "name": trial.name}))
+    code = ("import signal, sys, time\n"
+            "def term(*_):\n"
+            f"    open({str(trial_dir / 'results.json')!r}, 'w').write({answer!r})\n"
+            "    sys.exit(0)\n"
+            "signal.signal(signal.SIGTERM, term)\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n")
+    job = subprocess.Popen(["setsid", sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout is not None and job.stdout.readline() == "ready\n"
+        start = None
+        while start is None:
+            start = process_start(job.pid)
+        backend.store.update("race", trial.id, pid=job.pid, pid_start=start, started=time.time())
+        backend.stop_trial("race", trial.id, "stopped by the scheduler")
+        assert job.wait(timeout=10) == 0  # it ended by its own handler: the signal reached it
+        (status,) = backend.status("race").trials
+        assert (status.phase, status.outcome) == (Phase.SUCCEEDED, Outcome.SUCCEEDED)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
