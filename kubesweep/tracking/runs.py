@@ -88,6 +88,7 @@ class ChildRun:
     metrics: dict[str, float]
     start_time_ms: int | None
     end_time_ms: int | None
+    artifact_uri: str | None = None  # where its artifacts are (`mlflow-artifacts:/...` behind a proxying server)
 
 
 @contextlib.contextmanager
@@ -246,12 +247,14 @@ class SweepRuns:
                 out.append(ChildRun(
                     run_id=str(run.info.run_id), name=str(run.info.run_name or ""), status=str(run.info.status),
                     tags=dict(run.data.tags), params=dict(run.data.params), metrics=dict(run.data.metrics),
-                    start_time_ms=run.info.start_time, end_time_ms=run.info.end_time))
+                    start_time_ms=run.info.start_time, end_time_ms=run.info.end_time,
+                    artifact_uri=run.info.artifact_uri))
             token = getattr(page, "token", None)
             if not token:
                 return out
 
-    def results_file(self, run_id: str, dest: Path) -> Results | ResultsFileError | None:
+    def results_file(self, run_id: str, dest: Path,
+                     artifact_uri: str | None = None) -> Results | ResultsFileError | None:
         """A child run's `results.json` artifact, read as every results file is (`wire.results_file`: bounded in
         size and depth, validated); None when it has none, the `ResultsFileError` (one line naming the run) when
         it is not valid. One larger than a results file is not downloaded."""
@@ -263,8 +266,18 @@ class SweepRuns:
         size = found[0].file_size
         if size is not None and size > MAX_RESULTS_BYTES:
             return ResultsFileError(f"{where}: {size:,} bytes, more than a results file has ({MAX_RESULTS_BYTES:,})")
-        path = self._call("download results.json", self.client.download_artifacts, run_id, RESULTS_ARTIFACT,
-                          str(dest))
+        if artifact_uri:
+            # from the run's artifact store itself: the same bytes as `download_artifacts(run_id, ...)`, which goes
+            # through a `runs:/` URI that also searches the run's logged models and, when either fails, says only
+            # "Failed to download artifacts from path", losing the server's own words
+            import mlflow.artifacts
+
+            path = self._call("download results.json", mlflow.artifacts.download_artifacts,
+                              artifact_uri=f"{artifact_uri.rstrip('/')}/{RESULTS_ARTIFACT}", dst_path=str(dest),
+                              tracking_uri=self.uri)
+        else:
+            path = self._call("download results.json", self.client.download_artifacts, run_id, RESULTS_ARTIFACT,
+                              str(dest))
         try:
             return read_results_file(Path(path), where)
         except ResultsFileError as exc:
@@ -276,7 +289,7 @@ class SweepRuns:
             for i, child in enumerate(children):
                 dest = Path(tmp) / str(i)
                 dest.mkdir()
-                out[child.run_id] = self.results_file(child.run_id, dest)
+                out[child.run_id] = self.results_file(child.run_id, dest, child.artifact_uri)
             return out
 
     # -- report --------------------------------------------------------------------------------------
