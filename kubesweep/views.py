@@ -25,7 +25,7 @@ from kubesweep.backends.base import Backend, Phase, ProgressCallback, SweepStatu
 from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, row_of
 from kubesweep.search_view import search_lines
-from kubesweep.spec_overrides import Override, value_at
+from kubesweep.spec.overrides import Override, value_at
 from kubesweep.table_fit import Column, fit
 from kubesweep.terminal_text import clean, plain, value_text
 from kubesweep.tracking import aggregate as agg

@@ -10,9 +10,9 @@ file, the line, the field path and what was expected, one problem per line:
 
     sweeps/x.yaml:12: spec.matrix.precision[2]: 'bf61' is not one of fp32, tf32, fp16, bf16
 
-Reading the file (its size, its YAML, its lines) is `kubesweep.specfile`'s; the model (fields, bounds, axes) is
-`kubesweep.spec_model`, the checks the schema cannot say `kubesweep.spec_checks`, the wording of validation errors
-`kubesweep.spec_errors`; this module parses with them and is where callers import the model from. Values are
+Reading the file (its size, its YAML, its lines) is `kubesweep.spec.file`'s; the model (fields, bounds, axes) is
+`kubesweep.spec.model`, the checks the schema cannot say `kubesweep.spec.checks`, the wording of validation errors
+`kubesweep.spec.errors`; this module parses with them and is where callers import the model from. Values are
 validated strictly: a value has its field's type (`"16"` is not an integer, `16.0` is not one either, `"true"` is
 not a boolean).
 """
@@ -26,27 +26,27 @@ from typing import Any
 from pydantic import ValidationError
 
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.spec_checks import axis_is_int as axis_is_int
-from kubesweep.spec_checks import semantic_problems, warnings_of
-from kubesweep.spec_errors import clean_path, message
-from kubesweep.spec_model import DIGEST_RE as DIGEST_RE
-from kubesweep.spec_model import SEARCH_RUNNERS as SEARCH_RUNNERS
-from kubesweep.spec_model import Constraint as Constraint
-from kubesweep.spec_model import Distribution as Distribution
-from kubesweep.spec_model import MaxBatchSearch as MaxBatchSearch
-from kubesweep.spec_model import RandomSearch as RandomSearch
-from kubesweep.spec_model import RepeatUntil as RepeatUntil
-from kubesweep.spec_model import SequentialRepeats as SequentialRepeats
-from kubesweep.spec_model import Sweep as Sweep
-from kubesweep.spec_model import SweepSpec as SweepSpec
-from kubesweep.spec_model import TuneSearch as TuneSearch
-from kubesweep.spec_model import set_axes as set_axes
-from kubesweep.spec_overrides import Override as Override
-from kubesweep.spec_overrides import apply_overrides
-from kubesweep.spec_overrides import parse_sets as parse_sets
-from kubesweep.specfile import MAX_DEPTH, LineMap, load_document, read_spec_text, too_deep
-from kubesweep.specfile import Problem as Problem
-from kubesweep.specfile import SpecError as SpecError
+from kubesweep.spec.checks import axis_is_int as axis_is_int
+from kubesweep.spec.checks import semantic_problems, warnings_of
+from kubesweep.spec.errors import clean_path, message
+from kubesweep.spec.file import MAX_DEPTH, LineMap, load_document, read_spec_text, too_deep
+from kubesweep.spec.file import Problem as Problem
+from kubesweep.spec.file import SpecError as SpecError
+from kubesweep.spec.model import DIGEST_RE as DIGEST_RE
+from kubesweep.spec.model import SEARCH_RUNNERS as SEARCH_RUNNERS
+from kubesweep.spec.model import Constraint as Constraint
+from kubesweep.spec.model import Distribution as Distribution
+from kubesweep.spec.model import MaxBatchSearch as MaxBatchSearch
+from kubesweep.spec.model import RandomSearch as RandomSearch
+from kubesweep.spec.model import RepeatUntil as RepeatUntil
+from kubesweep.spec.model import SequentialRepeats as SequentialRepeats
+from kubesweep.spec.model import Sweep as Sweep
+from kubesweep.spec.model import SweepSpec as SweepSpec
+from kubesweep.spec.model import TuneSearch as TuneSearch
+from kubesweep.spec.model import set_axes as set_axes
+from kubesweep.spec.overrides import Override as Override
+from kubesweep.spec.overrides import apply_overrides
+from kubesweep.spec.overrides import parse_sets as parse_sets
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading
@@ -57,7 +57,7 @@ def load_sweep_file(
     overrides: Sequence[Override] = (),
 ) -> Sweep:
     """The spec file at `path`, with `overrides` (`--set`) applied, as a `Sweep`; `SpecError` when it cannot be
-    read (see `kubesweep.specfile`) or is not valid."""
+    read (see `kubesweep.spec.file`) or is not valid."""
     source = str(path)
     text = read_spec_text(path)
     return parse_sweep_text(text, source=source, allow_unpinned=allow_unpinned, catalog=catalog, overrides=overrides)

@@ -1,4 +1,4 @@
-"""`--set PATH=VALUE` (`kubesweep.spec_overrides`): a spec file's values overridden before validation, a problem with
+"""`--set PATH=VALUE` (`kubesweep.spec.overrides`): a spec file's values overridden before validation, a problem with
 a set value named by the option, a malformed option refused in one line naming it."""
 
 from __future__ import annotations

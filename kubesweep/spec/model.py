@@ -14,9 +14,9 @@ from pydantic import BeforeValidator, Field, PrivateAttr, create_model
 from pydantic.fields import FieldInfo
 
 from kubesweep.images import locked_reference
-from kubesweep.specfile import LineMap
-from kubesweep.specfile import Problem as Problem
-from kubesweep.specfile import SpecError as SpecError
+from kubesweep.spec.file import LineMap
+from kubesweep.spec.file import Problem as Problem
+from kubesweep.spec.file import SpecError as SpecError
 from kubesweep.wire.base import StrictModel
 from kubesweep.wire.config import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, JobConfig, normalize_compile
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY

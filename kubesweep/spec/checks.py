@@ -15,8 +15,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from kubesweep.gpus import Catalog
 from kubesweep.images import LockError, load_lock, lock_keys
-from kubesweep.spec_errors import message, short
-from kubesweep.spec_model import (
+from kubesweep.spec.errors import message, short
+from kubesweep.spec.file import Problem as Problem
+from kubesweep.spec.file import SpecError as SpecError
+from kubesweep.spec.model import (
     AXES,
     AXIS_TYPES,
     DIGEST_RE,
@@ -34,8 +36,6 @@ from kubesweep.spec_model import (
     is_image_key,
     set_axes,
 )
-from kubesweep.specfile import Problem as Problem
-from kubesweep.specfile import SpecError as SpecError
 
 
 def warnings_of(sweep: Sweep) -> list[Problem]:

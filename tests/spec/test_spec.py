@@ -12,7 +12,7 @@ import yaml
 from kubesweep.plan import count_trials, plan
 from kubesweep.spec import MaxBatchSearch, SpecError, TuneSearch, load_sweep_file, parse_sweep
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 BAD = sorted((ROOT / "tests" / "data" / "bad_specs").glob("*.yaml"))
 
 

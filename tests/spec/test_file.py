@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kubesweep.spec import SpecError, load_sweep_file, parse_sweep_text
-from kubesweep.specfile import MAX_ALIAS_NODES, MAX_DEPTH, MAX_NODES, MAX_SPEC_BYTES, load_document, read_spec_text
+from kubesweep.spec.file import MAX_ALIAS_NODES, MAX_DEPTH, MAX_NODES, MAX_SPEC_BYTES, load_document, read_spec_text
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 BAD = ROOT / "tests" / "data" / "bad_specs"
 HEAD = "apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: s}\nspec:\n"
 
