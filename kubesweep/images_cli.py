@@ -1,5 +1,5 @@
-"""`sweep images list / lock / build`: the image lock (kubesweep/images.py) and building the images
-(kubesweep/image_build.py) from the command line."""
+"""`sweep images list / lock / build`: the image lock (kubesweep/images/lock.py) and building the images
+(kubesweep/images/build.py) from the command line."""
 
 from __future__ import annotations
 
@@ -11,8 +11,17 @@ from typing import Annotated
 import typer
 
 from kubesweep.cli_options import Group
-from kubesweep.image_build import Builder, build_and_push
-from kubesweep.images import LOCK_ENV, LockError, ResolveError, checked_keys, load_lock, lock_path, relock, save_lock
+from kubesweep.images.build import Builder, build_and_push
+from kubesweep.images.lock import (
+    LOCK_ENV,
+    LockError,
+    ResolveError,
+    checked_keys,
+    load_lock,
+    lock_path,
+    relock,
+    save_lock,
+)
 
 app = typer.Typer(name="images", help="Job and operator images: the image lock, building and pushing.",
                   cls=Group, no_args_is_help=True, rich_markup_mode=None)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from kubesweep.cli import app
-from kubesweep.images import DEFAULT_LOCK
+from kubesweep.images.lock import DEFAULT_LOCK
 
 
 def test_images_list_cli() -> None:

@@ -35,7 +35,6 @@ FLOORS: dict[str, int] = {
     "kubesweep.spec": 1,
     "kubesweep.gpus": 1,
     "kubesweep.images": 1,
-    "kubesweep.image_build": 1,
     "kubesweep.terminal_text": 1,
     "kubesweep.table_fit": 1,
     "kubesweep.plan": 2,

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from kubesweep.gpus import Catalog
-from kubesweep.images import LockError, load_lock, lock_keys
+from kubesweep.images.lock import LockError, load_lock, lock_keys
 from kubesweep.spec.errors import message, short
 from kubesweep.spec.file import Problem as Problem
 from kubesweep.spec.file import SpecError as SpecError

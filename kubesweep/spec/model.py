@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, PrivateAttr, create_model
 from pydantic.fields import FieldInfo
 
-from kubesweep.images import locked_reference
+from kubesweep.images.lock import locked_reference
 from kubesweep.spec.file import LineMap
 from kubesweep.spec.file import Problem as Problem
 from kubesweep.spec.file import SpecError as SpecError

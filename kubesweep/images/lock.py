@@ -9,7 +9,7 @@ image each one is built on, by tag and digest. Every digest carries a status:
 - `unconfirmed`: no digest (`reason` says why). A spec naming such a key is refused.
 
 `relock` (`sweep images lock`) re-resolves tags to digests with `skopeo inspect --format {{.Digest}}
-docker://REF`; `sweep images build` builds and pushes the images, then locks them (kubesweep/image_build.py). The
+docker://REF`; `sweep images build` builds and pushes the images, then locks them (kubesweep/images/build.py). The
 command line is kubesweep/images_cli.py.
 """
 
@@ -31,7 +31,7 @@ from pydantic import Field, ValidationError, field_validator
 from kubesweep.wire.base import StrictModel
 
 LOCK_ENV = "KUBESWEEP_IMAGES_LOCK"
-DEFAULT_LOCK = Path(__file__).parent / "data" / "images.lock.yaml"
+DEFAULT_LOCK = Path(__file__).parents[1] / "data" / "images.lock.yaml"
 SHA256_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 KEY_RE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 

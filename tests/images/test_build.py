@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.image_build import find_uv, requirements_for, wheel_command
-from kubesweep.images import ResolveError
+from kubesweep.images.build import find_uv, requirements_for, wheel_command
+from kubesweep.images.lock import ResolveError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_requirements_leave_torch_to_the_base() -> None:
@@ -77,7 +77,7 @@ def test_wheel_builds_on_a_fresh_login_path(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("UV", "VIRTUAL_ENV")}
     env.update(HOME=str(home), PATH="/usr/sbin:/usr/bin:/sbin:/bin", UV_CACHE_DIR=cache)
     assert not any((Path(d) / "uv").exists() for d in env["PATH"].split(":")), "uv on the minimal PATH"
-    code = ("import sys; from pathlib import Path; from kubesweep.image_build import build_wheel, wheel_command; "
+    code = ("import sys; from pathlib import Path; from kubesweep.images.build import build_wheel, wheel_command; "
             "out = Path(sys.argv[1]); print(wheel_command(Path('.'), out)[0]); print(build_wheel(Path.cwd(), out))")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "dist")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300, check=False)

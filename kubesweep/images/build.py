@@ -1,7 +1,7 @@
 """Building the job and operator images (`sweep images build`): kubesweep's wheel, each image's build context
 (the wheel, a wheelhouse for an offline build, its requirements), the build arguments (the base pinned by digest,
 kubesweep's version and revision), then build and push with buildah, podman or docker, and lock the pushed digest
-in the image lock (kubesweep/images.py).
+in the image lock (kubesweep/images/lock.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep import __version__
-from kubesweep.images import (
+from kubesweep.images.lock import (
     ImageEntry,
     ImageLock,
     LockError,

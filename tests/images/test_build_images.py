@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubesweep.images import load_lock
+from kubesweep.images.lock import load_lock
 from kubesweep.manifests import ANNOTATION_CONFIG
 from tests.images import support
 from tests.images.support import JOB_KEY, Built

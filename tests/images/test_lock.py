@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubesweep.images import (
+from kubesweep.images.lock import (
     DEFAULT_LOCK,
     LockError,
     dump_lock,
@@ -19,7 +19,7 @@ from kubesweep.manifests import RenderError, render_plan
 from kubesweep.plan import plan
 from kubesweep.spec import SpecError, load_sweep_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32
 
 
