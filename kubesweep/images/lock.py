@@ -10,7 +10,7 @@ image each one is built on, by tag and digest. Every digest carries a status:
 
 `relock` (`sweep images lock`) re-resolves tags to digests with `skopeo inspect --format {{.Digest}}
 docker://REF`; `sweep images build` builds and pushes the images, then locks them (kubesweep/images/build.py). The
-command line is kubesweep/images_cli.py.
+command line is kubesweep/cli/images.py.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kubesweep.backend_factory import BACKENDS, Flags, KubernetesConfig, configure, make_backend
 from kubesweep.backends.base import BackendError
-from kubesweep.search_view import search_lines
+from kubesweep.cli.search_view import search_lines
 from kubesweep.session import EXIT_BACKEND, EXIT_USAGE, exit_code
 from kubesweep.spec import SpecError, parse_sweep, parse_sweep_text
 from kubesweep.spec.file import read_spec_text

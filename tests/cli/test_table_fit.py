@@ -1,4 +1,4 @@
-"""Fitting a table to a width by whole columns (kubesweep/table_fit.py)."""
+"""Fitting a table to a width by whole columns (kubesweep/cli/table_fit.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from kubesweep.table_fit import WRAP_MIN, Column, fit, width_of
+from kubesweep.cli.table_fit import WRAP_MIN, Column, fit, width_of
 
 
 def rendered(columns: list[Column], order: list[int], width: int) -> tuple[str, list[str]]:

@@ -1,4 +1,4 @@
-"""The command line's shared options (`kubesweep.cli_options`): each declared with its flags, environment
+"""The command line's shared options (`kubesweep.cli.options`): each declared with its flags, environment
 variable and bounds, and shown so by the commands that take it."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from kubesweep import __version__, cli_options
-from kubesweep.cli import app
+from kubesweep import __version__
+from kubesweep.cli import options as cli_options
+from kubesweep.cli.commands import app
 
 ENVVARS = {"GpuCatalogOpt": "KUBESWEEP_GPU_CATALOG", "MaxTrialsOpt": "KUBESWEEP_MAX_TRIALS",
            "ConfirmOverOpt": "KUBESWEEP_CONFIRM_OVER", "BackendOpt": "KUBESWEEP_BACKEND", "HomeOpt": "KUBESWEEP_HOME",
@@ -32,7 +33,7 @@ def declared() -> dict[str, Any]:
 
 def test_every_option_has_its_declared_envvar_and_no_other() -> None:
     infos = declared()
-    assert len(infos) == 42  # the sweep-name arguments are kubesweep.cli_names
+    assert len(infos) == 42  # the sweep-name arguments are kubesweep.cli.names
     assert {n: i.envvar for n, i in infos.items() if getattr(i, "envvar", None)} == ENVVARS
     for name, info in infos.items():
         if isinstance(info, typer.models.OptionInfo):

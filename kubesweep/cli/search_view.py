@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubesweep.terminal_text import clean
-from kubesweep.terminal_text import value_text as _value
+from kubesweep.cli.terminal_text import clean
+from kubesweep.cli.terminal_text import value_text as _value
 from kubesweep.wire.search import MaxBatchSummary, RepeatsSummary, SearchSummary, TuneTrial
 
 

@@ -20,19 +20,19 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from kubesweep import results_view
 from kubesweep.backends.base import Backend, Phase, ProgressCallback, SweepStatus, TrialStatus
+from kubesweep.cli import results_view
+from kubesweep.cli.search_view import search_lines
+from kubesweep.cli.table_fit import Column, fit
+from kubesweep.cli.terminal_text import clean, plain, value_text
+from kubesweep.cli.trial_progress import Peek, ProgressReader, duration
 from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, row_of
-from kubesweep.search_view import search_lines
 from kubesweep.spec.overrides import Override, value_at
-from kubesweep.table_fit import Column, fit
-from kubesweep.terminal_text import clean, plain, value_text
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.busy import busy_text, gpu_busy
 from kubesweep.tracking.sweep import Loaded
-from kubesweep.trial_progress import Peek, ProgressReader, duration
 from kubesweep.wire.search import SearchSummary
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ PHASE_STYLE = {
 
 
 def _row(table: Table, *cells: Any, style: str | None = None) -> None:
-    """A table row whose cells are literal text (`kubesweep.terminal_text.plain`), never markup."""
+    """A table row whose cells are literal text (`kubesweep.cli.terminal_text.plain`), never markup."""
     table.add_row(*(cell if isinstance(cell, Text) else plain(cell) for cell in cells), style=style)
 
 

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from kubesweep.cli_options import Group
+from kubesweep.cli.options import Group
 from kubesweep.images.build import Builder, build_and_push
 from kubesweep.images.lock import (
     LOCK_ENV,

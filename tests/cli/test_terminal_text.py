@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from kubesweep.terminal_text import clean, plain, value_text
+from kubesweep.cli.terminal_text import clean, plain, value_text
 
 
 @pytest.mark.parametrize(("raw", "shown"), [

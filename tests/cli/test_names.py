@@ -1,4 +1,4 @@
-"""Shell completion of sweep names (kubesweep/cli_names.py), through click's completion protocol against the real
+"""Shell completion of sweep names (kubesweep/cli/names.py), through click's completion protocol against the real
 `sweep` entry point in a subprocess, as bash asks it after `sweep --install-completion`: every command that takes
 a sweep name offers the home's sweeps, filtered by what is typed, without MLflow, without the cluster, and without
 writing a thing."""

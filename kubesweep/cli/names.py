@@ -1,6 +1,6 @@
 """The `sweep` commands' sweep-name arguments, and their shell completion.
 
-Declared apart from `kubesweep.cli_options` because completing a name reads the local backend's sweeps (its
+Declared apart from `kubesweep.cli.options` because completing a name reads the local backend's sweeps (its
 store under the kubesweep home), which the options' floor may not import. Completion (`sweep
 --install-completion`, then NAME<Tab>) offers the local backend's sweeps of the home the command line names
 (`--home`, $KUBESWEEP_HOME, ~/.kubesweep), read from its store as it is: no MLflow, no cluster, nothing written

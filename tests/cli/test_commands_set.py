@@ -15,8 +15,8 @@ import yaml
 from typer.testing import CliRunner
 
 from kubesweep.backends.local import LocalBackend
-from kubesweep.cli import app, submit_command
-from tests.test_cli import ROOT, STAND_IN, refused, spec, timed
+from kubesweep.cli.commands import app, submit_command
+from tests.cli.test_commands import ROOT, STAND_IN, refused, spec, timed
 
 DIGEST = "reg.example/job@sha256:" + "a" * 64
 

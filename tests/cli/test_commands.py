@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 STAND_IN = ROOT / "tests" / "support" / "stand_in_job.py"
 
 

@@ -1,11 +1,11 @@
-"""What a search found, as text (kubesweep/search_view.py): max-batch answers, a tune search's best and Pareto front,
-and what sequential repeats spent, from summaries whose values are data."""
+"""What a search found, as text (kubesweep/cli/search_view.py): max-batch answers, a tune search's best and Pareto
+front, and what sequential repeats spent, from summaries whose values are data."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kubesweep import search_view
+from kubesweep.cli import search_view
 from kubesweep.wire.search import (
     MaxBatchCell,
     MaxBatchSummary,

@@ -1,4 +1,4 @@
-"""Progress inside running trials and the sweep's ETA (kubesweep/trial_progress.py), on a clock the test turns."""
+"""Progress inside running trials and the sweep's ETA (kubesweep/cli/trial_progress.py), on a clock the test turns."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from rich.console import Console
 
 from kubesweep.backends.base import BackendError, Phase, SweepStatus, TrialStatus
-from kubesweep.trial_progress import ProgressReader, duration
-from kubesweep.views import ProgressView
+from kubesweep.cli.trial_progress import ProgressReader, duration
+from kubesweep.cli.views import ProgressView
 from kubesweep.wire.progress import step_line
 
 

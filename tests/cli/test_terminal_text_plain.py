@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubesweep.terminal_text import plain
+from kubesweep.cli.terminal_text import plain
 
 
 def test_plain_keeps_its_style_and_its_lines_as_asked() -> None:

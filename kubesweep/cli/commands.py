@@ -1,7 +1,7 @@
 """`sweep`: validate, plan, run and inspect GPU benchmark sweeps.
 
 The commands parse their arguments, ask the session layer (`kubesweep.session`: backends, tracking, searches)
-and print (`kubesweep.views`). What a command reports as an error (an invalid spec, an unknown sweep, a backend
+and print (`kubesweep.cli.views`). What a command reports as an error (an invalid spec, an unknown sweep, a backend
 or tracking server that failed) becomes its message and exit code in one place, `Commands.invoke`.
 
 Exit codes:
@@ -24,23 +24,23 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 from rich.console import Console
 
-from kubesweep import cli_names as name_args
-from kubesweep import cli_options as opts
-from kubesweep import views
 from kubesweep.backend_factory import DEFAULT_BACKEND, KubernetesConfig, configure
 from kubesweep.backends.base import BackendError, Phase
 from kubesweep.backends.k8s_client import require_configuration
-from kubesweep.cli_options import CONFIRM_OVER, MetricName, PlanFormat, ResultsFormat, ResultsSource
+from kubesweep.cli import names as name_args
+from kubesweep.cli import options as opts
+from kubesweep.cli import views
+from kubesweep.cli.images import app as images_app
+from kubesweep.cli.options import CONFIRM_OVER, MetricName, PlanFormat, ResultsFormat, ResultsSource
+from kubesweep.cli.terminal_text import clean, plain
 from kubesweep.crd import crd_yaml
 from kubesweep.gpus import load_catalog
-from kubesweep.images_cli import app as images_app
 from kubesweep.manifests import RenderError, render_plan, to_yaml
 from kubesweep.plan import DEFAULT_MAX_TRIALS, check_size, plan
 from kubesweep.preflight import fit_lines, fit_report
 from kubesweep.session import EXIT_BACKEND, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, Options, Session, error_code
 from kubesweep.session import Results as SweepResults
 from kubesweep.spec import Override, SpecError, Sweep, gpu_types, load_sweep_file, only_gpus, parse_sets
-from kubesweep.terminal_text import clean, plain
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking import ui as ui_mod
 from kubesweep.tracking.records import ResultsDirError, names_a_directory

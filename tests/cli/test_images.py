@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from kubesweep.cli import app
+from kubesweep.cli.commands import app
 from kubesweep.images.lock import DEFAULT_LOCK
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 
-from kubesweep.table_fit import Column, fit, table, width_of
-from kubesweep.terminal_text import clean, plain
+from kubesweep.cli.table_fit import Column, fit, table, width_of
+from kubesweep.cli.terminal_text import clean, plain
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import Cell
 from kubesweep.tracking.report_answer import answer_lines

@@ -1,4 +1,4 @@
-"""The results table a terminal shows (kubesweep/results_view.py): the answer first, whole columns that fit the
+"""The results table a terminal shows (kubesweep/cli/results_view.py): the answer first, whole columns that fit the
 width, what every row shares said once, what was left out named."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from kubesweep import results_view, views
+from kubesweep.cli import results_view, views
 from kubesweep.gpus import load_catalog
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord

@@ -1,4 +1,4 @@
-"""The `sweep` command line's arguments and options, declared once and shared by the commands in `kubesweep.cli`.
+"""The `sweep` command line's arguments and options, declared once and shared by the commands (`commands`).
 
 Each alias is one typer argument or option: its flags, environment variable, bounds and help text. A command
 lists the aliases it takes as parameters, in the order its `--help` shows them.

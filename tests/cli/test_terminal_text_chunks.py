@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubesweep.terminal_text import clean
+from kubesweep.cli.terminal_text import clean
 
 
 @pytest.mark.parametrize(("raw", "shown"), [

@@ -11,8 +11,8 @@ from typing import Any
 
 from rich.console import Console
 
-from kubesweep import views
 from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
+from kubesweep.cli import views
 from kubesweep.plan import plan
 from kubesweep.results import ResultRow
 from kubesweep.spec import parse_sweep
