@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 EXTRAS ?= job,tracking,export,k8s,tune,dev
 UV := $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 # Found by path, not by PATH (a fresh login shell lacks ~/.local/bin): exported to every recipe, where the image
-# build's wheel step and the tests use it (kubesweep.image_build.find_uv also looks in ~/.local/bin itself).
+# build's wheel step and the tests use it (kubesweep.images.build.find_uv also looks in ~/.local/bin itself).
 export UV
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=

@@ -37,13 +37,13 @@ RESULTS = ROOT / "bench" / "results"
 # The pure core: the modules a user's promises rest on, with no cluster, server or GPU behind them.
 MODULES = [
     "kubesweep/plan.py",
-    "kubesweep/spec_model.py",
+    "kubesweep/spec/model.py",
     "kubesweep/wire/config.py",
     "kubesweep/tracking/intervals.py",
     "kubesweep/tune/repeats.py",
     "kubesweep/tracking/busy.py",
     "kubesweep/tracking/records.py",
-    "kubesweep/terminal_text.py",
+    "kubesweep/cli/terminal_text.py",
     "kubesweep/wire/handover.py",
     "kubesweep/operator/ownership.py",
 ]
@@ -52,7 +52,7 @@ TESTS = [
     "tests/test_plan.py",
     "tests/test_plan_count.py",
     "tests/test_plan_ids.py",
-    "tests/test_spec.py",
+    "tests/spec/test_spec.py",
     "tests/wire/test_config.py",
     "tests/wire/test_config_bounds.py",
     "tests/tracking/test_intervals.py",
@@ -63,9 +63,9 @@ TESTS = [
     "tests/tracking/test_busy_gpus.py",
     "tests/tracking/test_records.py",
     "tests/tracking/test_records_limits.py",
-    "tests/test_terminal_text.py",
-    "tests/test_terminal_text_chunks.py",
-    "tests/test_terminal_text_plain.py",
+    "tests/cli/test_terminal_text.py",
+    "tests/cli/test_terminal_text_chunks.py",
+    "tests/cli/test_terminal_text_plain.py",
     "tests/wire/test_handover.py",
     "tests/wire/test_handover_escape.py",
     "tests/wire/test_handover_limits.py",
@@ -78,9 +78,9 @@ FAST = "not cluster and not realnode and not images and not browser and not gpu 
 # (it counts apart in the score); "open: ..." for one a test could kill, with what stands in the way. A survivor
 # missing here is listed as open.
 EXPLAINED: dict[str, str] = {
-    "kubesweep.spec_model.x__job_axis_type__mutmut_*": "equivalent for this tool: runs once, at import, to build the "
+    "kubesweep.spec.model.x__job_axis_type__mutmut_*": "equivalent for this tool: runs once, at import, to build the "
     "Matrix model; mutmut switches a mutant on per test in a process that imported the module unchanged",
-    "kubesweep.spec_model.x__axis_types__mutmut_*": "equivalent for this tool: runs once, at import (as above)",
+    "kubesweep.spec.model.x__axis_types__mutmut_*": "equivalent for this tool: runs once, at import (as above)",
     "kubesweep.operator.ownership.x_sealed_for__mutmut_7": "equivalent: a missing seal compared as '' or 'XXXX' "
     "matches no 64-hex-digit HMAC either way",
     "kubesweep.operator.ownership.x_seal__mutmut_[567]": "open: the seal's message (its domain tag and separator) "
@@ -91,7 +91,7 @@ EXPLAINED: dict[str, str] = {
     "wall (a trial of world >= 1)",
     "kubesweep.wire.handover.xǁWorkerEventǁline__mutmut_*": "open: the event line's exact text (key order, "
     "rounding) is read back by parse_event only; the line's separator is changing, pin its text after that",
-    "kubesweep.spec_model.xǁSweepǁproblem__mutmut_*": "open: reached through kubesweep.preflight only, whose tests "
+    "kubesweep.spec.model.xǁSweepǁproblem__mutmut_*": "open: reached through kubesweep.preflight only, whose tests "
     "are not among this run's",
 }
 

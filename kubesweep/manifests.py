@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from kubesweep.gpus import GPU_RESOURCE, PRODUCT_LABEL, Catalog, load_catalog
-from kubesweep.images import LockError, lock_keys
+from kubesweep.images.lock import LockError, lock_keys
 from kubesweep.jobs.command import (
     CHECKPOINT_DIR_ENV,
     CHECKPOINT_ROOT_ENV,

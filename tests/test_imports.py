@@ -8,15 +8,15 @@ up a floor fails the test, naming the importing file, the module it imports and 
 no floor holds. The floors, from the bottom:
 
 0. the contracts (`wire`): what the job, the backends, the operator and the reports agree on; nothing of theirs.
-1. the documents and the job: the spec and its parts, the GPU catalog, the image lock, terminal text, and `jobs`,
-   which runs in a trial's pod with the `job` extra only.
+1. the documents and the job: the spec (`spec`), the GPU catalog, the images (`images`), and `jobs`, which runs in
+   a trial's pod with the `job` extra only.
 2. the planner and the renderers: a `Sweep` into trials, Jobs and the CRD, pure functions of the documents.
 3. the backends: where a plan's trials run.
 4. tracking and results: what ran, read back from MLflow, results files and a backend's status.
 5. what drives the backends: the operator, the searches (`tune`) and the factory that makes a backend by name
    (a kubernetes backend may be the operator's client).
 6. one command's work: the session, the checks before a submit, detached drivers.
-7. the front: what the CLI shows and the CLI itself (its option table, whose `--backend` choices are the
+7. the front (`cli`): what the CLI shows and the CLI itself (its option table, whose `--backend` choices are the
    registered backends'), and every `__main__` (an entry point, which nothing imports).
 """
 
@@ -33,16 +33,8 @@ FLOORS: dict[str, int] = {
     "kubesweep.wire": 0,
     "kubesweep.jobs": 1,
     "kubesweep.spec": 1,
-    "kubesweep.spec_model": 1,
-    "kubesweep.spec_checks": 1,
-    "kubesweep.spec_errors": 1,
-    "kubesweep.specfile": 1,
-    "kubesweep.spec_overrides": 1,
     "kubesweep.gpus": 1,
     "kubesweep.images": 1,
-    "kubesweep.image_build": 1,
-    "kubesweep.terminal_text": 1,
-    "kubesweep.table_fit": 1,
     "kubesweep.plan": 2,
     "kubesweep.manifests": 2,
     "kubesweep.crd": 2,
@@ -55,14 +47,7 @@ FLOORS: dict[str, int] = {
     "kubesweep.session": 6,
     "kubesweep.preflight": 6,
     "kubesweep.detach": 6,
-    "kubesweep.views": 7,
-    "kubesweep.search_view": 7,
-    "kubesweep.results_view": 7,
-    "kubesweep.trial_progress": 7,
     "kubesweep.cli": 7,
-    "kubesweep.cli_options": 7,
-    "kubesweep.images_cli": 7,
-    "kubesweep.cli_names": 7,
     "kubesweep.__main__": 7,
     "kubesweep.jobs.__main__": 7,
     "kubesweep.operator.__main__": 7,

@@ -16,8 +16,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kubesweep import cli
 from kubesweep import plan as plan_module
+from kubesweep.cli import commands as cli
 from kubesweep.gpus import default_catalog
 from kubesweep.plan import (
     DEFAULT_MAX_TRIALS,

@@ -10,7 +10,7 @@ import yaml
 
 from kubesweep.backends.k8s_gpus import ClusterGpus
 from kubesweep.backends.local_machine import Device
-from kubesweep.images import DEFAULT_LOCK
+from kubesweep.images.lock import DEFAULT_LOCK
 from kubesweep.plan import plan
 from kubesweep.preflight import NotRunnable, check, fit_lines, fit_report, gpu_fit
 from kubesweep.session import EXIT_USAGE, error_code

@@ -17,10 +17,10 @@ from pathlib import Path
 
 from kubesweep.backend_factory import BACKENDS, Flags, KubernetesConfig, configure, make_backend
 from kubesweep.backends.base import BackendError
-from kubesweep.search_view import search_lines
+from kubesweep.cli.search_view import search_lines
 from kubesweep.session import EXIT_BACKEND, EXIT_USAGE, exit_code
 from kubesweep.spec import SpecError, parse_sweep, parse_sweep_text
-from kubesweep.specfile import read_spec_text
+from kubesweep.spec.file import read_spec_text
 from kubesweep.tune.dispatch import NoSearch, run_search
 from kubesweep.wire.env import TRACKING_SECRET_ENV, TrackingEnv
 

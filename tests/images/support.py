@@ -1,4 +1,4 @@
-"""Real image tooling for the image tests (tests/test_images_build.py): a local OCI registry, buildah, and
+"""Real image tooling for the image tests (tests/images/test_build_images.py): a local OCI registry, buildah, and
 stand-ins for the public base images.
 
 Public registries cannot be reached here, so the bases the Containerfiles name are replaced (through the BASE
@@ -38,8 +38,8 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from kubesweep.image_build import EXTRAS, find_uv
-from kubesweep.images import DEFAULT_LOCK, load_lock
+from kubesweep.images.build import EXTRAS, find_uv
+from kubesweep.images.lock import DEFAULT_LOCK, load_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KUBESWEEP_IMAGES_CACHE", Path.home() / ".cache" / "kubesweep-images"))

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from kubesweep.backends.k8s_state import TrialEntry
-from kubesweep.images import load_lock
+from kubesweep.images.lock import load_lock
 from kubesweep.manifests import restricted_container_security, restricted_pod_security
 from tests.images.support import JOB_KEY, Built
 from tests.support.image_fixtures import by_digest

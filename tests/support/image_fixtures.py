@@ -1,4 +1,4 @@
-"""Fixtures for the tests that need real images (tests/test_images_build.py, and the real node's tests in
+"""Fixtures for the tests that need real images (tests/images/test_build_images.py, and the real node's tests in
 tests/operator/test_controller_realnode.py): a local registry, buildah, stand-in bases, and the job and operator
 images built and pushed by `images/build.sh`. The root conftest makes them available to every test module, so
 the images are built once per session whoever asks first. Missing tools or a registry that will not start FAIL

@@ -388,7 +388,7 @@ def test_the_table_after_a_cluster_sweep_ends_holds_its_figures_from_mlflow(trac
     reads the trials' MLflow runs, as `sweep results` does, rather than showing every figure as `-`."""
     from rich.console import Console
 
-    from kubesweep import views
+    from kubesweep.cli import views
     from kubesweep.session import Options, Session
 
     ts = tracked_sweep

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from kubesweep.cli.search_view import repeats_lines
 from kubesweep.plan import count_trials, make_trial, plan
-from kubesweep.search_view import repeats_lines
 from kubesweep.session import Options, Session
 from kubesweep.spec import SequentialRepeats, SpecError, parse_sweep
 from kubesweep.tracking.report import build
