@@ -20,34 +20,15 @@ from kubesweep.spec import Constraint, TuneSearch
 from kubesweep.tracking.records import ResultsFileError, read_results_file
 from kubesweep.wire import tags
 from kubesweep.wire.flags import finite
+from kubesweep.wire.metrics import TUNE_SOURCES, TuneSource
 from kubesweep.wire.results import Results
 
 PENALTY = 1.0e12
 
 
-@dataclass(frozen=True)
-class Source:
-    intermediate: str | None
-    final: str | None
-    results: tuple[str, ...] = ()
-
-
-SOURCES: dict[str, Source] = {
-    "samples_per_second": Source("train/samples_per_s", "result/samples_per_s", ("train", "samples_per_s")),
-    "samples_per_s": Source("train/samples_per_s", "result/samples_per_s", ("train", "samples_per_s")),
-    "tokens_per_s": Source(None, "result/tokens_per_s", ("train", "tokens_per_s")),
-    "accuracy": Source("eval/accuracy", "result/final_accuracy", ("final_accuracy",)),
-    "eval_loss": Source("eval/loss", "eval/loss", ()),
-    "train_loss": Source("train/loss", "train/loss", ()),
-    "step_time_p50_s": Source(None, "result/step_time_p50_s", ("train", "step_time_s", "p50")),
-    "train_s": Source(None, "result/train_s", ("timings", "train_s")),
-    "inference_samples_per_s": Source(None, "inference/samples_per_s", ("inference", "samples_per_s")),
-    "latency_p99_s": Source(None, "inference/latency_p99_s", ("inference", "latency_s", "p99")),
-}
-
-
-def source(metric: str) -> Source:
-    return SOURCES.get(metric) or Source(metric, metric, ())
+def source(metric: str) -> TuneSource:
+    """Where a tune metric's value comes from: its entry of `TUNE_SOURCES`, else (an MLflow key) that key."""
+    return TUNE_SOURCES.get(metric) or TuneSource(metric, metric, ())
 
 
 def worst(mode: str) -> float:
