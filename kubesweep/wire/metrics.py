@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kubesweep.wire.flags import finite
-from kubesweep.wire.results import InferenceStats, Results, TrainStats
+from kubesweep.wire.results import MeasuredWindow, Results
 
 GIB = 1024**3
 
@@ -93,7 +93,7 @@ class Trial:
         return self.results.device != "cpu"
 
     @property
-    def measured(self) -> TrainStats | InferenceStats | None:
+    def measured(self) -> MeasuredWindow | None:
         """The stats of its measured window: inference's, else training's."""
         return self.results.inference or self.results.train
 
@@ -349,7 +349,7 @@ class TuneSource:
     results: tuple[str, ...] = ()
 
 
-# the tune metric names (docs/tune.md); besides these, a search may name any MLflow key with "/"
+# the job's own MLflow keys a tune search may name (docs/tune.md)
 TUNE_SOURCES: dict[str, TuneSource] = {
     "samples_per_second": TuneSource("train/samples_per_s", "result/samples_per_s", ("train", "samples_per_s")),
     "samples_per_s": TuneSource("train/samples_per_s", "result/samples_per_s", ("train", "samples_per_s")),
@@ -362,4 +362,17 @@ TUNE_SOURCES: dict[str, TuneSource] = {
     "inference_samples_per_s": TuneSource(None, "inference/samples_per_s", ("inference", "samples_per_s")),
     "latency_p99_s": TuneSource(None, "inference/latency_p99_s", ("inference", "latency_s", "p99")),
 }
-TUNE_METRICS = tuple(TUNE_SOURCES)
+# the tune metric names: the job's keys above, then every metric of the catalogue its trial's run logs at its end;
+# besides these, a search may name any MLflow key with "/"
+TUNE_METRICS = (*TUNE_SOURCES, *(m.name for m in CATALOGUE if m.logged and m.name not in TUNE_SOURCES))
+
+
+def tune_source(name: str) -> TuneSource:
+    """Where a tune metric's value comes from: its `TUNE_SOURCES` entry; a logged metric of the catalogue: the key
+    of its name, logged once at the trial's end (and read from results.json by its definition,
+    `kubesweep.tune.metrics.from_results`); else (an MLflow key) that key, while the trial runs and at its end."""
+    if name in TUNE_SOURCES:
+        return TUNE_SOURCES[name]
+    if name in METRICS and METRICS[name].logged:
+        return TuneSource(None, name, ())
+    return TuneSource(name, name, ())
