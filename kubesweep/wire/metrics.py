@@ -4,7 +4,7 @@ Each `Metric` says what it is called (`name`: the key of a summary's `metrics`, 
 `--sort`/`--best-by`, `repeat_until.metric`), how one trial's value is read from its typed results (`read`), its
 unit, whether higher or lower is better, how repeats of a setting meet (`aggregate`), and how it is shown (`label`:
 the column header; `column`, `priority`: whether and how early `sweep results` and the report's table show it;
-`say`: how the answer states a value). What follows from `CATALOGUE`:
+`say`: how the answer states a value; `glossary`: where the report's page defines it). What follows from `CATALOGUE`:
 
 - `kubesweep.wire.trial_metrics.trial_metrics`: one trial's values of every metric; `comparison_metrics`: those
   `logged` on the trial's MLflow run (the runs view's columns);
@@ -124,6 +124,7 @@ class Metric:
     repeatable: bool = False
     of_accuracy: bool = False
     said: str = ""  # how the answer states a value ("{}" the number); default: the number and the unit
+    glossary: str = ""  # the anchor of its definition on the report's page, which its column header links to
 
     def say(self, number: str) -> str:
         """`5,120 samples/s`, `$0.0123 per epoch`: a value (already formatted) in its unit."""
@@ -276,27 +277,27 @@ def _training(read: Callable[[Results, float], float | None]) -> Callable[[Trial
 
 CATALOGUE: tuple[Metric, ...] = (
     Metric("samples_per_s", "samples/s", "samples/s", True, _samples_per_s, column=True, logged=True,
-           repeatable=True),
+           repeatable=True, glossary="def-samples-per-s"),
     Metric("step_p50_ms", "step p50 ms", "ms", False, _step_p50_ms, column=True, priority=3, logged=True,
-           repeatable=True),
+           repeatable=True, glossary="def-step-p50"),
     Metric("peak_mem_gib", "peak GiB", "GiB", False, _peak_mem_gib, column=True, priority=4, logged=True,
-           repeatable=True),
+           repeatable=True, glossary="def-peak"),
     Metric("tta_s", "TTA s", "s", False, _training(time_to_accuracy), aggregate="mean of those that reached it",
-           column=True, priority=2, repeatable=True, of_accuracy=True),
+           column=True, priority=2, repeatable=True, of_accuracy=True, glossary="def-tta"),
     Metric("accuracy", "accuracy", "accuracy", True, lambda t: finite(t.results.final_accuracy), column=True,
-           priority=1, logged=True, of_accuracy=True),
+           priority=1, logged=True, of_accuracy=True, glossary="def-accuracy"),
     Metric("cost_per_epoch", "$/epoch", "$ per epoch", False, _cost_per_epoch, column=True, priority=5, logged=True,
-           repeatable=True, said="${} per epoch"),
-    Metric("epoch_s", "epoch s", "s", False, _epoch_s, logged=True, repeatable=True),
+           repeatable=True, said="${} per epoch", glossary="def-cost"),
+    Metric("epoch_s", "epoch s", "s", False, _epoch_s, logged=True, repeatable=True, glossary="def-epoch"),
     Metric("latency_p99_ms", "p99 ms", "ms", False,
            lambda t: _ms(finite(t.results.inference.latency_s.p99)) if t.results.inference is not None else None,
-           repeatable=True),
+           repeatable=True, glossary="def-p99"),
     Metric("j_per_sample", "J/sample", "J per sample", False,
            lambda t: finite(t.results.energy.j_per_sample) if t.results.energy is not None else None, logged=True,
-           repeatable=True),
+           repeatable=True, glossary="def-kwh"),
     Metric("kwh_per_epoch", "kWh/epoch", "kWh per epoch", False,
            lambda t: finite(t.results.energy.kwh_per_epoch) if t.results.energy is not None else None, column=True,
-           priority=6, logged=True),
+           priority=6, logged=True, glossary="def-kwh"),
     Metric("warmup_s", "warm-up s", "s", False, lambda t: finite(t.results.timings.compile_warmup_s)),
     Metric("tta_train_s", "TTA train s", "s", False, _training(train_time_to_accuracy),
            aggregate="mean of those that reached it", of_accuracy=True),
@@ -304,14 +305,15 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("warmup_warm_s", "warm-up warm s", "s", False, lambda t: warmup_by_cache(t.results)[1]),
     Metric("queue_wait_s", "queue wait s", "s", False, lambda t: finite(t.results.timings.queue_wait_s),
            logged=True),
-    Metric("tflops_per_s", "TFLOP/s", "TFLOP/s", True, _tflops, column=True, priority=8, logged=True),
-    Metric("mfu_pct", "MFU %", "%", True, _mfu, column=True, priority=7, logged=True),
-    Metric("mfu_probe_pct", "MFU probe %", "%", True, _mfu_probe, logged=True),
+    Metric("tflops_per_s", "TFLOP/s", "TFLOP/s", True, _tflops, column=True, priority=8, logged=True,
+           glossary="def-tflops"),
+    Metric("mfu_pct", "MFU %", "%", True, _mfu, column=True, priority=7, logged=True, glossary="def-mfu"),
+    Metric("mfu_probe_pct", "MFU probe %", "%", True, _mfu_probe, logged=True, glossary="def-mfu"),
     Metric("tokens_per_sample", "tokens/sample", "tokens", False,
-           lambda t: finite(t.measured.tokens_per_sample) if t.measured is not None else None),
+           lambda t: finite(t.measured.tokens_per_sample) if t.measured is not None else None, glossary="def-tokens"),
     Metric("padded_tokens_per_sample", "padded tokens/sample", "tokens", False,
            lambda t: finite(t.measured.padded_tokens_per_sample) if t.measured is not None else None, column=True,
-           priority=9, logged=True),
+           priority=9, logged=True, glossary="def-tokens"),
 )
 METRICS: dict[str, Metric] = {m.name: m for m in CATALOGUE}
 TABLE_METRICS = tuple(m.name for m in CATALOGUE if m.column)  # the results table's figures, in this order
