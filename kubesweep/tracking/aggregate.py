@@ -1,7 +1,8 @@
 """Trials aggregated over their repeats: the cells (settings) `sweep results` and the report show.
 
-One trial's numbers and flags are defined in `kubesweep.wire.trial_metrics` and `kubesweep.wire.flags` (docs/
-tracking.md says the same, with examples); here they meet per setting:
+One trial's numbers are defined in the metric catalogue (`kubesweep.wire.metrics`, read by
+`kubesweep.wire.trial_metrics`) and its flags in `kubesweep.wire.flags` (docs/tracking.md says the same, with
+examples); here they meet per setting, as numbers (their text is `kubesweep.tracking.columns`'):
 
 - mean over the repeats that succeeded, with its 95% interval (`kubesweep.tracking.intervals`: Student's t over
   n - 1 degrees of freedom) shown as ± its half-width in percent of the mean; CV (coefficient of variation) =
@@ -61,7 +62,7 @@ def gpu_type(record: TrialRecord, catalog: Catalog) -> str | None:
 
 
 def record_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[str, float | None]:
-    """One trial's measurements (`kubesweep.wire.trial_metrics`), priced and held against its peak by the
+    """One trial's value of every metric (`kubesweep.wire.trial_metrics`), priced and held against its peak by the
     catalog."""
     price, peak = catalog.price_and_peak(gpu_type(record, catalog), record.job.precision)
     return trial_metrics.trial_metrics(record.results, record.outcome, gpus=record.gpus, price_per_hour=price,
