@@ -33,7 +33,7 @@ class CellsTable:
     columns: list[Column]
     order: list[int]  # indexes into columns, most telling first
     shared: list[str] = field(default_factory=list)  # `gpu cpu`: settings every row has, said once
-    empty: list[str] = field(default_factory=list)  # figures no row has
+    empty: list[str] = field(default_factory=list)  # the metrics no row has a figure of
 
 
 def cells_table(cells: list[Cell], best_by: str, *, wide: bool = False) -> CellsTable:
@@ -62,7 +62,7 @@ def cells_table(cells: list[Cell], best_by: str, *, wide: bool = False) -> Cells
     for metric in (best_by, *FIGURES):
         at = by_key.get(metric)
         if at is not None and metric != best_by and all(v == NO_FIGURE for v in columns[at].values):
-            empty.append(columns[at].header)
+            empty.append(metric)
             dropped.add(at)
     flags = by_key["flags"]
     if not any(columns[flags].values):
@@ -113,8 +113,8 @@ def print_cells(console: Console, sweep: str, cells: list[Cell], *, source: str,
              f"* best {METRICS[best_by].label} per GPU type; from {source}"]
     if built.empty:
         cpu = any(c.axes.gpu == "cpu" for c in cells)  # MFU needs a peak: a CPU has none, and none is invented
-        notes.append("no figures for: " + ", ".join(f"{h} (no peak on the CPU)" if cpu and h == METRICS["mfu_pct"].label
-                                                     else h for h in built.empty))
+        notes.append("no figures for: " + ", ".join(
+            METRICS[m].label + (" (no peak on the CPU)" if cpu and m == "mfu_pct" else "") for m in built.empty))
     if hidden:
         notes.append(f"left out to fit {width} columns: {', '.join(hidden)}"
                      + (f"; {more} shows every column" if more else ""))

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from kubesweep.wire.flags import finite
 from kubesweep.wire.results import MeasuredWindow, Results
@@ -338,6 +338,40 @@ def read_all(trial: Trial) -> dict[str, float | None]:
     return {m.name: m.read(trial) for m in CATALOGUE}
 
 
+# -- the job's own MLflow keys -------------------------------------------------------------------------------------
+
+# What the job logs of a trial's measured work when it ends (kubesweep/jobs/runner.py; its energy: jobs/energy.py),
+# each key with the results.json field it carries: a fine-tuning trial's, then an inference trial's
+TRAINING_KEYS: dict[str, tuple[str, ...]] = {
+    "result/samples_per_s": ("train", "samples_per_s"),
+    "result/tokens_per_s": ("train", "tokens_per_s"),
+    "result/tflops_per_s": ("train", "tflops_per_s"),
+    "result/final_accuracy": ("final_accuracy",),
+    "result/train_s": ("timings", "train_s"),
+    "result/compile_warmup_s": ("timings", "compile_warmup_s"),
+    "result/step_time_p50_s": ("train", "step_time_s", "p50"),
+    "result/step_time_p99_s": ("train", "step_time_s", "p99"),
+}
+INFERENCE_KEYS: dict[str, tuple[str, ...]] = {
+    "inference/samples_per_s": ("inference", "samples_per_s"),
+    "inference/latency_p50_s": ("inference", "latency_s", "p50"),
+    "inference/latency_p99_s": ("inference", "latency_s", "p99"),
+    "inference/tflops_per_s": ("inference", "tflops_per_s"),
+}
+
+
+def job_summary(keys: dict[str, tuple[str, ...]], parts: dict[str, Any]) -> dict[str, float | None]:
+    """The job's summary `keys` read from its results' parts as it holds them (dicts, before results.json is
+    written): each key's field, None where a part or field is missing."""
+    out: dict[str, float | None] = {}
+    for key, path in keys.items():
+        value: Any = parts
+        for name in path:
+            value = value.get(name) if isinstance(value, dict) else None
+        out[key] = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return out
+
+
 # -- what a tune search may optimise -----------------------------------------------------------------------------
 
 
@@ -351,18 +385,23 @@ class TuneSource:
     results: tuple[str, ...] = ()
 
 
+def _job_key(intermediate: str | None, final: str) -> TuneSource:
+    """A tune metric the job logs under `final` at its end: the results field that key carries."""
+    return TuneSource(intermediate, final, {**TRAINING_KEYS, **INFERENCE_KEYS}.get(final, ()))
+
+
 # the job's own MLflow keys a tune search may name (docs/tune.md)
 TUNE_SOURCES: dict[str, TuneSource] = {
-    "samples_per_second": TuneSource("train/samples_per_s", "result/samples_per_s", ("train", "samples_per_s")),
-    "samples_per_s": TuneSource("train/samples_per_s", "result/samples_per_s", ("train", "samples_per_s")),
-    "tokens_per_s": TuneSource(None, "result/tokens_per_s", ("train", "tokens_per_s")),
-    "accuracy": TuneSource("eval/accuracy", "result/final_accuracy", ("final_accuracy",)),
+    "samples_per_second": _job_key("train/samples_per_s", "result/samples_per_s"),
+    "samples_per_s": _job_key("train/samples_per_s", "result/samples_per_s"),
+    "tokens_per_s": _job_key(None, "result/tokens_per_s"),
+    "accuracy": _job_key("eval/accuracy", "result/final_accuracy"),
     "eval_loss": TuneSource("eval/loss", "eval/loss", ()),
     "train_loss": TuneSource("train/loss", "train/loss", ()),
-    "step_time_p50_s": TuneSource(None, "result/step_time_p50_s", ("train", "step_time_s", "p50")),
-    "train_s": TuneSource(None, "result/train_s", ("timings", "train_s")),
-    "inference_samples_per_s": TuneSource(None, "inference/samples_per_s", ("inference", "samples_per_s")),
-    "latency_p99_s": TuneSource(None, "inference/latency_p99_s", ("inference", "latency_s", "p99")),
+    "step_time_p50_s": _job_key(None, "result/step_time_p50_s"),
+    "train_s": _job_key(None, "result/train_s"),
+    "inference_samples_per_s": _job_key(None, "inference/samples_per_s"),
+    "latency_p99_s": _job_key(None, "inference/latency_p99_s"),
 }
 # the tune metric names: the job's keys above, then every metric of the catalogue its trial's run logs at its end;
 # besides these, a search may name any MLflow key with "/"

@@ -45,6 +45,24 @@ def test_the_catalogue_names_each_metric_once_and_everything_else_follows_from_i
     assert all(m.priority is None or m.column for m in wm.CATALOGUE)  # the fitting orders the table's own figures
 
 
+def test_the_jobs_summary_keys_carry_fields_of_the_results_schema() -> None:
+    """Every key the job logs at its end names a field results.json has (a path that names none reads None), and a
+    tune metric's results path is its final key's."""
+    training = trial_parts(train_s=120.0)
+    training["train"] |= {"tokens_per_s": 9000.0, "tflops_per_s": 3.5, "step_time_s": {"p50": 0.05, "p99": 0.08}}
+    training["timings"]["compile_warmup_s"] = 10.0
+    inference = {"outcome": "succeeded", "inference": {"samples_per_s": 80.0, "tflops_per_s": 1.0,
+                                                        "latency_s": {"p50": 0.1, "p99": 0.2}}}
+    for keys, parts in ((wm.TRAINING_KEYS, training), (wm.INFERENCE_KEYS, inference)):
+        doc = make_results(**parts).model_dump(mode="json", by_alias=True)
+        read = wm.job_summary(keys, doc)
+        assert None not in read.values(), read
+    assert wm.job_summary({"result/x": ("train", "no_such_field")}, doc) == {"result/x": None}
+    for src in wm.TUNE_SOURCES.values():
+        if src.results:
+            assert {**wm.TRAINING_KEYS, **wm.INFERENCE_KEYS}[str(src.final)] == src.results
+
+
 def test_the_results_table_columns_come_from_the_catalogue_in_its_order() -> None:
     headers = [c.header for c in cell_columns([]) if c.kind == "metric"]
     assert headers == [wm.METRICS[m].label for m in wm.TABLE_METRICS]
