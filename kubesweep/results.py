@@ -10,7 +10,7 @@ from kubesweep.tracking.aggregate import gpu_type
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire.config import ANY_GPU, CPU
 from kubesweep.wire.flags import finite
-from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, GIB, gpu_product, trial_metrics
+from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, gpu_product, trial_metrics
 
 
 @dataclass
@@ -50,12 +50,9 @@ def row_of(record: TrialRecord, catalog: Catalog | None = None) -> ResultRow:
         precision=job.precision, compile=job.compile,
         repeat=record.repeat, outcome=record.outcome, samples_per_s=metrics["samples_per_s"],
         step_p50_ms=metrics["step_p50_ms"],
-        peak_mem_gib=_gib(results.memory.torch_peak_allocated_bytes) if results is not None else None,
+        peak_mem_gib=metrics["peak_mem_gib"],
         accuracy=metrics["accuracy"], train_s=finite(results.timings.train_s) if results is not None else None,
         warmup_s=metrics["warmup_s"], tflops_per_s=metrics["tflops_per_s"], mfu_pct=metrics["mfu_pct"],
         reason=record.reason if record.outcome != "succeeded" else "",
     )
 
-
-def _gib(value: int | None) -> float | None:
-    return value / GIB if value is not None else None

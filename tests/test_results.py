@@ -10,8 +10,10 @@ from typing import Any
 
 from kubesweep.backends.base import Phase, TrialStatus
 from kubesweep.backends.local import LocalBackend
-from kubesweep.results import GIB, ResultRow, row_of
+from kubesweep.results import ResultRow, row_of
+from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import from_backend, record_from_status
+from kubesweep.wire.metrics import GIB
 from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.results import Results
 from tests.backends.contract import CRASH_LR, make_plan
@@ -55,6 +57,18 @@ def test_an_inference_trial_gives_its_rate_and_batch_latency() -> None:
     row = row_from(finished(), results)
     assert row.samples_per_s == 1670.0 and round(row.step_p50_ms or 0, 6) == 4.79
     assert row.accuracy is None and row.peak_mem_gib is None
+
+
+def test_a_cpu_trial_row_gives_its_peak_memory_as_the_aggregate_does() -> None:
+    """A trial's row and its setting's cell read peak memory by the one definition (`kubesweep.wire.metrics`): a
+    CPU trial's is its process's peak RSS, not nothing (the row read the CUDA allocator's peak alone)."""
+    cpu = TrialStatus("id", "t-1", "cell", None, Phase.SUCCEEDED, Outcome.SUCCEEDED)
+    results = make_results(device="cpu", config={"batch_size": 8}, train={"samples_per_s": 40.0},
+                           memory={"host_peak_rss_bytes": 2 * GIB})
+    record = record_from_status(cpu, results, None)
+    assert row_of(record).peak_mem_gib == 2.0
+    (cell,) = aggregate([record])
+    assert cell.value("peak_mem_gib") == 2.0
 
 
 def test_without_a_results_file_the_cell_comes_from_the_trial_file_or_axes_and_the_outcome_from_the_backend(

@@ -14,16 +14,15 @@ from rich.console import Console
 
 from kubesweep.cli.table_fit import Column, fit, table, width_of
 from kubesweep.cli.terminal_text import clean, plain
-from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import Cell
+from kubesweep.tracking.columns import cell_columns, rows, to_markdown
 from kubesweep.tracking.report_answer import answer_lines
 from kubesweep.tracking.report_page import LEGEND
-from kubesweep.wire.trial_metrics import METRICS
+from kubesweep.wire.metrics import FIT_ORDER, METRICS
 
 LEFT = frozenset({"task", "gpu", "precision", "compile", "status", "flags", "model", "engine", "padding", "dataset"})
-# the figures after the objective, most telling first
-FIGURES = ("accuracy", "tta_s", "step_p50_ms", "peak_mem_gib", "cost_per_epoch", "kwh_per_epoch", "mfu_pct",
-           "tflops_per_s", "padded_tokens_per_sample")
+# the figures after the objective, most telling first (`Metric.priority`)
+FIGURES = FIT_ORDER
 NO_FIGURE = "-"
 
 
@@ -34,18 +33,19 @@ class CellsTable:
     columns: list[Column]
     order: list[int]  # indexes into columns, most telling first
     shared: list[str] = field(default_factory=list)  # `gpu cpu`: settings every row has, said once
-    empty: list[str] = field(default_factory=list)  # figures no row has
+    empty: list[str] = field(default_factory=list)  # the metrics no row has a figure of
 
 
 def cells_table(cells: list[Cell], best_by: str, *, wide: bool = False) -> CellsTable:
     """Every column of the aggregated table; unless `wide`, the settings and outcomes every row shares and the
     figures no row has are taken out (into `shared` and `empty`)."""
-    headers, rows, names = agg.headers(cells), agg.text_rows(cells), agg.columns(cells)
-    settings = len(names)
-    columns = [Column(h, [clean(r[i], keep_lines=False) for r in rows],
-                      "left" if (names[i] if i < settings else h) in LEFT else "right", wrap=h == "flags")
-               for i, h in enumerate(headers)]
-    by_header = {c.header: i for i, c in enumerate(columns)}
+    cols = cell_columns(cells)
+    texts = rows(cells, cols)
+    settings = sum(c.kind == "setting" for c in cols)
+    columns = [Column(c.header, [clean(r[i], keep_lines=False) for r in texts],
+                      "left" if c.key in LEFT else "right", wrap=c.kind == "flags")
+               for i, c in enumerate(cols)]
+    by_key = {c.key: i for i, c in enumerate(cols) if c.kind != "setting"}
     if wide:
         return CellsTable(columns, list(range(len(columns))))
     shared, empty, dropped = [], [], set()
@@ -55,24 +55,24 @@ def cells_table(cells: list[Cell], best_by: str, *, wide: bool = False) -> Cells
             if not (columns[i].header == "gpus" and values == {"0"}):  # `gpu cpu` says it
                 shared.append(f"{columns[i].header} {next(iter(values))}")
             dropped.add(i)
-    status = by_header["status"]
+    status = by_key["status"]
     if set(columns[status].values) == {"ok"}:
         shared.append("every trial ok")
         dropped.add(status)
     for metric in (best_by, *FIGURES):
-        at = by_header.get(METRICS[metric][0])
+        at = by_key.get(metric)
         if at is not None and metric != best_by and all(v == NO_FIGURE for v in columns[at].values):
-            empty.append(columns[at].header)
+            empty.append(metric)
             dropped.add(at)
-    flags = by_header["flags"]
+    flags = by_key["flags"]
     if not any(columns[flags].values):
         dropped.add(flags)
-    objective = by_header.get(METRICS[best_by][0])
+    objective = by_key.get(best_by)
     # inference's figure is its latency (step p50), fine-tuning's its accuracy: the latency first where cells infer
     shown = (("step_p50_ms", *(m for m in FIGURES if m != "step_p50_ms"))
              if any(c.task == "inference" for c in cells) else FIGURES)
-    figures = [by_header[METRICS[m][0]] for m in shown if m != best_by and METRICS[m][0] in by_header]
-    order = [*range(settings), *([objective] if objective is not None else []), by_header["best"], by_header["n"],
+    figures = [by_key[m] for m in shown if m != best_by and m in by_key]
+    order = [*range(settings), *([objective] if objective is not None else []), by_key["best"], by_key["n"],
              status, flags, *figures]
     order = [i for i in dict.fromkeys(order) if i not in dropped]
     keep = sorted(order)
@@ -110,11 +110,11 @@ def print_cells(console: Console, sweep: str, cells: list[Cell], *, source: str,
         console.print(fitted.table("", row_styles=styles), width=width)
         hidden = fitted.hidden
     notes = [f"mean ± the 95% interval's half-width over repeats; TTA = training time to dev accuracy >= {target:g}; "
-             f"* best {METRICS[best_by][0]} per GPU type; from {source}"]
+             f"* best {METRICS[best_by].label} per GPU type; from {source}"]
     if built.empty:
         cpu = any(c.axes.gpu == "cpu" for c in cells)  # MFU needs a peak: a CPU has none, and none is invented
-        notes.append("no figures for: " + ", ".join(f"{h} (no peak on the CPU)" if cpu and h == METRICS["mfu_pct"][0]
-                                                     else h for h in built.empty))
+        notes.append("no figures for: " + ", ".join(
+            METRICS[m].label + (" (no peak on the CPU)" if cpu and m == "mfu_pct" else "") for m in built.empty))
     if hidden:
         notes.append(f"left out to fit {width} columns: {', '.join(hidden)}"
                      + (f"; {more} shows every column" if more else ""))
@@ -131,7 +131,7 @@ def markdown(cells: list[Cell], sweep: str, *, source: str, target: float, best_
     answer = answer_lines(cells, target, measured_only=True)
     if answer:
         parts += ["**The answer**", "", *(f"- {line}" for line in answer), ""]
-    parts.append(agg.to_markdown(cells).rstrip("\n"))
+    parts.append(to_markdown(cells).rstrip("\n"))
     parts += ["", f"Mean ± the 95% interval's half-width over repeats; TTA = training time to dev accuracy >= "
-                  f"{target:g}; * best {METRICS[best_by][0]} per GPU type; from {source}.", "", LEGEND]
+                  f"{target:g}; * best {METRICS[best_by].label} per GPU type; from {source}.", "", LEGEND]
     return clean("\n".join(parts) + "\n")

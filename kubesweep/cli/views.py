@@ -33,6 +33,7 @@ from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.busy import busy_text, gpu_busy
 from kubesweep.tracking.sweep import Loaded
+from kubesweep.wire.metrics import label
 from kubesweep.wire.search import SearchSummary
 
 if TYPE_CHECKING:
@@ -425,19 +426,19 @@ def _bar(status: SweepStatus, eta_s: float | None = None) -> Text:
 RESULT_COLUMNS: list[tuple[str, str]] = [
     ("trial", "trial"),
     ("gpu", "gpu"),
-    ("batch_size", "batch"),
+    ("batch_size", label("batch_size")),
     ("precision", "precision"),
     ("compile", "compile"),
     ("repeat", "rep"),
     ("outcome", "outcome"),
-    ("samples_per_s", "samples/s"),
-    ("step_p50_ms", "step p50 ms"),
-    ("peak_mem_gib", "peak GiB"),
-    ("accuracy", "accuracy"),
+    ("samples_per_s", label("samples_per_s")),
+    ("step_p50_ms", label("step_p50_ms")),
+    ("peak_mem_gib", label("peak_mem_gib")),
+    ("accuracy", label("accuracy")),
     ("train_s", "train s"),
-    ("warmup_s", "warm-up s"),
-    ("tflops_per_s", "TFLOP/s"),
-    ("mfu_pct", "MFU %"),
+    ("warmup_s", label("warmup_s")),
+    ("tflops_per_s", label("tflops_per_s")),
+    ("mfu_pct", label("mfu_pct")),
 ]
 
 

@@ -34,6 +34,7 @@ from kubesweep.jobs.train import FineTuner, TrainOutcome
 from kubesweep.wire import tags, trial_run
 from kubesweep.wire.config import JobConfig, TrialConfig
 from kubesweep.wire.flags import comparison_tags
+from kubesweep.wire.metrics import INFERENCE_KEYS, TRAINING_KEYS, job_summary
 from kubesweep.wire.outcomes import ExitCode, Outcome
 from kubesweep.wire.results import Results
 from kubesweep.wire.trial_metrics import comparison_metrics, gpu_type, physics
@@ -302,16 +303,7 @@ class TrialRun:
         self.fields["inference"] = stats
         self.timings["compile_warmup_s"] = stats["warmup_s"]
         self.timings["eval_s"] = time.perf_counter() - t0
-        self._metrics_summary(
-            {
-                "inference/samples_per_s": stats["samples_per_s"],
-                "inference/latency_p50_s": stats["latency_s"]["p50"],
-                "inference/latency_p99_s": stats["latency_s"]["p99"],
-                "inference/tflops_per_s": stats["tflops_per_s"],
-                **energy_metrics(self.fields["energy"]),
-            },
-            0,
-        )
+        self._metrics_summary({**job_summary(INFERENCE_KEYS, self.fields), **energy_metrics(self.fields["energy"])}, 0)
 
     def _finetune(
         self,
@@ -374,19 +366,8 @@ class TrialRun:
         self.timings["compile_warmup_s"] = out.warmup_time_s
         self.timings["train_s"] = out.train_s
         self.timings["eval_s"] = out.eval_s
-        summary = {
-            "result/samples_per_s": stats["samples_per_s"],
-            "result/tokens_per_s": stats["tokens_per_s"],
-            "result/tflops_per_s": stats["tflops_per_s"],
-            "result/final_accuracy": self.fields["final_accuracy"],
-            "result/train_s": out.train_s,
-            "result/compile_warmup_s": out.warmup_time_s,
-            **energy_metrics(out.energy),
-        }
-        if stats["step_time_s"]:
-            summary["result/step_time_p50_s"] = stats["step_time_s"]["p50"]
-            summary["result/step_time_p99_s"] = stats["step_time_s"]["p99"]
-        self._metrics_summary(summary, out.steps)
+        parts = {**self.fields, "timings": self.timings}
+        self._metrics_summary({**job_summary(TRAINING_KEYS, parts), **energy_metrics(out.energy)}, out.steps)
         if self.dist.is_main:
             rate = (
                 f"{stats['samples_per_s']:,.1f} samples/s" if stats["samples_per_s"] else "no measured steps"

@@ -36,6 +36,7 @@ from kubesweep.spec.model import (
     is_image_key,
     set_axes,
 )
+from kubesweep.wire.metrics import TUNE_METRICS
 
 
 def warnings_of(sweep: Sweep) -> list[Problem]:
@@ -202,10 +203,6 @@ def semantic_problems(sweep: Sweep, catalog: Catalog, allow_unpinned: bool) -> I
                                 "pass --allow-unpinned to accept a tag)")
 
 
-# Tune metrics: a name here (see kubesweep.tune.metrics for what each reads) or an MLflow metric key with "/".
-TUNE_METRICS: tuple[str, ...] = ("samples_per_second", "samples_per_s", "tokens_per_s", "accuracy", "eval_loss",
-                                 "train_loss", "step_time_p50_s", "train_s", "inference_samples_per_s",
-                                 "latency_p99_s")
 _INT_TYPES = ("randint",)
 _NUMERIC_TYPES = ("uniform", "loguniform", "randint", "quniform", "qloguniform")
 

@@ -19,6 +19,7 @@ from kubesweep.spec.file import Problem as Problem
 from kubesweep.spec.file import SpecError as SpecError
 from kubesweep.wire.base import StrictModel
 from kubesweep.wire.config import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, JobConfig, normalize_compile
+from kubesweep.wire.metrics import REPEAT_METRICS
 from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY
 
 API_VERSION = "kubesweep.io/v1alpha1"
@@ -252,9 +253,6 @@ Search = Annotated[GridSearch | RandomSearch | TuneSearch | MaxBatchSearch, Fiel
 # `repeat_until` runs as a search of its own (it adds repeats while the sweep runs)
 REPEATS_RUNNER = "kubesweep.tune.repeats:run_repeats"
 MAX_REPEATS = 100
-# what a cell's repeats may be measured until: a metric of the answer (kubesweep.wire.trial_metrics)
-REPEAT_METRICS = ("samples_per_s", "step_p50_ms", "latency_p99_ms", "epoch_s", "tta_s", "peak_mem_gib",
-                  "j_per_sample", "cost_per_epoch")
 
 
 def _percent(value: Any) -> Any:

@@ -1,7 +1,8 @@
 """Trials aggregated over their repeats: the cells (settings) `sweep results` and the report show.
 
-One trial's numbers and flags are defined in `kubesweep.wire.trial_metrics` and `kubesweep.wire.flags` (docs/
-tracking.md says the same, with examples); here they meet per setting:
+One trial's numbers are defined in the metric catalogue (`kubesweep.wire.metrics`, read by
+`kubesweep.wire.trial_metrics`) and its flags in `kubesweep.wire.flags` (docs/tracking.md says the same, with
+examples); here they meet per setting, as numbers (their text is `kubesweep.tracking.columns`'):
 
 - mean over the repeats that succeeded, with its 95% interval (`kubesweep.tracking.intervals`: Student's t over
   n - 1 degrees of freedom) shown as ± its half-width in percent of the mean; CV (coefficient of variation) =
@@ -46,11 +47,9 @@ from kubesweep.wire.flags import (
     measured_host,
     random_init,
 )
-from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, METRICS
+from kubesweep.wire.metrics import ACCURACY_METRICS, METRICS, fmt_number
+from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY
 
-TABLE_METRICS = ("samples_per_s", "step_p50_ms", "peak_mem_gib", "tta_s", "accuracy", "cost_per_epoch",
-                 "kwh_per_epoch", "tflops_per_s", "mfu_pct", "padded_tokens_per_sample")
-ACCURACY_METRICS = frozenset({"accuracy", "tta_s", "tta_train_s"})  # what a random-init model's numbers do not answer
 AXES = ("task", "gpu", "gpus", "batch_size", "precision", "compile")
 # settings that differ between repeats of one cell, or only say where the trial kept its files (a Kubernetes
 # trial's checkpoint directory is its own: /checkpoints/<sweep>/<trial id>)
@@ -63,7 +62,7 @@ def gpu_type(record: TrialRecord, catalog: Catalog) -> str | None:
 
 
 def record_metrics(record: TrialRecord, catalog: Catalog, target: float) -> dict[str, float | None]:
-    """One trial's measurements (`kubesweep.wire.trial_metrics`), priced and held against its peak by the
+    """One trial's value of every metric (`kubesweep.wire.trial_metrics`), priced and held against its peak by the
     catalog."""
     price, peak = catalog.price_and_peak(gpu_type(record, catalog), record.job.precision)
     return trial_metrics.trial_metrics(record.results, record.outcome, gpus=record.gpus, price_per_hour=price,
@@ -314,7 +313,7 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
                         precision=first.job.precision, compile=_compile_text(first.job.compile))
         measured = [(t, record_metrics(t, catalog, target)) for t in trials]
         verdict = machines.compare(measured, lambda tm: machine_of(tm[0]), lambda tm: tm[1][best_by],
-                                   unit=METRICS[best_by][0], fmt=fmt_number)
+                                   unit=METRICS[best_by].label, fmt=fmt_number)
         odd = {m.name for m in verdict.left_out}
         kept = [(t, pt) for t, pt in measured if machine_of(t) not in odd]
         stats = {m: Stat([v for _, pt in kept if (v := pt[m]) is not None]) for m in METRICS}
@@ -367,7 +366,7 @@ def best_cell(cells: list[Cell], metric: str) -> Cell | None:
              and not (c.random_init and metric in ACCURACY_METRICS)]
     if not rated:
         return None
-    return (max if METRICS[metric][1] else min)(rated, key=lambda c: c.value(metric) or 0.0)
+    return (max if METRICS[metric].higher else min)(rated, key=lambda c: c.value(metric) or 0.0)
 
 
 def tied_with(best: Cell, cells: list[Cell], metric: str) -> list[Cell]:
@@ -379,7 +378,7 @@ def tied_with(best: Cell, cells: list[Cell], metric: str) -> list[Cell]:
     tied = [c for c in cells if c is not best and not c.at_chance and not c.physics
             and (other := c.metrics[metric].interval)
             is not None and other.overlaps(mine)]
-    return sorted(tied, key=lambda c: c.value(metric) or 0.0, reverse=METRICS[metric][1])
+    return sorted(tied, key=lambda c: c.value(metric) or 0.0, reverse=METRICS[metric].higher)
 
 
 def mark_best(cells: list[Cell], metric: str) -> None:
@@ -455,7 +454,7 @@ def sort_cells(cells: list[Cell], key: str | None, reverse: bool = False) -> lis
     if key is None:
         return cells
     if key in METRICS:
-        higher = METRICS[key][1]
+        higher = METRICS[key].higher
         present = [c for c in cells if c.value(key) is not None]
         missing = [c for c in cells if c.value(key) is None]
         present.sort(key=lambda c: c.value(key) or 0.0, reverse=higher != reverse)
@@ -471,43 +470,12 @@ def _sortable(value: Any) -> tuple[int, float, str]:
     return (1, 0.0, str(value))
 
 
-# -- rendering -----------------------------------------------------------------------------------------------
-
-
-def fmt_number(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value == 0:
-        return "0"
-    magnitude = abs(value)
-    if magnitude >= 1000:
-        return f"{value:,.0f}"
-    if magnitude >= 100:
-        return f"{value:.1f}"
-    if magnitude >= 1:
-        return f"{value:.2f}"
-    return f"{value:.4f}" if magnitude >= 0.001 else f"{value:.3g}"
-
-
-def metric_text(cell: Cell, metric: str) -> str:
-    """`mean ±h%` (h: the 95% interval's half-width in percent of the mean), or the cell's outcome where no
-    repeat produced the number."""
-    stat = cell.metrics[metric]
-    if stat.mean is None:
-        if "succeeded" not in cell.outcomes:
-            return cell.status
-        return "-"
-    text = fmt_number(stat.mean)
-    if metric in ACCURACY_METRICS and cell.random_init:
-        text += " (random init)"
-    if metric in ("tta_s", "tta_train_s") and stat.n < cell.outcomes.get("succeeded", 0):
-        text += f" ({stat.n}/{cell.outcomes['succeeded']})"
-    if (rel := stat.relative_half_width) is not None:
-        text += f" ±{rel * 100:.1f}%"
-    return text
+# -- the settings a table names, and the machine formats (CSV, JSON) -------------------------------------------
 
 
 def columns(cells: list[Cell]) -> list[str]:
+    """The settings that name the cells' rows: task and GPU type, GPUs per trial where some cell has other than
+    one, batch size, precision, compile, then the settings beyond these that vary (`Cell.extra`)."""
     cols = ["task", "gpu"]
     if any(c.axes.gpus != 1 for c in cells):
         cols.append("gpus")
@@ -516,38 +484,13 @@ def columns(cells: list[Cell]) -> list[str]:
     return cols
 
 
-def headers(cells: list[Cell]) -> list[str]:
-    names = {"batch_size": "batch"}
-    return ([names.get(c, c) for c in columns(cells)] + ["n", "status"]
-            + [METRICS[m][0] for m in TABLE_METRICS] + ["best", "flags"])
-
-
-def text_rows(cells: list[Cell]) -> list[list[str]]:
-    cols = columns(cells)
-    rows = []
-    for cell in cells:
-        values = cell.key_values()
-        row = [_norm_display(values.get(c)) for c in cols]
-        row += [str(len(cell.trials)), cell.status]
-        row += [metric_text(cell, m) for m in TABLE_METRICS]
-        row += ["*" if cell.best else "", "; ".join(cell.flags)]
-        rows.append(row)
-    return rows
-
-
-def _norm_display(value: Any) -> str:
+def setting_text(value: Any) -> str:
+    """A setting's value as a table writes it: `-` for none, `off` for false."""
     if value is None:
         return "-"
     if value is False:
         return "off"
     return str(value)
-
-
-def to_markdown(cells: list[Cell]) -> str:
-    head = headers(cells)
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in text_rows(cells)]
-    return "\n".join(lines) + "\n"
 
 
 def to_csv(cells: list[Cell]) -> str:
@@ -560,7 +503,7 @@ def to_csv(cells: list[Cell]) -> str:
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for cell in cells:
-        row: dict[str, Any] = {c: _norm_display(cell.key_values().get(c)) for c in cols}
+        row: dict[str, Any] = {c: setting_text(cell.key_values().get(c)) for c in cols}
         row.update({"n": len(cell.trials), "status": cell.status, "best": int(cell.best),
                     "flags": "; ".join(cell.flags), "trials": " ".join(t.name for t in cell.trials)})
         for m in METRICS:

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.tracking import figure_fit as fit
-from kubesweep.tracking.aggregate import Cell, fmt_number
+from kubesweep.tracking.aggregate import Cell
 from kubesweep.tracking.busy import busy_text, gpu_busy, measured_train_s, trial_span
 from kubesweep.wire.flags import trial_flags
+from kubesweep.wire.metrics import METRICS, fmt_number
 
 WIDTH = 12.0  # inches: about the report's page width at 110 px per inch
 DPI = 150  # pixels per inch in the PNG: sharper than the page shows it
@@ -355,7 +356,7 @@ def heatmap(cells: list[Cell]) -> Any:
                 if flagged[i][j]:
                     ax.add_patch(_frame(j, i))
     if finite.size:  # a scale for the coloured cells (none: every cell grey)
-        fig.colorbar(image, ax=ax, label="samples/s")
+        fig.colorbar(image, ax=ax, label=METRICS["samples_per_s"].label)
     title = fig.suptitle("Fine-tuning samples/s (* best per GPU type; red frame: flagged, its marks under the "
                          "number; grey: no number, or a flagged one)")  # above the colour bar's labels too
     fit.settle(fig, fit.fit_titles(fig, [title]), fit.fit_cells(fig, ax, len(cols), len(rows), written))

@@ -27,14 +27,9 @@ from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking import figures as figs
-from kubesweep.tracking.aggregate import (
-    Cell,
-    headers,
-    text_rows,
-    to_json,
-    to_markdown,
-)
+from kubesweep.tracking.aggregate import Cell, to_json
 from kubesweep.tracking.busy import busy_text, gpu_busy
+from kubesweep.tracking.columns import cell_columns, headers, rows, to_markdown
 from kubesweep.tracking.figures import finetune as _finetune
 from kubesweep.tracking.report_answer import (
     answer_lines,
@@ -57,8 +52,8 @@ from kubesweep.tracking.report_tables import (
     repeats_table,
     sharing_table,
 )
+from kubesweep.wire.metrics import METRICS, label
 from kubesweep.wire.search import RepeatsSummary
-from kubesweep.wire.trial_metrics import METRICS
 
 # -- figures ---------------------------------------------------------------------------------------------------
 
@@ -137,11 +132,11 @@ def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target:
     drawings: list[tuple[str, str, Callable[[], Any]]] = [
         ("throughput.png", f"Throughput {shape}{f' per {device}' if device != 'setting' else ''} and precision "
          f"(error bars: the 95% interval over repeats)",
-         lambda: figs.per_gpu_lines(cells, "samples_per_s", "samples/s", "Fine-tuning throughput")),
+         lambda: figs.per_gpu_lines(cells, "samples_per_s", label("samples_per_s"), "Fine-tuning throughput")),
         ("compile_speedup.png", "torch.compile speed-up: compiled / eager samples/s for the same setting",
          lambda: figs.speedup(cells)),
         ("peak_memory.png", f"Peak memory {shape} ({peak}; error bars: the 95% interval over repeats)",
-         lambda: figs.per_gpu_lines(cells, "peak_mem_gib", "peak GiB", "Peak memory", memory_line)),
+         lambda: figs.per_gpu_lines(cells, "peak_mem_gib", label("peak_mem_gib"), "Peak memory", memory_line)),
         ("time_to_accuracy.png", f"Time to {target:.0%} dev accuracy (training time at the steady step time, the "
          "warm-up apart; green: best per GPU)",
          lambda: figs.bars(_finetune(cells), "tta_train_s", "seconds", f"Time to accuracy >= {target:g}")),
@@ -179,9 +174,10 @@ def _write(cells: list[Cell], staging: Path, *, sweep: str, source: str, target:
             report.table_notes.append(f"table '{title}' skipped: the sweep has no trials for it")
         else:
             report.tables.append(table)
-    full = Table("", headers(cells), text_rows(cells),
+    columns = cell_columns(cells)
+    full = Table("", headers(columns), rows(cells, columns),
                  f"mean ± the 95% interval's half-width over repeats; TTA target {target:g}; * best "
-                 f"{METRICS[best_by][0]} per GPU type")
+                 f"{METRICS[best_by].label} per GPU type")
     report.answer = answer_lines(cells, target, measured_only=True)
     report.unanswered = [line for line in answer_lines(cells, target) if line not in report.answer]
     busy = None if merged else gpu_busy([t for c in cells for t in c.trials])

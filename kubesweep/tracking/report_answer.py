@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from kubesweep.tracking.aggregate import (
     Cell,
     best_cell,
-    fmt_number,
     tied_with,
 )
 from kubesweep.tracking.figures import gpu_label as _gpu_label
 from kubesweep.tracking.report_page import Table
-from kubesweep.wire.trial_metrics import METRICS
+from kubesweep.wire.metrics import METRICS, fmt_number
 
 # -- the answer ------------------------------------------------------------------------------------------------
 
@@ -27,9 +26,6 @@ OBJECTIVES: dict[str, list[tuple[str, str]]] = {
                   ("j_per_sample", "least energy per sample")],
 }
 
-
-UNITS = {"samples_per_s": "{} samples/s", "tta_s": "{} s", "tta_train_s": "{} s", "cost_per_epoch": "${} per epoch",
-         "step_p50_ms": "{} ms", "kwh_per_epoch": "{} kWh per epoch", "j_per_sample": "{} J per sample"}
 
 
 @dataclass
@@ -53,7 +49,7 @@ def value_text(cell: Cell, metric: str) -> str:
     stat = cell.metrics[metric]
     rel = stat.relative_half_width
     spread = f" ±{rel * 100:.1f}%" if rel is not None else ""
-    return UNITS.get(metric, "{} " + METRICS[metric][0]).format(fmt_number(stat.mean)) + spread
+    return METRICS[metric].say(fmt_number(stat.mean)) + spread
 
 
 def setting_text(cell: Cell, with_gpu: bool = False) -> str:
@@ -112,7 +108,7 @@ def _margin(best: Cell, cells: list[Cell], metric: str) -> str:
     mine, theirs = best.value(metric), runner_up.value(metric) if runner_up is not None else None
     if runner_up is None or not mine or not theirs:
         return ""
-    higher = METRICS[metric][1]
+    higher = METRICS[metric].higher
     ratio = mine / theirs if higher else theirs / mine
     how = "the next best" if higher else "lower than the next best"
     host = "; host-bound" if runner_up.host_bound and runner_up.axes.gpu != "cpu" else ""
@@ -246,7 +242,7 @@ def gpu_lines(cells: list[Cell], task: str) -> list[str]:
         bests = [found for g in groups.values() if (found := best_cell(g, metric)) is not None]
         if len(bests) < 2:
             continue
-        higher = METRICS[metric][1]
+        higher = METRICS[metric].higher
         bests.sort(key=lambda c: c.value(metric) or 0.0, reverse=higher)
         first, second = bests[0], bests[1]
         a, b = first.value(metric) or 0.0, second.value(metric) or 0.0
@@ -281,7 +277,7 @@ def precision_lines(cells: list[Cell], task: str) -> list[str]:
     Host-bound settings take no part: they measured the host, whatever the precision."""
     noun = "fine-tuning" if task == "finetune" else "inference"
     metric, objective = OBJECTIVES[task][0]
-    higher = METRICS[metric][1]
+    higher = METRICS[metric].higher
     top = best_cell(cells, metric)
     if top is None or not tied_with(top, cells, metric):
         return []

@@ -10,28 +10,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubesweep.wire.flags import CHANCE_ACCURACY, CHANCE_MARGIN, RANDOM_INIT
+from kubesweep.wire.metrics import CATALOGUE, label
 
 # -- definitions and the marks' legend, at the end of the page; notes and column headers link to them -----------
 
 CHANCE_LIMIT = CHANCE_ACCURACY + CHANCE_MARGIN
 DEFINITIONS: list[tuple[str, str, str]] = [  # (anchor, term, definition), as docs/tracking.md gives them
-    ("def-samples-per-s", "samples/s", "train.samples_per_s: samples per second over the measured training steps "
+    ("def-samples-per-s", label("samples_per_s"),
+     "train.samples_per_s: samples per second over the measured training steps "
      "(warm-up excluded), all ranks; inference: inference.samples_per_s."),
-    ("def-step-p50", "step p50 ms, p50 ms", "the median training step time (train.step_time_s.p50) in ms; "
+    ("def-step-p50", f"{label('step_p50_ms')}, p50 ms", "the median training step time (train.step_time_s.p50) in ms; "
      "inference: the median latency of one batch."),
-    ("def-p99", "p99 ms", "inference: the 99th-percentile latency of one batch."),
-    ("def-peak", "peak GiB", "memory.torch_peak_allocated_bytes / 2^30, the CUDA caching allocator's peak; CPU "
+    ("def-p99", label("latency_p99_ms"), "inference: the 99th-percentile latency of one batch."),
+    ("def-peak", label("peak_mem_gib"),
+     "memory.torch_peak_allocated_bytes / 2^30, the CUDA caching allocator's peak; CPU "
      "trials: the process's peak resident set."),
-    ("def-tta", "TTA s", "time-to-accuracy: training wall time from the first optimizer step until the first "
+    ("def-tta", label("tta_s"), "time-to-accuracy: training wall time from the first optimizer step until the first "
      "evaluation at or above the target accuracy, evaluation excluded; `mean (k/n)` where k of n repeats reached "
      "it."),
     ("def-accuracy", "accuracy", "final_accuracy: the dev accuracy of the last evaluation."),
-    ("def-epoch", "epoch s, epoch time", "(timings.train_s - train.warmup_time_s) / train.epochs_completed: the "
+    ("def-epoch", f"{label('epoch_s')}, epoch time",
+     "(timings.train_s - train.warmup_time_s) / train.epochs_completed: the "
      "training loop's wall time per epoch with the warm-up apart (warm-up s), checkpoints included, evaluation "
      "excluded."),
-    ("def-cost", "$/epoch", "the catalog's price_per_hour x GPUs of the trial x epoch time / 3600; none for CPU "
+    ("def-cost", label("cost_per_epoch"),
+     "the catalog's price_per_hour x GPUs of the trial x epoch time / 3600; none for CPU "
      "trials."),
-    ("def-kwh", "kWh/epoch, J/sample", "energy.j_per_sample: GPU joules per sample over the measured steps, "
+    ("def-kwh", f"{label('kwh_per_epoch')}, {label('j_per_sample')}",
+     "energy.j_per_sample: GPU joules per sample over the measured steps, "
      "from NVML's energy counter (the board's, all ranks); kWh/epoch = J/sample x training rows / 3.6e6."),
     ("def-ci", "mean ±h%, value", "the mean over the repeats that produced the number, ± the half-width of its "
      "95% confidence interval (Student's t, n - 1 degrees of freedom) in percent of the mean; one repeat: no "
@@ -43,14 +49,17 @@ DEFINITIONS: list[tuple[str, str, str]] = [  # (anchor, term, definition), as do
      "`1 ok, 1 OOM`."),
     ("def-scaling", "scaling", "samples/s on N GPUs / (N x samples/s on one GPU)."),
     ("def-speedup", "speed-up vs CPU", "the CPU's p50 latency / this setting's p50 latency."),
-    ("def-tflops", "TFLOP/s", "train.tflops_per_s (inference: inference.tflops_per_s): model FLOPs of the measured "
+    ("def-tflops", label("tflops_per_s"),
+     "train.tflops_per_s (inference: inference.tflops_per_s): model FLOPs of the measured "
      "steps over their time, all ranks, counted from the model's shapes and each batch's padded shape: matmuls (2N "
      "per token) and attention (4 x layers x width x padded width per token), forward + backward = 3x forward "
      "(Kaplan et al. 2020; PaLM, appendix B)."),
-    ("def-mfu", "MFU %, MFU probe %", "TFLOP/s / (the catalog's dense peak of the GPU type at the trial's precision "
+    ("def-mfu", f"{label('mfu_pct')}, {label('mfu_probe_pct')}",
+     "TFLOP/s / (the catalog's dense peak of the GPU type at the trial's precision "
      "x its GPUs): model FLOPs utilization; MFU probe %: against the GEMM probe the trial ran on its GPU at its "
      "precision (what that machine delivered). None on the CPU or where the catalog has no peak: none is invented."),
-    ("def-tokens", "padded tokens/sample", "train.padded_tokens_per_sample: the padded width the model computed on, "
+    ("def-tokens", label("padded_tokens_per_sample"),
+     "train.padded_tokens_per_sample: the padded width the model computed on, "
      "per sample of samples/s (tokens/sample: the real tokens)."),
 ]
 MARKS: list[tuple[str, str, str]] = [  # (anchor, mark, meaning)
@@ -71,12 +80,9 @@ MARKS: list[tuple[str, str, str]] = [  # (anchor, mark, meaning)
      "or above 95% of the dense peak, which no model's steps reach: the figure is wrong (a clock or a count), and "
      "the setting is never the best nor tied with it."),
 ]
-ANCHORS = {"samples/s": "def-samples-per-s", "step p50 ms": "def-step-p50", "p50 ms": "def-step-p50",
-           "p99 ms": "def-p99", "peak GiB": "def-peak", "TTA s": "def-tta", "accuracy": "def-accuracy",
-           "epoch s": "def-epoch", "$/epoch": "def-cost", "value": "def-ci", "kWh/epoch": "def-kwh",
-           "J/sample": "def-kwh", "pays off": "def-breakeven", "min/epoch": "def-epoch", "n": "def-n",
-           "status": "def-status", "TFLOP/s": "def-tflops", "MFU %": "def-mfu", "MFU probe %": "def-mfu",
-           "padded tokens/sample": "def-tokens", "tokens/sample": "def-tokens",
+# a column header -> the anchor it links to: a metric's label to its definition (`Metric.glossary`), and the rest
+ANCHORS = {**{m.label: m.glossary for m in CATALOGUE if m.glossary}, "p50 ms": "def-step-p50", "value": "def-ci",
+           "pays off": "def-breakeven", "min/epoch": "def-epoch", "n": "def-n", "status": "def-status",
            "scaling": "def-scaling", "speed-up vs CPU": "def-speedup", "best": "mark-best", "flags": "marks"}
 LEGEND = ("Marks beside a number, in every table (flags) and figure: * best per GPU type; OOM; GPU mismatch; "
           f"failed; chance accuracy (0.51): did not learn (a final accuracy at most {CHANCE_LIMIT:g}, the lowest "

@@ -11,21 +11,22 @@ import statistics
 from typing import Any
 
 from kubesweep.tracking import intervals, sharing
-from kubesweep.tracking.aggregate import (
-    Cell,
-    best_cell,
-    fmt_number,
-    metric_text,
-)
+from kubesweep.tracking.aggregate import Cell, best_cell
 from kubesweep.tracking.breakeven import break_evens
+from kubesweep.tracking.columns import metric_text
 from kubesweep.tracking.figures import finetune as _finetune
 from kubesweep.tracking.figures import gpu_label as _gpu_label
 from kubesweep.tracking.figures import other_settings as _other_settings
 from kubesweep.tracking.report_answer import setting_text
 from kubesweep.tracking.report_page import Table
+from kubesweep.wire.metrics import fmt_number, label
 from kubesweep.wire.search import RepeatsCell, RepeatsSummary
 
 SEED_BATCH = 16
+# the figures of the GPU types' table, after the epoch time
+GPU_TABLE_METRICS = ("warmup_s", "samples_per_s", "padded_tokens_per_sample", "tflops_per_s", "mfu_pct",
+                     "mfu_probe_pct", "peak_mem_gib", "kwh_per_epoch", "cost_per_epoch", "accuracy", "tta_train_s")
+INFERENCE_METRICS = ("step_p50_ms", "latency_p99_ms", "samples_per_s", "tflops_per_s", "mfu_pct")
 
 
 # -- comparison tables ---------------------------------------------------------------------------------------
@@ -69,8 +70,8 @@ def epochs_table(cells: list[Cell]) -> Table | None:
             metric_text(cell, "accuracy"), _flags(cell),
         ])
     return Table(f"Time for {epochs_text} of {dataset} at batch {batch} per GPU",
-                 ["GPU", "precision", "compile", "other", f"min for {epochs_text}", "samples/s",
-                  f"$ for {epochs_text}", "accuracy", "flags"], rows, note)
+                 ["GPU", "precision", "compile", "other", f"min for {epochs_text}", label("samples_per_s"),
+                  f"$ for {epochs_text}", label("accuracy"), "flags"], rows, note)
 
 
 def gpu_table(cells: list[Cell], target: float) -> Table | None:
@@ -91,14 +92,8 @@ def gpu_table(cells: list[Cell], target: float) -> Table | None:
         minutes = fmt_number(epoch.mean / 60) if epoch.mean is not None else "-"
         if (rel := epoch.relative_half_width) is not None:
             minutes += f" ±{rel * 100:.1f}%"
-        rows.append([model, _gpu_label(cell), setting_text(cell), minutes, metric_text(cell, "warmup_s"),
-                     metric_text(cell, "samples_per_s"), metric_text(cell, "padded_tokens_per_sample"),
-                     metric_text(cell, "tflops_per_s"), metric_text(cell, "mfu_pct"),
-                     metric_text(cell, "mfu_probe_pct"), metric_text(cell, "peak_mem_gib"),
-                     metric_text(cell, "kwh_per_epoch"),
-                     metric_text(cell, "cost_per_epoch"), metric_text(cell, "accuracy"),
-                     metric_text(cell, "tta_train_s"),
-                     str(len(cell.trials)), _flags(cell)])
+        rows.append([model, _gpu_label(cell), setting_text(cell), minutes,
+                     *(metric_text(cell, m) for m in GPU_TABLE_METRICS), str(len(cell.trials)), _flags(cell)])
     if len(rows) < 1:
         return None
     note = ("Per model and GPU type, the fine-tuning setting with the most samples/s among those that learned (a "
@@ -109,11 +104,8 @@ def gpu_table(cells: list[Cell], target: float) -> Table | None:
             "the next reads does not set them apart). TFLOP/s: model FLOPs of the measured steps' padded shapes per "
             "second; MFU %: against the GPU type's dense peak at the precision, MFU probe %: against the GEMM probe "
             "of the machine that ran it (none on the CPU, no peak invented).")
-    return Table("GPU types at their best setting", ["model", "GPU", "setting", "min/epoch", "warm-up s",
-                                                    "samples/s", "padded tokens/sample", "TFLOP/s", "MFU %",
-                                                    "MFU probe %",
-                                                    "peak GiB", "kWh/epoch", "$/epoch", "accuracy", "TTA train s", "n",
-                                                    "flags"], rows, note)
+    return Table("GPU types at their best setting", ["model", "GPU", "setting", "min/epoch",
+                                                    *map(label, GPU_TABLE_METRICS), "n", "flags"], rows, note)
 
 
 def queue_table(cells: list[Cell]) -> Table | None:
@@ -180,14 +172,12 @@ def inference_table(cells: list[Cell]) -> Table | None:
         speedup = f"{cpu_p50 / p50:.1f}x" if cpu_p50 and p50 and cell.axes.gpu != "cpu" else "-"
         rows.append([_gpu_label(cell), str(cell.axes.precision), str(cell.axes.compile),
                      *([_other_settings(cell)] if other else []),
-                     str(cell.axes.batch_size), metric_text(cell, "step_p50_ms"),
-                     metric_text(cell, "latency_p99_ms"), metric_text(cell, "samples_per_s"),
-                     metric_text(cell, "tflops_per_s"), metric_text(cell, "mfu_pct"),
+                     str(cell.axes.batch_size), *(metric_text(cell, m) for m in INFERENCE_METRICS),
                      *([speedup] if cpu_p50 else []), _flags(cell)])
     note = "latency = wall time of one batch (p50, p99 over the measured batches)"
     note += "; speed-up = CPU p50 / p50." if cpu_p50 else "."
-    return Table(inference_title(inf), ["device", "precision", "compile", *(["other"] if other else []), "batch",
-                                        "p50 ms", "p99 ms", "samples/s", "TFLOP/s", "MFU %",
+    return Table(inference_title(inf), ["device", "precision", "compile", *(["other"] if other else []),
+                                        label("batch_size"), "p50 ms", *map(label, INFERENCE_METRICS[1:]),
                                         *(["speed-up vs CPU"] if cpu_p50 else []),
                                         "flags"], rows, note)
 
@@ -227,8 +217,9 @@ def ddp_table(cells: list[Cell]) -> Table | None:
                          metric_text(cell, "cost_per_epoch"), _flags(cell)])
     note = ("batch is per GPU; scaling efficiency = samples/s with N GPUs / (N x samples/s on one GPU). The job "
             "runs multi-GPU trials as DistributedDataParallel (one process per GPU).")
-    return Table("One GPU vs DDP", ["GPU", "GPUs", "strategy", "batch", "precision", "compile", "samples/s",
-                                    "scaling", "epoch s", "$/epoch", "flags"], rows, note)
+    return Table("One GPU vs DDP", ["GPU", "GPUs", "strategy", label("batch_size"), "precision", "compile",
+                                    label("samples_per_s"), "scaling", label("epoch_s"), label("cost_per_epoch"),
+                                    "flags"], rows, note)
 
 
 def sharing_table(cells: list[Cell]) -> Table | None:
@@ -238,7 +229,7 @@ def sharing_table(cells: list[Cell]) -> Table | None:
     if not rows:
         return None
     return Table("Measured alone or beside other trials", ["trial", "node", "GPU (PCI bus id)", "measured",
-                                                           "samples/s"], rows,
+                                                           label("samples_per_s")], rows,
                  "a neighbour is another trial whose process ran on the same node during this trial's measured "
                  "steps; a cell whose shared repeats differ from its lone ones beyond their 95% intervals is "
                  "flagged")

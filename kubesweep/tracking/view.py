@@ -14,7 +14,7 @@ Every experiment kubesweep creates or logs a sweep into carries two tags:
   (narrowed to the run's status icon) and Duration; the trial's task and cell as the run's params `task`, `gpu`,
   `batch_size`, `precision`, `compile` (the job logs them, `compile` in the CLI's words: wire/trial_run.py; short
   headers, where the tags `kubesweep.gpu`... would head their columns with the whole tag name); the key metrics
-  `samples_per_s`, `step_p50_ms` (an inference run's latency), `accuracy` (`wire.trial_metrics.COMPARISON_METRICS`,
+  `samples_per_s`, `step_p50_ms` (an inference run's latency), `accuracy` (`wire.metrics`: `Metric.logged`,
   logged by each trial under those names); the tag `kubesweep.outcome`; then, to scroll to, the run's description
   (the UI's Description column: a trial's flags `OOM`, `GPU mismatch`, `chance accuracy (0.51)`, the parent's
   answer), `peak_mem_gib` and `cost_per_epoch`. `FIRST_SCREEN` lists what must be seen without scrolling

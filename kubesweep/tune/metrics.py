@@ -2,7 +2,9 @@
 
 Each tune metric has an intermediate MLflow key (logged while the trial runs: ASHA and the median rule judge
 trials on it), a final MLflow key (logged once at the end) and a place in `results.json`. A metric given as an
-MLflow key (with a "/") is both its intermediate and its final key.
+MLflow key (with a "/") is both its intermediate and its final key. A metric of the catalogue that every trial's
+run logs at its end (`kubesweep.wire.metrics`, `Metric.logged`: `peak_mem_gib`, `tflops_per_s`, `mfu_pct`, ...)
+has no intermediate key; its final key is its name, and results.json gives it by its definition.
 
 A trial that breaks a constraint, or that ended without a value (OOM, failed), reports `PENALTY` in the
 direction that makes it the worst for the searcher, so the search learns to avoid it.
@@ -20,34 +22,16 @@ from kubesweep.spec import Constraint, TuneSearch
 from kubesweep.tracking.records import ResultsFileError, read_results_file
 from kubesweep.wire import tags
 from kubesweep.wire.flags import finite
+from kubesweep.wire.metrics import METRICS, TuneSource, tune_source
 from kubesweep.wire.results import Results
+from kubesweep.wire.trial_metrics import DEFAULT_TARGET_ACCURACY, trial_metrics
 
 PENALTY = 1.0e12
 
 
-@dataclass(frozen=True)
-class Source:
-    intermediate: str | None
-    final: str | None
-    results: tuple[str, ...] = ()
-
-
-SOURCES: dict[str, Source] = {
-    "samples_per_second": Source("train/samples_per_s", "result/samples_per_s", ("train", "samples_per_s")),
-    "samples_per_s": Source("train/samples_per_s", "result/samples_per_s", ("train", "samples_per_s")),
-    "tokens_per_s": Source(None, "result/tokens_per_s", ("train", "tokens_per_s")),
-    "accuracy": Source("eval/accuracy", "result/final_accuracy", ("final_accuracy",)),
-    "eval_loss": Source("eval/loss", "eval/loss", ()),
-    "train_loss": Source("train/loss", "train/loss", ()),
-    "step_time_p50_s": Source(None, "result/step_time_p50_s", ("train", "step_time_s", "p50")),
-    "train_s": Source(None, "result/train_s", ("timings", "train_s")),
-    "inference_samples_per_s": Source(None, "inference/samples_per_s", ("inference", "samples_per_s")),
-    "latency_p99_s": Source(None, "inference/latency_p99_s", ("inference", "latency_s", "p99")),
-}
-
-
-def source(metric: str) -> Source:
-    return SOURCES.get(metric) or Source(metric, metric, ())
+def source(metric: str) -> TuneSource:
+    """Where a tune metric's value comes from (`kubesweep.wire.metrics.tune_source`)."""
+    return tune_source(metric)
 
 
 def worst(mode: str) -> float:
@@ -55,9 +39,14 @@ def worst(mode: str) -> float:
 
 
 def from_results(metric: str, results: Results | None) -> float | None:
-    """The metric's number in the trial's results (None where they do not have it, or it is not finite)."""
+    """The metric's number in the trial's results (None where they do not have it, or it is not finite). A metric
+    of the catalogue is read by its definition, without the GPU catalog: its $/epoch and MFU come from the MLflow
+    key its job logged."""
     value: Any = results
     path = source(metric).results
+    if not path and metric in METRICS and results is not None:
+        return trial_metrics(results, results.outcome.value, gpus=results.world_size, price_per_hour=None,
+                             target=DEFAULT_TARGET_ACCURACY, peak_tflops=None)[metric]
     if not path or results is None:
         return None
     for key in path:

@@ -47,9 +47,9 @@ from kubesweep.tracking.runs import SweepRuns, TrackingError
 from kubesweep.tracking.target import TrackingTarget
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.flags import measured_host
+from kubesweep.wire.metrics import METRICS
 from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.search import RepeatRule, RepeatsCell, RepeatsSummary, summary_json
-from kubesweep.wire.trial_metrics import METRICS
 
 SUMMARY = "repeats.json"
 
@@ -160,7 +160,7 @@ def run_repeats(sweep: Sweep, backend: Backend, *, storage: Path, tracking: Trac
         raise BackendError(f"sweep {sweep.name!r}: repeat_until reads each repeat's {rule.metric} from MLflow on "
                            f"the {backend.name} backend, and this sweep is not tracked (turn tracking on, or drop "
                            "repeat_until)")
-    higher = METRICS[rule.metric][1]
+    higher = METRICS[rule.metric].higher
     first = plan(sweep)
     by_cell: dict[str, CellRepeats] = {}
     for trial in sorted(first.trials, key=lambda t: t.repeat):

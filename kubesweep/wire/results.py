@@ -76,7 +76,26 @@ class Timings(_Model):
     total_s: float = Field(description="process start to results written")
 
 
-class TrainStats(_Model):
+class MeasuredWindow(_Model):
+    """What training and inference both record of their measured window (warm-up excluded): its start and end,
+    what a sample carried and the model FLOPs it computed (kubesweep/jobs/flops.py: `measured_figures`)."""
+
+    tokens_per_sample: float | None = Field(None, description="measured non-padding tokens / measured samples")
+    padded_tokens_per_sample: float | None = Field(None, description="measured tokens incl. padding / measured "
+                                                   "samples: the width the model computed on, per sample")
+    measured_flops: float | None = Field(None, description="model FLOPs of the measured steps (inference: batches), "
+                                         "all ranks: forward + backward (3x forward) of each batch's padded shape "
+                                         "(inference: one forward pass), matmuls and attention "
+                                         "(kubesweep/jobs/flops.py); null where the model's shapes are not counted")
+    tflops_per_s: float | None = Field(None, description="measured_flops / the measured time / 1e12: achieved "
+                                       "TFLOP/s over the window samples_per_s is measured in (training: "
+                                       "measured_time_s; inference: the measured batches' latency), all ranks")
+    measured_from: float | None = Field(None, description="Unix time the first measured step began (its "
+                                        "neighbours on the node are read against this window)")
+    measured_until: float | None = Field(None, description="Unix time the last measured step ended")
+
+
+class TrainStats(MeasuredWindow):
     steps: int = Field(description="optimizer steps completed (including any before a resume)")
     target_steps: int
     epochs_completed: float
@@ -89,21 +108,10 @@ class TrainStats(_Model):
     samples_per_s: float | None = Field(description="measured samples / measured time, all ranks")
     tokens_per_s: float | None = Field(description="non-padding tokens per second over measured steps")
     padded_tokens_per_s: float | None = Field(description="tokens incl. padding the model computed on")
-    tokens_per_sample: float | None = Field(None, description="measured non-padding tokens / measured samples")
-    padded_tokens_per_sample: float | None = Field(None, description="measured tokens incl. padding / measured "
-                                                   "samples: the width the model computed on, per sample")
-    measured_flops: float | None = Field(None, description="model FLOPs of the measured steps, all ranks: forward + "
-                                         "backward (3x forward) of each batch's padded shape, matmuls and attention "
-                                         "(kubesweep/jobs/flops.py); null where the model's shapes are not counted")
     flops_per_step: float | None = Field(None, description="measured_flops / measured_steps")
-    tflops_per_s: float | None = Field(None, description="measured_flops / measured_time_s / 1e12: achieved TFLOP/s "
-                                       "over the window samples_per_s is measured in, all ranks")
     step_time_s: Percentiles | None
     final_loss: float | None
     resumed_from_step: int | None = None
-    measured_from: float | None = Field(None, description="Unix time the first measured step began (its "
-                                        "neighbours on the node are read against this window)")
-    measured_until: float | None = Field(None, description="Unix time the last measured step ended")
     measured_pauses: list[tuple[float, float]] | None = Field(
         None, description="Unix times between measured steps that were not measured: the clock stood still (an "
         "evaluation, a checkpoint) or a warm-up step ran (a new shape's first steps: compile, graph capture); "
@@ -124,7 +132,7 @@ class LossPoint(_Model):
     learning_rate: float | None = None
 
 
-class InferenceStats(_Model):
+class InferenceStats(MeasuredWindow):
     batch_size: int
     seq_len: int = Field(description="max_seq_len; with max_length padding every batch has this width")
     dtype: str
@@ -136,17 +144,7 @@ class InferenceStats(_Model):
     samples_per_s: float
     tokens_per_s: float = Field(description="non-padding tokens per second")
     padded_tokens_per_s: float
-    tokens_per_sample: float | None = Field(None, description="measured non-padding tokens / measured samples")
-    padded_tokens_per_sample: float | None = Field(None, description="measured tokens incl. padding / measured "
-                                                   "samples")
-    measured_flops: float | None = Field(None, description="model FLOPs of the measured batches: one forward pass of "
-                                         "each batch's padded shape, matmuls and attention (kubesweep/jobs/flops.py); "
-                                         "null where the model's shapes are not counted")
     flops_per_batch: float | None = Field(None, description="measured_flops / batches")
-    tflops_per_s: float | None = Field(None, description="measured_flops / the measured batches' latency / 1e12")
-    measured_from: float | None = Field(None, description="Unix time the first measured step began (its "
-                                        "neighbours on the node are read against this window)")
-    measured_until: float | None = Field(None, description="Unix time the last measured step ended")
     graph: bool = Field(False, description="each batch's forward pass replayed as one CUDA graph (step_graph)")
     launch_s: Percentiles | None = Field(
         None, description="host time to issue each measured batch (the call's return, before the device sync)")

@@ -237,6 +237,14 @@ def test_tune_spec_problems(search: dict[str, Any], expected: str) -> None:
     assert expected in problems({"strategy": "tune", **search})
 
 
+def test_a_logged_metric_of_the_catalogue_is_a_tune_metric_and_objective() -> None:
+    """A tune search may optimise or constrain any metric its trials' runs log (kubesweep.wire.metrics)."""
+    sweep = parse_sweep(sweep_doc({"strategy": "tune", "space": {"batch_size": {"type": "choice", "values": [8]}},
+                                   "metric": "tflops_per_s", "mode": "max",
+                                   "constraints": [{"metric": "peak_mem_gib", "op": "<=", "value": 20}]}))
+    assert sweep.spec.search is not None
+
+
 def test_space_axis_must_not_be_a_matrix_axis() -> None:
     text = problems({"strategy": "tune", "space": {"batch_size": {"type": "choice", "values": [8, 16]}}},
                     matrix={"batch_size": [8]})

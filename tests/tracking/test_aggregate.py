@@ -14,6 +14,7 @@ import pytest
 
 from kubesweep.gpus import load_catalog
 from kubesweep.tracking import aggregate as agg
+from kubesweep.tracking import columns
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire import flags
 from kubesweep.wire import trial_metrics as tm
@@ -133,9 +134,9 @@ def test_status_and_flags_say_what_a_reader_must_know() -> None:
     assert cell.status == "GPU mismatch" and cell.flags == ["GPU mismatch"]
     [cell] = agg.aggregate([record("a", res=chance)], catalog=CATALOG)
     assert cell.status == "ok" and cell.flags == ["chance accuracy (0.51)", "n=1"]
-    assert agg.metric_text(cell, "samples_per_s") == "1,000"
+    assert columns.metric_text(cell, "samples_per_s") == "1,000"
     [cell] = agg.aggregate([record("a", outcome="pending")], catalog=CATALOG)
-    assert agg.metric_text(cell, "samples_per_s") == "pending"
+    assert columns.metric_text(cell, "samples_per_s") == "pending"
 
 
 def test_an_inference_cell_whose_gpu_waited_for_the_host_says_so() -> None:
@@ -179,17 +180,10 @@ def test_metric_text_gives_mean_cv_and_how_many_repeats_reached_the_target() -> 
     reached["eval"] = [{"step": 100, "accuracy": 0.95}]
     missed["eval"] = [{"step": 100, "accuracy": 0.80}]
     [cell] = agg.aggregate([record("a", res=reached), record("b", repeat=1, res=missed)], catalog=CATALOG)
-    assert agg.metric_text(cell, "tta_s") == "110.0 (1/2)"
+    assert columns.metric_text(cell, "tta_s") == "110.0 (1/2)"
     # ± the 95% interval's half-width in percent of the mean: t(0.975, 1) x s / sqrt(2) = 12.706 x 100 / 1,100
-    assert agg.metric_text(cell, "samples_per_s") == f"1,100 ±{12.706 * 100 / 1100 * 100:.1f}%" == "1,100 ±115.5%"
-    assert agg.metric_text(cell, "latency_p99_ms") == "-"  # succeeded, without that number
-
-
-@pytest.mark.parametrize(("value", "text"), [(None, "-"), (0, "0"), (12345.6, "12,346"), (123.45, "123.5"),
-                                             (1.234, "1.23"), (0.01234, "0.0123"), (0.0001234, "0.000123"),
-                                             (-2.5, "-2.50")])
-def test_fmt_number(value: float | None, text: str) -> None:
-    assert agg.fmt_number(value) == text
+    assert columns.metric_text(cell, "samples_per_s") == f"1,100 ±{12.706 * 100 / 1100 * 100:.1f}%" == "1,100 ±115.5%"
+    assert columns.metric_text(cell, "latency_p99_ms") == "-"  # succeeded, without that number
 
 
 # -- filters and sorting ------------------------------------------------------------------------------------------
@@ -245,8 +239,8 @@ def test_sorting_by_a_metric_puts_the_best_first_and_missing_values_last() -> No
 
 def test_markdown_csv_and_json_carry_the_same_cells() -> None:
     cells = cells_for_queries()
-    md = agg.to_markdown(cells).splitlines()
-    assert md[0] == "| " + " | ".join(agg.headers(cells)) + " |" and len(md) == 2 + len(cells)
+    md = columns.to_markdown(cells).splitlines()
+    assert md[0] == "| " + " | ".join(columns.headers(columns.cell_columns(cells))) + " |" and len(md) == 2 + len(cells)
     assert md[2].startswith("| finetune | h100-80gb | 32 | bf16 | off | 1 | ok | 1,500 |")
     assert md[2].endswith("| * | n=1 |")
 
@@ -308,7 +302,7 @@ def test_a_cell_above_the_gpus_ceiling_is_flagged_with_its_numbers_and_never_the
 
     assert why_no_best(cells[1:], "samples_per_s", 0.9) == ("every measured setting failed the physics check: a "
                                                              "measurement error")
-    text = agg.to_markdown(cells)
+    text = columns.to_markdown(cells)
     assert "| TFLOP/s | MFU % | padded tokens/sample |" in text and "| 301.0 ±0.8% | 30.42 ±0.8% | 21.00" in text
 
 
@@ -337,7 +331,7 @@ def test_a_random_init_speed_run_is_marked_and_may_be_fastest_but_never_most_acc
     cells = agg.aggregate(speed + learned, catalog=CATALOG)
     fast = next(c for c in cells if c.axes.batch_size == 256)
     assert fast.random_init and fast.flags == [flags.RANDOM_INIT] and not fast.at_chance
-    assert agg.metric_text(fast, "accuracy").startswith("0.5090 (random init)")
+    assert columns.metric_text(fast, "accuracy").startswith("0.5090 (random init)")
     assert agg.best_cell(cells, "samples_per_s") is fast
     best_acc = agg.best_cell(cells, "accuracy")
     assert best_acc is not None and best_acc.axes.batch_size == 32

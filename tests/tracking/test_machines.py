@@ -8,12 +8,13 @@ from typing import Any
 from kubesweep.gpus import load_catalog
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.machines import compare
+from kubesweep.wire.metrics import fmt_number
 from tests.tracking.test_aggregate import record, results
 
 
 def verdict(values: dict[str, list[float]]) -> Any:
     items = [(machine, v) for machine, vs in values.items() for v in vs]
-    return compare(items, lambda i: i[0], lambda i: i[1], unit="samples/s", fmt=agg.fmt_number)
+    return compare(items, lambda i: i[0], lambda i: i[1], unit="samples/s", fmt=fmt_number)
 
 
 def test_machines_that_agree_are_averaged_and_the_odd_one_of_three_is_named() -> None:

@@ -13,6 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from kubesweep.wire.flags import at_chance, comparison_tags
+from kubesweep.wire.metrics import TRAINING_KEYS, job_summary
 from kubesweep.wire.results import Results
 from kubesweep.wire.tags import FLAGS as FLAGS_TAG
 from kubesweep.wire.tags import NOTE as NOTE_TAG
@@ -60,6 +61,10 @@ def test_real_job_logs_a_child_run_that_results_reads(mlflow_server: MlflowServe
     assert child.data.tags[FLAGS_TAG] == child.data.tags[NOTE_TAG] == comparison_tags(typed, None)[FLAGS_TAG]
     assert (RANK_METRIC in child.data.metrics) == (not at_chance(typed))
     assert child.data.metrics["result/samples_per_s"] == pytest.approx(results["train"]["samples_per_s"])
+    # the job's summary keys carry the results fields the catalogue names for them (a tune metric reads either)
+    summary = {k: v for k, v in job_summary(TRAINING_KEYS, results).items() if v is not None}
+    assert {"result/samples_per_s", "result/train_s", "result/step_time_p50_s", "result/final_accuracy"} <= set(summary)
+    assert {k: child.data.metrics[k] for k in summary} == pytest.approx(summary)
     assert child.data.metrics["eval/accuracy"] == pytest.approx(results["final_accuracy"])
     assert "results.json" in [a.path for a in client.list_artifacts(child.info.run_id)]
 

@@ -29,6 +29,19 @@ def test_constraints_and_penalties() -> None:
     assert metrics.source("result/tokens_per_s").intermediate == "result/tokens_per_s"
 
 
+def test_a_metric_of_the_catalogue_is_a_tune_metric_read_by_its_definition() -> None:
+    """Every metric a trial's run logs at its end may be optimised or constrained: judged at the end only (no
+    intermediate key), its final key its name, its value in results.json read as `sweep results` reads it."""
+    src = metrics.source("peak_mem_gib")
+    assert (src.intermediate, src.final) == (None, "peak_mem_gib")
+    results = make_results(train={"samples_per_s": 12.5, "tflops_per_s": 3.5},
+                           memory={"torch_peak_allocated_bytes": 3 * 1024**3})
+    assert metrics.from_results("peak_mem_gib", results) == 3.0
+    assert metrics.from_results("tflops_per_s", results) == 3.5
+    assert metrics.from_results("cost_per_epoch", results) is None  # priced by the job: its MLflow key
+    assert metrics.final_values(["cost_per_epoch"], results, {"cost_per_epoch": 0.5}) == {"cost_per_epoch": 0.5}
+
+
 class ServerAway:
     """An MLflow client whose server is unreachable for its first `outages` calls. A stand-in: a real server
     cannot be made to drop a request on cue within a unit test; the poller's reaction to it is what is tested."""

@@ -11,6 +11,7 @@ import pytest
 from kubesweep.gpus import load_catalog
 from kubesweep.wire import flags, tags
 from kubesweep.wire import trial_metrics as tm
+from kubesweep.wire.metrics import LOGGED_METRICS
 from tests.support.results_docs import make_results, monitor, trial_parts
 
 CATALOG = load_catalog()
@@ -39,51 +40,13 @@ def comparison(res: dict[str, Any], gpu: str | None, gpus: int) -> dict[str, flo
 # -- one trial --------------------------------------------------------------------------------------------------
 
 
-def test_time_to_accuracy_charges_warm_up_to_the_first_steps_and_spreads_the_rest_evenly() -> None:
-    r = results(train_s=110.0)  # 100 steps, the first 3 took 10 s: 100 s for the other 97
-    r["eval"] = [{"step": 50, "accuracy": 0.85}, {"step": 70, "accuracy": 0.905}, {"step": 100, "accuracy": 0.93}]
-    assert tm.time_to_accuracy(make_results(**r), 0.90) == pytest.approx(10.0 + (70 - 3) * 100.0 / 97)
-    assert tm.time_to_accuracy(make_results(**r), 0.92) == 110.0  # an evaluation at the last step: exactly train_s
-    assert tm.time_to_accuracy(make_results(**r), 0.95) is None  # never reached
-    r["eval"] = [{"step": 2, "accuracy": 0.95}]
-    assert tm.time_to_accuracy(make_results(**r), 0.90) == pytest.approx(10.0 * 2 / 3)  # within the warm-up
-    r["timings"] = {}
-    r["eval"] = [{"step": 50, "accuracy": 0.95}]
-    assert tm.time_to_accuracy(make_results(**r), 0.90) is None  # no training time to interpolate
-
-
-def test_training_time_to_accuracy_counts_every_step_at_the_steady_step_time_and_no_warm_up() -> None:
-    """Two repeats of one setting: the first compiled (a 40 s warm-up), the second read the compile cache (4 s).
-    Their TTA differs by the compilation; their training time to the target does not."""
-    steps = results()["train"]  # 100 steps, the first 3 the warm-up: 40 s cold, 4 s warm; 100 s for the other 97
-    cold = results(train_s=140.0, train={**steps, "warmup_time_s": 40.0})
-    warm = results(train_s=104.0, train={**steps, "warmup_time_s": 4.0})
-    for r in (cold, warm):
-        r["eval"] = [{"step": 50, "accuracy": 0.85}, {"step": 70, "accuracy": 0.905}]
-        r["config"] = {"compile": True}
-        r["timings"]["compile_warmup_s"] = r["train"]["warmup_time_s"]
-    cold["compile_cache"] = {"fx_graph_hits": 0, "fx_graph_misses": 12, "aot_autograd_hits": 0,
-                             "aot_autograd_misses": 3, "hit": False}
-    warm["compile_cache"] = {"fx_graph_hits": 12, "fx_graph_misses": 0, "aot_autograd_hits": 3,
-                             "aot_autograd_misses": 0, "hit": True}
-    a, b = make_results(**cold), make_results(**warm)
-    assert tm.time_to_accuracy(a, 0.90) - tm.time_to_accuracy(b, 0.90) == pytest.approx(36.0)  # type: ignore[operator]
-    assert tm.train_time_to_accuracy(a, 0.90) == tm.train_time_to_accuracy(b, 0.90) == pytest.approx(70 * 100 / 97)
-    assert tm.train_time_to_accuracy(a, 0.95) is None  # never reached
-    assert tm.warmup_by_cache(a) == (40.0, None) and tm.warmup_by_cache(b) == (None, 4.0)
-    eager = make_results(**results())
-    assert tm.warmup_by_cache(eager) == (None, None)  # no compile: its warm-up is only warmup_s
-    metrics = tm.trial_metrics(a, "succeeded", gpus=1, price_per_hour=None, target=0.90, peak_tflops=None)
-    assert metrics["tta_train_s"] == pytest.approx(70 * 100 / 97) and metrics["warmup_cold_s"] == 40.0
-
-
 def test_comparison_metrics_are_rounded_to_five_significant_digits_and_only_for_a_success() -> None:
     queued = results(1234.56789)
     queued["timings"]["queue_wait_s"] = 61.23456  # a trial run from a Kueue queue (spec.queue)
     queued["train"] |= {"tflops_per_s": 12.3456, "padded_tokens_per_sample": 21.25}
     queued["probe"] = PROBE
     out = comparison(queued, gpu="h100-80gb", gpus=1)
-    assert set(out) == {*tm.COMPARISON_METRICS, tm.RANK_METRIC}
+    assert set(out) == {*LOGGED_METRICS, tm.RANK_METRIC}
     assert out["samples_per_s"] == out[tm.RANK_METRIC] == 1234.6 and out["epoch_s"] == 36.667
     assert out["queue_wait_s"] == 61.235
     assert "queue_wait_s" not in comparison(results(1234.56789), gpu="h100-80gb", gpus=1)
