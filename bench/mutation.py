@@ -37,7 +37,7 @@ RESULTS = ROOT / "bench" / "results"
 # The pure core: the modules a user's promises rest on, with no cluster, server or GPU behind them.
 MODULES = [
     "kubesweep/plan.py",
-    "kubesweep/spec/model.py",
+    "kubesweep/sweep_spec/model.py",
     "kubesweep/wire/config.py",
     "kubesweep/tracking/intervals.py",
     "kubesweep/tune/repeats.py",
@@ -52,7 +52,7 @@ TESTS = [
     "tests/test_plan.py",
     "tests/test_plan_count.py",
     "tests/test_plan_ids.py",
-    "tests/spec/test_spec.py",
+    "tests/sweep_spec/test_spec.py",
     "tests/wire/test_config.py",
     "tests/wire/test_config_bounds.py",
     "tests/tracking/test_intervals.py",
@@ -78,9 +78,9 @@ FAST = "not cluster and not realnode and not images and not browser and not gpu 
 # (it counts apart in the score); "open: ..." for one a test could kill, with what stands in the way. A survivor
 # missing here is listed as open.
 EXPLAINED: dict[str, str] = {
-    "kubesweep.spec.model.x__job_axis_type__mutmut_*": "equivalent for this tool: runs once, at import, to build the "
-    "Matrix model; mutmut switches a mutant on per test in a process that imported the module unchanged",
-    "kubesweep.spec.model.x__axis_types__mutmut_*": "equivalent for this tool: runs once, at import (as above)",
+    "kubesweep.sweep_spec.model.x__job_axis_type__mutmut_*": "equivalent for this tool: runs once, at import, to "
+    "build the Matrix model; mutmut switches a mutant on per test in a process that imported the module unchanged",
+    "kubesweep.sweep_spec.model.x__axis_types__mutmut_*": "equivalent for this tool: runs once, at import (as above)",
     "kubesweep.operator.ownership.x_sealed_for__mutmut_7": "equivalent: a missing seal compared as '' or 'XXXX' "
     "matches no 64-hex-digit HMAC either way",
     "kubesweep.operator.ownership.x_seal__mutmut_[567]": "open: the seal's message (its domain tag and separator) "
@@ -91,8 +91,8 @@ EXPLAINED: dict[str, str] = {
     "wall (a trial of world >= 1)",
     "kubesweep.wire.handover.xǁWorkerEventǁline__mutmut_*": "open: the event line's exact text (key order, "
     "rounding) is read back by parse_event only; the line's separator is changing, pin its text after that",
-    "kubesweep.spec.model.xǁSweepǁproblem__mutmut_*": "open: reached through kubesweep.preflight only, whose tests "
-    "are not among this run's",
+    "kubesweep.sweep_spec.model.xǁSweepǁproblem__mutmut_*": "open: reached through kubesweep.preflight only, whose "
+    "tests are not among this run's",
 }
 
 

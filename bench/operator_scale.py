@@ -90,7 +90,7 @@ from kubesweep.crd import GROUP, PLURAL, VERSION  # noqa: E402
 from kubesweep.manifests import LABEL_SWEEP  # noqa: E402
 from kubesweep.operator.store import resource_body  # noqa: E402
 from kubesweep.plan import plan  # noqa: E402
-from kubesweep.spec import parse_sweep  # noqa: E402
+from kubesweep.sweep_spec import parse_sweep  # noqa: E402
 
 CHART = ROOT / "charts" / "kubesweep"
 RESULTS = ROOT / "bench" / "results"

@@ -10,7 +10,7 @@ import statistics
 import time
 
 from kubesweep.plan import plan
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 
 
 def main() -> None:

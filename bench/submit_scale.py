@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from kubesweep.backends.kubernetes import KubernetesBackend  # noqa: E402
 from kubesweep.plan import plan  # noqa: E402
-from kubesweep.spec import parse_sweep  # noqa: E402
+from kubesweep.sweep_spec import parse_sweep  # noqa: E402
 
 DIGEST = "registry.example/kubesweep-job@sha256:" + "0" * 64
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")

@@ -37,7 +37,7 @@ from kubesweep.jobs.command import (
     job_argv,
 )
 from kubesweep.plan import Plan, Trial
-from kubesweep.spec import DIGEST_RE, Sweep
+from kubesweep.sweep_spec import DIGEST_RE, Sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.handover import HANDOVER_ANNOTATION, HANDOVER_FILE
 from kubesweep.wire.outcomes import ExitCode

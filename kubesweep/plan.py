@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.spec import MaxBatchSearch, Problem, RandomSearch, SpecError, Sweep, TuneSearch, set_axes
+from kubesweep.sweep_spec import MaxBatchSearch, Problem, RandomSearch, SpecError, Sweep, TuneSearch, set_axes
 from kubesweep.wire.config import CUDA_ONLY_SDPA, JOB_FIELDS, JobConfig, TrialConfig
 
 MAX_NAME = 63

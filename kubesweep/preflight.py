@@ -33,14 +33,14 @@ from kubesweep.backend_factory import configure
 from kubesweep.backends.local_machine import detect_gpus
 from kubesweep.gpus import PRODUCT_LABEL, Catalog, load_catalog
 from kubesweep.manifests import image_problem
-from kubesweep.spec import Problem, SpecError, set_axes
+from kubesweep.sweep_spec import Problem, SpecError, set_axes
 from kubesweep.wire.config import PATH_SETTINGS, is_local_path, local_path
 
 if TYPE_CHECKING:
     from kubesweep.backends.k8s_gpus import ClusterGpus
     from kubesweep.backends.local_machine import Device
     from kubesweep.plan import Plan
-    from kubesweep.spec import Sweep
+    from kubesweep.sweep_spec import Sweep
 
 SMOKE_SPEC = "sweeps/smoke.yaml"  # the CPU sweep shipped with kubesweep
 

@@ -47,7 +47,7 @@ from kubesweep.detach import spawn_driver, spawn_search
 from kubesweep.gpus import CatalogError
 from kubesweep.plan import Plan
 from kubesweep.preflight import TypeFit, check, gpu_fit
-from kubesweep.spec import SpecError, Sweep
+from kubesweep.sweep_spec import SpecError, Sweep
 from kubesweep.tracking.aggregate import Cell, aggregate
 from kubesweep.tracking.records import from_backend, from_results_dir, names_a_directory
 from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore

@@ -11,7 +11,7 @@ import yaml
 from kubesweep.crd import CHECKED_IN, IMMUTABLE_FIELDS, SweepStatusBody, crd, crd_yaml
 from kubesweep.operator.store import resource_body, sweep_from_resource
 from kubesweep.plan import plan
-from kubesweep.spec import SweepSpec, load_sweep_file
+from kubesweep.sweep_spec import SweepSpec, load_sweep_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))

@@ -16,7 +16,7 @@ from kubesweep.backends.kubernetes import KubernetesBackend
 from kubesweep.operator.client import SweepClient
 from kubesweep.plan import plan
 from kubesweep.session import Options, Session
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 from kubesweep.wire.outcomes import Outcome
 
 STAND_IN = Path(__file__).parent / "support" / "stand_in_job.py"

@@ -32,7 +32,7 @@ FLOORS: dict[str, int] = {
     "kubesweep": 0,  # the package's version only
     "kubesweep.wire": 0,
     "kubesweep.jobs": 1,
-    "kubesweep.spec": 1,
+    "kubesweep.sweep_spec": 1,
     "kubesweep.gpus": 1,
     "kubesweep.images": 1,
     "kubesweep.plan": 2,

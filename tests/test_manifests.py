@@ -12,7 +12,7 @@ import yaml
 
 from kubesweep.manifests import ANNOTATION_CONFIG, RenderError, render_plan, to_yaml, trial_config_from_job
 from kubesweep.plan import plan
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 
 K8S_VERSION = "1.37.0"
 DIGEST = "registry.example/kubesweep-job@sha256:" + "ab" * 32

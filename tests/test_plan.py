@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kubesweep.gpus import default_catalog
 from kubesweep.plan import interleave, plan
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 
 DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 GPUS = default_catalog().names

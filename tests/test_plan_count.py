@@ -31,7 +31,7 @@ from kubesweep.plan import (
     next_probes,
     plan,
 )
-from kubesweep.spec import MaxBatchSearch, SpecError, Sweep, parse_sweep, set_axes
+from kubesweep.sweep_spec import MaxBatchSearch, SpecError, Sweep, parse_sweep, set_axes
 
 ROOT = Path(__file__).parents[1]
 GPUS = default_catalog().names

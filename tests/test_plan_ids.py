@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.plan import plan, trial_id
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 from kubesweep.wire.config import JobConfig
 
 ROOT = Path(__file__).parents[1]

@@ -14,7 +14,7 @@ from kubesweep.images.lock import DEFAULT_LOCK
 from kubesweep.plan import plan
 from kubesweep.preflight import NotRunnable, check, fit_lines, fit_report, gpu_fit
 from kubesweep.session import EXIT_USAGE, error_code
-from kubesweep.spec import load_sweep_file
+from kubesweep.sweep_spec import load_sweep_file
 
 ROOT = Path(__file__).parents[1]
 DIGEST = "sha256:" + "ab" * 32

@@ -36,7 +36,7 @@ from kubesweep.session import (
     error_code,
     exit_code,
 )
-from kubesweep.spec import SpecError, Sweep, parse_sweep
+from kubesweep.sweep_spec import SpecError, Sweep, parse_sweep
 from kubesweep.tracking.runs import TrackingError
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome

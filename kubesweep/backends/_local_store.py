@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, TrialStatus
-from kubesweep.spec.model import Concurrency, Placement, Resources
+from kubesweep.sweep_spec.model import Concurrency, Placement, Resources
 from kubesweep.wire.outcomes import Outcome
 
 SCHEMA = """

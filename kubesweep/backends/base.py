@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kubesweep.plan import Plan, Trial
-from kubesweep.spec import Sweep
+from kubesweep.sweep_spec import Sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.results import Results

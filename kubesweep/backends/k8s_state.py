@@ -30,7 +30,7 @@ from typing import Any
 
 from kubesweep.backends.base import BackendError, Phase, SweepNotFound
 from kubesweep.manifests import FIELD_MANAGER, LABEL_SWEEP, sweep_labels
-from kubesweep.spec import SpecError, Sweep, parse_sweep
+from kubesweep.sweep_spec import SpecError, Sweep, parse_sweep
 from kubesweep.wire.outcomes import Outcome
 
 SLICE_SIZE = 500

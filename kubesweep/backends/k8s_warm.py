@@ -58,7 +58,7 @@ from kubesweep.backends.k8s_status import Observed, job_finished, unschedulable
 from kubesweep.backends.k8s_watch import Obj
 from kubesweep.manifests import LABEL_WORKER, render_worker, warm, worker_key
 from kubesweep.plan import Plan, Trial
-from kubesweep.spec import Sweep
+from kubesweep.sweep_spec import Sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.handover import (
     EVENT_PREFIX,

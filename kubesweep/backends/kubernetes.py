@@ -28,7 +28,7 @@ from kubesweep.backends.k8s_state import ConfigMapStore, SearchTrials, SweepStat
 from kubesweep.backends.k8s_watch import Followers
 from kubesweep.manifests import RenderError, resolve_image
 from kubesweep.plan import Plan, Trial
-from kubesweep.spec import Sweep
+from kubesweep.sweep_spec import Sweep
 from kubesweep.wire.env import TrackingEnv
 
 

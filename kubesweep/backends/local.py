@@ -65,7 +65,7 @@ from kubesweep.backends.local_machine import (
 from kubesweep.gpus import load_catalog
 from kubesweep.jobs.command import JOB_MODULE
 from kubesweep.plan import Plan, Trial
-from kubesweep.spec import Sweep, parse_sweep
+from kubesweep.sweep_spec import Sweep, parse_sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.results import Results

@@ -40,7 +40,7 @@ from kubesweep.plan import DEFAULT_MAX_TRIALS, check_size, plan
 from kubesweep.preflight import fit_lines, fit_report
 from kubesweep.session import EXIT_BACKEND, EXIT_INTERRUPTED, EXIT_NOT_FOUND, EXIT_USAGE, Options, Session, error_code
 from kubesweep.session import Results as SweepResults
-from kubesweep.spec import Override, SpecError, Sweep, gpu_types, load_sweep_file, only_gpus, parse_sets
+from kubesweep.sweep_spec import Override, SpecError, Sweep, gpu_types, load_sweep_file, only_gpus, parse_sets
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking import ui as ui_mod
 from kubesweep.tracking.records import ResultsDirError, names_a_directory

@@ -28,7 +28,7 @@ from kubesweep.cli.terminal_text import clean, plain, value_text
 from kubesweep.cli.trial_progress import Peek, ProgressReader, duration
 from kubesweep.plan import Plan
 from kubesweep.results import ResultRow, row_of
-from kubesweep.spec.overrides import Override, value_at
+from kubesweep.sweep_spec.overrides import Override, value_at
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.busy import busy_text, gpu_busy
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from kubesweep.spec import Sweep
+    from kubesweep.sweep_spec import Sweep
 
 T = TypeVar("T")
 UNFINISHED = ("pending", "running")  # a record's outcome while its trial has not ended

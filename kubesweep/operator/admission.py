@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kubesweep.manifests import image_problem
 from kubesweep.plan import SweepTooLarge, check_size
-from kubesweep.spec import Sweep
+from kubesweep.sweep_spec import Sweep
 
 # The label that opens a PersistentVolumeClaim (spec.storage) or a ServiceAccount (spec.service_account) to sweeps'
 # trials: set by whoever may label them, a namespace admin

@@ -46,7 +46,7 @@ from kubesweep.operator.store import (
     sweep_from_resource,
 )
 from kubesweep.plan import Plan, Trial, plan
-from kubesweep.spec import SpecError, Sweep
+from kubesweep.sweep_spec import SpecError, Sweep
 from kubesweep.wire.env import TrackingEnv
 
 INSTALL_HINT = ("install the chart (helm install kubesweep charts/kubesweep -n kubesweep --create-namespace, "

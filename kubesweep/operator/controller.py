@@ -48,7 +48,7 @@ from kubesweep.operator.store import (
     status_view,
 )
 from kubesweep.plan import Trial
-from kubesweep.spec import Sweep
+from kubesweep.sweep_spec import Sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
 

@@ -38,7 +38,7 @@ from kubesweep.backends.k8s_state import (
 )
 from kubesweep.crd import GROUP, KIND, PLURAL, SLICE_KIND, SLICE_PLURAL, VERSION, Counts, SweepStatusBody, TrialNote
 from kubesweep.manifests import LABEL_SWEEP, sweep_labels
-from kubesweep.spec import SpecError, Sweep, parse_sweep
+from kubesweep.sweep_spec import SpecError, Sweep, parse_sweep
 from kubesweep.wire.outcomes import Outcome
 
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -19,8 +19,8 @@ from kubesweep.backend_factory import BACKENDS, Flags, KubernetesConfig, configu
 from kubesweep.backends.base import BackendError
 from kubesweep.cli.search_view import search_lines
 from kubesweep.session import EXIT_BACKEND, EXIT_USAGE, exit_code
-from kubesweep.spec import SpecError, parse_sweep, parse_sweep_text
-from kubesweep.spec.file import read_spec_text
+from kubesweep.sweep_spec import SpecError, parse_sweep, parse_sweep_text
+from kubesweep.sweep_spec.file import read_spec_text
 from kubesweep.tune.dispatch import NoSearch, run_search
 from kubesweep.wire.env import TRACKING_SECRET_ENV, TrackingEnv
 

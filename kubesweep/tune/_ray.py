@@ -18,7 +18,7 @@ from ray import tune
 from ray.tune import Callback
 
 from kubesweep.plan import make_trial
-from kubesweep.spec import Sweep, TuneSearch
+from kubesweep.sweep_spec import Sweep, TuneSearch
 from kubesweep.tune import metrics as m
 from kubesweep.tune.space import axes_from_config
 

@@ -1,6 +1,6 @@
 """Starting a search, for every backend: the one place that turns a spec's `search` into the code that runs it.
 
-The spec says whether its search is adaptive and which function runs it (`kubesweep.spec.SEARCH_RUNNERS`);
+The spec says whether its search is adaptive and which function runs it (`kubesweep.sweep_spec.SEARCH_RUNNERS`);
 `run_search` imports that function and runs the search to its end. `sweep submit`/`sweep resume` call it in
 their process (the session layer, `kubesweep.session`), the tuner Job calls it through `python -m kubesweep.tune`.
 
@@ -15,13 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kubesweep.spec import SEARCH_RUNNERS
+from kubesweep.sweep_spec import SEARCH_RUNNERS
 
 REPEATS = "repeats"  # what sequential repeats write: repeats/repeats.json
 
 if TYPE_CHECKING:
     from kubesweep.backends.base import Backend, SweepStatus
-    from kubesweep.spec import Sweep
+    from kubesweep.sweep_spec import Sweep
     from kubesweep.wire.env import TrackingEnv
     from kubesweep.wire.search import SearchSummary
 

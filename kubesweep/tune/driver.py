@@ -29,7 +29,7 @@ from typing import Any
 
 from kubesweep.backends.base import Backend, BackendError, SweepStatus
 from kubesweep.plan import make_trial, plan
-from kubesweep.spec import Sweep, TuneSearch
+from kubesweep.sweep_spec import Sweep, TuneSearch
 from kubesweep.tracking.runs import quiet
 from kubesweep.tune import metrics as m
 from kubesweep.tune.space import axes_from_config, ray_space

@@ -25,7 +25,7 @@ from typing import Any
 from kubesweep.backends.base import Backend, SweepStatus
 from kubesweep.gpus import load_catalog
 from kubesweep.plan import Trial, candidates, cells, drop_reason, make_trial, next_probes, plan
-from kubesweep.spec import MaxBatchSearch, Sweep
+from kubesweep.sweep_spec import MaxBatchSearch, Sweep
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.search import MaxBatchCell, MaxBatchSummary, summary_json

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubesweep.spec import Constraint, TuneSearch
+from kubesweep.sweep_spec import Constraint, TuneSearch
 from kubesweep.tracking.records import ResultsFileError, read_results_file
 from kubesweep.wire import tags
 from kubesweep.wire.flags import finite

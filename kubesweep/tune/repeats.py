@@ -39,7 +39,7 @@ from typing import Any
 
 from kubesweep.backends.base import Backend, BackendError, SweepStatus
 from kubesweep.plan import Trial, make_trial, plan
-from kubesweep.spec import SequentialRepeats, Sweep
+from kubesweep.sweep_spec import SequentialRepeats, Sweep
 from kubesweep.tracking import intervals
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord, from_backend, from_mlflow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kubesweep.spec import Distribution, TuneSearch, axis_is_int
+from kubesweep.sweep_spec import Distribution, TuneSearch, axis_is_int
 
 
 def ray_space(search: TuneSearch) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 
 from kubesweep.backends import Backend, BackendError, Phase, SweepConflict, SweepNotFound, SweepStatus
 from kubesweep.plan import Plan, Trial, make_trial, plan
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 from kubesweep.wire.outcomes import Outcome
 
 CRASH_LR = 0.123

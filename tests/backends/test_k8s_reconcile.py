@@ -16,7 +16,7 @@ from kubesweep.backends.k8s_client import Api
 from kubesweep.backends.k8s_reconcile import JobPolicy, JobReconciler, Listed
 from kubesweep.backends.k8s_state import Recorded, StateStore, SweepState
 from kubesweep.manifests import LABEL_TRIAL, UNGUARDED_TTL_FLOOR
-from kubesweep.spec import Sweep, parse_sweep
+from kubesweep.sweep_spec import Sweep, parse_sweep
 from kubesweep.wire.outcomes import Outcome
 
 DIGEST = "registry.example/job@sha256:" + "0" * 64

@@ -26,7 +26,7 @@ from kubesweep.backends.k8s_reconcile import JobReconciler, Listed
 from kubesweep.backends.k8s_warm import INTERRUPTED, Pod, plan_handovers, slice_trial
 from kubesweep.manifests import LABEL_TRIAL, LABEL_WORKER, render_trial
 from kubesweep.plan import plan
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 from kubesweep.wire.handover import HANDED_ANNOTATION, HANDOVER_ANNOTATION, MAX_HANDED, Handover, WorkerEvent, escape
 from kubesweep.wire.outcomes import Outcome
 from tests.backends.test_k8s_kueue import PENDING, FakeCustomApi, cond, workload

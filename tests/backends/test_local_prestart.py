@@ -22,7 +22,7 @@ from kubesweep.backends.local import LocalBackend
 from kubesweep.backends.local_machine import Device
 from kubesweep.jobs.gpu_lease import GpuLease
 from kubesweep.plan import plan
-from kubesweep.spec import parse_sweep_text
+from kubesweep.sweep_spec import parse_sweep_text
 from kubesweep.tracking.busy import trial_span
 from kubesweep.wire.results import Results
 

@@ -480,7 +480,7 @@ def test_an_api_server_that_hangs_is_an_error_within_seconds(gpuless: dict[str, 
 def _copied_sweep(directory: Path, product: str, speed: float) -> None:
     """Results files as a local sweep on another machine leaves them: one GPU type (NVML's), 3 repeats a cell."""
     from kubesweep.plan import plan
-    from kubesweep.spec import parse_sweep_text
+    from kubesweep.sweep_spec import parse_sweep_text
     from tests.support.tracked_job import build
 
     text = ("apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: showcase}\nspec:\n  job: {epochs: 1}\n"

@@ -15,7 +15,7 @@ from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.cli import views
 from kubesweep.plan import plan
 from kubesweep.results import ResultRow
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.search import MaxBatchCell, MaxBatchSummary
 

@@ -17,7 +17,7 @@ from kubesweep.images.lock import (
 )
 from kubesweep.manifests import RenderError, render_plan
 from kubesweep.plan import plan
-from kubesweep.spec import SpecError, load_sweep_file
+from kubesweep.sweep_spec import SpecError, load_sweep_file
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubesweep.operator.admission import CLAIM_ALLOWED, CLAIM_LABEL, Admitted, Policy, Refused, admit
-from kubesweep.spec import Sweep, parse_sweep
+from kubesweep.sweep_spec import Sweep, parse_sweep
 
 DIGEST = "registry.example/job@sha256:" + "0" * 64
 SOURCE = "sweeps.kubesweep.io/s in namespace ns"

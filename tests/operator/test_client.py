@@ -24,7 +24,7 @@ from kubesweep.manifests import LABEL_SWEEP
 from kubesweep.operator.client import OPERATOR_GRACE, SweepClient, crd_installed
 from kubesweep.operator.store import ANNOTATION_CANCEL, ANNOTATION_RESUME, CLIENT_MANAGER, rfc3339
 from kubesweep.plan import Plan, plan
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 from kubesweep.wire.outcomes import Outcome
 
 GV = "kubesweep.io/v1alpha1"

@@ -21,7 +21,7 @@ import pytest
 from kubesweep.operator.client import SweepClient
 from kubesweep.operator.testhooks import ANNOTATION
 from kubesweep.plan import Plan, plan
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 from tests.backends.contract import BackendContract, Harness, kwok_annotations
 from tests.operator.test_controller_cluster import (  # noqa: F401  (installed, operator: fixtures used by name)
     JOB_IMAGE,

@@ -28,7 +28,7 @@ import yaml
 
 from kubesweep.backends.k8s_state import TrialEntry
 from kubesweep.plan import plan
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 from kubesweep.wire.outcomes import Outcome
 
 pytestmark = pytest.mark.cluster

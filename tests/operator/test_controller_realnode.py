@@ -923,7 +923,7 @@ def _spec_doc(tmp_path: Path, name: str, image: str, **kwargs: Any) -> dict[str,
 def _create_as(stack: Stack, user: str, doc: dict[str, Any]) -> None:
     """The Sweep resource `sweep submit` would apply, created with kubectl as `user`."""
     from kubesweep.operator.store import resource_body
-    from kubesweep.spec import parse_sweep
+    from kubesweep.sweep_spec import parse_sweep
 
     out = _as_user(stack, user, "create", "-f", "-", input=json.dumps(resource_body(parse_sweep(doc), stack.namespace)))
     assert out.returncode == 0, out.stderr

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kubesweep.plan import Plan, plan
-from kubesweep.spec import Sweep, parse_sweep
+from kubesweep.sweep_spec import Sweep, parse_sweep
 
 DIGEST = "registry.example/job@sha256:" + "0" * 64
 

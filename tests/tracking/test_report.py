@@ -15,7 +15,7 @@ from typing import Any
 
 from kubesweep.gpus import load_catalog
 from kubesweep.plan import plan
-from kubesweep.spec import parse_sweep_text
+from kubesweep.sweep_spec import parse_sweep_text
 from kubesweep.tracking import figures as figs
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from kubesweep.backends.kubernetes import KubernetesBackend
-from kubesweep.spec import Sweep
+from kubesweep.sweep_spec import Sweep
 from kubesweep.tune.driver import run_tune
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.search import summary_json

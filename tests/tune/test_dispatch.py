@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kubesweep.session import Options, Session
-from kubesweep.spec import SEARCH_RUNNERS, Sweep
+from kubesweep.sweep_spec import SEARCH_RUNNERS, Sweep
 from kubesweep.tune.dispatch import NoSearch, run_search, summary_names
 from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.search import MaxBatchSummary

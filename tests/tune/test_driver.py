@@ -143,7 +143,7 @@ def test_a_succeeded_trial_without_the_metric_is_infeasible_not_a_crash() -> Non
     from types import SimpleNamespace
 
     from kubesweep.backends.base import Phase, TrialStatus
-    from kubesweep.spec import parse_sweep
+    from kubesweep.sweep_spec import parse_sweep
     from kubesweep.tune.driver import summarize
 
     sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "t"},

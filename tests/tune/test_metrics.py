@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
-from kubesweep.spec import Constraint
+from kubesweep.sweep_spec import Constraint
 from kubesweep.tune import metrics
 from kubesweep.wire import tags
 from tests.support.mlflow_fixtures import MlflowServer

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("ray")
 
 from kubesweep.plan import make_trial
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 from kubesweep.tune import _ray
 from kubesweep.tune.metrics import write_snapshot
 

@@ -14,7 +14,7 @@ import pytest
 from kubesweep.cli.search_view import repeats_lines
 from kubesweep.plan import count_trials, make_trial, plan
 from kubesweep.session import Options, Session
-from kubesweep.spec import SequentialRepeats, SpecError, parse_sweep
+from kubesweep.sweep_spec import SequentialRepeats, SpecError, parse_sweep
 from kubesweep.tracking.report import build
 from kubesweep.tune.repeats import AT_MAX, HOST_BOUND, NO_VALUE, REACHED, CellRepeats, leaders, next_repeats
 from kubesweep.wire.outcomes import Outcome

@@ -25,7 +25,7 @@ from kubesweep.jobs.mlflow_logger import MlflowTrialLogger
 from kubesweep.manifests import ANNOTATION_CONFIG, LABEL_SWEEP, LABEL_TRIAL
 from kubesweep.plan import plan
 from kubesweep.session import Options, Session
-from kubesweep.spec import parse_sweep
+from kubesweep.sweep_spec import parse_sweep
 from kubesweep.tracking.sweep import open_parent
 from kubesweep.tracking.target import resolve
 from kubesweep.wire.outcomes import Outcome

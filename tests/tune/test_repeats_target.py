@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from kubesweep.plan import make_trial
-from kubesweep.spec import SequentialRepeats, parse_sweep
+from kubesweep.sweep_spec import SequentialRepeats, parse_sweep
 from kubesweep.tune.repeats import REACHED, CellRepeats
 
 SWEEP = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "edge"},

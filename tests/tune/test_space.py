@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubesweep.spec import TuneSearch
+from kubesweep.sweep_spec import TuneSearch
 from kubesweep.tune.space import axes_from_config
 
 

@@ -4,7 +4,7 @@ runs view's name column, and `compile` in the CLI's words."""
 from __future__ import annotations
 
 from kubesweep.plan import plan
-from kubesweep.spec import parse_sweep_text
+from kubesweep.sweep_spec import parse_sweep_text
 from kubesweep.wire import tags
 from kubesweep.wire.config import JobConfig, TrialConfig
 from kubesweep.wire.trial_run import compile_text, run_name, run_params, run_tags

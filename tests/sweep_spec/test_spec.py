@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kubesweep.plan import count_trials, plan
-from kubesweep.spec import MaxBatchSearch, SpecError, TuneSearch, load_sweep_file, parse_sweep
+from kubesweep.sweep_spec import MaxBatchSearch, SpecError, TuneSearch, load_sweep_file, parse_sweep
 
 ROOT = Path(__file__).parents[2]
 BAD = sorted((ROOT / "tests" / "data" / "bad_specs").glob("*.yaml"))
@@ -55,7 +55,7 @@ def test_line_numbers_point_at_the_value() -> None:
     text = "apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: x}\nspec:\n  matrix:\n" \
            "    precision:\n      - fp32\n      - bf61\n"
     with pytest.raises(SpecError) as info:
-        from kubesweep.spec import parse_sweep_text
+        from kubesweep.sweep_spec import parse_sweep_text
 
         parse_sweep_text(text, source="sweeps/x.yaml")
     assert str(info.value) == "sweeps/x.yaml:8: spec.matrix.precision[1]: 'bf61' is not one of fp32, tf32, fp16, bf16"
@@ -201,7 +201,7 @@ spec:
 
 
 def test_errors_name_file_line_and_field() -> None:
-    from kubesweep.spec import parse_sweep_text
+    from kubesweep.sweep_spec import parse_sweep_text
 
     with pytest.raises(SpecError) as info:
         parse_sweep_text(TEXT, source="x.yaml")
@@ -326,7 +326,7 @@ def test_duplicates_are_found_for_values_equal_as_settings() -> None:
 
 def test_only_gpus_keeps_the_named_types_and_their_trial_ids() -> None:
     from kubesweep.plan import plan
-    from kubesweep.spec import gpu_types, only_gpus
+    from kubesweep.sweep_spec import gpu_types, only_gpus
 
     sweep = load_sweep_file(ROOT / "sweeps" / "gpu_matrix.yaml")
     assert gpu_types(sweep) == ["a100-40gb", "v100-32gb", "rtx-3090", "l40s", "h100-80gb"]

@@ -10,9 +10,9 @@ file, the line, the field path and what was expected, one problem per line:
 
     sweeps/x.yaml:12: spec.matrix.precision[2]: 'bf61' is not one of fp32, tf32, fp16, bf16
 
-Reading the file (its size, its YAML, its lines) is `kubesweep.spec.file`'s; the model (fields, bounds, axes) is
-`kubesweep.spec.model`, the checks the schema cannot say `kubesweep.spec.checks`, the wording of validation errors
-`kubesweep.spec.errors`; this module parses with them and is where callers import the model from. Values are
+Reading the file (its size, its YAML, its lines) is `sweep_spec.file`'s; the model (fields, bounds, axes) is
+`sweep_spec.model`, the checks the schema cannot say `sweep_spec.checks`, the wording of validation errors
+`sweep_spec.errors`; this module parses with them and is where callers import the model from. Values are
 validated strictly: a value has its field's type (`"16"` is not an integer, `16.0` is not one either, `"true"` is
 not a boolean).
 """
@@ -26,27 +26,27 @@ from typing import Any
 from pydantic import ValidationError
 
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.spec.checks import axis_is_int as axis_is_int
-from kubesweep.spec.checks import semantic_problems, warnings_of
-from kubesweep.spec.errors import clean_path, message
-from kubesweep.spec.file import MAX_DEPTH, LineMap, load_document, read_spec_text, too_deep
-from kubesweep.spec.file import Problem as Problem
-from kubesweep.spec.file import SpecError as SpecError
-from kubesweep.spec.model import DIGEST_RE as DIGEST_RE
-from kubesweep.spec.model import SEARCH_RUNNERS as SEARCH_RUNNERS
-from kubesweep.spec.model import Constraint as Constraint
-from kubesweep.spec.model import Distribution as Distribution
-from kubesweep.spec.model import MaxBatchSearch as MaxBatchSearch
-from kubesweep.spec.model import RandomSearch as RandomSearch
-from kubesweep.spec.model import RepeatUntil as RepeatUntil
-from kubesweep.spec.model import SequentialRepeats as SequentialRepeats
-from kubesweep.spec.model import Sweep as Sweep
-from kubesweep.spec.model import SweepSpec as SweepSpec
-from kubesweep.spec.model import TuneSearch as TuneSearch
-from kubesweep.spec.model import set_axes as set_axes
-from kubesweep.spec.overrides import Override as Override
-from kubesweep.spec.overrides import apply_overrides
-from kubesweep.spec.overrides import parse_sets as parse_sets
+from kubesweep.sweep_spec.checks import axis_is_int as axis_is_int
+from kubesweep.sweep_spec.checks import semantic_problems, warnings_of
+from kubesweep.sweep_spec.errors import clean_path, message
+from kubesweep.sweep_spec.file import MAX_DEPTH, LineMap, load_document, read_spec_text, too_deep
+from kubesweep.sweep_spec.file import Problem as Problem
+from kubesweep.sweep_spec.file import SpecError as SpecError
+from kubesweep.sweep_spec.model import DIGEST_RE as DIGEST_RE
+from kubesweep.sweep_spec.model import SEARCH_RUNNERS as SEARCH_RUNNERS
+from kubesweep.sweep_spec.model import Constraint as Constraint
+from kubesweep.sweep_spec.model import Distribution as Distribution
+from kubesweep.sweep_spec.model import MaxBatchSearch as MaxBatchSearch
+from kubesweep.sweep_spec.model import RandomSearch as RandomSearch
+from kubesweep.sweep_spec.model import RepeatUntil as RepeatUntil
+from kubesweep.sweep_spec.model import SequentialRepeats as SequentialRepeats
+from kubesweep.sweep_spec.model import Sweep as Sweep
+from kubesweep.sweep_spec.model import SweepSpec as SweepSpec
+from kubesweep.sweep_spec.model import TuneSearch as TuneSearch
+from kubesweep.sweep_spec.model import set_axes as set_axes
+from kubesweep.sweep_spec.overrides import Override as Override
+from kubesweep.sweep_spec.overrides import apply_overrides
+from kubesweep.sweep_spec.overrides import parse_sets as parse_sets
 
 # ---------------------------------------------------------------------------------------------------------
 # Loading
@@ -57,7 +57,7 @@ def load_sweep_file(
     overrides: Sequence[Override] = (),
 ) -> Sweep:
     """The spec file at `path`, with `overrides` (`--set`) applied, as a `Sweep`; `SpecError` when it cannot be
-    read (see `kubesweep.spec.file`) or is not valid."""
+    read (see `kubesweep.sweep_spec.file`) or is not valid."""
     source = str(path)
     text = read_spec_text(path)
     return parse_sweep_text(text, source=source, allow_unpinned=allow_unpinned, catalog=catalog, overrides=overrides)

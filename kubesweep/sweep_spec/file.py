@@ -12,7 +12,7 @@ The document is composed once, and every walk over it visits a node once however
 work is bounded by the limits above whatever the input. Numbers are read as YAML 1.2 reads them: `1e-4` and
 `1.0e5` are floats (YAML 1.1, PyYAML's default, reads them as strings).
 
-`kubesweep.spec` validates the document; this module knows nothing of its fields.
+`kubesweep.sweep_spec` validates the document; this module knows nothing of its fields.
 """
 
 from __future__ import annotations

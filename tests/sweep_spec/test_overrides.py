@@ -1,11 +1,11 @@
-"""`--set PATH=VALUE` (`kubesweep.spec.overrides`): a spec file's values overridden before validation, a problem with
-a set value named by the option, a malformed option refused in one line naming it."""
+"""`--set PATH=VALUE` (`kubesweep.sweep_spec.overrides`): a spec file's values overridden before validation, a
+problem with a set value named by the option, a malformed option refused in one line naming it."""
 
 from __future__ import annotations
 
 import pytest
 
-from kubesweep.spec import SpecError, parse_sets, parse_sweep_text
+from kubesweep.sweep_spec import SpecError, parse_sets, parse_sweep_text
 
 SPEC = """apiVersion: kubesweep.io/v1alpha1
 kind: Sweep

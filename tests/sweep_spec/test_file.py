@@ -12,8 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.spec import SpecError, load_sweep_file, parse_sweep_text
-from kubesweep.spec.file import MAX_ALIAS_NODES, MAX_DEPTH, MAX_NODES, MAX_SPEC_BYTES, load_document, read_spec_text
+from kubesweep.sweep_spec import SpecError, load_sweep_file, parse_sweep_text
+from kubesweep.sweep_spec.file import (
+    MAX_ALIAS_NODES,
+    MAX_DEPTH,
+    MAX_NODES,
+    MAX_SPEC_BYTES,
+    load_document,
+    read_spec_text,
+)
 
 ROOT = Path(__file__).parents[2]
 BAD = ROOT / "tests" / "data" / "bad_specs"

@@ -1,4 +1,5 @@
-"""The `Sweep` document's model: its fields, bounds and axes (`kubesweep.spec` parses and checks documents into it).
+"""The `Sweep` document's model: its fields, bounds and axes (`kubesweep.sweep_spec` parses and checks documents into
+it).
 
 `Matrix` and `Cell` have a field per axis: `gpu`, the resource axes and every `JobConfig` setting.
 """
@@ -14,9 +15,9 @@ from pydantic import BeforeValidator, Field, PrivateAttr, create_model
 from pydantic.fields import FieldInfo
 
 from kubesweep.images.lock import locked_reference
-from kubesweep.spec.file import LineMap
-from kubesweep.spec.file import Problem as Problem
-from kubesweep.spec.file import SpecError as SpecError
+from kubesweep.sweep_spec.file import LineMap
+from kubesweep.sweep_spec.file import Problem as Problem
+from kubesweep.sweep_spec.file import SpecError as SpecError
 from kubesweep.wire.base import StrictModel
 from kubesweep.wire.config import MAX_BATCH_SIZE, MAX_SEED, MAX_STEPS, JobConfig, normalize_compile
 from kubesweep.wire.metrics import REPEAT_METRICS

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubesweep.spec.file import MAX_DEPTH, LineMap, Problem, SpecError, load_value
-from kubesweep.spec.model import SweepSpec
+from kubesweep.sweep_spec.file import MAX_DEPTH, LineMap, Problem, SpecError, load_value
+from kubesweep.sweep_spec.model import SweepSpec
 
 EXPECTED = ("expected PATH=VALUE: a dotted path under spec (job.max_steps, matrix.batch_size, storage.cache_claim) or "
             "metadata.name, '=', and a YAML value (200, true, [16, 32], a string)")

@@ -1,6 +1,6 @@
 """Validation errors in a person's words: pydantic's errors of a `Sweep` turned into `path: what was expected`
 messages (with "did you mean" hints from the model's field names), and the field path cleaned of pydantic's union
-tags. Used by `kubesweep.spec` (parsing) and `kubesweep.spec.checks` (values checked after parsing).
+tags. Used by `kubesweep.sweep_spec` (parsing) and `kubesweep.sweep_spec.checks` (values checked after parsing).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubesweep.spec.file import Problem as Problem
-from kubesweep.spec.file import SpecError as SpecError
-from kubesweep.spec.model import DNS1123_LABEL, QUANTITY, Sweep
+from kubesweep.sweep_spec.file import Problem as Problem
+from kubesweep.sweep_spec.file import SpecError as SpecError
+from kubesweep.sweep_spec.model import DNS1123_LABEL, QUANTITY, Sweep
 from kubesweep.wire.base import StrictModel
 
 

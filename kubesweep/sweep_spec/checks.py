@@ -1,6 +1,6 @@
 """What the schema cannot say of a `Sweep`: its semantic problems (duplicate values, unknown GPU types, sizes, search
-settings, images) and its warnings (what it allows but a person likely did not mean). `kubesweep.spec` runs them on
-every document it parses.
+settings, images) and its warnings (what it allows but a person likely did not mean). `kubesweep.sweep_spec` runs
+them on every document it parses.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from kubesweep.gpus import Catalog
 from kubesweep.images.lock import LockError, load_lock, lock_keys
-from kubesweep.spec.errors import message, short
-from kubesweep.spec.file import Problem as Problem
-from kubesweep.spec.file import SpecError as SpecError
-from kubesweep.spec.model import (
+from kubesweep.sweep_spec.errors import message, short
+from kubesweep.sweep_spec.file import Problem as Problem
+from kubesweep.sweep_spec.file import SpecError as SpecError
+from kubesweep.sweep_spec.model import (
     AXES,
     AXIS_TYPES,
     DIGEST_RE,
