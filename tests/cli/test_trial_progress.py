@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable
 
+import pytest
 from rich.console import Console
 
 from kubesweep.backends.base import BackendError, Phase, SweepStatus, TrialStatus
@@ -100,6 +101,22 @@ def test_the_sweeps_eta_is_the_pace_trials_end_since_the_view_began() -> None:
     logs.step("t1", 50)  # half a trial in 60 s; 2.5 trials left
     assert reader.sweep_eta(before, reader.read(before)) == 2.5 * 60 / 0.5
     assert (duration(45), duration(185), duration(3725)) == ("45s", "3m05s", "1h02m")
+
+
+def test_a_trial_at_its_first_step_gives_the_sweep_no_eta_until_its_pace_is_known() -> None:
+    """A trial's first step line comes after its start-up and compilation: step 1 of 200 a minute in is not a
+    pace of 200 minutes a trial (the sweep's ETA read 79h36m so, 18 trials of under a minute each)."""
+    clock, logs = Clock(), Logs()
+    reader = ProgressReader(logs, every_s=0.0, clock=clock)
+    status = sweep(Phase.RUNNING, Phase.PENDING)
+    reader.read(status)  # no step line yet
+    clock.now += 60
+    logs.step("t0", 1, 200)
+    assert reader.sweep_eta(status, reader.read(status)) is None
+    clock.now += 5
+    logs.step("t0", 101, 200)  # 100 steps in 5 s: about half a trial ended in the 65 s since the view began
+    done = 101 / 200
+    assert reader.sweep_eta(status, reader.read(status)) == pytest.approx((2 - done) * 65 / done)
 
 
 def test_without_a_terminal_progress_is_a_plain_line_per_trial_at_most_every_30_seconds() -> None:
