@@ -416,6 +416,9 @@ def matrix(args: argparse.Namespace) -> None:
         f.write(f"$ {' '.join(submit).replace(sys.executable + ' -m kubesweep', 'sweep')}\n")
         f.flush()
         proc = subprocess.Popen(submit, env={**env, "COLUMNS": "120"}, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+    # `status --watch` as a user types it after `submit` has applied the Sweep (before that there is none to watch)
+    while not sweep_phase(api) and proc.poll() is None and time.monotonic() - t0 < 120:
+        time.sleep(1)
     with (args.out / "status-watch.log").open("w") as f:
         watch = subprocess.Popen(sweep_argv("status", SWEEP, *k8s, "--watch"), env={**env, "COLUMNS": "120"},
                                  stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
