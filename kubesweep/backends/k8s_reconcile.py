@@ -7,7 +7,7 @@ outcome is recorded (finalizers, or a TTL floor), cancel, resume, stop, delete.
 
 The reconciler is handed what differs between its users, each a small explicit part:
 
-| part | direct (`KubernetesBackend`) | operator (`OperatorBackend`) |
+| part | direct (`KubernetesBackend`) | operator (`NamespaceReconciler`) |
 |---|---|---|
 | `store` (`k8s_state.StateStore`) | ConfigMaps | the Sweep resource and its TrialSlices |
 | `source` (`ObjectSource`) | the informers of followed sweeps, else a LIST | the operator's caches, else a LIST |

@@ -6,7 +6,7 @@
 - `client.SweepClient`: what `sweep submit/status/... --backend kubernetes` uses when the CRD is installed;
 - `admission.admit`: whether the operator runs a Sweep, and the sweep as it runs it;
 - `controller.SweepController`: one idempotent step per sweep (admission, requests, reconcile, status), each
-  `controller.OperatorBackend` composing `backends.k8s_reconcile.JobReconciler` with the parts here;
+  `controller.NamespaceReconciler` composing `backends.k8s_reconcile.JobReconciler` with the parts here;
 - `leader.LeaseElector`: a coordination.k8s.io Lease, so one replica acts at a time; `leader.LeaseGuard` guards
   every write with it;
 - `evictions.EvictionTags`: Kueue's evictions tagged on the trials' MLflow runs;

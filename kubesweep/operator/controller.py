@@ -1,6 +1,6 @@
 """One idempotent step per Sweep: admit it, carry out requests, reconcile its Jobs, publish status.
 
-`OperatorBackend` (one per namespace) composes the Job work of `k8s_reconcile.JobReconciler` with the operator's
+`NamespaceReconciler` (one per namespace) composes the Job work of `k8s_reconcile.JobReconciler` with the operator's
 parts: the state in the Sweep resource and its TrialSlices (`SweepResourceStore`), Jobs and pods read from the
 operator's watch caches (`cache.CacheSource`), the Lease as write guard (`leader.LeaseGuard`: every write to the
 cluster first checks that this replica still holds the Lease, carries the Lease's remaining validity as its
@@ -58,7 +58,7 @@ SLOW_STEP = 2.0  # seconds: a step taking longer is logged with its number of wr
 MAX_STARTS_PER_STEP = 500  # a step publishes status after at most this many new Jobs (their events bring the next)
 
 
-class OperatorBackend:
+class NamespaceReconciler:
     """The operator's work on the Sweeps of one namespace: `step` brings one forward."""
 
     def __init__(self, namespace: str, *, api_client: Any, may_write: Callable[[], bool],
@@ -427,7 +427,7 @@ def _changed(view: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
 
 
 class SweepController:
-    """The operator's business logic, kopf-free: one `OperatorBackend` per namespace, one step at a time per
+    """The operator's business logic, kopf-free: one `NamespaceReconciler` per namespace, one step at a time per
     sweep (steps of different sweeps may run in parallel threads)."""
 
     def __init__(self, api_client: Any, *, may_write: Callable[[], bool],
@@ -443,14 +443,14 @@ class SweepController:
                                         "test_hooks": test_hooks, "allow_unpinned": allow_unpinned,
                                         "cache": cache, "max_trials": max_trials, "default_queue": default_queue,
                                         "priority_classes": priority_classes}
-        self._backends: dict[str, OperatorBackend] = {}
+        self._backends: dict[str, NamespaceReconciler] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def backend(self, namespace: str) -> OperatorBackend:
+    def backend(self, namespace: str) -> NamespaceReconciler:
         with self._guard:
             if namespace not in self._backends:
-                self._backends[namespace] = OperatorBackend(namespace, api_client=self.api_client,
+                self._backends[namespace] = NamespaceReconciler(namespace, api_client=self.api_client,
                                                             may_write=self.may_write, **self.options)
             return self._backends[namespace]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
-from kubesweep.operator.controller import OperatorBackend
+from kubesweep.operator.controller import NamespaceReconciler
 from kubesweep.operator.leader import LeaseElector
 from kubesweep.wire.outcomes import Outcome
 from tests.support.operator_sweeps import two_trial_plan
@@ -32,12 +32,12 @@ class _Leases:
         pass
 
 
-def _guarded_backend() -> tuple[_Clock, LeaseElector, OperatorBackend]:
+def _guarded_backend() -> tuple[_Clock, LeaseElector, NamespaceReconciler]:
     import kubernetes
 
     clock = _Clock()
     elector = LeaseElector(_Leases(), "ns", "lease", "me", duration=15, renew_every=5, margin=2, clock=clock)
-    backend = OperatorBackend("ns", api_client=kubernetes.client.ApiClient(), may_write=elector.holding,
+    backend = NamespaceReconciler("ns", api_client=kubernetes.client.ApiClient(), may_write=elector.holding,
                               lease_remaining=elector.remaining)
     return clock, elector, backend
 
@@ -121,7 +121,7 @@ def test_a_finished_sweep_that_nothing_changed_is_not_stepped_again(monkeypatch:
     from kubesweep.backends.k8s_state import SweepState
 
     cache = _Changes()
-    backend = OperatorBackend("ns", api_client=kubernetes.client.ApiClient(), may_write=lambda: True,
+    backend = NamespaceReconciler("ns", api_client=kubernetes.client.ApiClient(), may_write=lambda: True,
                               cache=cache)  # type: ignore[arg-type]
     sweep, p = two_trial_plan()
     body = {"metadata": {"name": "s", "uid": "u1", "generation": 1, "annotations": {}},
