@@ -71,7 +71,7 @@ def why_no_best(cells: list[Cell], metric: str, target: float) -> str:
         if learned and all(c.physics for c in learned):
             return "every measured setting failed the physics check: a measurement error"
         return "no setting learned: each has a repeat at chance accuracy"
-    if metric in ("tta_s", "tta_train_s"):
+    if metric in METRICS and METRICS[metric].to_target:
         best = max((v for c in cells if (v := c.value("accuracy")) is not None), default=None)
         return f"no trial reached {target:g} dev accuracy" + (f" (best {best:.3f})" if best is not None else "")
     if metric == "cost_per_epoch":

@@ -126,6 +126,12 @@ class Metric:
     said: str = ""  # how the answer states a value ("{}" the number); default: the number and the unit
     glossary: str = ""  # the anchor of its definition on the report's page, which its column header links to
 
+    @property
+    def to_target(self) -> bool:
+        """A time to the target accuracy: a trial that never reached the target has none (its repeats meet as
+        the mean of those that reached it)."""
+        return self.aggregate == "mean of those that reached it"
+
     def say(self, number: str) -> str:
         """`5,120 samples/s`, `$0.0123 per epoch`: a value (already formatted) in its unit."""
         return (self.said or "{} " + self.unit).format(number)
