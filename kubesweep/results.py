@@ -1,12 +1,15 @@
-"""One row per trial for `sweep results`: its cell, its outcome and the headline figures of its results file."""
+"""One row per trial for `sweep results --per-trial`: its cell, its outcome, and its value of every metric of the
+catalogue (`kubesweep.wire.metrics`), read by each metric's own definition; which of them the row shows, and in
+which order, is the column catalogue's (`kubesweep.tracking.columns.trial_columns`)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.tracking.aggregate import gpu_type
+from kubesweep.tracking.columns import TrialColumn, trial_columns
 from kubesweep.tracking.records import TrialRecord
 from kubesweep.wire.config import ANY_GPU, CPU
 from kubesweep.wire.flags import finite
@@ -22,37 +25,34 @@ class ResultRow:
     compile: Any
     repeat: int
     outcome: str
-    samples_per_s: float | None = None
-    step_p50_ms: float | None = None
-    peak_mem_gib: float | None = None
-    accuracy: float | None = None
+    metrics: dict[str, float | None] = field(default_factory=dict)  # metric name -> value (absent: None)
     train_s: float | None = None
-    warmup_s: float | None = None
-    tflops_per_s: float | None = None
-    mfu_pct: float | None = None
     reason: str = ""
 
+    def value(self, column: TrialColumn) -> Any:
+        """The row's value in a per-trial column: a metric's, else its field's."""
+        if column.kind == "metric":
+            return self.metrics.get(column.key)
+        return getattr(self, column.key)
+
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Each per-trial column's value by its key, then the reason."""
+        return {**{c.key: self.value(c) for c in trial_columns()}, "reason": self.reason}
 
 
 def row_of(record: TrialRecord, catalog: Catalog | None = None) -> ResultRow:
     """A trial's row from its record (`kubesweep.tracking.records`: results files or MLflow, as `sweep results`
-    reads them); its MFU against the catalog's peak (default: `load_catalog()`)."""
+    reads them); priced and held against its peak by the catalog (default: `load_catalog()`). A trial that did not
+    succeed shows what its results file measured before it ended (an OOM's peak memory)."""
     results, job = record.results, record.job
     catalog = catalog or load_catalog()
-    _, peak = catalog.price_and_peak(gpu_type(record, catalog), job.precision)
-    metrics = trial_metrics(results, "succeeded", gpus=record.gpus, price_per_hour=None,
+    price, peak = catalog.price_and_peak(gpu_type(record, catalog), job.precision)
+    metrics = trial_metrics(results, "succeeded", gpus=record.gpus, price_per_hour=price,
                             target=DEFAULT_TARGET_ACCURACY, peak_tflops=peak)
     return ResultRow(
         trial=record.name, gpu=record.gpu or gpu_product(results) or (CPU if record.gpus == 0 else ANY_GPU),
-        batch_size=job.batch_size,
-        precision=job.precision, compile=job.compile,
-        repeat=record.repeat, outcome=record.outcome, samples_per_s=metrics["samples_per_s"],
-        step_p50_ms=metrics["step_p50_ms"],
-        peak_mem_gib=metrics["peak_mem_gib"],
-        accuracy=metrics["accuracy"], train_s=finite(results.timings.train_s) if results is not None else None,
-        warmup_s=metrics["warmup_s"], tflops_per_s=metrics["tflops_per_s"], mfu_pct=metrics["mfu_pct"],
+        batch_size=job.batch_size, precision=job.precision, compile=job.compile, repeat=record.repeat,
+        outcome=record.outcome, metrics=metrics,
+        train_s=finite(results.timings.train_s) if results is not None else None,
         reason=record.reason if record.outcome != "succeeded" else "",
     )
-

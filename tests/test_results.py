@@ -46,8 +46,9 @@ def test_a_training_trial_gives_rate_step_time_in_ms_memory_in_gib_accuracy_and_
     row = row_from(finished(reason="ignored on success"), make_results(**TRAINING))
     assert (row.trial, row.gpu, row.batch_size, row.precision, row.compile, row.repeat, row.outcome) == (
         "t-1", "h100-80gb", 64, "bf16", "default", 2, "succeeded")
-    assert row.samples_per_s == 1500.0 and row.step_p50_ms == 42.5 and row.peak_mem_gib == 3.0
-    assert (row.accuracy, row.train_s, row.warmup_s) == (0.912, 120.5, 30.0)
+    m = row.metrics
+    assert m["samples_per_s"] == 1500.0 and m["step_p50_ms"] == 42.5 and m["peak_mem_gib"] == 3.0
+    assert (m["accuracy"], row.train_s, m["warmup_s"]) == (0.912, 120.5, 30.0)
     assert row.reason == ""
 
 
@@ -55,8 +56,9 @@ def test_an_inference_trial_gives_its_rate_and_batch_latency() -> None:
     results = make_results(config={"batch_size": 8},
                            inference={"samples_per_s": 1670.0, "latency_s": {"p50": 0.00479}})
     row = row_from(finished(), results)
-    assert row.samples_per_s == 1670.0 and round(row.step_p50_ms or 0, 6) == 4.79
-    assert row.accuracy is None and row.peak_mem_gib is None
+    m = row.metrics
+    assert m["samples_per_s"] == 1670.0 and round(m["step_p50_ms"] or 0, 6) == 4.79
+    assert m["accuracy"] is None and m["peak_mem_gib"] is None
 
 
 def test_a_cpu_trial_row_gives_its_peak_memory_as_the_aggregate_does() -> None:
@@ -66,7 +68,7 @@ def test_a_cpu_trial_row_gives_its_peak_memory_as_the_aggregate_does() -> None:
     results = make_results(device="cpu", config={"batch_size": 8}, train={"samples_per_s": 40.0},
                            memory={"host_peak_rss_bytes": 2 * GIB})
     record = record_from_status(cpu, results, None)
-    assert row_of(record).peak_mem_gib == 2.0
+    assert row_of(record).metrics["peak_mem_gib"] == 2.0
     (cell,) = aggregate([record])
     assert cell.value("peak_mem_gib") == 2.0
 
@@ -76,7 +78,7 @@ def test_without_a_results_file_the_cell_comes_from_the_trial_file_or_axes_and_t
     oom = finished(Outcome.OOM, "CUDA out of memory", batch_size=512, precision="fp16")
     row = row_from(oom, None)
     assert (row.batch_size, row.precision, row.outcome, row.reason) == (512, "fp16", "oom", "CUDA out of memory")
-    assert row.samples_per_s is None and row.repeat == 0
+    assert row.metrics["samples_per_s"] is None and row.repeat == 0
     trial_file = tmp_path / "trial.json"
     trial_file.write_text(json.dumps({"job": {"batch_size": 256, "precision": "bf16", "compile": False}}))
     from_file = row_from(oom, None, trial_file)
@@ -90,7 +92,8 @@ def test_numbers_that_are_not_finite_or_null_are_left_out() -> None:
     results = make_results(**{**TRAINING, "train": {"samples_per_s": nan, "step_time_s": {"p50": float("inf")}},
                               "final_accuracy": None})
     row = row_from(finished(), results)
-    assert row.samples_per_s is None and row.step_p50_ms is None and row.accuracy is None
+    assert row.metrics["samples_per_s"] is None and row.metrics["step_p50_ms"] is None
+    assert row.metrics["accuracy"] is None
 
 
 def test_rows_of_a_local_sweep_follow_the_plan_with_each_trials_outcome(tmp_path: Path) -> None:
@@ -101,7 +104,7 @@ def test_rows_of_a_local_sweep_follow_the_plan_with_each_trials_outcome(tmp_path
     rows = [row_of(r) for r in from_backend(backend, "rows")]
     assert [r.trial for r in rows] == [t.name for t in p.trials]
     by_cell = {(r.batch_size, t.job.learning_rate): r for r, t in zip(rows, p.trials, strict=True)}
-    assert by_cell[8, 1e-4].outcome == "succeeded" and by_cell[8, 1e-4].samples_per_s == 800.0
-    assert by_cell[256, 1e-4].outcome == "oom" and by_cell[256, 1e-4].samples_per_s is None
+    assert by_cell[8, 1e-4].outcome == "succeeded" and by_cell[8, 1e-4].metrics["samples_per_s"] == 800.0
+    assert by_cell[256, 1e-4].outcome == "oom" and by_cell[256, 1e-4].metrics["samples_per_s"] is None
     crashed = by_cell[8, CRASH_LR]  # no results file: the backend's outcome and reason
     assert crashed.outcome == "failed" and crashed.reason and crashed.batch_size == 8

@@ -32,8 +32,8 @@ from kubesweep.sweep_spec.overrides import Override, value_at
 from kubesweep.tracking import aggregate as agg
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.busy import busy_text, gpu_busy
+from kubesweep.tracking.columns import trial_columns, trial_fit_order
 from kubesweep.tracking.sweep import Loaded
-from kubesweep.wire.metrics import label
 from kubesweep.wire.search import SearchSummary
 
 if TYPE_CHECKING:
@@ -423,38 +423,14 @@ def _bar(status: SweepStatus, eta_s: float | None = None) -> Text:
 
 # -- results ---------------------------------------------------------------------------------------------
 
-RESULT_COLUMNS: list[tuple[str, str]] = [
-    ("trial", "trial"),
-    ("gpu", "gpu"),
-    ("batch_size", label("batch_size")),
-    ("precision", "precision"),
-    ("compile", "compile"),
-    ("repeat", "rep"),
-    ("outcome", "outcome"),
-    ("samples_per_s", label("samples_per_s")),
-    ("step_p50_ms", label("step_p50_ms")),
-    ("peak_mem_gib", label("peak_mem_gib")),
-    ("accuracy", label("accuracy")),
-    ("train_s", "train s"),
-    ("warmup_s", label("warmup_s")),
-    ("tflops_per_s", label("tflops_per_s")),
-    ("mfu_pct", label("mfu_pct")),
-]
-
-
-# the per-trial columns most telling first: which trial, how it ended, its figures, then its settings
-RESULT_ORDER = ("trial", "outcome", "samples_per_s", "step_p50_ms", "accuracy", "batch_size", "precision", "compile",
-                "repeat", "gpu", "peak_mem_gib", "train_s", "warmup_s", "tflops_per_s", "mfu_pct")
-
 
 def print_results(console: Console, sweep: str, rows: Sequence[ResultRow]) -> None:
     """`sweep results --per-trial`: a row per trial, whole columns fitted to the terminal (`table_fit`)."""
-    keys = [key for key, _ in RESULT_COLUMNS]
-    columns = [Column(header, [clean(_fmt(getattr(row, key)), keep_lines=False) for row in rows],
-                      "left" if header in ("trial", "gpu", "precision", "compile", "outcome") else "right")
-               for key, header in RESULT_COLUMNS]
+    cols = trial_columns()
+    columns = [Column(c.header, [clean(_fmt(row.value(c)), keep_lines=False) for row in rows],
+                      "left" if c.left else "right") for c in cols]
     width = fit_width(console)
-    fitted = fit(columns, [keys.index(k) for k in RESULT_ORDER], width)
+    fitted = fit(columns, trial_fit_order(cols), width)
     console.print(plain(f"sweep {sweep}: results", style="italic"), width=width, soft_wrap=False)
     console.print(fitted.table(""), width=width)
     if fitted.hidden:
@@ -553,14 +529,15 @@ def format_rows(rows: Sequence[ResultRow], fmt: str) -> str:
     dicts = [row.as_dict() for row in rows]
     if fmt == "json":
         return json.dumps(dicts, indent=2) + "\n"  # control characters as JSON escapes
-    keys = [key for key, _ in RESULT_COLUMNS] + ["reason"]
+    cols = trial_columns()
+    keys = [c.key for c in cols] + ["reason"]
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(dicts)
         return clean(buf.getvalue())
-    headers = [header for _, header in RESULT_COLUMNS] + ["reason"]
+    headers = [c.header for c in cols] + ["reason"]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(clean(_fmt(d.get(k)), keep_lines=False) for k in keys) + " |" for d in dicts]
     return "\n".join(lines) + "\n"

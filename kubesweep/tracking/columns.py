@@ -1,5 +1,6 @@
-"""The results table's columns: one catalogue for `sweep results` (`kubesweep.results_view`) and the report's whole
-table (`kubesweep.tracking.report`, and `sweep results -o markdown`).
+"""The results tables' columns: one catalogue for `sweep results` (`kubesweep.cli.results_view`) and the report's
+whole table (`kubesweep.tracking.report`, and `sweep results -o markdown`), and for `sweep results --per-trial`'s
+row per trial (`trial_columns`: `kubesweep.results` and `kubesweep.cli.views`).
 
 A column says what it shows of a cell (`kind`: a setting, the repeats, the status, a metric of the catalogue
 `kubesweep.wire.metrics`, the best mark or the flags), its `key` (the setting's or metric's name), its header and the
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kubesweep.tracking.aggregate import Cell, columns, setting_text
-from kubesweep.wire.metrics import METRICS, TABLE_METRICS, label
+from kubesweep.wire.metrics import CATALOGUE, METRICS, TABLE_METRICS, label
 
 ColumnKind = Literal["setting", "repeats", "status", "metric", "best", "flags"]
 
@@ -83,3 +84,57 @@ def to_markdown(cells: list[Cell]) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in rows(cells, cols)]
     return "\n".join(lines) + "\n"
 
+
+
+# -- the per-trial table (`sweep results --per-trial`) ------------------------------------------------------------
+
+TrialColumnKind = Literal["trial", "setting", "outcome", "figure", "metric"]
+
+
+@dataclass(frozen=True)
+class TrialColumn:
+    """A column of the per-trial table: which trial (`trial`), a setting, its outcome, a figure of its results that
+    is no metric (`figure`), or a metric of the catalogue (`metric`: `Metric.per_trial`); `key` names the row's
+    field or the metric, `header` heads the column."""
+
+    key: str
+    kind: TrialColumnKind
+    header: str
+    left: bool = False  # text, aligned left (numbers: right)
+    headline: bool = False  # kept before the trial's settings when the table must fit the terminal
+
+
+# which trial: its name, GPU and settings, its repeat, how it ended
+_WHICH = (TrialColumn("trial", "trial", "trial", left=True), TrialColumn("gpu", "setting", "gpu", left=True),
+          TrialColumn("batch_size", "setting", label("batch_size")),
+          TrialColumn("precision", "setting", "precision", left=True),
+          TrialColumn("compile", "setting", "compile", left=True), TrialColumn("repeat", "setting", "rep"),
+          TrialColumn("outcome", "outcome", "outcome", left=True))
+# the training loop's wall time (`timings.train_s`, its warm-up included): no metric, shown before the warm-up
+TRAIN_S = TrialColumn("train_s", "figure", "train s")
+# the settings in the order the table keeps them when it must fit: after the headline figures, before the rest
+_SETTINGS_KEPT = ("batch_size", "precision", "compile", "repeat", "gpu")
+
+
+def trial_columns() -> list[TrialColumn]:
+    """The per-trial table's columns: which trial and how it ended, then the catalogue's metrics of `per_trial`
+    in its order, the training time before the warm-up's (`warmup_s`; last where that is not shown)."""
+    figures = [TrialColumn(m.name, "metric", m.label, headline=m.per_trial == "headline")
+               for m in CATALOGUE if m.per_trial is not None]
+    at = next((i for i, c in enumerate(figures) if c.key == "warmup_s"), len(figures))
+    return [*_WHICH, *figures[:at], TRAIN_S, *figures[at:]]
+
+
+def trial_fit_order(cols: list[TrialColumn]) -> list[int]:
+    """The columns' indexes, most telling first (`table_fit`): which trial and how it ended, its headline figures,
+    its settings, then the other figures in their order."""
+    def rank(i: int) -> tuple[int, int]:
+        c = cols[i]
+        if c.kind in ("trial", "outcome"):
+            return 0, i
+        if c.headline:
+            return 1, i
+        if c.kind == "setting":
+            return 2, _SETTINGS_KEPT.index(c.key) if c.key in _SETTINGS_KEPT else len(_SETTINGS_KEPT) + i
+        return 3, i
+    return sorted(range(len(cols)), key=rank)

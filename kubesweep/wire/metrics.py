@@ -4,12 +4,14 @@ Each `Metric` says what it is called (`name`: the key of a summary's `metrics`, 
 `--sort`/`--best-by`, `repeat_until.metric`), how one trial's value is read from its typed results (`read`), its
 unit, whether higher or lower is better, how repeats of a setting meet (`aggregate`), and how it is shown (`label`:
 the column header; `column`, `priority`: whether and how early `sweep results` and the report's table show it;
-`say`: how the answer states a value; `glossary`: where the report's page defines it). What follows from `CATALOGUE`:
+`per_trial`: whether and how early `sweep results --per-trial` shows it; `say`: how the answer states a value;
+`glossary`: where the report's page defines it). What follows from `CATALOGUE`:
 
 - `kubesweep.wire.trial_metrics.trial_metrics`: one trial's values of every metric; `comparison_metrics`: those
   `logged` on the trial's MLflow run (the runs view's columns);
 - `kubesweep.tracking.aggregate`: the mean and 95% interval per setting of every metric, best first by `higher`;
-- `kubesweep.tracking.columns`: the results table's columns (for `sweep results` and the report) and their text;
+- `kubesweep.tracking.columns`: the results table's columns (for `sweep results` and the report) and their text,
+  and the per-trial table's (`sweep results --per-trial`, `per_trial`; its rows: `kubesweep.results`);
 - `kubesweep.spec_model.REPEAT_METRICS` (`repeatable`), and the tune metric names (`TUNE_SOURCES`).
 
 Adding a metric that is read from numbers results.json already holds touches this file alone (its entry, and its
@@ -99,6 +101,7 @@ class Trial:
 
 
 Aggregate = Literal["mean", "mean of those that reached it"]
+PerTrial = Literal["headline", "detail"]
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,9 @@ class Metric:
     the same, and the cell says how many of its successful repeats reached it (`110.0 (1/2)`: a target not every
     repeat reached). `column`: a column of the results table (`sweep results`, the report's whole table);
     `priority`: how early `sweep results` keeps it when the table must fit the terminal (1 first; None: only as the
-    objective); `logged`: logged on the trial's MLflow run; `repeatable`: `repeat_until` may measure it;
+    objective); `per_trial`: a column of `sweep results --per-trial` (in the catalogue's order), a `headline`
+    figure kept before the trial's settings when that table must fit the terminal, a `detail` after them (None:
+    not in that table); `logged`: logged on the trial's MLflow run; `repeatable`: `repeat_until` may measure it;
     `of_accuracy`: it answers a question about accuracy (a random-init speed run's value is not meaningful)."""
 
     name: str
@@ -120,6 +125,7 @@ class Metric:
     aggregate: Aggregate = "mean"
     column: bool = False
     priority: int | None = None
+    per_trial: PerTrial | None = None
     logged: bool = False
     repeatable: bool = False
     of_accuracy: bool = False
@@ -282,16 +288,16 @@ def _training(read: Callable[[Results, float], float | None]) -> Callable[[Trial
 # -- the catalogue ----------------------------------------------------------------------------------------------
 
 CATALOGUE: tuple[Metric, ...] = (
-    Metric("samples_per_s", "samples/s", "samples/s", True, _samples_per_s, column=True, logged=True,
-           repeatable=True, glossary="def-samples-per-s"),
-    Metric("step_p50_ms", "step p50 ms", "ms", False, _step_p50_ms, column=True, priority=3, logged=True,
-           repeatable=True, glossary="def-step-p50"),
-    Metric("peak_mem_gib", "peak GiB", "GiB", False, _peak_mem_gib, column=True, priority=4, logged=True,
-           repeatable=True, glossary="def-peak"),
+    Metric("samples_per_s", "samples/s", "samples/s", True, _samples_per_s, column=True, per_trial="headline",
+           logged=True, repeatable=True, glossary="def-samples-per-s"),
+    Metric("step_p50_ms", "step p50 ms", "ms", False, _step_p50_ms, column=True, priority=3, per_trial="headline",
+           logged=True, repeatable=True, glossary="def-step-p50"),
+    Metric("peak_mem_gib", "peak GiB", "GiB", False, _peak_mem_gib, column=True, priority=4, per_trial="detail",
+           logged=True, repeatable=True, glossary="def-peak"),
     Metric("tta_s", "TTA s", "s", False, _training(time_to_accuracy), aggregate="mean of those that reached it",
            column=True, priority=2, repeatable=True, of_accuracy=True, glossary="def-tta"),
     Metric("accuracy", "accuracy", "accuracy", True, lambda t: finite(t.results.final_accuracy), column=True,
-           priority=1, logged=True, of_accuracy=True, glossary="def-accuracy"),
+           priority=1, per_trial="headline", logged=True, of_accuracy=True, glossary="def-accuracy"),
     Metric("cost_per_epoch", "$/epoch", "$ per epoch", False, _cost_per_epoch, column=True, priority=5, logged=True,
            repeatable=True, said="${} per epoch", glossary="def-cost"),
     Metric("epoch_s", "epoch s", "s", False, _epoch_s, logged=True, repeatable=True, glossary="def-epoch"),
@@ -304,16 +310,19 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("kwh_per_epoch", "kWh/epoch", "kWh per epoch", False,
            lambda t: finite(t.results.energy.kwh_per_epoch) if t.results.energy is not None else None, column=True,
            priority=6, logged=True, glossary="def-kwh"),
-    Metric("warmup_s", "warm-up s", "s", False, lambda t: finite(t.results.timings.compile_warmup_s)),
+    Metric("warmup_s", "warm-up s", "s", False, lambda t: finite(t.results.timings.compile_warmup_s),
+           per_trial="detail"),
     Metric("tta_train_s", "TTA train s", "s", False, _training(train_time_to_accuracy),
            aggregate="mean of those that reached it", of_accuracy=True),
     Metric("warmup_cold_s", "warm-up cold s", "s", False, lambda t: warmup_by_cache(t.results)[0]),
     Metric("warmup_warm_s", "warm-up warm s", "s", False, lambda t: warmup_by_cache(t.results)[1]),
     Metric("queue_wait_s", "queue wait s", "s", False, lambda t: finite(t.results.timings.queue_wait_s),
            logged=True),
-    Metric("tflops_per_s", "TFLOP/s", "TFLOP/s", True, _tflops, column=True, priority=8, logged=True,
+    Metric("tflops_per_s", "TFLOP/s", "TFLOP/s", True, _tflops, column=True, priority=8, per_trial="detail",
+           logged=True,
            glossary="def-tflops"),
-    Metric("mfu_pct", "MFU %", "%", True, _mfu, column=True, priority=7, logged=True, glossary="def-mfu"),
+    Metric("mfu_pct", "MFU %", "%", True, _mfu, column=True, priority=7, per_trial="detail", logged=True,
+           glossary="def-mfu"),
     Metric("mfu_probe_pct", "MFU probe %", "%", True, _mfu_probe, logged=True, glossary="def-mfu"),
     Metric("tokens_per_sample", "tokens/sample", "tokens", False,
            lambda t: finite(t.measured.tokens_per_sample) if t.measured is not None else None, glossary="def-tokens"),

@@ -9,15 +9,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from kubesweep.backends.base import Phase, SweepStatus, TrialStatus
 from kubesweep.cli import views
 from kubesweep.plan import plan
-from kubesweep.results import ResultRow
+from kubesweep.results import ResultRow, row_of
 from kubesweep.sweep_spec import parse_sweep
+from kubesweep.tracking import columns
+from kubesweep.tracking.records import record_from_status
+from kubesweep.wire import metrics as wm
 from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.search import MaxBatchCell, MaxBatchSummary
+from tests.support.results_docs import make_results
 
 
 def console() -> Console:
@@ -151,8 +156,8 @@ def test_progress_on_a_pipe_prints_one_line_per_transition() -> None:
 
 
 ROWS = [
-    ResultRow("t1", "h100-80gb", 32, "bf16", "default", 0, "succeeded", samples_per_s=1234.5678, step_p50_ms=25.9,
-              peak_mem_gib=7.25, accuracy=0.91, train_s=60.0, warmup_s=12.0),
+    ResultRow("t1", "h100-80gb", 32, "bf16", "default", 0, "succeeded", {"samples_per_s": 1234.5678,
+              "step_p50_ms": 25.9, "peak_mem_gib": 7.25, "accuracy": 0.91, "warmup_s": 12.0}, train_s=60.0),
     ResultRow("t2", None, 256, "fp32", False, 1, "oom", reason="CUDA out of memory"),
 ]
 
@@ -165,14 +170,17 @@ def test_results_as_json_keep_every_field() -> None:
 
 def test_results_as_csv_have_the_table_columns_and_the_reason() -> None:
     rows = list(csv.DictReader(io.StringIO(views.format_rows(ROWS, "csv"))))
-    assert list(rows[0]) == [key for key, _ in views.RESULT_COLUMNS] + ["reason"]
+    assert list(rows[0]) == ["trial", "gpu", "batch_size", "precision", "compile", "repeat", "outcome",
+                             "samples_per_s", "step_p50_ms", "peak_mem_gib", "accuracy", "train_s", "warmup_s",
+                             "tflops_per_s", "mfu_pct", "reason"]
     assert rows[0]["samples_per_s"] == "1234.5678" and rows[1]["samples_per_s"] == ""
     assert rows[1]["reason"] == "CUDA out of memory"
 
 
 def test_results_as_markdown_use_the_table_headers_and_show_missing_values_as_a_dash() -> None:
     lines = views.format_rows(ROWS, "markdown").splitlines()
-    assert lines[0] == "| " + " | ".join([h for _, h in views.RESULT_COLUMNS] + ["reason"]) + " |"
+    assert lines[0] == ("| trial | gpu | batch | precision | compile | rep | outcome | samples/s | step p50 ms | "
+                        "peak GiB | accuracy | train s | warm-up s | TFLOP/s | MFU % | reason |")
     assert lines[1] == "|" + "---|" * 16
     assert lines[2].startswith("| t1 | h100-80gb | 32 | bf16 | default | 0 | succeeded | 1235 | 25.9 | 7.25 | 0.91 |")
     assert lines[3] == "| t2 | - | 256 | fp32 | off | 1 | oom | - | - | - | - | - | - | - | - | CUDA out of memory |"
@@ -183,6 +191,38 @@ def test_print_results_prints_a_row_per_trial() -> None:
     views.print_results(c, "s", ROWS)
     text = printed(c)
     assert "sweep s: results" in text and "1235" in text and "oom" in text
+
+
+def test_a_narrow_per_trial_table_keeps_which_trial_how_it_ended_and_its_headline_figures(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    c = Console(file=io.StringIO(), width=60, color_system=None)
+    views.print_results(c, "s", ROWS)
+    lines = printed(c).splitlines()
+    assert lines[1].split() == ["trial", "rep", "outcome", "samples/s", "step", "p50", "ms", "accuracy"]
+    assert ("left out to fit 60 columns: batch, precision, compile, gpu, peak GiB, train s, warm-up s, TFLOP/s, "
+            "MFU %;") in " ".join(" ".join(lines).split())
+
+
+def test_a_metric_the_catalogue_shows_per_trial_is_in_every_per_trial_view_with_no_edit_there(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding a metric to the catalogue with `per_trial` adds it to `sweep results --per-trial`'s row, table, JSON,
+    CSV and markdown: its value read by its own definition, its header its label."""
+    new = wm.Metric("tokens_per_s_x", "tokens/s x", "tokens/s", True, lambda t: 7.0, per_trial="detail")
+    monkeypatch.setattr(wm, "CATALOGUE", (*wm.CATALOGUE, new))
+    monkeypatch.setattr(columns, "CATALOGUE", wm.CATALOGUE)
+    monkeypatch.setitem(wm.METRICS, new.name, new)
+    record = record_from_status(TrialStatus("id", "t-1", "cell", "h100-80gb", Phase.SUCCEEDED, Outcome.SUCCEEDED),
+                                make_results(train={"samples_per_s": 10.0}), None)
+    row = row_of(record)
+    assert row.metrics["tokens_per_s_x"] == 7.0
+    assert list(json.loads(views.format_rows([row], "json"))[0])[-2:] == ["tokens_per_s_x", "reason"]
+    assert next(csv.DictReader(io.StringIO(views.format_rows([row], "csv"))))["tokens_per_s_x"] == "7.0"
+    assert "| MFU % | tokens/s x | reason |" in views.format_rows([row], "markdown")
+    monkeypatch.setenv("COLUMNS", "250")
+    c = console()
+    views.print_results(c, "s", [row])
+    assert printed(c).splitlines()[1].split()[-2:] == ["tokens/s", "x"]
 
 
 # -- text from outside: a trial, a results file, Kubernetes, MLflow ---------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kubesweep.tracking import report_tables
-from kubesweep.tracking.columns import cell_columns
+from kubesweep.tracking.columns import cell_columns, trial_columns, trial_fit_order
 from kubesweep.tune.metrics import source
 from kubesweep.wire import metrics as wm
 from kubesweep.wire import trial_metrics as tm
@@ -23,11 +23,11 @@ from tests.support.results_docs import GIB, make_results, trial_parts
 PACKAGE = Path(wm.__file__).resolve().parents[1]
 results = trial_parts
 # Modules that choose which of the catalogue's metrics one view shows, in its own order (a view's choice, not a
-# definition): the report's comparison tables, the answer's objectives, the MLflow runs view's first columns and
-# the per-trial table's order. Each names metrics by name only; labels, units and directions come from the
-# catalogue.
+# definition): the report's comparison tables, the answer's objectives and the MLflow runs view's first columns.
+# Each names metrics by name only; labels, units and directions come from the catalogue. (The per-trial table's
+# metrics are the catalogue's own: `Metric.per_trial`.)
 VIEW_CHOICES = {"kubesweep/tracking/report_tables.py", "kubesweep/tracking/report_answer.py",
-                "kubesweep/tracking/view.py", "kubesweep/cli/views.py"}
+                "kubesweep/tracking/view.py"}
 # The job writes results.json's fields (which share names with metrics: the measured numbers they are read from)
 JOB = "kubesweep/jobs/"
 
@@ -69,6 +69,15 @@ def test_the_results_table_columns_come_from_the_catalogue_in_its_order() -> Non
     assert [c.header for c in cell_columns([]) if c.kind == "setting"] == ["task", "gpu", "batch", "precision",
                                                                             "compile"]
     assert set(report_tables.GPU_TABLE_METRICS) | set(report_tables.INFERENCE_METRICS) <= set(wm.METRICS)
+
+
+def test_the_per_trial_columns_are_the_catalogues_per_trial_metrics_in_its_order() -> None:
+    cols = trial_columns()
+    assert [c.key for c in cols if c.kind == "metric"] == [m.name for m in wm.CATALOGUE if m.per_trial]
+    assert all(c.header == wm.METRICS[c.key].label for c in cols if c.kind == "metric")
+    order = [cols[i].key for i in trial_fit_order(cols)]
+    headline = [m.name for m in wm.CATALOGUE if m.per_trial == "headline"]
+    assert order[:2 + len(headline)] == ["trial", "outcome", *headline]  # then the settings, then the rest
 
 
 def test_the_answer_states_a_value_in_its_unit() -> None:
