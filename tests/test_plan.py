@@ -129,3 +129,16 @@ def test_exclude_rule_with_two_keys() -> None:
                     exclude=[{"gpu": "l4", "precision": "fp16"}])
     cells = {(t.gpu, t.job.precision) for t in plan(parse_sweep(doc)).trials}
     assert cells == set(itertools.product(["l4", "a100-40gb"], ["fp32", "fp16"])) - {("l4", "fp16")}
+
+
+def test_a_trials_label_names_its_device_its_other_axes_and_its_repeat() -> None:
+    """The cell as status views and the trial's Job annotation show it: the device, each axis but the GPU as
+    `name=value` (compile off as `off`), the repeat past the first."""
+    doc = sweep_doc("s", {"gpu": ["h100-80gb"], "batch_size": [32], "compile": [False, "default"]}, repeats=2)
+    labels = [t.label() for t in plan(parse_sweep(doc)).trials]
+    assert sorted(labels) == [
+        "h100-80gb batch_size=32 compile=default", "h100-80gb batch_size=32 compile=default repeat=1",
+        "h100-80gb batch_size=32 compile=off", "h100-80gb batch_size=32 compile=off repeat=1"]
+    cpu = plan(parse_sweep(sweep_doc("s", {"precision": ["fp32"], "learning_rate": [0.0001]}))).trials[0]
+    assert cpu.label() == "any GPU learning_rate=0.0001 precision=fp32"
+    assert cpu.label() is cpu.label()  # made once
