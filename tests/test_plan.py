@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubesweep.gpus import default_catalog
-from kubesweep.plan import interleave, plan
+from kubesweep.plan import MAX_NAME, interleave, plan, trial_name
 from kubesweep.spec import parse_sweep
+from kubesweep.wire.config import JobConfig
 
 DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 GPUS = default_catalog().names
@@ -142,3 +143,37 @@ def test_a_trials_label_names_its_device_its_other_axes_and_its_repeat() -> None
     cpu = plan(parse_sweep(sweep_doc("s", {"precision": ["fp32"], "learning_rate": [0.0001]}))).trials[0]
     assert cpu.label() == "any GPU learning_rate=0.0001 precision=fp32"
     assert cpu.label() is cpu.label()  # made once
+
+
+def test_a_trial_name_says_its_cell_in_short() -> None:
+    job = JobConfig(batch_size=32, precision="bf16")
+    assert trial_name("s", "h100-80gb", job, 0, 1, "abcd1234") == "s-h100-80gb-bs32-bf16-abcd1234"
+    assert trial_name("s", None, job, 0, 1, "abcd1234") == "s-bs32-bf16-abcd1234"
+    marks = {mode: trial_name("s", None, job.model_copy(update={"compile": mode}), 0, 1, "h")
+             for mode in ("default", "reduce-overhead", "max-autotune")}
+    assert marks == {"default": "s-bs32-bf16-c-h", "reduce-overhead": "s-bs32-bf16-cro-h",
+                     "max-autotune": "s-bs32-bf16-cma-h"}
+    inference = JobConfig(batch_size=32, precision="bf16", task="inference")
+    assert trial_name("s", "l4", inference, 2, 3, "h") == "s-inf-l4-bs32-bf16-r2-h"  # the repeat, of several
+
+
+def test_a_long_sweep_name_is_cut_to_keep_the_cell_and_the_hash_in_63_characters() -> None:
+    job = JobConfig(batch_size=32, precision="bf16")
+    tail = "h100-80gb-bs32-bf16-abcd1234"
+    name = trial_name("a" * 80, "h100-80gb", job, 0, 1, "abcd1234")
+    assert name == "a" * (MAX_NAME - len(tail) - 1) + "-" + tail and len(name) == MAX_NAME
+    # a cut that ends on a dash (room for 3 characters: "ab-") leaves none doubled
+    suffix = "0" * (MAX_NAME - 3 - 1 - len("bs32-bf16-"))
+    assert trial_name("ab-" + "c" * 80, None, job, 0, 1, suffix) == "ab-bs32-bf16-" + suffix
+    # room for one character of the sweep's name: that character
+    suffix = "0" * (MAX_NAME - 1 - 1 - len("bs32-bf16-"))
+    assert trial_name("xy", None, job, 0, 1, suffix) == "x-bs32-bf16-" + suffix
+    # no room at all: the cell and the hash alone, cut to 63, a valid DNS label
+    assert trial_name("xy", None, job, 0, 1, "0" * 52 + "-" + "1" * 30) == "bs32-bf16-" + "0" * 52  # cut on a dash
+    assert DNS.fullmatch(trial_name("x", None, job, 0, 1, "-" * 70))
+
+
+def test_characters_a_name_cannot_have_become_dashes() -> None:
+    job = JobConfig(batch_size=32, precision="bf16")
+    assert trial_name("My.Sweep", None, job, 0, 1, "h") == "my-sweep-bs32-bf16-h"
+    assert trial_name("..s", None, job, 0, 1, "h") == "s-bs32-bf16-h"

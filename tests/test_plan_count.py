@@ -317,7 +317,7 @@ def test_tune_search_counts_its_budget() -> None:
 
 
 @pytest.mark.parametrize("low,high,step,probes", [(1, 1, 1, 1), (8, 2048, 8, 2), (1, 300, 1, 1), (5, 299, 7, 3),
-                                                  (3, 100, 1, 8), (9, 15, 8, 1), (1, 64, 1, 4)])
+                                                  (3, 100, 1, 8), (9, 15, 8, 1), (1, 64, 1, 4), (3, 9, 2, 1)])
 def test_max_batch_budget_is_the_worst_bisection(low: int, high: int, step: int, probes: int) -> None:
     search = MaxBatchSearch(strategy="max_batch", low=low, high=high, step=step, probes=probes)
     n = len(candidates(search))
@@ -336,6 +336,8 @@ def test_bisection_probes() -> None:
     assert candidates(MaxBatchSearch(strategy="max_batch", low=8, high=64, step=8)) == [8, 16, 24, 32, 40, 48,
                                                                                          56, 64]
     assert candidates(MaxBatchSearch(strategy="max_batch", low=3, high=6)) == [3, 4, 5, 6]
+    # a step of 2 (or any but 1) starts at its first multiple from low, not at low
+    assert candidates(MaxBatchSearch(strategy="max_batch", low=3, high=9, step=2)) == [4, 6, 8]
     assert next_probes(-1, 8, 2) == [2, 5]
     assert next_probes(2, 5, 2) == [3, 4]
     assert next_probes(4, 5, 2) == []
