@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubesweep.gpus import default_catalog
-from kubesweep.plan import MAX_NAME, interleave, plan, trial_name
+from kubesweep.gpus import default_catalog, load_catalog
+from kubesweep.plan import MAX_NAME, _unique_names, interleave, make_trial, plan, trial_name
 from kubesweep.spec import parse_sweep
 from kubesweep.wire.config import JobConfig
 
@@ -177,3 +178,21 @@ def test_characters_a_name_cannot_have_become_dashes() -> None:
     job = JobConfig(batch_size=32, precision="bf16")
     assert trial_name("My.Sweep", None, job, 0, 1, "h") == "my-sweep-bs32-bf16-h"
     assert trial_name("..s", None, job, 0, 1, "h") == "s-bs32-bf16-h"
+
+
+def test_a_trial_runs_on_its_catalogs_product_and_a_name_taken_gets_the_whole_id(tmp_path: Path) -> None:
+    """The catalog the plan is given (not the shipped one) says which product a GPU type is; a trial made alone is
+    the plan's (repeat 0 unless told); two trials of one name (the 8 hex digits of their ids alike) tell apart by
+    the second's whole id."""
+    path = tmp_path / "gpus.yaml"
+    path.write_text("gpus:\n  h100-80gb: {product: Example-H100, memory_gib: 80, compute_capability: '9.0', "
+                    "bf16: true, price_per_hour: 1.0}\n")
+    catalog = load_catalog(path)
+    sweep = parse_sweep(sweep_doc("s", {"gpu": ["h100-80gb"], "batch_size": [32]}))
+    (trial,) = plan(sweep, catalog).trials
+    assert trial.config.gpu_product == "Example-H100"
+    assert make_trial(sweep, trial.axes, catalog=catalog) == trial
+    first, second = _unique_names(sweep, [trial, trial], catalog)
+    assert first == trial
+    assert second.name == trial.name.removesuffix(trial.id[:8]) + trial.id and len(trial.id) == 10
+    assert (second.id, second.config.gpu_product) == (trial.id, "Example-H100")
