@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubesweep.gpus import default_catalog, load_catalog
-from kubesweep.plan import MAX_NAME, _unique_names, interleave, make_trial, plan, trial_name
+from kubesweep.plan import MAX_NAME, Plan, _unique_names, interleave, make_trial, plan, trial_name
 from kubesweep.spec import parse_sweep
 from kubesweep.wire.config import JobConfig
 
@@ -196,3 +196,30 @@ def test_a_trial_runs_on_its_catalogs_product_and_a_name_taken_gets_the_whole_id
     assert first == trial
     assert second.name == trial.name.removesuffix(trial.id[:8]) + trial.id and len(trial.id) == 10
     assert (second.id, second.config.gpu_product) == (trial.id, "Example-H100")
+
+
+def test_a_plan_says_what_it_leaves_to_the_run() -> None:
+    """Searches that make their trials as they run plan none and say so; a repeat rule and a random search that
+    asks for more cells than the grid has are noted; a plain grid has no note."""
+    def doc(**spec: Any) -> dict[str, Any]:
+        return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"}, "spec": spec}
+
+    space = {"batch_size": {"type": "choice", "values": [8, 16]}}
+    tune = parse_sweep(doc(search={"strategy": "tune", "num_samples": 6, "algorithm": "random",
+                                   "scheduler": "fifo", "space": space}))
+    assert plan(tune) == Plan(sweep=tune, trials=[], dropped=[], notes=[
+        "search strategy 'tune': the tuner proposes up to 6 trials (random + fifo) while it runs"])
+    max_batch = parse_sweep(doc(matrix={"gpu": ["v100-32gb", "a100-40gb", "l4"], "precision": ["bf16"]},
+                                search={"strategy": "max_batch", "low": 8, "high": 64, "step": 8}))
+    assert plan(max_batch) == Plan(sweep=max_batch, trials=[], dropped=[], notes=[
+        "search strategy 'max_batch': bisects batch sizes 8..64 (step 8) on OOM for each of 2 cells (GPU type x "
+        "precision); probe trials are made as it runs"])  # bf16 on the V100 is no cell
+    rule = parse_sweep(doc(matrix={"batch_size": [8]},
+                           repeats=2, repeat_until={"max": 5, "target": "2.5%", "metric": "samples_per_s"}))
+    assert plan(rule).notes == ["repeats: 2 of each cell, then more (up to 5) until the 95% interval of "
+                                "samples_per_s is within ±2.5%; the extra repeats are made as it runs"]
+    for asked, note in ((3, []), (4, ["random search asked for 4 cells; the grid has 3"])):
+        drawn = parse_sweep(doc(matrix={"batch_size": [8, 16, 32]},
+                                search={"strategy": "random", "num_samples": asked, "seed": 1}))
+        assert (len(plan(drawn).trials), plan(drawn).notes) == (3, note)
+    assert plan(parse_sweep(doc(matrix={"batch_size": [8]}))).notes == []

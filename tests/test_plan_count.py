@@ -28,6 +28,7 @@ from kubesweep.plan import (
     count_cells,
     count_trials,
     max_batch_probes,
+    most_nodes,
     next_probes,
     plan,
 )
@@ -411,3 +412,42 @@ def test_the_cap_counts_pods_not_trials() -> None:
                                             r"over the limit of 10,000"):
         check_size(sweep)
     assert check_size(sweep, 16_000) == 2_000
+
+
+def test_each_refusal_carries_the_file_its_count_and_the_limit() -> None:
+    """`SweepTooLarge` is a spec error of the file, with the numbers (what the CLI and the operator report)."""
+    space = {"batch_size": {"type": "choice", "values": [8, 16]}}
+    tune = parse_sweep(doc({}, search={"strategy": "tune", "num_samples": 30, "space": space}), source="t.yaml")
+    search = {"strategy": "max_batch", "low": 8, "high": 64, "step": 8, "probes": 1}
+    max_batch = parse_sweep(doc({"gpu": ["l4", "t4"]}, search=search), source="m.yaml")
+    per_cell = max_batch_probes(max_batch.spec.search)  # type: ignore[arg-type]
+    pods = parse_sweep(doc({"seed": [1, 2, 3], "num_nodes": [1, 4]}), source="p.yaml")
+    for sweep, limit, count in ((tune, 29, 30), (max_batch, 2 * per_cell - 1, 2 * per_cell), (pods, 23, 24)):
+        with pytest.raises(SweepTooLarge) as err:
+            check_size(sweep, limit)
+        assert (err.value.source, err.value.count, err.value.limit) == (sweep.source, count, limit)
+        assert check_size(sweep, count) > 0  # at the limit: taken
+
+
+def test_the_most_nodes_of_a_trial_are_found_wherever_the_spec_names_them() -> None:
+    """Two nodes a trial are two pods; the nodes come from resources, the matrix, an include cell, or a tune
+    search's choices."""
+    assert most_nodes(parse_sweep(doc({"seed": [1]}))) == 1
+    two = parse_sweep(doc({"seed": [1, 2, 3]}, include=[{"seed": 9, "num_nodes": 2}]))
+    assert most_nodes(two) == 2
+    with pytest.raises(SweepTooLarge, match=r"up to 8 pods \(4 trials x up to 2 nodes each\), over the limit of 7"):
+        check_size(two, 7)
+    space = {"num_nodes": {"type": "choice", "values": [1, 3]}, "batch_size": {"type": "choice", "values": [8]}}
+    assert most_nodes(parse_sweep(doc({}, search={"strategy": "tune", "num_samples": 4, "space": space}))) == 3
+    resources = doc({"seed": [1]})
+    resources["spec"]["resources"] = {"num_nodes": 5}
+    assert most_nodes(parse_sweep(resources)) == 5
+
+
+def test_a_cells_precision_from_the_job_when_the_matrix_has_none() -> None:
+    # bf16 on a V100 is dropped whether the matrix or the job names it
+    sweep = doc({"gpu": ["v100-32gb", "a100-40gb"]})
+    sweep["spec"]["job"]["precision"] = "bf16"
+    p = plan(parse_sweep(sweep))
+    assert [t.gpu for t in p.trials] == ["a100-40gb"]
+    assert [d.axes for d in p.dropped] == [{"gpu": "v100-32gb"}] and "bf16" in p.dropped[0].reason
