@@ -451,3 +451,24 @@ def test_a_cells_precision_from_the_job_when_the_matrix_has_none() -> None:
     p = plan(parse_sweep(sweep))
     assert [t.gpu for t in p.trials] == ["a100-40gb"]
     assert [d.axes for d in p.dropped] == [{"gpu": "v100-32gb"}] and "bf16" in p.dropped[0].reason
+
+
+def test_counting_stops_past_its_budget_of_steps_and_not_at_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules that overlap are counted in memoized steps; the budget is the most steps taken (a sweep that needs
+    exactly the budget is counted; one step less and its size is refused as too costly to count)."""
+    rules = [{"batch_size": b, "seed": s} for b in (1, 2) for s in (0, 1)] + [{"seed": 2, "precision": "fp16"},
+                                                                            {"batch_size": 3, "precision": "bf16"}]
+    sweep = parse_sweep(doc({"batch_size": [1, 2, 3, 4], "seed": [0, 1, 2, 3], "precision": ["fp32", "fp16", "bf16"]},
+                            exclude=rules))
+    expected = len(reference_cells(sweep))
+    grid = plan_module._Grid(sweep)
+    assert grid.total() == expected and grid.spent > 0
+    need = grid.spent
+    assert plan_module._Grid(sweep, work=need).total() == expected
+    with pytest.raises(plan_module._TooComplex):
+        plan_module._Grid(sweep, work=need - 1).total()
+    monkeypatch.setattr(plan_module, "_COUNT_WORK", need - 1)
+    with pytest.raises(SweepTooLarge, match="overlap too much to count its trials quickly"):
+        check_size(sweep, limit=expected)  # the product (48 cells) is over the limit: the count was needed
+    monkeypatch.setattr(plan_module, "_COUNT_WORK", need)
+    assert check_size(sweep, limit=expected) == expected
