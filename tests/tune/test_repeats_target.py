@@ -34,6 +34,9 @@ def test_a_cell_about_a_zero_mean_has_no_finite_width_and_never_reaches_a_target
     zero = cell([-1.0, 0.0, 1.0])
     assert zero.half_width_pct == math.inf
     assert zero.stopped(SequentialRepeats(min=3, max=6, target=3.0)) is None
+    # repeats.json holds JSON: the width no number can say is written as none
+    summary = zero.summary(SequentialRepeats(min=3, max=6, target=3.0))
+    assert summary.half_width_pct is None and "Infinity" not in summary.model_dump_json()
 
 
 def test_the_leader_is_the_best_mean_wherever_it_stands_and_a_zero_mean_can_lead() -> None:
