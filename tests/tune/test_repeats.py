@@ -258,6 +258,7 @@ def test_a_cancelled_sweep_gets_no_repeat_after_the_cancel(tmp_path: Path, monke
     assert cancelled
     runner.join(60)
     assert not runner.is_alive(), "the rule went on after the cancel"
+    assert len(ended) == 1 and isinstance(ended[0].found, RepeatsSummary), "the rule's run ended without its summary"
     status = Session(Options(home=home, no_tracking=True)).backend.status("reps")
     assert len(status.trials) == 3, [t.name for t in status.trials]  # none added after the cancel
     assert status.trials[-1].outcome == Outcome.CANCELLED
