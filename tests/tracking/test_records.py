@@ -21,6 +21,7 @@ from kubesweep.tracking.records import (
     from_mlflow,
     from_results_dir,
     job_of,
+    names_a_directory,
     read_results_file,
     record_from_child,
     record_from_status,
@@ -303,3 +304,32 @@ def test_an_infinite_or_nan_number_is_read_as_null(tmp_path: Path) -> None:
     path.write_text(json.dumps(results))
     train = read_results_file(path).train
     assert train is not None and train.final_loss is None
+
+
+def test_a_name_with_a_slash_or_a_leading_dot_or_tilde_is_a_directory_and_a_sweeps_name_is_not() -> None:
+    for name in ("./runs", "../runs", "~/runs", ".runs", "runs/", "a/b", "~"):
+        assert names_a_directory(name), name
+    for name in ("my-sweep", "sweep.v2", "a~b", "x"):
+        assert not names_a_directory(name), name
+
+
+def test_a_results_files_record_names_its_trial_and_gpu_or_takes_the_directorys_name(tmp_path: Path) -> None:
+    named = _results("a", "NVIDIA-H200")
+    named["trial"].update({"name": "s-a-h200", "gpu": "h200"})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text(json.dumps(named))
+    bare = _results("b", "NVIDIA-H200")
+    bare["trial"].update({"trial_id": "", "name": "", "gpu": ""})
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "results.json").write_text(json.dumps(bare))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "results.json").symlink_to(tmp_path / "a" / "results.json")  # a link within: not read twice
+    assert [(r.trial_id, r.name, r.gpu) for r in from_results_dir(tmp_path)] == [("a", "s-a-h200", "h200"),
+                                                                                 ("b", "b", None)]
+
+
+def test_a_directory_that_is_not_there_is_named_with_how_the_name_was_read(tmp_path: Path) -> None:
+    with pytest.raises(ResultsDirError) as err:
+        from_results_dir(tmp_path / "nowhere")
+    assert str(err.value) == (f"{tmp_path / 'nowhere'}: no such directory (a name with a '/' is read as a directory "
+                              "of results files)")
