@@ -181,6 +181,7 @@ def test_from_mlflow_adds_the_trials_without_a_run_from_the_backend_in_plan_orde
     records = from_mlflow(runs, "parent", backend, "ml")
     assert [r.trial_id for r in records] == [t.id for t in p.trials]
     assert records[2].run_id == "r-last" and records[0].run_id is None and records[0].outcome == "succeeded"
+    assert records[2].results is not None and records[0].results is None  # the run's results file, read
 
     # an unknown sweep on the backend (a BackendError): the runs alone, by name
     two = Runs([child("b", tags={"kubesweep.trial": "s-b"}), child("a", tags={"kubesweep.trial": "s-a"})], {})
