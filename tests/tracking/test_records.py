@@ -14,8 +14,10 @@ import pytest
 from kubesweep.backends.base import Phase, TrialStatus
 from kubesweep.backends.local import LocalBackend
 from kubesweep.tracking.records import (
+    MAX_TRIAL_FILE_BYTES,
     ResultsDirError,
     ResultsFileError,
+    _parse_param,
     axes_job,
     from_backend,
     from_mlflow,
@@ -334,3 +336,47 @@ def test_a_directory_that_is_not_there_is_named_with_how_the_name_was_read(tmp_p
         from_results_dir(tmp_path / "nowhere")
     assert str(err.value) == (f"{tmp_path / 'nowhere'}: no such directory (a name with a '/' is read as a directory "
                               "of results files)")
+
+
+# -- what each source says, field by field (from the survivors of `make mutation`) --------------------------------
+
+
+def test_a_param_reads_back_as_json_or_as_pythons_words_for_true_false_and_none() -> None:
+    assert [_parse_param(v) for v in ("True", "False", "None", "true", "2e-05", "64", "bert", "[1]")] == [
+        True, False, None, True, 2e-05, 64, "bert", [1]]
+
+
+def test_a_child_run_says_its_id_repeat_gpus_and_outcome_from_its_params_where_it_has_no_tags() -> None:
+    run = child("r3", "FINISHED", params={"trial_id": "t9", "repeat": "3", "gpus_per_trial": "two"})
+    record = record_from_child(run, None)
+    assert (record.trial_id, record.repeat, record.gpus, record.outcome, record.reason) == ("t9", 3, 1, "succeeded",
+                                                                                            "")
+    assert record_from_child(child("r4", "FINISHED"), None).repeat == 0  # no repeat anywhere: the first
+    # the outcome tag the job wrote wins over the run's status
+    assert record_from_child(child("r5", "FINISHED", tags={"kubesweep.outcome": "oom"}), None).outcome == "oom"
+
+
+def test_a_child_runs_results_are_kept_and_an_invalid_file_fails_the_trial_naming_the_error() -> None:
+    results = make_results(outcome="succeeded", error={"message": "a warning the job kept"})
+    record = record_from_child(child("r6"), results)
+    assert record.results is results and (record.outcome, record.reason) == ("succeeded", "")
+    bad = ResultsFileError("run r7's results.json: not JSON: expected value")
+    record = record_from_child(child("r7", "FINISHED", tags={"kubesweep.outcome": "succeeded"}), bad)
+    assert (record.outcome, record.reason, record.results) == ("failed", "run r7's results.json: not JSON: "
+                                                                         "expected value", None)
+
+
+def test_a_status_record_names_the_trial_its_gpu_its_outcome_and_the_first_repeat() -> None:
+    record = record_from_status(status(Outcome.OOM, Phase.FAILED, reason="the backend's words"))
+    assert (record.name, record.gpu, record.repeat, record.outcome, record.reason) == (
+        "t-1", "l4", 0, "oom", "the backend's words")
+    ok = record_from_status(status(Outcome.SUCCEEDED), make_results(outcome="succeeded", error={"message": "m"}))
+    assert (ok.outcome, ok.reason) == ("succeeded", "")
+
+
+def test_a_trial_file_at_the_size_limit_is_read_and_one_byte_over_is_not(tmp_path: Path) -> None:
+    trial_file = tmp_path / "trial.json"
+    body = json.dumps({"job": {"batch_size": 16}}).encode()
+    for size, settings in ((MAX_TRIAL_FILE_BYTES, {"batch_size": 16}), (MAX_TRIAL_FILE_BYTES + 1, {"batch_size": 8})):
+        trial_file.write_bytes(body + b" " * (size - len(body)))  # valid JSON either way
+        assert record_from_status(status(Outcome.SUCCEEDED, batch_size=8), None, trial_file).settings == settings
