@@ -29,3 +29,10 @@ def test_a_seal_is_the_one_written_down() -> None:
     assert made == hmac.new(key, b"kubesweep-experiment-2\x007\x001700000000000\x00team-b", hashlib.sha256).hexdigest()
     # the time and the id kept apart too: experiment 1 made at 23 ms is not experiment 12 made at 3 ms
     assert seal(key, Identity("1", 23), "a") != seal(key, Identity("12", 3), "a")
+
+
+def test_an_identity_needs_an_id_and_a_creation_time_after_the_epoch() -> None:
+    assert Identity.of({"experiment_id": "7", "creation_time": 1}) == Identity("7", 1)  # the first millisecond
+    for bad in ({"experiment_id": "", "creation_time": 5}, {"experiment_id": "7", "creation_time": 0},
+                {"experiment_id": "7", "creation_time": True}):
+        assert Identity.of(bad) is None, bad
