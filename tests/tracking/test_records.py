@@ -184,6 +184,10 @@ def test_from_mlflow_adds_the_trials_without_a_run_from_the_backend_in_plan_orde
     assert [r.trial_id for r in records] == [t.id for t in p.trials]
     assert records[2].run_id == "r-last" and records[0].run_id is None and records[0].outcome == "succeeded"
     assert records[2].results is not None and records[0].results is None  # the run's results file, read
+    # a run of a trial the backend does not know (another sweep's, a stray): after the backend's, by name
+    stray = child("r-stray", tags={"kubesweep.trial_id": "zz", "kubesweep.trial": "ml-stray"})
+    both = Runs([stray, child("r-last", tags={"kubesweep.trial_id": last.id, "kubesweep.trial": last.name})], {})
+    assert [r.trial_id for r in from_mlflow(both, "parent", backend, "ml")] == [*(t.id for t in p.trials), "zz"]
 
     # an unknown sweep on the backend (a BackendError): the runs alone, by name
     two = Runs([child("b", tags={"kubesweep.trial": "s-b"}), child("a", tags={"kubesweep.trial": "s-a"})], {})
@@ -380,3 +384,14 @@ def test_a_trial_file_at_the_size_limit_is_read_and_one_byte_over_is_not(tmp_pat
     for size, settings in ((MAX_TRIAL_FILE_BYTES, {"batch_size": 16}), (MAX_TRIAL_FILE_BYTES + 1, {"batch_size": 8})):
         trial_file.write_bytes(body + b" " * (size - len(body)))  # valid JSON either way
         assert record_from_status(status(Outcome.SUCCEEDED, batch_size=8), None, trial_file).settings == settings
+
+
+def test_a_results_files_record_gives_the_jobs_error_as_its_reason_or_none(tmp_path: Path) -> None:
+    failed = _results("f", "NVIDIA-H200")
+    failed.update({"outcome": "oom", "exit_code": 1, "error": {"type": "OutOfMemoryError", "message": "CUDA out of "
+                                                                "memory"}})
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "results.json").write_text(json.dumps(failed))
+    _results_file(tmp_path / "g", "g", "NVIDIA-H200")
+    assert [(r.trial_id, r.outcome, r.reason) for r in from_results_dir(tmp_path)] == [
+        ("f", "oom", "CUDA out of memory"), ("g", "succeeded", "")]
