@@ -171,6 +171,7 @@ def test_a_long_sweep_name_is_cut_to_keep_the_cell_and_the_hash_in_63_characters
     assert trial_name("xy", None, job, 0, 1, suffix) == "x-bs32-bf16-" + suffix
     # no room at all: the cell and the hash alone, cut to 63, a valid DNS label
     assert trial_name("xy", None, job, 0, 1, "0" * 52 + "-" + "1" * 30) == "bs32-bf16-" + "0" * 52  # cut on a dash
+    assert trial_name("a" * 30, None, job, 0, 1, "0" * 60) == ("bs32-bf16-" + "0" * 60)[:MAX_NAME]  # none of the name
     assert DNS.fullmatch(trial_name("x", None, job, 0, 1, "-" * 70))
 
 

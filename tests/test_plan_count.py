@@ -422,7 +422,10 @@ def test_each_refusal_carries_the_file_its_count_and_the_limit() -> None:
     max_batch = parse_sweep(doc({"gpu": ["l4", "t4"]}, search=search), source="m.yaml")
     per_cell = max_batch_probes(max_batch.spec.search)  # type: ignore[arg-type]
     pods = parse_sweep(doc({"seed": [1, 2, 3], "num_nodes": [1, 4]}), source="p.yaml")
-    for sweep, limit, count in ((tune, 29, 30), (max_batch, 2 * per_cell - 1, 2 * per_cell), (pods, 23, 24)):
+    drawn = parse_sweep(doc({"seed": list(range(40))}, search={"strategy": "random", "num_samples": 5}),
+                        source="r.yaml")  # 5 trials drawn from 40 cells: the cells are what a plan walks
+    for sweep, limit, count in ((tune, 29, 30), (max_batch, 2 * per_cell - 1, 2 * per_cell), (pods, 23, 24),
+                                (drawn, 39, 40)):
         with pytest.raises(SweepTooLarge) as err:
             check_size(sweep, limit)
         assert (err.value.source, err.value.count, err.value.limit) == (sweep.source, count, limit)
@@ -439,6 +442,9 @@ def test_the_most_nodes_of_a_trial_are_found_wherever_the_spec_names_them() -> N
         check_size(two, 7)
     space = {"num_nodes": {"type": "choice", "values": [1, 3]}, "batch_size": {"type": "choice", "values": [8]}}
     assert most_nodes(parse_sweep(doc({}, search={"strategy": "tune", "num_samples": 4, "space": space}))) == 3
+    bigger = doc({}, search={"strategy": "tune", "num_samples": 4, "space": space})
+    bigger["spec"]["resources"] = {"num_nodes": 5}
+    assert most_nodes(parse_sweep(bigger)) == 5  # the resources' nodes, beside the space's
     resources = doc({"seed": [1]})
     resources["spec"]["resources"] = {"num_nodes": 5}
     assert most_nodes(parse_sweep(resources)) == 5
@@ -468,7 +474,8 @@ def test_counting_stops_past_its_budget_of_steps_and_not_at_it(monkeypatch: pyte
     with pytest.raises(plan_module._TooComplex):
         plan_module._Grid(sweep, work=need - 1).total()
     monkeypatch.setattr(plan_module, "_COUNT_WORK", need - 1)
-    with pytest.raises(SweepTooLarge, match="overlap too much to count its trials quickly"):
+    with pytest.raises(SweepTooLarge, match="overlap too much to count its trials quickly") as err:
         check_size(sweep, limit=expected)  # the product (48 cells) is over the limit: the count was needed
+    assert (err.value.source, err.value.count, err.value.limit) == (sweep.source, 48, expected)
     monkeypatch.setattr(plan_module, "_COUNT_WORK", need)
     assert check_size(sweep, limit=expected) == expected
