@@ -128,7 +128,7 @@ test:  ## everything CI runs: lint, types, all tests (a fresh machine first buil
 	$(call STEP,tests done); \
 	exit $$rc
 
-# Not part of `make test`: an hour or more of CPU on two cores. MUTATION_ARGS: modules to mutate, --pending, --report.
+# Not part of `make test`: on demand (one core; bench/results/mutation.md says how long). MUTATION_ARGS: modules to mutate, --pending, --report, --children N.
 mutation: setup  ## mutation score of the pure core under its fast tests (mutmut; bench/results/mutation.md)
 	$(PY) bench/mutation.py $(MUTATION_ARGS)
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubesweep.gpus import default_catalog
-from kubesweep.plan import interleave, plan
+from kubesweep.gpus import default_catalog, load_catalog
+from kubesweep.plan import MAX_NAME, Plan, _unique_names, interleave, make_trial, plan, trial_name
 from kubesweep.sweep_spec import parse_sweep
+from kubesweep.wire.config import JobConfig
 
 DNS = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 GPUS = default_catalog().names
@@ -129,3 +131,96 @@ def test_exclude_rule_with_two_keys() -> None:
                     exclude=[{"gpu": "l4", "precision": "fp16"}])
     cells = {(t.gpu, t.job.precision) for t in plan(parse_sweep(doc)).trials}
     assert cells == set(itertools.product(["l4", "a100-40gb"], ["fp32", "fp16"])) - {("l4", "fp16")}
+
+
+def test_a_trials_label_names_its_device_its_other_axes_and_its_repeat() -> None:
+    """The cell as status views and the trial's Job annotation show it: the device, each axis but the GPU as
+    `name=value` (compile off as `off`), the repeat past the first."""
+    doc = sweep_doc("s", {"gpu": ["h100-80gb"], "batch_size": [32], "compile": [False, "default"]}, repeats=2)
+    labels = [t.label() for t in plan(parse_sweep(doc)).trials]
+    assert sorted(labels) == [
+        "h100-80gb batch_size=32 compile=default", "h100-80gb batch_size=32 compile=default repeat=1",
+        "h100-80gb batch_size=32 compile=off", "h100-80gb batch_size=32 compile=off repeat=1"]
+    cpu = plan(parse_sweep(sweep_doc("s", {"precision": ["fp32"], "learning_rate": [0.0001]}))).trials[0]
+    assert cpu.label() == "any GPU learning_rate=0.0001 precision=fp32"
+    assert cpu.label() is cpu.label()  # made once
+
+
+def test_a_trial_name_says_its_cell_in_short() -> None:
+    job = JobConfig(batch_size=32, precision="bf16")
+    assert trial_name("s", "h100-80gb", job, 0, 1, "abcd1234") == "s-h100-80gb-bs32-bf16-abcd1234"
+    assert trial_name("s", None, job, 0, 1, "abcd1234") == "s-bs32-bf16-abcd1234"
+    marks = {mode: trial_name("s", None, job.model_copy(update={"compile": mode}), 0, 1, "h")
+             for mode in ("default", "reduce-overhead", "max-autotune")}
+    assert marks == {"default": "s-bs32-bf16-c-h", "reduce-overhead": "s-bs32-bf16-cro-h",
+                     "max-autotune": "s-bs32-bf16-cma-h"}
+    inference = JobConfig(batch_size=32, precision="bf16", task="inference")
+    assert trial_name("s", "l4", inference, 2, 3, "h") == "s-inf-l4-bs32-bf16-r2-h"  # the repeat, of several
+
+
+def test_a_long_sweep_name_is_cut_to_keep_the_cell_and_the_hash_in_63_characters() -> None:
+    job = JobConfig(batch_size=32, precision="bf16")
+    tail = "h100-80gb-bs32-bf16-abcd1234"
+    name = trial_name("a" * 80, "h100-80gb", job, 0, 1, "abcd1234")
+    assert name == "a" * (MAX_NAME - len(tail) - 1) + "-" + tail and len(name) == MAX_NAME
+    # a cut that ends on a dash (room for 3 characters: "ab-") leaves none doubled
+    suffix = "0" * (MAX_NAME - 3 - 1 - len("bs32-bf16-"))
+    assert trial_name("ab-" + "c" * 80, None, job, 0, 1, suffix) == "ab-bs32-bf16-" + suffix
+    # room for one character of the sweep's name: that character
+    suffix = "0" * (MAX_NAME - 1 - 1 - len("bs32-bf16-"))
+    assert trial_name("xy", None, job, 0, 1, suffix) == "x-bs32-bf16-" + suffix
+    # no room at all: the cell and the hash alone, cut to 63, a valid DNS label
+    assert trial_name("xy", None, job, 0, 1, "0" * 52 + "-" + "1" * 30) == "bs32-bf16-" + "0" * 52  # cut on a dash
+    assert trial_name("a" * 30, None, job, 0, 1, "0" * 60) == ("bs32-bf16-" + "0" * 60)[:MAX_NAME]  # none of the name
+    assert DNS.fullmatch(trial_name("x", None, job, 0, 1, "-" * 70))
+
+
+def test_characters_a_name_cannot_have_become_dashes() -> None:
+    job = JobConfig(batch_size=32, precision="bf16")
+    assert trial_name("My.Sweep", None, job, 0, 1, "h") == "my-sweep-bs32-bf16-h"
+    assert trial_name("..s", None, job, 0, 1, "h") == "s-bs32-bf16-h"
+
+
+def test_a_trial_runs_on_its_catalogs_product_and_a_name_taken_gets_the_whole_id(tmp_path: Path) -> None:
+    """The catalog the plan is given (not the shipped one) says which product a GPU type is; a trial made alone is
+    the plan's (repeat 0 unless told); two trials of one name (the 8 hex digits of their ids alike) tell apart by
+    the second's whole id."""
+    path = tmp_path / "gpus.yaml"
+    path.write_text("gpus:\n  h100-80gb: {product: Example-H100, memory_gib: 80, compute_capability: '9.0', "
+                    "bf16: true, price_per_hour: 1.0}\n")
+    catalog = load_catalog(path)
+    sweep = parse_sweep(sweep_doc("s", {"gpu": ["h100-80gb"], "batch_size": [32]}))
+    (trial,) = plan(sweep, catalog).trials
+    assert trial.config.gpu_product == "Example-H100"
+    assert make_trial(sweep, trial.axes, catalog=catalog) == trial
+    first, second = _unique_names(sweep, [trial, trial], catalog)
+    assert first == trial
+    assert second.name == trial.name.removesuffix(trial.id[:8]) + trial.id and len(trial.id) == 10
+    assert (second.id, second.config.gpu_product) == (trial.id, "Example-H100")
+
+
+def test_a_plan_says_what_it_leaves_to_the_run() -> None:
+    """Searches that make their trials as they run plan none and say so; a repeat rule and a random search that
+    asks for more cells than the grid has are noted; a plain grid has no note."""
+    def doc(**spec: Any) -> dict[str, Any]:
+        return {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"}, "spec": spec}
+
+    space = {"batch_size": {"type": "choice", "values": [8, 16]}}
+    tune = parse_sweep(doc(search={"strategy": "tune", "num_samples": 6, "algorithm": "random",
+                                   "scheduler": "fifo", "space": space}))
+    assert plan(tune) == Plan(sweep=tune, trials=[], dropped=[], notes=[
+        "search strategy 'tune': the tuner proposes up to 6 trials (random + fifo) while it runs"])
+    max_batch = parse_sweep(doc(matrix={"gpu": ["v100-32gb", "a100-40gb", "l4"], "precision": ["bf16"]},
+                                search={"strategy": "max_batch", "low": 8, "high": 64, "step": 8}))
+    assert plan(max_batch) == Plan(sweep=max_batch, trials=[], dropped=[], notes=[
+        "search strategy 'max_batch': bisects batch sizes 8..64 (step 8) on OOM for each of 2 cells (GPU type x "
+        "precision); probe trials are made as it runs"])  # bf16 on the V100 is no cell
+    rule = parse_sweep(doc(matrix={"batch_size": [8]},
+                           repeats=2, repeat_until={"max": 5, "target": "2.5%", "metric": "samples_per_s"}))
+    assert plan(rule).notes == ["repeats: 2 of each cell, then more (up to 5) until the 95% interval of "
+                                "samples_per_s is within ±2.5%; the extra repeats are made as it runs"]
+    for asked, note in ((3, []), (4, ["random search asked for 4 cells; the grid has 3"])):
+        drawn = parse_sweep(doc(matrix={"batch_size": [8, 16, 32]},
+                                search={"strategy": "random", "num_samples": asked, "seed": 1}))
+        assert (len(plan(drawn).trials), plan(drawn).notes) == (3, note)
+    assert plan(parse_sweep(doc(matrix={"batch_size": [8]}))).notes == []

@@ -28,6 +28,7 @@ from kubesweep.plan import (
     count_cells,
     count_trials,
     max_batch_probes,
+    most_nodes,
     next_probes,
     plan,
 )
@@ -317,7 +318,7 @@ def test_tune_search_counts_its_budget() -> None:
 
 
 @pytest.mark.parametrize("low,high,step,probes", [(1, 1, 1, 1), (8, 2048, 8, 2), (1, 300, 1, 1), (5, 299, 7, 3),
-                                                  (3, 100, 1, 8), (9, 15, 8, 1), (1, 64, 1, 4)])
+                                                  (3, 100, 1, 8), (9, 15, 8, 1), (1, 64, 1, 4), (3, 9, 2, 1)])
 def test_max_batch_budget_is_the_worst_bisection(low: int, high: int, step: int, probes: int) -> None:
     search = MaxBatchSearch(strategy="max_batch", low=low, high=high, step=step, probes=probes)
     n = len(candidates(search))
@@ -336,6 +337,8 @@ def test_bisection_probes() -> None:
     assert candidates(MaxBatchSearch(strategy="max_batch", low=8, high=64, step=8)) == [8, 16, 24, 32, 40, 48,
                                                                                          56, 64]
     assert candidates(MaxBatchSearch(strategy="max_batch", low=3, high=6)) == [3, 4, 5, 6]
+    # a step of 2 (or any but 1) starts at its first multiple from low, not at low
+    assert candidates(MaxBatchSearch(strategy="max_batch", low=3, high=9, step=2)) == [4, 6, 8]
     assert next_probes(-1, 8, 2) == [2, 5]
     assert next_probes(2, 5, 2) == [3, 4]
     assert next_probes(4, 5, 2) == []
@@ -409,3 +412,70 @@ def test_the_cap_counts_pods_not_trials() -> None:
                                             r"over the limit of 10,000"):
         check_size(sweep)
     assert check_size(sweep, 16_000) == 2_000
+
+
+def test_each_refusal_carries_the_file_its_count_and_the_limit() -> None:
+    """`SweepTooLarge` is a spec error of the file, with the numbers (what the CLI and the operator report)."""
+    space = {"batch_size": {"type": "choice", "values": [8, 16]}}
+    tune = parse_sweep(doc({}, search={"strategy": "tune", "num_samples": 30, "space": space}), source="t.yaml")
+    search = {"strategy": "max_batch", "low": 8, "high": 64, "step": 8, "probes": 1}
+    max_batch = parse_sweep(doc({"gpu": ["l4", "t4"]}, search=search), source="m.yaml")
+    per_cell = max_batch_probes(max_batch.spec.search)  # type: ignore[arg-type]
+    pods = parse_sweep(doc({"seed": [1, 2, 3], "num_nodes": [1, 4]}), source="p.yaml")
+    drawn = parse_sweep(doc({"seed": list(range(40))}, search={"strategy": "random", "num_samples": 5}),
+                        source="r.yaml")  # 5 trials drawn from 40 cells: the cells are what a plan walks
+    for sweep, limit, count in ((tune, 29, 30), (max_batch, 2 * per_cell - 1, 2 * per_cell), (pods, 23, 24),
+                                (drawn, 39, 40)):
+        with pytest.raises(SweepTooLarge) as err:
+            check_size(sweep, limit)
+        assert (err.value.source, err.value.count, err.value.limit) == (sweep.source, count, limit)
+        assert check_size(sweep, count) > 0  # at the limit: taken
+
+
+def test_the_most_nodes_of_a_trial_are_found_wherever_the_spec_names_them() -> None:
+    """Two nodes a trial are two pods; the nodes come from resources, the matrix, an include cell, or a tune
+    search's choices."""
+    assert most_nodes(parse_sweep(doc({"seed": [1]}))) == 1
+    two = parse_sweep(doc({"seed": [1, 2, 3]}, include=[{"seed": 9, "num_nodes": 2}]))
+    assert most_nodes(two) == 2
+    with pytest.raises(SweepTooLarge, match=r"up to 8 pods \(4 trials x up to 2 nodes each\), over the limit of 7"):
+        check_size(two, 7)
+    space = {"num_nodes": {"type": "choice", "values": [1, 3]}, "batch_size": {"type": "choice", "values": [8]}}
+    assert most_nodes(parse_sweep(doc({}, search={"strategy": "tune", "num_samples": 4, "space": space}))) == 3
+    bigger = doc({}, search={"strategy": "tune", "num_samples": 4, "space": space})
+    bigger["spec"]["resources"] = {"num_nodes": 5}
+    assert most_nodes(parse_sweep(bigger)) == 5  # the resources' nodes, beside the space's
+    resources = doc({"seed": [1]})
+    resources["spec"]["resources"] = {"num_nodes": 5}
+    assert most_nodes(parse_sweep(resources)) == 5
+
+
+def test_a_cells_precision_from_the_job_when_the_matrix_has_none() -> None:
+    # bf16 on a V100 is dropped whether the matrix or the job names it
+    sweep = doc({"gpu": ["v100-32gb", "a100-40gb"]})
+    sweep["spec"]["job"]["precision"] = "bf16"
+    p = plan(parse_sweep(sweep))
+    assert [t.gpu for t in p.trials] == ["a100-40gb"]
+    assert [d.axes for d in p.dropped] == [{"gpu": "v100-32gb"}] and "bf16" in p.dropped[0].reason
+
+
+def test_counting_stops_past_its_budget_of_steps_and_not_at_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules that overlap are counted in memoized steps; the budget is the most steps taken (a sweep that needs
+    exactly the budget is counted; one step less and its size is refused as too costly to count)."""
+    rules = [{"batch_size": b, "seed": s} for b in (1, 2) for s in (0, 1)] + [{"seed": 2, "precision": "fp16"},
+                                                                            {"batch_size": 3, "precision": "bf16"}]
+    sweep = parse_sweep(doc({"batch_size": [1, 2, 3, 4], "seed": [0, 1, 2, 3], "precision": ["fp32", "fp16", "bf16"]},
+                            exclude=rules))
+    expected = len(reference_cells(sweep))
+    grid = plan_module._Grid(sweep)
+    assert grid.total() == expected and grid.spent > 0
+    need = grid.spent
+    assert plan_module._Grid(sweep, work=need).total() == expected
+    with pytest.raises(plan_module._TooComplex):
+        plan_module._Grid(sweep, work=need - 1).total()
+    monkeypatch.setattr(plan_module, "_COUNT_WORK", need - 1)
+    with pytest.raises(SweepTooLarge, match="overlap too much to count its trials quickly") as err:
+        check_size(sweep, limit=expected)  # the product (48 cells) is over the limit: the count was needed
+    assert (err.value.source, err.value.count, err.value.limit) == (sweep.source, 48, expected)
+    monkeypatch.setattr(plan_module, "_COUNT_WORK", need)
+    assert check_size(sweep, limit=expected) == expected

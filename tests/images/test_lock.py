@@ -17,7 +17,8 @@ from kubesweep.images.lock import (
 )
 from kubesweep.manifests import RenderError, render_plan
 from kubesweep.plan import plan
-from kubesweep.sweep_spec import SpecError, load_sweep_file
+from kubesweep.sweep_spec import SpecError, load_sweep_file, parse_sweep
+from kubesweep.sweep_spec.model import is_image_key
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "ab" * 32
@@ -151,3 +152,17 @@ def load_lock_text(text: str) -> object:
 
 def test_locked_reference_of_unknown_key_is_none() -> None:
     assert locked_reference("no-such-image", DEFAULT_LOCK) is None
+
+
+def test_a_bare_name_is_a_key_and_a_reference_is_not() -> None:
+    for key in ("torch-2.8-cu128", "Xformers-X", "job"):
+        assert is_image_key(key), key
+    for ref in ("registry.example/job", "job:1.0", f"job@{DIGEST}", "localhost:5000/job"):
+        assert not is_image_key(ref), ref
+
+
+def test_no_image_named_resolves_to_none(tmp_path: Path) -> None:
+    # an empty spec.image is no image (the backend's default), as an absent one is: never an empty reference
+    for spec in ({}, {"image": ""}):
+        doc = {"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "s"}, "spec": spec}
+        assert parse_sweep(doc, allow_unpinned=True).image_reference() is None

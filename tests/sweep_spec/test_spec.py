@@ -337,3 +337,15 @@ def test_only_gpus_keeps_the_named_types_and_their_trial_ids() -> None:
     with pytest.raises(SpecError, match=r"--gpu t4: not a GPU type of sweep 'bert-gpu-matrix' \(its GPU types are "
                                         r"a100-40gb, v100-32gb, rtx-3090, l40s, h100-80gb\)"):
         only_gpus(sweep, ["h100-80gb", "t4"])
+
+
+@pytest.mark.parametrize(("target", "percent"), [("2.5%", 2.5), (" 12% ", 12.0), ("3%", 3.0), (4, 4.0), (0.5, 0.5)])
+def test_a_repeat_target_is_a_percent_written_with_or_without_its_sign(target: object, percent: float) -> None:
+    doc = _sweep(matrix={"batch_size": [8]}, repeats=2, repeat_until={"target": target})
+    rule = parse_sweep(doc).spec.repeat_until
+    assert rule is not None and rule.target == percent
+
+
+def test_a_repeat_target_that_is_not_a_percent_is_refused_naming_it() -> None:
+    with pytest.raises(SpecError, match=r"spec\.repeat_until\.target"):
+        parse_sweep(_sweep(matrix={"batch_size": [8]}, repeats=2, repeat_until={"target": "a%"}))

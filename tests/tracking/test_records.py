@@ -14,13 +14,16 @@ import pytest
 from kubesweep.backends.base import Phase, TrialStatus
 from kubesweep.backends.local import LocalBackend
 from kubesweep.tracking.records import (
+    MAX_TRIAL_FILE_BYTES,
     ResultsDirError,
     ResultsFileError,
+    _parse_param,
     axes_job,
     from_backend,
     from_mlflow,
     from_results_dir,
     job_of,
+    names_a_directory,
     read_results_file,
     record_from_child,
     record_from_status,
@@ -180,6 +183,11 @@ def test_from_mlflow_adds_the_trials_without_a_run_from_the_backend_in_plan_orde
     records = from_mlflow(runs, "parent", backend, "ml")
     assert [r.trial_id for r in records] == [t.id for t in p.trials]
     assert records[2].run_id == "r-last" and records[0].run_id is None and records[0].outcome == "succeeded"
+    assert records[2].results is not None and records[0].results is None  # the run's results file, read
+    # a run of a trial the backend does not know (another sweep's, a stray): after the backend's, by name
+    stray = child("r-stray", tags={"kubesweep.trial_id": "zz", "kubesweep.trial": "ml-stray"})
+    both = Runs([stray, child("r-last", tags={"kubesweep.trial_id": last.id, "kubesweep.trial": last.name})], {})
+    assert [r.trial_id for r in from_mlflow(both, "parent", backend, "ml")] == [*(t.id for t in p.trials), "zz"]
 
     # an unknown sweep on the backend (a BackendError): the runs alone, by name
     two = Runs([child("b", tags={"kubesweep.trial": "s-b"}), child("a", tags={"kubesweep.trial": "s-a"})], {})
@@ -303,3 +311,87 @@ def test_an_infinite_or_nan_number_is_read_as_null(tmp_path: Path) -> None:
     path.write_text(json.dumps(results))
     train = read_results_file(path).train
     assert train is not None and train.final_loss is None
+
+
+def test_a_name_with_a_slash_or_a_leading_dot_or_tilde_is_a_directory_and_a_sweeps_name_is_not() -> None:
+    for name in ("./runs", "../runs", "~/runs", ".runs", "runs/", "a/b", "~"):
+        assert names_a_directory(name), name
+    for name in ("my-sweep", "sweep.v2", "a~b", "x"):
+        assert not names_a_directory(name), name
+
+
+def test_a_results_files_record_names_its_trial_and_gpu_or_takes_the_directorys_name(tmp_path: Path) -> None:
+    named = _results("a", "NVIDIA-H200")
+    named["trial"].update({"name": "s-a-h200", "gpu": "h200"})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "results.json").write_text(json.dumps(named))
+    bare = _results("b", "NVIDIA-H200")
+    bare["trial"].update({"trial_id": "", "name": "", "gpu": ""})
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "results.json").write_text(json.dumps(bare))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "results.json").symlink_to(tmp_path / "a" / "results.json")  # a link within: not read twice
+    assert [(r.trial_id, r.name, r.gpu) for r in from_results_dir(tmp_path)] == [("a", "s-a-h200", "h200"),
+                                                                                 ("b", "b", None)]
+
+
+def test_a_directory_that_is_not_there_is_named_with_how_the_name_was_read(tmp_path: Path) -> None:
+    with pytest.raises(ResultsDirError) as err:
+        from_results_dir(tmp_path / "nowhere")
+    assert str(err.value) == (f"{tmp_path / 'nowhere'}: no such directory (a name with a '/' is read as a directory "
+                              "of results files)")
+
+
+# -- what each source says, field by field (from the survivors of `make mutation`) --------------------------------
+
+
+def test_a_param_reads_back_as_json_or_as_pythons_words_for_true_false_and_none() -> None:
+    assert [_parse_param(v) for v in ("True", "False", "None", "true", "2e-05", "64", "bert", "[1]")] == [
+        True, False, None, True, 2e-05, 64, "bert", [1]]
+
+
+def test_a_child_run_says_its_id_repeat_gpus_and_outcome_from_its_params_where_it_has_no_tags() -> None:
+    run = child("r3", "FINISHED", params={"trial_id": "t9", "repeat": "3", "gpus_per_trial": "two"})
+    record = record_from_child(run, None)
+    assert (record.trial_id, record.repeat, record.gpus, record.outcome, record.reason) == ("t9", 3, 1, "succeeded",
+                                                                                            "")
+    assert record_from_child(child("r4", "FINISHED"), None).repeat == 0  # no repeat anywhere: the first
+    # the outcome tag the job wrote wins over the run's status
+    assert record_from_child(child("r5", "FINISHED", tags={"kubesweep.outcome": "oom"}), None).outcome == "oom"
+
+
+def test_a_child_runs_results_are_kept_and_an_invalid_file_fails_the_trial_naming_the_error() -> None:
+    results = make_results(outcome="succeeded", error={"message": "a warning the job kept"})
+    record = record_from_child(child("r6"), results)
+    assert record.results is results and (record.outcome, record.reason) == ("succeeded", "")
+    bad = ResultsFileError("run r7's results.json: not JSON: expected value")
+    record = record_from_child(child("r7", "FINISHED", tags={"kubesweep.outcome": "succeeded"}), bad)
+    assert (record.outcome, record.reason, record.results) == ("failed", "run r7's results.json: not JSON: "
+                                                                         "expected value", None)
+
+
+def test_a_status_record_names_the_trial_its_gpu_its_outcome_and_the_first_repeat() -> None:
+    record = record_from_status(status(Outcome.OOM, Phase.FAILED, reason="the backend's words"))
+    assert (record.name, record.gpu, record.repeat, record.outcome, record.reason) == (
+        "t-1", "l4", 0, "oom", "the backend's words")
+    ok = record_from_status(status(Outcome.SUCCEEDED), make_results(outcome="succeeded", error={"message": "m"}))
+    assert (ok.outcome, ok.reason) == ("succeeded", "")
+
+
+def test_a_trial_file_at_the_size_limit_is_read_and_one_byte_over_is_not(tmp_path: Path) -> None:
+    trial_file = tmp_path / "trial.json"
+    body = json.dumps({"job": {"batch_size": 16}}).encode()
+    for size, settings in ((MAX_TRIAL_FILE_BYTES, {"batch_size": 16}), (MAX_TRIAL_FILE_BYTES + 1, {"batch_size": 8})):
+        trial_file.write_bytes(body + b" " * (size - len(body)))  # valid JSON either way
+        assert record_from_status(status(Outcome.SUCCEEDED, batch_size=8), None, trial_file).settings == settings
+
+
+def test_a_results_files_record_gives_the_jobs_error_as_its_reason_or_none(tmp_path: Path) -> None:
+    failed = _results("f", "NVIDIA-H200")
+    failed.update({"outcome": "oom", "exit_code": 1, "error": {"type": "OutOfMemoryError", "message": "CUDA out of "
+                                                                "memory"}})
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "results.json").write_text(json.dumps(failed))
+    _results_file(tmp_path / "g", "g", "NVIDIA-H200")
+    assert [(r.trial_id, r.outcome, r.reason) for r in from_results_dir(tmp_path)] == [
+        ("f", "oom", "CUDA out of memory"), ("g", "succeeded", "")]

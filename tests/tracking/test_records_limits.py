@@ -14,6 +14,7 @@ from kubesweep.tracking.records import (
     ResultsDirError,
     ResultsFileError,
     from_results_dir,
+    parse_results,
     read_results_file,
 )
 from tests.support.results_docs import results_doc
@@ -53,3 +54,24 @@ def test_a_directory_of_more_results_files_than_the_limit_is_refused(tmp_path: P
     (tmp_path / "t3" / "results.json").write_text(json.dumps(results_doc()))
     with pytest.raises(ResultsDirError, match=r"4 results files, more than 3"):
         from_results_dir(tmp_path)
+
+
+def test_a_results_file_larger_than_the_limit_is_refused_by_its_size_before_a_byte_is_read(tmp_path: Path) -> None:
+    # a sparse file of 1 GiB: its size is what the refusal names (the whole of it, not the 64 MiB + 1 read)
+    huge = tmp_path / "results.json"
+    with huge.open("wb") as out:
+        out.truncate(2**30)
+    with pytest.raises(ResultsFileError) as err:
+        read_results_file(huge)
+    assert str(err.value) == f"{huge}: {2**30:,} bytes, more than a results file has ({MAX_RESULTS_BYTES:,})"
+
+
+def test_a_results_document_over_64_mib_is_refused_however_it_came() -> None:
+    # the bytes of an artifact or a log, not a file: the same limit, naming where they came from
+    body = json.dumps(results_doc()).encode()
+    assert parse_results(body + b" " * (MAX_RESULTS_BYTES - len(body)), "run r's results.json").outcome.value \
+        == "succeeded"
+    with pytest.raises(ResultsFileError) as err:
+        parse_results(body + b" " * (MAX_RESULTS_BYTES + 1 - len(body)), "run r's results.json")
+    assert str(err.value) == (f"run r's results.json: {MAX_RESULTS_BYTES + 1:,} bytes, more than a results file has "
+                              f"({MAX_RESULTS_BYTES:,})")

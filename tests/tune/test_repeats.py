@@ -10,13 +10,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from kubesweep.backends.base import BackendError
+from kubesweep.backends.kubernetes import KubernetesBackend
 from kubesweep.cli.search_view import repeats_lines
 from kubesweep.plan import count_trials, make_trial, plan
 from kubesweep.session import Options, Session
 from kubesweep.sweep_spec import SequentialRepeats, SpecError, parse_sweep
 from kubesweep.tracking.report import build
-from kubesweep.tune.repeats import AT_MAX, HOST_BOUND, NO_VALUE, REACHED, CellRepeats, leaders, next_repeats
+from kubesweep.tune.repeats import (
+    AT_MAX,
+    HOST_BOUND,
+    NO_VALUE,
+    REACHED,
+    CellRepeats,
+    leaders,
+    next_repeats,
+    run_repeats,
+)
+from kubesweep.wire.env import TrackingEnv
 from kubesweep.wire.outcomes import Outcome
 from kubesweep.wire.search import RepeatsSummary
 
@@ -245,7 +258,30 @@ def test_a_cancelled_sweep_gets_no_repeat_after_the_cancel(tmp_path: Path, monke
     assert cancelled
     runner.join(60)
     assert not runner.is_alive(), "the rule went on after the cancel"
+    assert len(ended) == 1 and isinstance(ended[0].found, RepeatsSummary), "the rule's run ended without its summary"
     status = Session(Options(home=home, no_tracking=True)).backend.status("reps")
     assert len(status.trials) == 3, [t.name for t in status.trials]  # none added after the cancel
     assert status.trials[-1].outcome == Outcome.CANCELLED
     assert all(t.phase.terminal for t in status.trials)
+
+
+def test_a_backend_that_keeps_no_results_needs_the_sweep_tracked(tmp_path: Path) -> None:
+    """On Kubernetes each repeat's figure is read from MLflow: an untracked sweep (or one without its parent run)
+    is refused before anything is submitted; a tracked one goes on to the cluster (here: none listening)."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "team-a"}}]}))
+    backend = KubernetesBackend(kubeconfig=kubeconfig)
+    assert not backend.keeps_results
+    sweep = parse_sweep(doc(2, {"max": 4}))
+    for tracking in (None, TrackingEnv("http://mlflow.example", "e")):
+        with pytest.raises(BackendError) as err:
+            run_repeats(sweep, backend, storage=tmp_path, tracking=tracking)
+        assert str(err.value) == ("sweep 'reps': repeat_until reads each repeat's samples_per_s from MLflow on the "
+                                  "kubernetes backend, and this sweep is not tracked (turn tracking on, or drop "
+                                  "repeat_until)")
+    with pytest.raises(BackendError, match=r"cannot reach the Kubernetes API at https://127\.0\.0\.1:9"):
+        run_repeats(sweep, backend, storage=tmp_path, tracking=TrackingEnv("http://mlflow.example", "e", "p1"))

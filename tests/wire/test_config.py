@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from kubesweep.wire.config import ANY_GPU, CPU, JobConfig, TrialConfig, gpu_type_of, is_local_path, local_path
+from kubesweep.wire.config import (
+    ANY_GPU,
+    CPU,
+    JobConfig,
+    TrialConfig,
+    gpu_type_of,
+    is_local_path,
+    local_path,
+    normalize_compile,
+)
 
 
 def test_overrides_need_random_init() -> None:
@@ -61,3 +70,28 @@ def test_a_logged_device_names_a_gpu_type_or_none() -> None:
     for gpu, gpus in (("l4", 1), (None, 0), (None, 2)):
         trial = TrialConfig(sweep="s", trial_id="t", name="n", gpu=gpu, gpus_per_trial=gpus, job=JobConfig())
         assert gpu_type_of(trial.device) == gpu
+
+
+def test_an_absolute_path_is_kept_as_written(tmp_path: Path) -> None:
+    # not resolved: a link the spec names is what the trial opens (where it runs, the link may point elsewhere)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    assert local_path(str(tmp_path / "link" / "data"), tmp_path / "sweeps") == tmp_path / "link" / "data"
+    assert local_path(str(tmp_path / "x" / ".." / "data"), tmp_path) == tmp_path / "x" / ".." / "data"
+
+
+@pytest.mark.parametrize("off", ["false", "off", "no", "none", "eager", "False", " OFF ", "No", "NONE", "Eager"])
+def test_every_spelling_of_off_turns_compile_off(off: str) -> None:
+    assert normalize_compile(off) is False
+    assert JobConfig(compile=off).compile is False  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("on", ["true", "on", "yes", "TRUE", " On ", "Yes"])
+def test_every_spelling_of_on_is_the_default_mode(on: str) -> None:
+    assert normalize_compile(on) == "default"
+
+
+def test_a_compile_value_that_is_neither_is_refused_naming_what_is_expected() -> None:
+    for value in ("offf", "", 1, 0.0, [True]):
+        with pytest.raises(ValueError, match="expected false, true or one of default, "):
+            normalize_compile(value)

@@ -33,11 +33,21 @@ def test_an_event_reads_back_as_it_was_written() -> None:
     assert parse_events(lines) == events
 
 
+def test_an_event_line_is_written_as_drivers_of_any_version_read_it() -> None:
+    """The line is what a worker pod's log carries to the driver, which may be of another release: its text (the
+    prefix, keys in order, the time in milliseconds, no field left empty) is fixed."""
+    assert WorkerEvent("end", 3.14159, trial="t-1", exit_code=0, outcome="succeeded").line() == (
+        'kubesweep.worker {"at": 3.142, "event": "end", "exit_code": 0, "outcome": "succeeded", "trial": "t-1"}')
+    assert WorkerEvent("ready", 1.0, reason="sweep s").line() == (
+        'kubesweep.worker {"at": 1.0, "event": "ready", "reason": "sweep s"}')
+
+
 @pytest.mark.parametrize("line", [
     EVENT_PREFIX + "not json",
     EVENT_PREFIX + "[1, 2]",
     EVENT_PREFIX + '{"event": "boom", "at": 1}',
     EVENT_PREFIX + '{"event": "start", "at": 1}',  # a start names its trial
+    EVENT_PREFIX + '{"event": "end", "at": 1, "exit_code": 0}',  # and so does an end
     EVENT_PREFIX + '{"event": "end", "at": "soon", "trial": "t"}',
     EVENT_PREFIX + '{"event": "end", "at": true, "trial": "t"}',
     EVENT_PREFIX + '{"event": "end", "at": 1, "trial": "../../etc"}',
