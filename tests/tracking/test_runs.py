@@ -176,3 +176,25 @@ def test_a_hostile_results_artifact_is_its_trials_failure_in_one_line(tmp_path: 
     rows = {r["trial"]: r["outcome"] for r in json.loads(procs[0].stdout)}
     assert rows == {"hostile-bomb": "failed", "hostile-bogus": "failed", "hostile-huge": "failed",
                     "hostile-good": "succeeded"}, rows
+
+
+def test_a_childs_results_file_is_read_from_its_runs_artifact_store(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each child run's results.json comes from the artifact store its run names (`artifact_uri`), not through a
+    `runs:/` URI: MLflow's runs repository also searches the run's logged models and, when either fails, keeps
+    only "Failed to download artifacts from path", losing the server's words (what `sweep results` printed as a
+    namespace's user on a GPU cluster)."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    runs = SweepRuns(resolve(experiment="exp", home=tmp_path), "s")
+    parent, _ = runs.ensure_parent(backend="local", trials=1)
+    child = runs.client.create_run(runs.client.get_run(parent).info.experiment_id,
+                                   tags={tags.PARENT_RUN: parent, tags.TRIAL_ID: "abc"}, run_name="s-0")
+    runs.client.log_dict(child.info.run_id, results_doc(), "results.json")
+    (found,) = runs.children(parent)
+    assert found.artifact_uri == runs.client.get_run(child.info.run_id).info.artifact_uri
+
+    def through_runs_uri(*_: Any, **__: Any) -> str:
+        raise AssertionError("read through a runs:/ URI")
+
+    monkeypatch.setattr(runs.client, "download_artifacts", through_runs_uri)
+    assert runs.all_results([found]) == {child.info.run_id: make_results()}
