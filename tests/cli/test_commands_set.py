@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,11 @@ DIGEST = "reg.example/job@sha256:" + "a" * 64
 
 
 def invoke(*args: str, code: int = 0) -> Any:
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200", "KUBESWEEP_LOCAL_GPUS": "[]"})
+    """The CLI in a home of its own: never the user's, where `make demo` leaves a sweep named `smoke` that a
+    validate of an overridden smoke.yaml is rightly refused against."""
+    with tempfile.TemporaryDirectory(prefix="kubesweep-home-") as home:
+        result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200", "KUBESWEEP_LOCAL_GPUS": "[]",
+                                                          "KUBESWEEP_HOME": home})
     assert result.exit_code == code, result.output
     return result
 
