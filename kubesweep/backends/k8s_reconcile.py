@@ -196,9 +196,9 @@ class JobReconciler:
             return cached[0].of_sweep(self.namespace, sweep)
         return self._labelled(self.api.batch.list_namespaced_job, sweep)
 
-    def _labelled(self, list_fn: Callable[..., Any], sweep: str) -> list[Obj]:
-        resp = self.api.call(list_fn, self.namespace, label_selector=f"{LABEL_SWEEP}={sweep}",
-                             _preload_content=False)
+    def _labelled(self, list_fn: Callable[..., Any], sweep: str, *, trial: str | None = None) -> list[Obj]:
+        selector = f"{LABEL_SWEEP}={sweep}" + (f",{LABEL_TRIAL}={trial}" if trial is not None else "")
+        resp = self.api.call(list_fn, self.namespace, label_selector=selector, _preload_content=False)
         return json.loads(resp.data)["items"]  # type: ignore[no-any-return]
 
     def observe(self, state: SweepState, p: Plan) -> dict[str, tuple[Observed, bool]]:
@@ -448,10 +448,14 @@ class JobReconciler:
         self.release(job)
 
     def stop(self, state: SweepState, trial: TrialStatus, reason: str) -> None:
-        """Record the trial stopped, then delete its Job (its pods go with it: background propagation)."""
+        """Record the trial stopped, then delete its Job (its pods go with it: background propagation). The Job
+        is listed from the API server, not the cache: one created a moment ago, which a cache behind has not
+        shown yet, is deleted too (a search may stop a trial seconds after it began)."""
         stopped = Recorded(Outcome.STOPPED, reason, trial.started_at, time.time())
         self.save(state, outcomes={**state.outcomes, trial.trial_id: stopped})
-        self.delete_jobs(state.sweep.name, {trial.trial_id})
+        for job in self._labelled(self.api.batch.list_namespaced_job, state.sweep.name, trial=trial.trial_id):
+            if job["metadata"]["labels"].get(LABEL_TRIAL) == trial.trial_id:
+                self._delete_job(job, None)
         if state.sweep.spec.warm_pods:
             self.warm.stop(state.sweep.name, trial.trial_id)
 

@@ -153,6 +153,28 @@ def test_without_finalizers_a_job_gets_the_ttl_floor_and_with_them_keeps_them_un
     assert batch.released == [job["metadata"]["name"]]
 
 
+class _Behind:
+    """Watch caches that have not shown anything yet (a Job created a moment ago)."""
+
+    def of_sweep(self, namespace: str, sweep: str) -> list[Any]:
+        return []
+
+
+class _BehindSource:
+    def informers(self, sweep: str) -> tuple[Any, Any]:
+        return _Behind(), _Behind()
+
+
+def test_a_trial_stopped_before_the_cache_shows_its_job_still_has_its_job_deleted() -> None:
+    engine, store, batch, _ = reconciler(JobPolicy(finalizers=("example.com/keep",)), concurrency={"max_parallel": 1})
+    status = engine.reconcile(store.load("s"))
+    [name] = batch.jobs
+    engine.source = _BehindSource()
+    engine.stop(store.load("s"), status.trials[0], "stopped by the search")
+    assert store.state.outcomes[status.trials[0].trial_id].outcome == Outcome.STOPPED
+    assert batch.deleted == [name] and batch.released == [name]
+
+
 def test_cancel_records_every_unfinished_trial_then_deletes_their_jobs_inside_the_cancel() -> None:
     engine, store, batch, points = reconciler(concurrency={"max_parallel": 2})
     status = engine.reconcile(store.load("s"))
