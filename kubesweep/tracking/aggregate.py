@@ -24,6 +24,7 @@ import io
 import json
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,7 @@ from kubesweep.wire.flags import (
     at_chance,
     chance_flag,
     final_accuracy,
+    finite,
     gpu_busy_flag,
     gpu_busy_low,
     host_bound_flag,
@@ -227,6 +229,22 @@ class Cell:
         return {**self.axes.as_dict(), **self.extra}
 
 
+def probe_note(trials: list[TrialRecord]) -> Callable[[str], str]:
+    """` (GEMM probe 712 TFLOP/s)`: the mean GEMM probe of a machine's trials among `trials` (one GPU type, one
+    precision: one setting), for the flag of machines that disagree; "" where none of them ran the probe."""
+    probes: dict[str, list[float]] = {}
+    for t in trials:
+        name = machine_of(t)
+        probe = t.results.probe if t.results is not None else None
+        if name and probe is not None and (value := finite(probe.tflops_per_s)):
+            probes.setdefault(name, []).append(value)
+
+    def note(name: str) -> str:
+        values = probes.get(name)
+        return f" (GEMM probe {sum(values) / len(values):,.0f} TFLOP/s)" if values else ""
+    return note
+
+
 def machine_of(record: TrialRecord) -> str | None:
     """The machine a trial ran on: its node (`busy.node_name`: the name, told apart from another machine of the same
     name by the kernel's boot id) or, in results written before the job recorded the boot id, the name and the
@@ -313,7 +331,7 @@ def aggregate(records: list[TrialRecord], *, target: float = DEFAULT_TARGET_ACCU
                         precision=first.job.precision, compile=_compile_text(first.job.compile))
         measured = [(t, record_metrics(t, catalog, target)) for t in trials]
         verdict = machines.compare(measured, lambda tm: machine_of(tm[0]), lambda tm: tm[1][best_by],
-                                   unit=METRICS[best_by].label, fmt=fmt_number)
+                                   unit=METRICS[best_by].label, fmt=fmt_number, note=probe_note(trials))
         odd = {m.name for m in verdict.left_out}
         kept = [(t, pt) for t, pt in measured if machine_of(t) not in odd]
         stats = {m: Stat([v for _, pt in kept if (v := pt[m]) is not None]) for m in METRICS}

@@ -12,7 +12,9 @@ the hostname outside Kubernetes), each machine's repeats get their own 95% inter
   and is flagged (`2 machines disagree on samples/s: h100-a 7,686 ±2.1%, h100-b 5,420 ±1.0%`), so its figure is
   read as what it is.
 
-Machines whose intervals overlap are averaged together as one machine's repeats are.
+Machines whose intervals overlap are averaged together as one machine's repeats are. Each machine named in a flag
+carries what the caller knows of it (`note`): its GPU's GEMM probe (`h100-b 5,420 ±1.0% (GEMM probe 548 TFLOP/s)`),
+which says whether the machine itself delivered less or the setting ran differently on it.
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ class Verdict:
 
 
 def compare(items: Sequence[T], machine: Callable[[T], str | None], value: Callable[[T], float | None], *,
-            unit: str, fmt: Callable[[float], str]) -> Verdict:
-    """Compare the machines that `items` (a setting's repeats) ran on by `value` (see the module docstring)."""
+            unit: str, fmt: Callable[[float], str], note: Callable[[str], str] = lambda name: "") -> Verdict:
+    """Compare the machines that `items` (a setting's repeats) ran on by `value` (see the module docstring);
+    `note(machine)` follows each machine's figure in the flag."""
     by_machine: dict[str, list[float]] = {}
     for item in items:
         name, v = machine(item), value(item)
@@ -71,7 +74,8 @@ def compare(items: Sequence[T], machine: Callable[[T], str | None], value: Calla
         a, b = machines
         if a.interval.overlaps(b.interval):
             return Verdict([])
-        return Verdict([], f"2 machines disagree on {unit}: {a.name} {a.text(fmt)}, {b.name} {b.text(fmt)}")
+        return Verdict([], f"2 machines disagree on {unit}: {a.name} {a.text(fmt)}{note(a.name)}, "
+                           f"{b.name} {b.text(fmt)}{note(b.name)}")
     left_out = []
     kept = list(machines)
     for m in machines:
@@ -83,6 +87,6 @@ def compare(items: Sequence[T], machine: Callable[[T], str | None], value: Calla
     if not left_out:
         return Verdict([])
     rest = [v for m in kept for v in m.values]
-    flag = "; ".join(f"machine {m.name} left out: {m.text(fmt)} vs {fmt(sum(rest) / len(rest))} {unit} on "
-                     f"{len(kept)} others" for m in left_out)
+    flag = "; ".join(f"machine {m.name} left out: {m.text(fmt)}{note(m.name)} vs {fmt(sum(rest) / len(rest))} "
+                     f"{unit} on {len(kept)} others" for m in left_out)
     return Verdict(left_out, flag)

@@ -98,3 +98,25 @@ def test_one_spec_run_from_two_checkouts_meets_in_one_setting() -> None:
     other = [from_checkout("/work/main", "a0", 5400.0, 0), from_checkout("/srv/small", "s0", 5400.0, 0, rows=1000)]
     cells = agg.aggregate(other, catalog=load_catalog())
     assert sorted(c.extra["dataset"] for c in cells) == ["/srv/small/data/sst2", "/work/main/data/sst2"]
+
+
+def probe(tflops: float) -> dict[str, Any]:
+    return {"precision": "bf16", "dtype": "bfloat16", "size": 8192, "repeats": 5, "matmuls_per_repeat": 10,
+            "best_s": 10 * 2 * 8192**3 / tflops / 1e12, "tflops_per_s": tflops, "seconds": 1.0}
+
+
+def test_machines_that_disagree_are_told_apart_by_their_gemm_probes() -> None:
+    def at(machine: str, name: str, rate: float, repeat: int, tflops: float | None) -> Any:
+        extra: dict[str, Any] = {"environment": {"node_name": machine}}
+        if tflops is not None:
+            extra["probe"] = probe(tflops)
+        return record(name, repeat=repeat, res=results(rate, **extra))
+
+    two = [at("h100-a", "a0", 7686.0, 0, 712.0), at("h100-a", "a1", 7700.0, 1, 708.0),
+           at("h100-b", "b0", 5400.0, 0, 548.0), at("h100-b", "b1", 5420.0, 1, None)]
+    (cell,) = agg.aggregate(two, catalog=load_catalog())
+    assert ("2 machines disagree on samples/s: h100-a 7,693 ±1.2% (GEMM probe 710 TFLOP/s), "
+            "h100-b 5,410 ±2.3% (GEMM probe 548 TFLOP/s)") in cell.flags
+    three = [*two, at("h100-c", "c0", 5380.0, 2, None), at("h100-c", "c1", 5440.0, 3, None)]
+    (cell,) = agg.aggregate(three, catalog=load_catalog())
+    assert "machine h100-a left out: 7,693 ±1.2% (GEMM probe 710 TFLOP/s) vs 5,410 samples/s on 2 others" in cell.flags
