@@ -29,6 +29,10 @@ MAX_RESULTS_BYTES = 64 * 2**20  # one results file; a trial's loss curve of a lo
 # no measurement of a trial comes near this (bytes of memory, joules, seconds, samples): a number beyond it is damage,
 # and would overflow the sums and the figures' axes
 MAX_MAGNITUDE = 1e15
+# but a count of model FLOPs is: one epoch of SST-2 on bert-base is about 7e14, a long run of a large model 1e21 and
+# more; the bound of a FLOP count (`measured_flops`, `flops_per_step`, `flops_per_batch`) is the largest training
+# runs' order and a margin (1e24)
+MAX_FLOPS = 1e24
 _FREE_FORM = ("environment", "model")  # not read as numbers
 
 
@@ -72,14 +76,21 @@ def _nullable(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> bool
     return type(None) in get_args(annotation)
 
 
+def magnitude_bound(loc: tuple[int | str, ...]) -> float:
+    """The largest magnitude a number at `loc` may have: MAX_FLOPS for a FLOP count, else MAX_MAGNITUDE."""
+    key = loc[-1] if loc else ""
+    flops = isinstance(key, str) and (key.endswith("_flops") or key.startswith("flops_per_"))
+    return MAX_FLOPS if flops else MAX_MAGNITUDE
+
+
 def _finite(data: Any, loc: tuple[int | str, ...] = ()) -> Any:
     """`data` with each infinite or NaN number as None where the schema lets the field be null (a diverged run's
-    loss; where it may not be, the number stays as the job wrote it); `ResultsFileError` args (path, value) for a
-    number beyond ±MAX_MAGNITUDE (outside the free-form parts)."""
+    loss; where it may not be, the number stays as the job wrote it); `ResultsFileError` args (path, value, bound)
+    for a number beyond its `magnitude_bound` (outside the free-form parts)."""
     if isinstance(data, float) and not math.isfinite(data):
         return None if _nullable(Results, loc) else data
-    if isinstance(data, (int, float)) and not isinstance(data, bool) and abs(data) > MAX_MAGNITUDE:
-        raise ResultsFileError(_field_path(loc), data)
+    if isinstance(data, (int, float)) and not isinstance(data, bool) and abs(data) > magnitude_bound(loc):
+        raise ResultsFileError(_field_path(loc), data, magnitude_bound(loc))
     if isinstance(data, dict):
         return {k: v if not loc and k in _FREE_FORM else _finite(v, (*loc, k)) for k, v in data.items()}
     if isinstance(data, list):
@@ -113,9 +124,8 @@ def parse_results(raw: bytes | str, where: str) -> Results:
     try:
         data = _finite(results.model_dump(mode="python", by_alias=True, exclude_unset=True))
     except ResultsFileError as exc:
-        path, value = exc.args
-        raise ResultsFileError(f"{where}: {path}: expected a number within ±{MAX_MAGNITUDE:g}, "
-                               f"got {_short(value)}") from None
+        path, value, bound = exc.args
+        raise ResultsFileError(f"{where}: {path}: expected a number within ±{bound:g}, got {_short(value)}") from None
     return Results.model_validate(data)
 
 

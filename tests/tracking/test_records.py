@@ -271,6 +271,7 @@ def _set(path: tuple[str | int, ...], value: Any) -> Any:
     (_set(("trial", "gpu"), 7), "trial.gpu: expected a string, got 7"),
     (_set(("train", "samples_per_s"), 1e308), "train.samples_per_s: expected a number within ±1e+15, got 1e+308"),
     (_set(("eval", 0, "accuracy"), -1e300), "eval[0].accuracy: expected a number within ±1e+15, got -1e+300"),
+    (_set(("train", "measured_flops"), 1e25), "train.measured_flops: expected a number within ±1e+24, got 1e+25"),
     (_set(("train", "surprise"), 1), "train.surprise: not a field of kubesweep.io/results/v1"),
     (_set(("outcome",), "exploded"), "outcome: not one of the outcomes, got 'exploded'"),
     (_set(("schema",), "kubesweep.io/results/v9"), "schema: 'kubesweep.io/results/v9' is not kubesweep.io/results/v1"),
@@ -311,6 +312,17 @@ def test_an_infinite_or_nan_number_is_read_as_null(tmp_path: Path) -> None:
     path.write_text(json.dumps(results))
     train = read_results_file(path).train
     assert train is not None and train.final_loss is None
+
+
+def test_a_long_runs_flop_count_is_read_whole(tmp_path: Path) -> None:
+    """Model FLOPs pass 1e15 within an epoch (100 steps of bert-base at batch 1,024 counted 1.0e15): a count is held
+    to the FLOP bound, not to that of the other measurements."""
+    results = _results("t", "NVIDIA-H200")
+    results["train"].update({"measured_flops": 2.2e15, "flops_per_step": 3.0e15})  # 3 epochs of SST-2, bert-base
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results))
+    train = read_results_file(path).train
+    assert train is not None and train.measured_flops == 2.2e15 and train.flops_per_step == 3.0e15
 
 
 def test_a_name_with_a_slash_or_a_leading_dot_or_tilde_is_a_directory_and_a_sweeps_name_is_not() -> None:
