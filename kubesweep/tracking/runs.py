@@ -41,6 +41,26 @@ class TrackingError(RuntimeError):
     """MLflow could not do what was asked; the message names the server and the cause."""
 
 
+class ServerAway(TrackingError):
+    """The MLflow server did not answer (no connection: refused, unreachable, timed out): it may hold what was
+    asked for, it could not say so (a server restarting, a port-forward gone)."""
+
+
+def _no_connection(exc: BaseException) -> bool:
+    """Whether `exc`, or what it was raised from or while handling, is a failed connection (MLflow's client wraps
+    requests' ConnectionError, a connect timeout included, in an MlflowException raised while handling it)."""
+    import requests
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, requests.exceptions.ConnectionError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 class UnusableStore(TrackingError):
     """The sqlite database a tracking URI names is not one SQLite can read (damaged, or another kind of file)."""
 
@@ -150,6 +170,8 @@ class SweepRuns:
                 raise
             except Exception as exc:
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                if _no_connection(exc):
+                    raise ServerAway(f"MLflow at {self.uri}: cannot {what}: the server did not answer: {first}") from None
                 raise TrackingError(f"MLflow at {self.uri}: cannot {what}: {first}") from None
 
     # -- experiment and parent run --------------------------------------------------------------------

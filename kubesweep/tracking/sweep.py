@@ -12,7 +12,7 @@ from kubesweep.backends.base import SweepNotFound
 from kubesweep.tracking.aggregate import Cell
 from kubesweep.tracking.records import TrialRecord, from_backend, from_mlflow
 from kubesweep.tracking.report_answer import answer_lines, best_settings, setting_text, value_text
-from kubesweep.tracking.runs import SweepRuns, TrackingError, UnusableStore
+from kubesweep.tracking.runs import ServerAway, SweepRuns, TrackingError, UnusableStore
 from kubesweep.tracking.target import TrackingTarget
 from kubesweep.wire import tags
 from kubesweep.wire.env import TrackingEnv
@@ -173,6 +173,12 @@ def _from_record(runs: SweepRuns, target: TrackingTarget, backend: Backend | Non
         return Loaded(from_mlflow(runs, parent, backend, sweep),
                       f"MLflow {target.uri}, parent run {parent} (the {backend.name} backend's record)", "",
                       parent), ""
+    except ServerAway as exc:
+        # not "does not give": the server said nothing; the backend's outcomes without the figures would read as
+        # a sweep that measured nothing
+        raise ServerAway(f"{exc}; the figures of sweep {sweep!r} are in its MLflow runs (parent run {parent}): run "
+                         f"this again once the server answers (`sweep status {sweep}` shows the trials' outcomes "
+                         "meanwhile)") from None
     except TrackingError as exc:
         return None, (f"the {backend.name} backend records MLflow parent run {parent} for sweep {sweep!r}, which "
                       f"{target.uri} does not give ({exc})")

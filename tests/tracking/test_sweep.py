@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import re
+import socket
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -24,6 +25,7 @@ from kubesweep.backends.base import Backend, Phase, SweepStatus, TrialStatus
 from kubesweep.gpus import load_catalog
 from kubesweep.tracking.aggregate import aggregate
 from kubesweep.tracking.records import TrialRecord
+from kubesweep.tracking.runs import ServerAway
 from kubesweep.tracking.sweep import answer_tags, load_records
 from kubesweep.tracking.target import TrackingTarget
 from kubesweep.wire.config import JobConfig
@@ -343,6 +345,22 @@ def test_the_operators_record_of_the_parent_run_decides_and_an_older_run_made_wi
         assert "keeps trials' outcomes, not their figures" in elsewhere.note
     finally:
         c.delete_run(decoy)
+
+
+def test_a_server_that_does_not_answer_is_said_so_not_read_as_a_sweep_without_figures() -> None:
+    """The operator's record names the parent run; the server is away (restarting, a port-forward gone): no table
+    of dashes from the backend's outcomes, but what happened and what to do, in one line."""
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    target = TrackingTarget(url, EXPERIMENT, "flag")
+    with pytest.raises(ServerAway) as info:
+        load_records(target, "tracked", _OperatorRecord("a" * 32))  # type: ignore[arg-type]
+    message = str(info.value)
+    assert message.startswith(f"MLflow at {url}: cannot read the parent run: the server did not answer: "), message
+    assert (f"the figures of sweep 'tracked' are in its MLflow runs (parent run {'a' * 32}): run this again once "
+            "the server answers (`sweep status tracked` shows the trials' outcomes meanwhile)") in message
+    assert "\n" not in message
 
 
 class _NoFilesBackend:
