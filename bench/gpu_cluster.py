@@ -456,6 +456,12 @@ def matrix(args: argparse.Namespace) -> None:
     result["resources"] = sampler.summary()
     result["sweep_status"] = sweep_phase(api)
     uri, via = mlflow_uri(api)  # the MLflow pod may have a new address
+    # after the MLflow pod's restart the user's reads wait, as a user does, until the server answers again
+    t_back = time.monotonic()
+    while not mlflow_reachable(uri) and time.monotonic() - t_back < 300:
+        time.sleep(2)
+        uri, via = mlflow_uri(api)
+    result["mlflow_answered_after_sweep_s"] = round(time.monotonic() - t_back, 1)
     for fmt in ("table", "json", "markdown"):
         out = run_logged(args.out, sweep_argv("results", SWEEP, *k8s, "--tracking-uri", uri, "-o", fmt),
                          env={**env, "COLUMNS": "160"})
