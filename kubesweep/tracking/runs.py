@@ -171,7 +171,8 @@ class SweepRuns:
             except Exception as exc:
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
                 if _no_connection(exc):
-                    raise ServerAway(f"MLflow at {self.uri}: cannot {what}: the server did not answer: {first}") from None
+                    raise ServerAway(f"MLflow at {self.uri}: cannot {what}: the server did not answer: "
+                                     f"{first}") from None
                 raise TrackingError(f"MLflow at {self.uri}: cannot {what}: {first}") from None
 
     # -- experiment and parent run --------------------------------------------------------------------
