@@ -172,7 +172,7 @@ def test_results_as_csv_have_the_table_columns_and_the_reason() -> None:
     rows = list(csv.DictReader(io.StringIO(views.format_rows(ROWS, "csv"))))
     assert list(rows[0]) == ["trial", "gpu", "batch_size", "precision", "compile", "repeat", "outcome",
                              "samples_per_s", "step_p50_ms", "peak_mem_gib", "accuracy", "train_s", "warmup_s",
-                             "tflops_per_s", "mfu_pct", "reason"]
+                             "tflops_per_s", "mfu_pct", "mfu_probe_pct", "reason"]
     assert rows[0]["samples_per_s"] == "1234.5678" and rows[1]["samples_per_s"] == ""
     assert rows[1]["reason"] == "CUDA out of memory"
 
@@ -180,10 +180,10 @@ def test_results_as_csv_have_the_table_columns_and_the_reason() -> None:
 def test_results_as_markdown_use_the_table_headers_and_show_missing_values_as_a_dash() -> None:
     lines = views.format_rows(ROWS, "markdown").splitlines()
     assert lines[0] == ("| trial | gpu | batch | precision | compile | rep | outcome | samples/s | step p50 ms | "
-                        "peak GiB | accuracy | train s | warm-up s | TFLOP/s | MFU % | reason |")
-    assert lines[1] == "|" + "---|" * 16
+                        "peak GiB | accuracy | train s | warm-up s | TFLOP/s | MFU % | MFU probe % | reason |")
+    assert lines[1] == "|" + "---|" * 17
     assert lines[2].startswith("| t1 | h100-80gb | 32 | bf16 | default | 0 | succeeded | 1235 | 25.9 | 7.25 | 0.91 |")
-    assert lines[3] == "| t2 | - | 256 | fp32 | off | 1 | oom | - | - | - | - | - | - | - | - | CUDA out of memory |"
+    assert lines[3] == "| t2 | - | 256 | fp32 | off | 1 | oom | - | - | - | - | - | - | - | - | - | CUDA out of memory |"
 
 
 def test_print_results_prints_a_row_per_trial() -> None:
@@ -201,7 +201,7 @@ def test_a_narrow_per_trial_table_keeps_which_trial_how_it_ended_and_its_headlin
     lines = printed(c).splitlines()
     assert lines[1].split() == ["trial", "rep", "outcome", "samples/s", "step", "p50", "ms", "accuracy"]
     assert ("left out to fit 60 columns: batch, precision, compile, gpu, peak GiB, train s, warm-up s, TFLOP/s, "
-            "MFU %;") in " ".join(" ".join(lines).split())
+            "MFU %, MFU probe %;") in " ".join(" ".join(lines).split())
 
 
 def test_a_metric_the_catalogue_shows_per_trial_is_in_every_per_trial_view_with_no_edit_there(
@@ -218,7 +218,7 @@ def test_a_metric_the_catalogue_shows_per_trial_is_in_every_per_trial_view_with_
     assert row.metrics["tokens_per_s_x"] == 7.0
     assert list(json.loads(views.format_rows([row], "json"))[0])[-2:] == ["tokens_per_s_x", "reason"]
     assert next(csv.DictReader(io.StringIO(views.format_rows([row], "csv"))))["tokens_per_s_x"] == "7.0"
-    assert "| MFU % | tokens/s x | reason |" in views.format_rows([row], "markdown")
+    assert "| MFU % | MFU probe % | tokens/s x | reason |" in views.format_rows([row], "markdown")
     monkeypatch.setenv("COLUMNS", "250")
     c = console()
     views.print_results(c, "s", [row])
