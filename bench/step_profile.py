@@ -6,9 +6,9 @@ torch.profiler, its kernels summed by kind.
 The job's pieces, not a copy of them: the model and data come from `kubesweep.jobs.model.load` and
 `data.load_split`, the step from `train.FineTuner` (its step graph, compile, fused AdamW and autocast as a trial
 sets them up), the inference forward from `inference.GraphForward`/`EagerForward`. The first `--steps` batches of
-the epoch's plan are built on the host first, then replayed three times: twice to compile and capture every
-shape, once timed with the GPU synchronized at both ends (the replay's TFLOP/s and MFU, which leave out the data
-loader, the clock's reads and the logging a trial does), and once more under the profiler.
+the epoch's plan are built on the host first, then replayed: twice to compile and capture every shape, three
+times timed with the GPU synchronized at both ends (the best pass gives the replay's TFLOP/s and MFU, which leave
+out the data loader, the clock's reads and the logging a trial does), and once more under the profiler.
 
 Written to --out: `trace.json.gz` (the profiler's Chrome trace: open it in Perfetto), `summary.json` and
 `summary.md`: the replay's figures; the GPU's kernel time by kind (matmuls, attention, Inductor's fused kernels,
