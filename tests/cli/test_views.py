@@ -183,7 +183,8 @@ def test_results_as_markdown_use_the_table_headers_and_show_missing_values_as_a_
                         "peak GiB | accuracy | train s | warm-up s | TFLOP/s | MFU % | MFU probe % | reason |")
     assert lines[1] == "|" + "---|" * 17
     assert lines[2].startswith("| t1 | h100-80gb | 32 | bf16 | default | 0 | succeeded | 1235 | 25.9 | 7.25 | 0.91 |")
-    assert lines[3] == "| t2 | - | 256 | fp32 | off | 1 | oom | - | - | - | - | - | - | - | - | - | CUDA out of memory |"
+    assert lines[3] == ("| t2 | - | 256 | fp32 | off | 1 | oom | - | - | - | - | - | - | - | - | - | "
+                        "CUDA out of memory |")
 
 
 def test_print_results_prints_a_row_per_trial() -> None:
