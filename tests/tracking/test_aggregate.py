@@ -303,7 +303,8 @@ def test_a_cell_above_the_gpus_ceiling_is_flagged_with_its_numbers_and_never_the
     assert why_no_best(cells[1:], "samples_per_s", 0.9) == ("every measured setting failed the physics check: a "
                                                              "measurement error")
     text = columns.to_markdown(cells)
-    assert "| TFLOP/s | MFU % | padded tokens/sample |" in text and "| 301.0 ±0.8% | 30.42 ±0.8% | 21.00" in text
+    assert "| TFLOP/s | MFU % | MFU probe % | padded tokens/sample |" in text
+    assert "| 301.0 ±0.8% | 30.42 ±0.8% | 43.00 ±0.8% | 21.00" in text
 
 
 def _cell_of(rates: list[float], batch: int, gpu: str = "h100-80gb", **job: Any) -> list[TrialRecord]:
