@@ -95,14 +95,15 @@ def summarize_trace(trace: dict[str, Any], *, top: int = 15) -> dict[str, Any]:
 
 
 def parse_sets(sets: list[str]) -> dict[str, Any]:
-    import yaml
+    """`--set KEY=VALUE` job settings, each value read as the CLI's `--set` reads one (`load_value`)."""
+    from kubesweep.sweep_spec.file import load_value
 
     out: dict[str, Any] = {}
     for item in sets:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = load_value(value, f"--set {item}")
     return out
 
 
