@@ -6,7 +6,6 @@ in the image lock (kubesweep/images/lock.py).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -103,13 +102,21 @@ def find_uv() -> str | None:
     return None
 
 
+def _has_pip() -> bool:
+    """Whether this Python runs `-m pip`, asked of a child Python: looking pip up in this process
+    (`importlib.util.find_spec("pip")`) makes setuptools' distutils shim give way to the standard library's for the
+    rest of the process, after which importing setuptools (as torch's compiler does) fails."""
+    probe = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
 def wheel_command(root: Path, out: Path) -> list[str]:
     """The command that builds kubesweep's wheel from `root` into `out`: uv (find_uv), else this Python's pip (a
     virtualenv made by uv has none)."""
     uv = find_uv()
     if uv:
         return [uv, "build", "--wheel", "--quiet", "--out-dir", str(out), str(root)]
-    if importlib.util.find_spec("pip") is not None:
+    if _has_pip():
         return [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(root)]
     raise ResolveError(f"no uv (UV, PATH or ~/.local/bin/uv) and no pip in {sys.executable} to build kubesweep's "
                        "wheel with: run `make setup`, or install uv")

@@ -65,6 +65,21 @@ def test_no_uv_anywhere_means_pip_or_a_clear_error(tmp_path: Path, monkeypatch: 
         assert cmd[:4] == [sys.executable, "-m", "pip", "wheel"]
 
 
+def test_looking_for_pip_leaves_this_process_able_to_import_setuptools(tmp_path: Path) -> None:
+    """The pip fallback asks a child Python: a lookup of pip in this process turns setuptools' distutils shim off
+    for good, and torch's compiler (which imports setuptools) then fails in the same process."""
+    code = ("import contextlib; from pathlib import Path; from kubesweep.images.build import wheel_command\n"
+            "with contextlib.suppress(Exception):  # no uv here, so the pip fallback is looked for\n"
+            f"    wheel_command(Path({str(ROOT)!r}), Path({str(tmp_path)!r}))\n"
+            "import setuptools; print('imported')")
+    env = {**os.environ, "HOME": str(tmp_path), "PATH": str(tmp_path)}
+    env.pop("UV", None)
+    env.pop("SETUPTOOLS_USE_DISTUTILS", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False,
+                          timeout=120)
+    assert proc.returncode == 0 and "imported" in proc.stdout, proc.stderr[-2000:]
+
+
 def test_wheel_builds_on_a_fresh_login_path(tmp_path: Path) -> None:
     """The image build's wheel step with a PATH that lacks ~/.local/bin (as a fresh login shell has) and no $UV:
     uv is found in ~/.local/bin, as `make setup` installs it (the virtualenv it makes has no pip to fall back on)."""

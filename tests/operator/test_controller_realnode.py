@@ -365,13 +365,19 @@ def cpu_sweep(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> CpuSwee
     return CpuSweep(name, 4, (stopped, started), running_now, lease_age)
 
 
+# the API's zero time: a container whose start failed (StartError, its start call cancelled by a kubelet that
+# stopped) is reported with this start, which says it never started
+NEVER_STARTED = "1970-01-01T00:00:00Z"
+
+
 def _may_have_run(pod: dict[str, Any]) -> bool:
     """Whether a container of the pod may have started: one is or was running, ended after it started, or ended
     where the kubelet could not say (ContainerStatusUnknown: it may have run before the kubelet lost it)."""
     for status in pod["status"].get("containerStatuses") or []:
         for state in (status.get("state") or {}, status.get("lastState") or {}):
             ended = state.get("terminated") or {}
-            if state.get("running") or ended.get("startedAt") or ended.get("reason") == "ContainerStatusUnknown":
+            started = ended.get("startedAt") not in (None, "", NEVER_STARTED)
+            if state.get("running") or started or ended.get("reason") == "ContainerStatusUnknown":
                 return True
     return False
 
