@@ -140,6 +140,17 @@ def repeated_blocks(module: Any) -> Any:
     return best
 
 
+def inductor_mode(cfg: JobConfig) -> str | None:
+    """torch.compile's mode for the trial's `compile` (None: its default). Under `step_graph` the step is already
+    one CUDA graph, so max-autotune keeps its autotuning and leaves Inductor's own CUDA graphs off (a graph
+    recorded inside the step's capture)."""
+    if not cfg.compile or cfg.compile == "default":
+        return None
+    if cfg.compile == "max-autotune" and cfg.step_graph:
+        return "max-autotune-no-cudagraphs"
+    return str(cfg.compile)
+
+
 def compile_model(module: Any, cfg: JobConfig) -> Any:
     """torch.compile over `compile_scope`.
 
@@ -158,7 +169,7 @@ def compile_model(module: Any, cfg: JobConfig) -> Any:
     # symbolic, Dynamo traces a layer, fails to turn those floats into tensors and traces it again: the first
     # attempt's AOTAutograd graph is compiled, thrown away and never cached, so every trial paid for it.
     dynamo_config.specialize_float = True
-    mode = None if cfg.compile == "default" else str(cfg.compile)
+    mode = inductor_mode(cfg)
     if cfg.compile_scope == "layers":
         # Shapes vary with the padding (dynamic, bucketed): one dynamic-shape compilation up front, rather than
         # a static one for the first shape and a dynamic one at the second.

@@ -52,6 +52,22 @@ def test_compile_scope_layers_compiles_one_layer_for_all_layers_and_shapes() -> 
         runtime.repeated_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2)))
 
 
+def test_max_autotune_under_the_step_graph_leaves_inductors_own_cuda_graphs_off() -> None:
+    """The step graph is the CUDA graph: max-autotune inside it autotunes without recording graphs of its own."""
+    import torch
+
+    def options(**job: object) -> dict[str, object] | None:
+        mode = runtime.inductor_mode(JobConfig.model_validate(job))
+        return None if mode is None else torch._inductor.list_mode_options(mode)
+
+    assert options(compile=True) is None and options(compile=False) is None
+    assert options(compile="max-autotune") == torch._inductor.list_mode_options("max-autotune")
+    assert options(compile="max-autotune")["triton.cudagraphs"] is True  # type: ignore[index]
+    under_graph = options(compile="max-autotune", step_graph=True)
+    assert under_graph and under_graph["max_autotune"] is True and not under_graph.get("triton.cudagraphs")
+    assert options(compile="reduce-overhead")["triton.cudagraphs"] is True  # type: ignore[index]
+
+
 def test_attention_kernel_choice() -> None:
     import torch
 
