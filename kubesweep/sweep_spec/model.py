@@ -6,6 +6,7 @@ it).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,22 +96,25 @@ Matrix = create_model(  # type: ignore[call-overload]
     },
 )
 
-def _admits_null(annotation: Any) -> bool:
-    try:
-        TypeAdapter(annotation).validate_python(None)
-    except ValidationError:
-        return False
-    return True
+
+def _null_values() -> dict[str, Any]:
+    """What null is on each axis whose own type takes it (max_steps: None, no step limit; compile: False)."""
+    values: dict[str, Any] = {}
+    for name, (annotation, _) in AXIS_TYPES.items():
+        with contextlib.suppress(ValidationError):
+            values[name] = TypeAdapter(annotation).validate_python(None)
+    return values
 
 
-# axes whose own type has null as a value (max_steps: null is no step limit)
-NULLABLE_AXES = frozenset(name for name, (annotation, _) in AXIS_TYPES.items() if _admits_null(annotation))
+NULL_VALUES = _null_values()
 
 
 def _null_only_where_a_value(value: Any, info: ValidationInfo) -> Any:
-    if value is None and info.field_name not in NULLABLE_AXES:
+    if value is not None:
+        return value
+    if info.field_name not in NULL_VALUES:
         raise ValueError("null is not a value of this axis: leave the axis out to keep the job's value")
-    return value
+    return NULL_VALUES[info.field_name]
 
 
 Cell = create_model(  # type: ignore[call-overload]
