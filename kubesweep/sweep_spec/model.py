@@ -6,22 +6,12 @@ it).
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import (
-    BeforeValidator,
-    Field,
-    PrivateAttr,
-    TypeAdapter,
-    ValidationError,
-    ValidationInfo,
-    create_model,
-    field_validator,
-)
+from pydantic import BeforeValidator, Field, PrivateAttr, create_model
 from pydantic.fields import FieldInfo
 
 from kubesweep.images.lock import locked_reference
@@ -96,32 +86,10 @@ Matrix = create_model(  # type: ignore[call-overload]
     },
 )
 
-
-def _null_values() -> dict[str, Any]:
-    """What null is on each axis whose own type takes it (max_steps: None, no step limit; compile: False)."""
-    values: dict[str, Any] = {}
-    for name, (annotation, _) in AXIS_TYPES.items():
-        with contextlib.suppress(ValidationError):
-            values[name] = TypeAdapter(annotation).validate_python(None)
-    return values
-
-
-NULL_VALUES = _null_values()
-
-
-def _null_only_where_a_value(value: Any, info: ValidationInfo) -> Any:
-    if value is not None:
-        return value
-    if info.field_name not in NULL_VALUES:
-        raise ValueError("null is not a value of this axis: leave the axis out to keep the job's value")
-    return NULL_VALUES[info.field_name]
-
-
 Cell = create_model(  # type: ignore[call-overload]
     "Cell",
     __base__=StrictModel,
     __doc__="A partial assignment of axis values: an `include` cell or an `exclude` rule.",
-    __validators__={"_null_only_where_a_value": field_validator("*")(_null_only_where_a_value)},
     **{
         name: (annotation | None, Field(None, description=info.description))
         for name, (annotation, info) in AXIS_TYPES.items()
@@ -130,11 +98,8 @@ Cell = create_model(  # type: ignore[call-overload]
 
 
 def set_axes(model: StrictModel) -> dict[str, Any]:
-    """The axes a Matrix or Cell sets, in declaration order. A cell's null is a value where its axis has one
-    (`max_steps: null`: no step limit); a matrix axis left null sets nothing."""
-    keep_null = isinstance(model, Cell)
-    return {k: v for k, v in model.model_dump().items()
-            if k in model.model_fields_set and (v is not None or keep_null)}
+    """The axes a Matrix or Cell sets, in declaration order."""
+    return {k: v for k, v in model.model_dump(exclude_none=True).items() if k in model.model_fields_set}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -106,19 +106,6 @@ def test_an_include_an_exclude_drops_is_a_warning() -> None:
                               "(precision=bf16) and runs anyway: include cells are added after the excludes"]
 
 
-def test_an_include_cells_null_is_its_value_where_the_axis_has_one() -> None:
-    """`max_steps: null` in an include cell runs that cell without a step limit (it was once dropped silently, the
-    cell running the job's max_steps); a null where the axis has no such value is an error (a bad spec)."""
-    sweep = parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "n"},
-                         "spec": {"job": {"max_steps": 100}, "matrix": {"batch_size": [8]},
-                                  "include": [{"batch_size": 16, "max_steps": None, "epochs": 2},
-                                              {"batch_size": 32, "compile": None}]}})
-    jobs = {t.config.job.batch_size: t.config.job for t in plan(sweep).trials}
-    assert (jobs[8].max_steps, jobs[8].epochs) == (100, 3)
-    assert (jobs[16].max_steps, jobs[16].epochs) == (None, 2)
-    assert jobs[32].compile is False  # null as the setting reads it: compile off
-
-
 def test_fine_buckets_from_random_init_are_a_warning_where_they_apply() -> None:
     def warnings(spec: dict[str, Any]) -> list[str]:
         return parse_sweep({"apiVersion": "kubesweep.io/v1alpha1", "kind": "Sweep", "metadata": {"name": "w"},
