@@ -133,7 +133,7 @@ def finetune_replay(cfg: Any, loaded: Any, train: Any, evals: Any, dist: Any, n:
             tuner._forward_backward(batch, sync=True)
             tuner._optimizer_step()
 
-    flops = sum(tuner.shape.train_flops(*b["input_ids"].shape) for b in batches)
+    flops = sum(tuner.shape.train_flops(*b["input_ids"].shape, samples=len(b["labels"])) for b in batches)
     return step, batches, flops
 
 
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = load_catalog().by_product(product_from_device_name(product))
     _, peak = load_catalog().price_and_peak(gpu, cfg.precision)
     best = min(timed)
-    rows = sum(int(b["input_ids"].shape[0]) for b in batches)
+    rows = sum(len(b["labels"]) if "labels" in b else int(b["input_ids"].shape[0]) for b in batches)  # samples
     padded = sum(int(b["input_ids"].shape[0] * b["input_ids"].shape[1]) for b in batches)
     tflops = flops / best / 1e12
     summary = {

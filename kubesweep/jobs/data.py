@@ -9,7 +9,10 @@ happens per batch in `BatchDataset`:
 - `max_length`: every batch padded to `max_seq_len` (HF run_glue's recipe, one static shape);
 - `dynamic`: to the longest sentence of the batch;
 - `bucketed`: sentences grouped by length rounded up to `bucket_multiple`; a batch holds one bucket, so the
-  run sees a few static shapes (each compiled once under torch.compile).
+  run sees a few static shapes (each compiled once under torch.compile);
+- `packed` (fine-tuning): a batch's sentences laid end to end in rows of `max_seq_len` tokens (first fit, longest
+  first), each sentence attending only to itself, its positions counted from 0; the row count rounds up to a
+  multiple of PACK_ROWS (few shapes). Evaluation pads dynamically.
 
 The batch plan of an epoch is a pure function of (seed, epoch, lengths, settings), so a resumed run rebuilds
 the same plan and skips the batches it already trained on. Under DDP the global plan is dealt round-robin to
@@ -177,6 +180,30 @@ def load_split(cfg: JobConfig, tokenizer: Any, split: str) -> tuple[TokenizedSpl
 # ---------------------------------------------------------------------------------------------- batch plans
 
 
+PACK_ROWS = 8  # packed batches: the row count rounds up to a multiple of this
+
+
+def eval_padding(padding: str) -> str:
+    """How evaluation batches are padded: as training's, except that packed training evaluates dynamically."""
+    return "dynamic" if padding == "packed" else padding
+
+
+def pack_rows(lengths: IntArray, width: int) -> tuple[IntArray, IntArray]:
+    """First-fit decreasing: for sentences of `lengths` (each at most `width`), the row each goes to and where it
+    starts there. The rows are those of a batch packed at `width` tokens a row."""
+    rows = np.empty(len(lengths), dtype=np.int64)
+    starts = np.empty(len(lengths), dtype=np.int64)
+    fill = np.zeros(len(lengths), dtype=np.int64)  # never more rows than sentences
+    used = 0
+    for i in np.argsort(-lengths, kind="stable"):
+        room = np.flatnonzero(fill[:used] + lengths[i] <= width)
+        row = int(room[0]) if len(room) else used
+        used += row == used
+        rows[i], starts[i] = row, fill[row]
+        fill[row] += lengths[i]
+    return rows, starts
+
+
 def pad_length(batch_max: int, padding: str, max_seq_len: int, bucket_multiple: int) -> int:
     if padding == "max_length":
         return max_seq_len
@@ -260,6 +287,8 @@ class BatchDataset:
         return len(self.batches)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
+        if self.padding == "packed":
+            return self._packed(self.batches[i])
         index = self.batches[i]
         starts, ends = self.data.offsets[index], self.data.offsets[index + 1]
         lengths = ends - starts
@@ -277,6 +306,45 @@ class BatchDataset:
         }
 
 
+    def _packed(self, index: IntArray) -> dict[str, Any]:
+        """The batch's sentences packed into rows of `max_seq_len` tokens: token ids, each token's position in its
+        sentence, each token's sentence (1, 2, ... within its row; 0 for padding) and where each sentence's
+        first token ([CLS]) sits in the flattened rows, in the order of `labels`."""
+        starts, ends = self.data.offsets[index], self.data.offsets[index + 1]
+        lengths = ends - starts
+        width = self.max_seq_len
+        row_of, start_in_row = pack_rows(lengths, width)
+        rows = -(-(int(row_of.max()) + 1) // PACK_ROWS) * PACK_ROWS
+        ids = np.zeros((rows, width), dtype=np.int64)
+        positions = np.zeros((rows, width), dtype=np.int64)
+        segments = np.zeros((rows, width), dtype=np.int64)
+        count = np.zeros(rows, dtype=np.int64)
+        for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
+            row, at, n = row_of[k], start_in_row[k], end - start
+            ids[row, at : at + n] = self.data.ids[start:end]
+            positions[row, at : at + n] = np.arange(n)
+            count[row] += 1
+            segments[row, at : at + n] = count[row]
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "position_ids": torch.from_numpy(positions),
+            "segment_ids": torch.from_numpy(segments),
+            "cls_index": torch.from_numpy(row_of * width + start_in_row),
+            "labels": torch.from_numpy(self.data.labels[index]),
+            "n_tokens": int(lengths.sum()),
+        }
+
+
+def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
+    """A batch's tensors, the model's inputs (without its counts)."""
+    return {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+
+
+def batch_shape(batch: dict[str, Any]) -> tuple[tuple[int, ...], ...]:
+    """The shapes of a batch's inputs: batches of one shape run one compiled graph (and one CUDA graph)."""
+    return tuple(tuple(v.shape) for v in model_inputs(batch).values())
+
+
 def loader(
     cfg: JobConfig,
     data: TokenizedSplit,
@@ -284,8 +352,10 @@ def loader(
     *,
     pin_memory: bool,
     workers: int | None = None,
+    padding: str | None = None,
 ) -> Iterator[dict[str, Any]]:
-    dataset = BatchDataset(data, batches, cfg.padding, cfg.max_seq_len, cfg.bucket_multiple)
+    """The batches of `batches`, padded as `padding` (default: the trial's) says."""
+    dataset = BatchDataset(data, batches, padding or cfg.padding, cfg.max_seq_len, cfg.bucket_multiple)
     n_workers = cfg.num_workers if workers is None else workers
     return iter(
         DataLoader(

@@ -17,7 +17,9 @@ the gradients of the inputs and of the weights, 2x); nothing recomputed is count
 FLOPs). Embeddings are lookups; softmax, LayerNorm, GELU, biases and the optimizer are elementwise work, left out.
 
 Padding counts: the model computes on the padded width (the job's `padded_tokens`), so the FLOPs are the padded
-shapes'. The attention term is the batch shape's own width squared, never a mean width's.
+shapes'. The attention term is the batch shape's own width squared, never a mean width's. Packed rows
+(`padding: packed`) count the same way: their attention kernels compute the whole row's width squared, the
+block-diagonal mask leaving most of it unused.
 """
 
 from __future__ import annotations
@@ -61,16 +63,17 @@ class ModelShape:
         """N: the weights of the layers' matmuls (biases, LayerNorms and embeddings not counted)."""
         return self.layers * (4 * self.hidden * self.attention_width + 2 * self.hidden * self.intermediate)
 
-    def forward_flops(self, rows: float, width: float) -> float:
-        """Model FLOPs of one forward pass over `rows` sequences padded to `width` tokens."""
+    def forward_flops(self, rows: float, width: float, *, samples: float | None = None) -> float:
+        """Model FLOPs of one forward pass over `rows` sequences padded to `width` tokens; packed rows hold
+        `samples` sequences between them (the head runs per sample), else a row is a sample."""
         matmuls = 2 * self.matmul_weights * rows * width
         attention = 4 * self.layers * self.attention_width * rows * width * width
-        head = 2 * rows * (self.hidden * self.hidden + self.hidden * self.labels)
+        head = 2 * (rows if samples is None else samples) * (self.hidden * self.hidden + self.hidden * self.labels)
         return float(matmuls + attention + head)
 
-    def train_flops(self, rows: float, width: float) -> float:
+    def train_flops(self, rows: float, width: float, *, samples: float | None = None) -> float:
         """Model FLOPs of a training step's forward and backward over one such batch (3x the forward)."""
-        return TRAIN_FACTOR * self.forward_flops(rows, width)
+        return TRAIN_FACTOR * self.forward_flops(rows, width, samples=samples)
 
 
 def measured_figures(flops: float | None, seconds: float, *, samples: int, tokens: float, padded: float,

@@ -1,9 +1,9 @@
 """The whole optimizer step as one CUDA graph per batch shape (`step_graph: true`).
 
 Forward, backward, gradient clipping, AdamW and zeroing the gradients are captured together, so a step costs
-three host-to-device input copies and one graph launch, whatever the model's size: no Python, no kernel
-launches, no allocator work per step. That matters for small models and batches, where launching kernels
-takes longer than running them.
+a host-to-device copy per input (three; packed rows five) and one graph launch, whatever the model's size: no
+Python, no kernel launches, no allocator work per step. That matters for small models and batches, where
+launching kernels takes longer than running them.
 
 What stays static across replays, and why it is safe:
 - parameters; gradients, which live in one flat buffer (each parameter's `.grad` a view into it, filled in
@@ -40,11 +40,9 @@ from typing import Any
 import torch
 import torch.distributed as td
 
-from kubesweep.jobs import runtime
+from kubesweep.jobs import data, runtime
 from kubesweep.jobs.errors import UsageError
 from kubesweep.wire.config import JobConfig
-
-INPUTS = ("input_ids", "attention_mask", "labels")
 
 
 def check_supported(*, cuda: bool) -> None:
@@ -80,9 +78,9 @@ class StepGraphs:
         cuda: Any = torch.cuda  # Stream() is untyped
         self.stream = cuda.Stream(device)
         # shape -> graph of the whole step (one rank) or of its forward and backward (DDP)
-        self.graphs: dict[tuple[int, ...], Any] = {}
-        self.inputs: dict[tuple[int, ...], dict[str, Any]] = {}
-        self.losses: dict[tuple[int, ...], Any] = {}
+        self.graphs: dict[tuple[tuple[int, ...], ...], Any] = {}
+        self.inputs: dict[tuple[tuple[int, ...], ...], dict[str, Any]] = {}
+        self.losses: dict[tuple[tuple[int, ...], ...], Any] = {}
         self.update: Any = None  # DDP: the update's graph, one for all shapes
 
     @property
@@ -131,10 +129,11 @@ class StepGraphs:
 
     def step(self, batch: dict[str, Any], *, non_blocking: bool) -> Any:
         """Run one optimizer step on `batch` (host tensors); returns the loss as a device tensor."""
-        shape = tuple(batch["input_ids"].shape)
+        inputs = data.model_inputs(batch)
+        shape = data.batch_shape(batch)
         static = self.inputs.get(shape)
         if static is None:
-            static = {k: batch[k].to(self.device) for k in INPUTS}
+            static = {k: v.to(self.device) for k, v in inputs.items()}
             self.inputs[shape] = static
             # Warm-up on the capture stream, off the default one, as CUDA graph capture requires: compiles
             # this shape and, the first time, creates the optimizer state that every graph then reuses.
@@ -153,8 +152,8 @@ class StepGraphs:
             current.wait_stream(self.stream)
             loss.record_stream(current)
             return loss
-        for k in INPUTS:
-            static[k].copy_(batch[k], non_blocking=non_blocking)
+        for k, v in inputs.items():
+            static[k].copy_(v, non_blocking=non_blocking)
         graph = self.graphs.get(shape)
         if graph is None:
             work = self._forward_backward if self.distributed else self._step

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from kubesweep.jobs import checkpoint, data, runtime, step_graph
+from kubesweep.jobs import checkpoint, data, packed, runtime, step_graph
 from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
 from kubesweep.jobs.energy import EnergyMeter, EnergyWindow, energy_stats
@@ -167,7 +167,7 @@ class LoopState:
     steps taken, and the step being accumulated."""
 
     warm_calls: int  # a shape's steps that are warm-up: 1, or 2 where its second step records a CUDA graph
-    seen_shapes: dict[tuple[int, ...], int] = field(default_factory=dict)
+    seen_shapes: dict[tuple[tuple[int, ...], ...], int] = field(default_factory=dict)
     steps_this_run: int = 0
     micro_in_step: int = 0
     step_meta: StepMeta = field(default_factory=lambda: StepMeta(False, 0, 0, 0))
@@ -220,13 +220,14 @@ class FineTuner:
                 )
             self.raw.load_state_dict(restored["model"])
         self.raw.to(self.device)
-        self.train_module: Any = self.raw
+        # packed rows: the model called on them by the packed classifier, its parameters the model's own
+        self.train_module: Any = packed.PackedClassifier(self.raw) if cfg.padding == "packed" else self.raw
         if dist.enabled and cfg.step_graph:
             # No DDP wrapper: the step graphs average the flat gradient buffer themselves (step_graph.py).
             step_graph.sync_from_rank0(self.raw)
         elif dist.enabled:
             self.train_module = DistributedDataParallel(
-                self.raw,
+                self.train_module,
                 device_ids=[self.device.index] if dist.cuda else None,
                 broadcast_buffers=False,  # BERT's buffers (position ids) are constants
                 # gradients live in the all-reduce buckets: no copy into the buckets and back per step
@@ -378,20 +379,22 @@ class FineTuner:
         buffer; on the step's last micro-batch, the optimizer step. True when an optimizer step was taken."""
         cfg, out, world_size = self.cfg, self.out, self.dist.world_size
         step_meta = loop.step_meta
-        shape = tuple(batch["input_ids"].shape)
+        shape = data.batch_shape(batch)
         if (cfg.compile or cfg.step_graph) and loop.seen_shapes.get(shape, 0) < loop.warm_calls:
             step_meta.warmup = True
         loop.seen_shapes[shape] = loop.seen_shapes.get(shape, 0) + 1
-        rows = shape[0]
-        step_meta.samples += rows * world_size
+        rows, width = batch["input_ids"].shape  # packed: rows hold several samples each
+        samples = len(batch["labels"])
+        step_meta.samples += samples * world_size
         step_meta.tokens += batch["n_tokens"] * world_size
-        step_meta.padded_tokens += rows * shape[1] * world_size
-        step_meta.flops += self.shape.train_flops(rows, shape[1]) * world_size if self.shape is not None else 0.0
+        step_meta.padded_tokens += rows * width * world_size
+        step_meta.flops += (self.shape.train_flops(rows, width, samples=samples) * world_size
+                            if self.shape is not None else 0.0)
         self.micro_in_epoch += 1
         loop.micro_in_step += 1
         last_micro = loop.micro_in_step == cfg.grad_accum or self.micro_in_epoch == self.micro_per_epoch
         if loop.steps_this_run == 0 and loop.micro_in_step == 1:
-            runtime.oom_hook(rows)
+            runtime.oom_hook(samples)
         if self.graphs is not None:
             window.loss_buf[out.steps - window.start] += self.graphs.step(batch, non_blocking=self.pin)
             self.scheduler.step()
@@ -528,10 +531,7 @@ class FineTuner:
 
     def _forward_backward(self, batch: dict[str, Any], *, sync: bool) -> Any:
         cfg = self.cfg
-        inputs = {
-            k: batch[k].to(self.device, non_blocking=self.pin)
-            for k in ("input_ids", "attention_mask", "labels")
-        }
+        inputs = {k: v.to(self.device, non_blocking=self.pin) for k, v in data.model_inputs(batch).items()}
         # DDP: reduce gradients only on the last micro-batch of an accumulated step
         no_sync = getattr(self.train_module, "no_sync", None)
         ctx = (
@@ -563,7 +563,7 @@ class FineTuner:
         plan = data.plan_batches(
             self.eval_data.lengths,
             cfg.eval_batch_size or cfg.batch_size,
-            padding=cfg.padding,
+            padding=data.eval_padding(cfg.padding),
             max_seq_len=cfg.max_seq_len,
             bucket_multiple=cfg.bucket_multiple,
             shuffle=False,
@@ -575,7 +575,8 @@ class FineTuner:
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # correct, loss sum, rows
         self.raw.eval()
         with torch.no_grad(), runtime.eager():
-            for batch in data.loader(cfg, self.eval_data, plan, pin_memory=self.pin, workers=0):
+            for batch in data.loader(cfg, self.eval_data, plan, pin_memory=self.pin, workers=0,
+                                     padding=data.eval_padding(cfg.padding)):
                 ids = batch["input_ids"].to(self.device, non_blocking=self.pin)
                 mask = batch["attention_mask"].to(self.device, non_blocking=self.pin)
                 labels = batch["labels"].to(self.device, non_blocking=self.pin)

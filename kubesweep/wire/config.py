@@ -20,7 +20,7 @@ COMPILE_MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
 CompileScope = Literal["model", "layers"]
 SdpaBackend = Literal["auto", "flash", "efficient", "cudnn", "math"]
 CUDA_ONLY_SDPA = ("efficient", "cudnn")  # attention kernels that exist only on a CUDA GPU
-Padding = Literal["max_length", "dynamic", "bucketed"]
+Padding = Literal["max_length", "dynamic", "bucketed", "packed"]
 Task = Literal["finetune", "inference"]
 Engine = Literal["kubesweep", "hf-trainer"]
 ExportFormat = Literal["weights", "onnx", "torchscript"]
@@ -135,7 +135,11 @@ class JobConfig(StrictModel):
         "per batch shape (under DDP: two, the gradient all-reduce between them; fine-tuning: bf16/tf32/fp32, no "
         "gradient accumulation), or the inference task's forward pass; CUDA only",
     )
-    padding: Padding = Field("max_length", description="max_length (run_glue's recipe), dynamic or bucketed")
+    padding: Padding = Field(
+        "max_length",
+        description="max_length (run_glue's recipe), dynamic, bucketed, or packed (fine-tuning: a batch's "
+        "sentences end to end in rows of max_seq_len tokens, each attending only to itself)",
+    )
     bucket_multiple: int = Field(16, ge=1, le=4096, description="bucketed padding: lengths round up to this multiple")
     num_workers: int = Field(2, ge=0, le=256, description="DataLoader workers")
     pin_memory: bool = True
@@ -174,6 +178,12 @@ class JobConfig(StrictModel):
     def _check(self) -> JobConfig:
         if self.engine == "hf-trainer" and self.task != "finetune":
             raise ValueError("engine hf-trainer supports task finetune only")
+        if self.padding == "packed" and (self.engine != "kubesweep" or self.task != "finetune"):
+            raise ValueError("padding packed applies to fine-tuning with kubesweep's engine (its own model call "
+                             "on packed rows); use bucketed or dynamic")
+        if self.padding == "packed" and self.sdpa_backend == "flash":
+            raise ValueError("padding packed needs an attention mask (each sentence attends only to itself), which "
+                             "flash attention does not take; use sdpa_backend efficient or auto")
         if self.step_graph:
             if self.engine != "kubesweep":
                 raise ValueError("step_graph applies to kubesweep's own loops only (fine-tuning and inference)")
