@@ -11,8 +11,8 @@ happens per batch in `BatchDataset`:
 - `bucketed`: sentences grouped by length rounded up to `bucket_multiple`; a batch holds one bucket, so the
   run sees a few static shapes (each compiled once under torch.compile);
 - `packed` (fine-tuning): a batch's sentences laid end to end in rows of `max_seq_len` tokens (first fit, longest
-  first), each sentence attending only to itself, its positions counted from 0; the row count rounds up to a
-  multiple of PACK_ROWS (few shapes). Evaluation pads dynamically.
+  first), each sentence attending only to itself, its positions counted from 0; the row count rounds up
+  (`packed_row_count`: few shapes). Evaluation pads dynamically.
 
 The batch plan of an epoch is a pure function of (seed, epoch, lengths, settings), so a resumed run rebuilds
 the same plan and skips the batches it already trained on. Under DDP the global plan is dealt round-robin to
@@ -180,7 +180,12 @@ def load_split(cfg: JobConfig, tokenizer: Any, split: str) -> tuple[TokenizedSpl
 # ---------------------------------------------------------------------------------------------- batch plans
 
 
-PACK_ROWS = 8  # packed batches: the row count rounds up to a multiple of this
+def packed_row_count(used: int) -> int:
+    """The rows of a packed batch whose sentences fill `used` rows: rounded up to a multiple of the largest power
+    of two at most an eighth of it (104 stays 104, 105 becomes 112; 7 stays 7), so a run sees a few shapes and
+    computes at most about an eighth more rows than it fills."""
+    step = 1 << max(0, (used // 8).bit_length() - 1)
+    return -(-used // step) * step
 
 
 def eval_padding(padding: str) -> str:
@@ -314,7 +319,7 @@ class BatchDataset:
         lengths = ends - starts
         width = self.max_seq_len
         row_of, start_in_row = pack_rows(lengths, width)
-        rows = -(-(int(row_of.max()) + 1) // PACK_ROWS) * PACK_ROWS
+        rows = packed_row_count(int(row_of.max()) + 1)
         ids = np.zeros((rows, width), dtype=np.int64)
         positions = np.zeros((rows, width), dtype=np.int64)
         segments = np.zeros((rows, width), dtype=np.int64)

@@ -228,6 +228,26 @@ def test_step_graph_with_compiled_layers_trains_like_eager(tmp_path: Path) -> No
     assert fast["train"]["measured_steps"] > 20 and abs(fast["final_accuracy"] - eager["final_accuracy"]) < 0.02
 
 
+def test_packed_rows_with_the_fastest_settings_train_like_padded_eager(tmp_path: Path) -> None:
+    """Packed rows under compiled layers, memory-efficient attention and the step as CUDA graphs compute what
+    eager training on the same batches padded computes (dynamic padding plans the same batches; fp32, no
+    dropout), up to the kernels' rounding."""
+    common = ["--precision", "fp32", "--batch-size", "32", "--max-steps", "60", "--log-every", "5",
+              "--no-eval-every-epoch", "--model-overrides",
+              '{"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}']
+    code_e, eager, out_e = job(tmp_path / "eager", *common, "--padding", "dynamic")
+    code_p, packed, out_p = job(tmp_path / "packed", *common, "--padding", "packed", "--step-graph",
+                                "--compile", "default", "--compile-scope", "layers", "--sdpa-backend", "efficient")
+    assert code_e == 0, out_e[-4000:]
+    assert code_p == 0, out_p[-4000:]
+    losses_e = [p["loss"] for p in eager["loss_curve"]]
+    losses_p = [p["loss"] for p in packed["loss_curve"]]
+    diffs = [round(abs(a - b), 5) for a, b in zip(losses_e, losses_p, strict=True)]
+    assert len(losses_p) == 60 and max(diffs) < 1e-2, f"loss differences per step: {diffs}"
+    assert packed["train"]["measured_steps"] > 20 and abs(packed["final_accuracy"] - eager["final_accuracy"]) < 0.02
+    assert packed["train"]["padded_tokens_per_sample"] < eager["train"]["padded_tokens_per_sample"]
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_step_graph_under_ddp_trains_like_ddp(tmp_path: Path) -> None:
     """On two GPUs, the step graphs with their own gradient all-reduce compute what DDP computes (fp32, no
