@@ -26,6 +26,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.sweep_spec import MaxBatchSearch, Problem, RandomSearch, SpecError, Sweep, TuneSearch, set_axes
 from kubesweep.wire.config import CUDA_ONLY_SDPA, JOB_FIELDS, JobConfig, TrialConfig
@@ -154,17 +156,38 @@ def make_trial(sweep: Sweep, axes: Mapping[str, Any], repeat: int = 0,
     gpus = int(axes.get("gpus_per_trial", spec.resources.gpus_per_trial))
     nodes = int(axes.get("num_nodes", spec.resources.num_nodes))
     tid = trial_id(sweep.name, gpu, gpus, nodes, job, repeat)
-    config = TrialConfig(
-        sweep=sweep.name,
-        trial_id=tid,
-        name=trial_name(sweep.name, gpu, job, repeat, spec.most_repeats, tid[:name_hash]),
-        repeat=repeat,
-        gpu=gpu,
-        gpu_product=catalog[gpu].product if gpu else None,
-        gpus_per_trial=gpus,
-        job=job,
-    )
+    try:
+        config = TrialConfig(
+            sweep=sweep.name,
+            trial_id=tid,
+            name=trial_name(sweep.name, gpu, job, repeat, spec.most_repeats, tid[:name_hash]),
+            repeat=repeat,
+            gpu=gpu,
+            gpu_product=catalog[gpu].product if gpu else None,
+            gpus_per_trial=gpus,
+            job=job,
+        )
+    except ValidationError as err:  # settings each valid alone that the job refuses together (a clear error)
+        raise SpecError(sweep.source, [sweep.problem(_cell_path(sweep, axes), f"the cell {_cell_text(axes)}: "
+                                                     f"{_reason(err)}")]) from None
     return Trial(config=config, axes=dict(axes), num_nodes=nodes)
+
+
+def _cell_path(sweep: Sweep, axes: Mapping[str, Any]) -> tuple[str | int, ...]:
+    """Where a cell comes from: the include that gives it, else the matrix (or the search's space)."""
+    for i, cell in enumerate(sweep.spec.include):
+        if set_axes(cell) == dict(axes):
+            return ("spec", "include", i)
+    return ("spec", "job") if not axes else ("spec", "matrix")
+
+
+def _cell_text(axes: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in axes.items()) or "of the job alone"
+
+
+def _reason(err: ValidationError) -> str:
+    """The job's own words for what it refuses, without pydantic's prefix."""
+    return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
 
 
 # ---------------------------------------------------------------------------------------------------------

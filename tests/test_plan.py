@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -224,3 +225,23 @@ def test_a_plan_says_what_it_leaves_to_the_run() -> None:
                                 search={"strategy": "random", "num_samples": asked, "seed": 1}))
         assert (len(plan(drawn).trials), plan(drawn).notes) == (3, note)
     assert plan(parse_sweep(doc(matrix={"batch_size": [8]}))).notes == []
+
+
+def test_settings_the_job_refuses_together_are_a_spec_error_naming_the_cell() -> None:
+    """Each value valid alone, refused together by the job (HF Trainer has no step graph): the line of the include
+    or the matrix, the cell and the job's reason; never a traceback from deep in the planner."""
+    from kubesweep.sweep_spec import SpecError, parse_sweep_text
+
+    text = ("apiVersion: kubesweep.io/v1alpha1\nkind: Sweep\nmetadata: {name: x}\nspec:\n  job: {step_graph: true}\n"
+            "  matrix:\n    batch_size: [8]\n{rest}")
+    include = text.replace("{rest}", "  include:\n    - {engine: hf-trainer, batch_size: 16}\n")
+    with pytest.raises(SpecError) as info:
+        plan(parse_sweep_text(include, source="s.yaml"))
+    assert str(info.value) == ("s.yaml:9: spec.include[0]: the cell engine=hf-trainer, batch_size=16: step_graph "
+                               "applies to kubesweep's own loops only (fine-tuning and inference)")
+    matrix = text.replace("    batch_size: [8]\n{rest}", "    padding: [bucketed, packed]\n    task: [finetune, "
+                                                          "inference]\n")
+    with pytest.raises(SpecError) as info:
+        plan(parse_sweep_text(matrix, source="s.yaml"))
+    assert str(info.value).startswith("s.yaml:6: spec.matrix: the cell task=inference, padding=packed: padding "
+                                      "packed applies to fine-tuning"), str(info.value)
