@@ -29,7 +29,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from kubesweep.gpus import Catalog, load_catalog
-from kubesweep.sweep_spec import MaxBatchSearch, Problem, RandomSearch, SpecError, Sweep, TuneSearch, set_axes
+from kubesweep.sweep_spec import (
+    MaxBatchSearch,
+    Problem,
+    RandomSearch,
+    SpecError,
+    Sweep,
+    TuneSearch,
+    cell_text,
+    set_axes,
+)
 from kubesweep.wire.config import CUDA_ONLY_SDPA, JOB_FIELDS, JobConfig, TrialConfig
 
 MAX_NAME = 63
@@ -168,8 +177,9 @@ def make_trial(sweep: Sweep, axes: Mapping[str, Any], repeat: int = 0,
             job=job,
         )
     except ValidationError as err:  # settings each valid alone that the job refuses together (a clear error)
-        raise SpecError(sweep.source, [sweep.problem(_cell_path(sweep, axes), f"the cell {_cell_text(axes)}: "
-                                                     f"{_reason(err)}")]) from None
+        cell = cell_text(axes) or "of the job alone"
+        raise SpecError(sweep.source, [sweep.problem(_cell_path(sweep, axes), f"the cell {cell}: {_reason(err)}")
+                                       ]) from None
     return Trial(config=config, axes=dict(axes), num_nodes=nodes)
 
 
@@ -179,10 +189,6 @@ def _cell_path(sweep: Sweep, axes: Mapping[str, Any]) -> tuple[str | int, ...]:
         if set_axes(cell) == dict(axes):
             return ("spec", "include", i)
     return ("spec", "job") if not axes else ("spec", "matrix")
-
-
-def _cell_text(axes: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in axes.items()) or "of the job alone"
 
 
 def _reason(err: ValidationError) -> str:

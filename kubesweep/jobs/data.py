@@ -310,7 +310,6 @@ class BatchDataset:
             "n_tokens": int(lengths.sum()),
         }
 
-
     def _packed(self, index: IntArray) -> dict[str, Any]:
         """The batch's sentences packed into rows of `max_seq_len` tokens: token ids, each token's position in its
         sentence, each token's sentence (1, 2, ... within its row; 0 for padding) and where each sentence's

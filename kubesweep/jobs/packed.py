@@ -28,7 +28,7 @@ class PackedOutput:
 def block_mask(segment_ids: Any) -> Any:
     """(rows, 1, width, width), True where a query token may attend to a key token: the same sentence of the
     same row (padding, sentence 0, with padding only)."""
-    return (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
+    return segment_ids[:, None, :, None] == segment_ids[:, None, None, :]
 
 
 class PackedClassifier(torch.nn.Module):
@@ -47,12 +47,10 @@ class PackedClassifier(torch.nn.Module):
     def forward(self, input_ids: Any, position_ids: Any, segment_ids: Any, cls_index: Any,
                 labels: Any | None = None) -> PackedOutput:
         model = self.model
-        hidden = model.bert(
-            input_ids=input_ids,
-            position_ids=position_ids,
-            token_type_ids=torch.zeros_like(input_ids),
-            attention_mask=block_mask(segment_ids),
-        ).last_hidden_state
+        # the embeddings and the encoder, not the whole `bert`: its pooler would also run on each row's first token
+        embedded = model.bert.embeddings(input_ids=input_ids, position_ids=position_ids,
+                                         token_type_ids=torch.zeros_like(input_ids))
+        hidden = model.bert.encoder(embedded, attention_mask=block_mask(segment_ids)).last_hidden_state
         first = hidden.reshape(-1, hidden.shape[-1]).index_select(0, cls_index)
         pooler = model.bert.pooler
         pooled = pooler.activation(pooler.dense(first))

@@ -560,10 +560,11 @@ class FineTuner:
     def _evaluate(self) -> None:
         cfg, out = self.cfg, self.out
         t0 = time.perf_counter()
+        padding = data.eval_padding(cfg.padding)
         plan = data.plan_batches(
             self.eval_data.lengths,
             cfg.eval_batch_size or cfg.batch_size,
-            padding=data.eval_padding(cfg.padding),
+            padding=padding,
             max_seq_len=cfg.max_seq_len,
             bucket_multiple=cfg.bucket_multiple,
             shuffle=False,
@@ -575,8 +576,7 @@ class FineTuner:
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)  # correct, loss sum, rows
         self.raw.eval()
         with torch.no_grad(), runtime.eager():
-            for batch in data.loader(cfg, self.eval_data, plan, pin_memory=self.pin, workers=0,
-                                     padding=data.eval_padding(cfg.padding)):
+            for batch in data.loader(cfg, self.eval_data, plan, pin_memory=self.pin, workers=0, padding=padding):
                 ids = batch["input_ids"].to(self.device, non_blocking=self.pin)
                 mask = batch["attention_mask"].to(self.device, non_blocking=self.pin)
                 labels = batch["labels"].to(self.device, non_blocking=self.pin)

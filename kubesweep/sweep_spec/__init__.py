@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from kubesweep.gpus import Catalog, load_catalog
 from kubesweep.sweep_spec.checks import axis_is_int as axis_is_int
+from kubesweep.sweep_spec.checks import cell_text as cell_text
 from kubesweep.sweep_spec.checks import semantic_problems, warnings_of
 from kubesweep.sweep_spec.errors import clean_path, message
 from kubesweep.sweep_spec.file import MAX_DEPTH, LineMap, load_document, read_spec_text, too_deep

@@ -49,7 +49,7 @@ def warnings_of(sweep: Sweep) -> list[Problem]:
         for j, rule in enumerate(excludes):
             if all(k in axes and axes[k] == v for k, v in rule.items()):
                 warnings.append(Problem(("spec", "include", i),
-                                        f"{_cell_text(axes)} matches exclude[{j}] ({_cell_text(rule)}) and runs "
+                                        f"{cell_text(axes)} matches exclude[{j}] ({cell_text(rule)}) and runs "
                                         "anyway: include cells are added after the excludes"))
     warnings += _fine_bucket_warnings(sweep)
     return warnings
@@ -84,7 +84,8 @@ def _fine_bucket_warnings(sweep: Sweep) -> list[Problem]:
     return out
 
 
-def _cell_text(axes: Mapping[str, Any]) -> str:
+def cell_text(axes: Mapping[str, Any]) -> str:
+    """A cell's axis values as `k=v, ...`."""
     return ", ".join(f"{k}={v}" for k, v in axes.items())
 
 
