@@ -139,8 +139,8 @@ def run(out: Path, trial_wall: bool = True, spec: Path | None = None, tokenizer:
     with (out / "nvidia-smi.txt").open("w") as f:
         subprocess.run(["nvidia-smi", "-q"], stdout=f, check=False)
     home = ["--home", str(out / "home")]
-    name, target = "showcase", TARGET
     submitted = spec or SPEC
+    name, target = str(yaml.safe_load(submitted.read_text())["metadata"]["name"]), TARGET
     if tokenizer is not None:
         submitted, name = spec_with_tokenizer(submitted, tokenizer, out)
         target = []  # bert-base shapes from random init: no accuracy to reach

