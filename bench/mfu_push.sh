@@ -44,7 +44,8 @@ explore)
   replay() {  # NAME SETTING...
     local name=$1; shift
     local sets=(); for s in "$@"; do sets+=(--set "$s"); done
-    python3 "$here/bench/step_profile.py" --tokenizer "$tok" --out "$out/$name" "${sets[@]}" > "$out/$name.log" 2>&1
+    timeout 300 python3 "$here/bench/step_profile.py" --tokenizer "$tok" --out "$out/$name" "${sets[@]}" \
+      > "$out/$name.log" 2>&1
     grep -h "^Replay" "$out/$name/summary.md" 2>/dev/null | sed "s/^/$name: /" >> "$out/replays.txt" \
       || echo "$name: failed ($(tail -1 "$out/$name.log"))" >> "$out/replays.txt"
   }
