@@ -50,7 +50,6 @@ explore)
       || echo "$name: failed ($(tail -1 "$out/$name.log"))" >> "$out/replays.txt"
   }
   replay bs2048-bucketed-auto batch_size=2048
-  replay bs2048-bucketed-efficient batch_size=2048 sdpa_backend=efficient
   replay bs2048-packed-efficient batch_size=2048 sdpa_backend=efficient padding=packed
   replay bs4096-packed-efficient batch_size=4096 sdpa_backend=efficient padding=packed
   replay bs2048-packed-efficient-nodropout batch_size=2048 sdpa_backend=efficient padding=packed \
