@@ -55,6 +55,8 @@ explore)
   replay bs2048-packed-efficient-nodropout batch_size=2048 sdpa_backend=efficient padding=packed \
     'model_overrides={hidden_dropout_prob: 0.0, attention_probs_dropout_prob: 0.0}'
   replay bs2048-packed-efficient-autotune batch_size=2048 sdpa_backend=efficient padding=packed compile=max-autotune
+  python3 "$here/bench/roofline.py" "$out"/*/summary.json --markdown "$out/roofline.md" --json "$out/roofline.json" \
+    > /dev/null 2> "$out/roofline.log"
   touch "$out/done"
   ;;
 push)

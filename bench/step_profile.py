@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         "gpu": {"product": product, "type": gpu, "peak_tflops": peak, "uuid": _uuid() if dist.cuda else None},
         "torch": torch.__version__,
         "config": cfg.model_dump(mode="json"),
+        "shape": {"hidden": loaded.model.config.hidden_size, "layers": loaded.model.config.num_hidden_layers,
+                  "intermediate": loaded.model.config.intermediate_size},
         "batches": len(batches), "rows": rows, "padded_tokens_per_sample": round(padded / rows, 2),
         "setup_s": round(time.perf_counter() - t0 - sum(warm) - sum(timed) - profiled, 1),
         "warm_pass_s": [round(w, 3) for w in warm],
