@@ -98,6 +98,29 @@ def autocast(
     return torch.autocast(device_type=device_type, dtype=dtype, cache_enabled=cache_enabled)
 
 
+def _autocast_output(module: Any, args: Any, output: Any) -> Any:
+    """A LayerNorm's output in autocast's 16-bit type while autocast is on (training, evaluation), as it is
+    otherwise (export, fp32 checks)."""
+    device_type = output.device.type
+    if torch.is_autocast_enabled(device_type):
+        return output.to(torch.get_autocast_dtype(device_type))
+    return output
+
+
+def store_residual(model: Any, cfg: JobConfig) -> int:
+    """`residual_precision: half`: every LayerNorm of `model` hands on its fp32 result in autocast's 16-bit type,
+    so the residual stream between layers (and its gradient) is stored in that type; the norm's arithmetic stays
+    fp32. The number of norms changed (none for `fp32`)."""
+    if cfg.residual_precision != "half":
+        return 0
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    if not norms:
+        raise UsageError(f"residual_precision half: {type(model).__name__} has no LayerNorm to store in half")
+    for norm in norms:
+        norm.register_forward_hook(_autocast_output)
+    return len(norms)
+
+
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                  "math": "MATH"}
 

@@ -220,6 +220,7 @@ class FineTuner:
                 )
             self.raw.load_state_dict(restored["model"])
         self.raw.to(self.device)
+        runtime.store_residual(self.raw, cfg)
         # packed rows: the model called on them by the packed classifier, its parameters the model's own
         self.train_module: Any = packed.PackedClassifier(self.raw) if cfg.padding == "packed" else self.raw
         if dist.enabled and cfg.step_graph:

@@ -21,6 +21,7 @@ CompileScope = Literal["model", "layers"]
 SdpaBackend = Literal["auto", "flash", "efficient", "cudnn", "math"]
 CUDA_ONLY_SDPA = ("efficient", "cudnn")  # attention kernels that exist only on a CUDA GPU
 Padding = Literal["max_length", "dynamic", "bucketed", "packed"]
+ResidualPrecision = Literal["fp32", "half"]
 Task = Literal["finetune", "inference"]
 Engine = Literal["kubesweep", "hf-trainer"]
 ExportFormat = Literal["weights", "onnx", "torchscript"]
@@ -135,6 +136,14 @@ class JobConfig(StrictModel):
         "per batch shape (under DDP: two, the gradient all-reduce between them; fine-tuning: bf16/tf32/fp32, no "
         "gradient accumulation), or the inference task's forward pass; CUDA only",
     )
+    residual_precision: ResidualPrecision = Field(
+        "fp32",
+        description="fine-tuning under bf16/fp16: the type of the residual stream between the model's layers. "
+        "fp32: autocast runs LayerNorm in fp32, so its output, the residual stream and their gradients are fp32 "
+        "(each matmul reads a cast copy); half: LayerNorm still computes in fp32 and its output is stored in the "
+        "precision's 16-bit type, as a model held in that type stores it: half the bytes for the element-wise work "
+        "between the matmuls",
+    )
     padding: Padding = Field(
         "max_length",
         description="max_length (run_glue's recipe), dynamic, bucketed, or packed (fine-tuning: a batch's "
@@ -184,6 +193,13 @@ class JobConfig(StrictModel):
         if self.padding == "packed" and self.sdpa_backend == "flash":
             raise ValueError("padding packed needs an attention mask (each sentence attends only to itself), which "
                              "flash attention does not take; use sdpa_backend efficient or auto")
+        if self.residual_precision == "half":
+            if self.precision not in ("bf16", "fp16"):
+                raise ValueError(f"residual_precision half applies to bf16 and fp16 (autocast's 16-bit types); "
+                                 f"precision {self.precision} keeps every activation in fp32")
+            if self.engine != "kubesweep" or self.task != "finetune":
+                raise ValueError("residual_precision half applies to fine-tuning with kubesweep's engine (the "
+                                 "inference task runs the whole model in the precision's type already)")
         if self.step_graph:
             if self.engine != "kubesweep":
                 raise ValueError("step_graph applies to kubesweep's own loops only (fine-tuning and inference)")
