@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,23 @@ def inductor_mode(cfg: JobConfig) -> str | None:
     return str(cfg.compile)
 
 
+SDPA_CACHE_PREFIX = "sdpa-"
+
+
+def inductor_cache_dir(cfg: JobConfig) -> str:
+    """Where Inductor keeps this trial's compiled graphs: under `compile_cache_dir` (else the environment's
+    TORCHINDUCTOR_CACHE_DIR, else Inductor's default), a folder for each `sdpa_backend`. The caches' keys (Inductor's
+    FX graphs, AOTAutograd's) leave out which attention kernels were allowed, yet a graph traced under one choice
+    calls that choice's kernel: in one shared folder, a trial asking for the memory-efficient kernels ran the cuDNN
+    kernels that an earlier trial under `auto` had cached."""
+    base = (cfg.compile_cache_dir or os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+            or os.path.join(tempfile.gettempdir(), f"torchinductor_{os.getuid()}"))
+    base = os.path.abspath(os.path.expanduser(base))
+    if os.path.basename(base).startswith(SDPA_CACHE_PREFIX):  # set by an earlier trial of this process
+        base = os.path.dirname(base)
+    return os.path.join(base, f"{SDPA_CACHE_PREFIX}{cfg.sdpa_backend}")
+
+
 def compile_model(module: Any, cfg: JobConfig) -> Any:
     """torch.compile over `compile_scope`.
 
@@ -184,8 +202,7 @@ def compile_model(module: Any, cfg: JobConfig) -> Any:
     """
     if not cfg.compile:
         return module
-    if cfg.compile_cache_dir:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.abspath(os.path.expanduser(cfg.compile_cache_dir))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir(cfg)
     dynamo_config: Any = torch._dynamo.config
     dynamo_config.cache_size_limit = max(int(dynamo_config.cache_size_limit), 64)
     # Python floats reaching a compiled frame (dropout's p, attention's scaling) are constants of a trial. Left

@@ -96,7 +96,8 @@ def test_a_second_trial_with_the_same_compile_cache_compiles_nothing(
 ) -> None:
     """compile_scope layers with dynamic shapes, two job processes sharing one Inductor cache: the second finds
     every graph (AOTAutograd's and Inductor's) in the cache and says so. Fails when a graph is traced twice and
-    its first attempt is compiled but never cached (floats left symbolic restart Dynamo's analysis)."""
+    its first attempt is compiled but never cached (floats left symbolic restart Dynamo's analysis). A trial with
+    other attention kernels finds none of them."""
     args = tiny_args(sst2, token_cache, "--compile", "default", "--compile-scope", "layers", "--padding", "bucketed",
                      "--max-steps", "6", "--no-eval-every-epoch")
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
@@ -108,6 +109,13 @@ def test_a_second_trial_with_the_same_compile_cache_compiles_nothing(
     assert warm["hit"] is True, warm
     assert warm["aot_autograd_hits"] == cold["aot_autograd_misses"] and warm["aot_autograd_misses"] == 0
     assert warm["fx_graph_misses"] == 0
+    # another choice of attention kernels compiles its own graphs: the caches' keys leave that choice out, and a
+    # graph traced under one choice calls its kernels
+    other = run_job([*args, "--sdpa-backend", "math"], tmp_path / "math", env=env)
+    assert other.returncode == 0
+    assert other.results["compile_cache"]["hit"] is False and other.results["compile_cache"]["aot_autograd_hits"] == 0
+    assert Path(other.results["compile_cache"]["dir"]) == tmp_path / "inductor" / "sdpa-math"
+    assert Path(warm["dir"]) == tmp_path / "inductor" / "sdpa-auto"
 
 
 @pytest.mark.parametrize(("files", "quota"), [
