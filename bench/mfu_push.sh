@@ -55,12 +55,13 @@ explore)
     replay bs2048-bucketed-auto batch_size=2048
     replay bs2048-packed-efficient batch_size=2048 sdpa_backend=efficient padding=packed
     replay bs2048-packed-efficient-half batch_size=2048 sdpa_backend=efficient padding=packed residual_precision=half
+    replay bs2048-packed-auto-half batch_size=2048 padding=packed residual_precision=half
   fi
   if [ "${4:-all}" != core ]; then  # what is left: a larger batch, no dropout, autotuned matmuls
-    replay bs4096-packed-efficient-half batch_size=4096 sdpa_backend=efficient padding=packed residual_precision=half
-    replay bs2048-packed-efficient-half-nodropout batch_size=2048 sdpa_backend=efficient padding=packed \
+    replay bs4096-packed-auto-half batch_size=4096 padding=packed residual_precision=half
+    replay bs2048-packed-auto-half-nodropout batch_size=2048 padding=packed \
       residual_precision=half 'model_overrides={hidden_dropout_prob: 0.0, attention_probs_dropout_prob: 0.0}'
-    replay bs2048-packed-efficient-half-autotune batch_size=2048 sdpa_backend=efficient padding=packed \
+    replay bs2048-packed-auto-half-autotune batch_size=2048 padding=packed \
       residual_precision=half compile=max-autotune
   fi
   python3 "$here/bench/roofline.py" "$out"/*/summary.json --markdown "$out/roofline.md" --json "$out/roofline.json" \
