@@ -28,9 +28,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kubesweep.jobs.flops import TRAIN_FACTOR, ModelShape
+
 # HBM bandwidth, TB/s, from the data sheets: H100 SXM5 (HBM3) 3.35, H200 SXM (HBM3e) 4.8
 BANDWIDTH_TBPS = {"NVIDIA H100 80GB HBM3": 3.35, "NVIDIA H200": 4.8}
-BERT_BASE = {"hidden": 768, "layers": 12, "intermediate": 3072}
+# a summary that records no shape (older ones): bert-base's
+BERT_BASE = {"hidden": 768, "layers": 12, "intermediate": 3072, "heads": 12, "labels": 2}
 KINDS = ("matmul", "attention", "fused (Inductor)", "norm", "other element-wise", "optimizer", "copy")
 ELEMENTWISE = ("fused (Inductor)", "norm", "other element-wise")
 
@@ -56,13 +59,13 @@ def gelu_bandwidth(summary: dict[str, Any], tokens: float, layers: int, f: int) 
 
 
 def analyse(summary: dict[str, Any]) -> dict[str, Any]:
-    shape = {**BERT_BASE, **summary.get("shape", {})}
-    d, layers, f = shape["hidden"], shape["layers"], shape["intermediate"]
+    shape = ModelShape(**{**BERT_BASE, **(summary.get("shape") or {})})
+    d, layers, f = shape.hidden, shape.layers, shape.intermediate
     tokens = summary["rows"] * summary["padded_tokens_per_sample"]
     token_layers = tokens * layers
     by_kind = summary["gpu_side"]["by_kind"]
     ns = {k: by_kind.get(k, {}).get("us", 0.0) * 1e3 / token_layers for k in KINDS}
-    matmul_flops = 3 * 2 * (4 * d * d + 2 * d * f)
+    matmul_flops = TRAIN_FACTOR * 2 * shape.matmul_weights / layers  # a token and layer (kubesweep/jobs/flops.py)
     product = summary["gpu"]["product"]
     bandwidth = BANDWIDTH_TBPS.get(product)
     least = least_elementwise_bytes(d, f)

@@ -22,6 +22,7 @@ FLOPs (`kubesweep.jobs.flops`, counted from the padded batch shapes) over its se
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import re
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kubesweep.gpus import load_catalog, product_from_device_name
     from kubesweep.jobs import data, distributed, model, runtime
+    from kubesweep.jobs.flops import ModelShape
     from kubesweep.wire.config import JobConfig
 
     base = {"model": "bert-base-uncased", "random_init": True, "dataset": args.sst2, "tokenizer": args.tokenizer,
@@ -233,8 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu": {"product": product, "type": gpu, "peak_tflops": peak, "uuid": _uuid() if dist.cuda else None},
         "torch": torch.__version__,
         "config": cfg.model_dump(mode="json"),
-        "shape": {"hidden": loaded.model.config.hidden_size, "layers": loaded.model.config.num_hidden_layers,
-                  "intermediate": loaded.model.config.intermediate_size},
+        "shape": dataclasses.asdict(shape) if (shape := ModelShape.from_config(loaded.model.config)) else None,
         "batches": len(batches), "rows": rows, "padded_tokens_per_sample": round(padded / rows, 2),
         "setup_s": round(time.perf_counter() - t0 - sum(warm) - sum(timed) - profiled, 1),
         "warm_pass_s": [round(w, 3) for w in warm],
