@@ -45,7 +45,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -641,6 +641,39 @@ state = "{self.run_dir}/state"
                                 f"--kubeconfig={self._cfg('kubelet.kubeconfig')}",
                                 f"--root-dir={self.workdir / 'kubelet'}", f"--hostname-override={NODE_NAME}",
                                 f"--node-ip={NODE_IP}", f"--node-labels={NODE_LABEL}=true", "--v=1"])
+
+    # ---- a pod held still (tests)
+    @contextlib.contextmanager
+    def frozen_pod(self, uid: str, timeout: float = 30) -> Iterator[None]:
+        """Freeze every process of the pod `uid` (the cgroup freezer: it runs no instruction, and a signal sent to
+        it meanwhile, as the kubelet's SIGTERM, waits until it thaws) for the `with` block; thawed on leaving it.
+        A test uses it to act on a pod at a point of its own choosing, not at whatever point a race leaves it."""
+        path, frozen, thawed = _pod_freezer(uid)
+        path.write_text(frozen)
+        try:
+            self._wait(f"pod {uid} frozen", lambda: _settled_frozen(path), timeout)
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):  # the pod was removed meanwhile
+                path.write_text(thawed)
+
+
+def _pod_freezer(uid: str) -> tuple[Path, str, str]:
+    """The freezer file of the pod `uid` under the kubelet's cgroupfs driver, with what freezes and what thaws it:
+    cgroup v1's freezer.state, or v2's cgroup.freeze."""
+    root = Path("/sys/fs/cgroup")
+    for path in sorted((root / "freezer" / "kubepods").glob(f"**/pod{uid}/freezer.state")):
+        return path, "FROZEN", "THAWED"
+    for path in sorted((root / "kubepods").glob(f"**/pod{uid}/cgroup.freeze")):
+        return path, "1", "0"
+    raise RealNodeError(f"no freezer cgroup for pod {uid} under {root}")
+
+
+def _settled_frozen(path: Path) -> bool:
+    """v1 reads FREEZING until every task is frozen; v2's cgroup.events says `frozen 1` once it is."""
+    if path.name == "freezer.state":
+        return path.read_text().strip() == "FROZEN"
+    return "frozen 1" in (path.parent / "cgroup.events").read_text().splitlines()
 
 
 def _kill_stray_shims(run_dir: Path) -> None:

@@ -12,6 +12,7 @@ cluster runs.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -601,6 +602,24 @@ def _preemptor(namespace: str, image: str, queue: str, priority_class: str) -> d
                 "automountServiceAccountToken": False, "containers": [container]}}}}
 
 
+@contextlib.contextmanager
+def _held_until_stopped(stack: Stack, pod: dict[str, Any]) -> Iterator[None]:
+    """The trial `pod` frozen through the `with` block and until it is being deleted: a preemption acted on in
+    the block finds the trial where the test left it, however slow Kueue is on a loaded host and however few steps
+    it has left (unfrozen, a fast trial has finished before a slow preemption reaches it). Thawed, it gets the
+    kubelet's SIGTERM that waited meanwhile."""
+    pod_name = pod["metadata"]["name"]
+
+    def stopping() -> bool:
+        found = stack.cluster.get_json("pods", "--field-selector", f"metadata.name={pod_name}",
+                                       namespace=stack.namespace)["items"]
+        return not found or bool(found[0]["metadata"].get("deletionTimestamp"))
+
+    with stack.node.frozen_pod(pod["metadata"]["uid"]):
+        yield
+        _kc().wait_until(f"pod {pod_name} being deleted", stopping, 120, interval=0.5)
+
+
 def test_trial_preempted_by_kueue_resumes_from_its_checkpoint_and_logs_every_step_once(
         stack: Stack, kueue: Any, tmp_path: Path) -> None:
     """Real Kueue admits a trial into a ClusterQueue with room for one; a higher-priority Job in the same queue
@@ -613,9 +632,10 @@ def test_trial_preempted_by_kueue_resumes_from_its_checkpoint_and_logs_every_ste
     try:
         first, pod = _checkpointing_trial(stack, tmp_path, name, queue=queue)
         (job,) = cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
-        cluster.apply([_preemptor(ns, stack.image, queue, "rn-urgent")])
-        (reason,) = _kc().wait_until("the trial shown preempted by Kueue", lambda: _preempted_in_status(stack, name),
-                                     120, interval=0.5)
+        with _held_until_stopped(stack, pod):
+            cluster.apply([_preemptor(ns, stack.image, queue, "rn-urgent")])
+            (reason,) = _kc().wait_until("the trial shown preempted by Kueue",
+                                         lambda: _preempted_in_status(stack, name), 120, interval=0.5)
         assert reason.startswith("preempted by Kueue") and "LocalQueue rn-shared" in reason, reason
         status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=900)
         assert status["phase"] == "Succeeded", f"{json.dumps(status)[:3000]}\n{stack.diagnostics()}"
@@ -816,12 +836,13 @@ def test_a_warm_pod_preempted_by_kueue_requeues_its_trial_which_resumes_and_its_
         preempted_trial = first.parent.name
         (job,) = cluster.get_json("jobs", "-l", f"kubesweep.io/sweep={name}", namespace=ns)["items"]
         assert job["metadata"]["labels"]["kubesweep.io/worker"] == "any-0"
-        cluster.apply([_preemptor(ns, stack.image, queue, "rn-warm-urgent")])
-        # while the warm Job waits to be admitted again, both its trials say so in Kueue's words: the one it ran
-        # and the one it had not started
-        reasons = _kc().wait_until("the warm trials shown preempted by Kueue",
-                                   lambda: (found := _preempted_in_status(stack, name)) and len(found) == 2 and found,
-                                   120, interval=0.5)
+        with _held_until_stopped(stack, pod):
+            cluster.apply([_preemptor(ns, stack.image, queue, "rn-warm-urgent")])
+            # while the warm Job waits to be admitted again, both its trials say so in Kueue's words: the one it
+            # ran and the one it had not started
+            reasons = _kc().wait_until(
+                "the warm trials shown preempted by Kueue",
+                lambda: (found := _preempted_in_status(stack, name)) and len(found) == 2 and found, 120, interval=0.5)
         assert all("requeued in LocalQueue rn-warm" in r for r in reasons), reasons
         status = stack.wait_phase(name, {"Succeeded", "Failed"}, timeout=900)
         assert status["phase"] == "Succeeded", f"{json.dumps(status)[:3000]}\n{stack.diagnostics()}"
