@@ -6,8 +6,9 @@ Trainer's usual recipes: `max_length` pre-pads every row (run_glue), `dynamic` u
 `bucketed` adds the length-grouped sampler and pads to a multiple of `bucket_multiple`.
 
 Measured the way the kubesweep engine measures: a StepClock mark at every `on_step_end` (CUDA events, no
-extra syncs), evaluation excluded, the first `measure_skip_steps` steps as warm-up. Trainer does not expose
-its batches, so tokens/s is samples/s times the mean sentence length (times the padded width for max_length).
+extra syncs), evaluation excluded, the first `measure_skip_steps` steps as warm-up. Padded tokens and model FLOPs
+are each batch's own, read from its shape as Trainer hands it to `training_step` (no sync); real tokens are the
+measured samples times the mean sentence length, since counting a batch's would read its mask on the GPU.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import dataclasses
 import math
 import tempfile
 import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ from transformers import (
 )
 
 from kubesweep.jobs import runtime
-from kubesweep.jobs.data import TokenizedSplit, pad_length
+from kubesweep.jobs.data import TokenizedSplit
 from kubesweep.jobs.distributed import Dist
 from kubesweep.jobs.flops import ModelShape
 from kubesweep.jobs.metrics import StepClock
@@ -60,7 +63,8 @@ class RowDataset:
 
 class Measure(TrainerCallback):  # type: ignore[misc]  # transformers ships no type information
     """Trainer's events into the outcome: a StepClock mark per step, warm-up and measured steps (read every
-    `log_every` steps and at each evaluation), evaluation points and the loss curve, each logged to the sink."""
+    `log_every` steps and at each evaluation) with their batches' padded tokens and FLOPs (`counting`),
+    evaluation points and the loss curve, each logged to the sink."""
 
     def __init__(
         self,
@@ -72,6 +76,7 @@ class Measure(TrainerCallback):  # type: ignore[misc]  # transformers ships no t
         *,
         samples_per_step: int,
         eval_rows: int,
+        shape: ModelShape | None,
     ) -> None:
         self.cfg = cfg
         self.dist = dist
@@ -80,7 +85,25 @@ class Measure(TrainerCallback):  # type: ignore[misc]  # transformers ships no t
         self.clock = clock
         self.samples_per_step = samples_per_step
         self.eval_rows = eval_rows
+        self.shape = shape
         self.steps_this_run = 0
+        self.batch_padded, self.batch_flops = 0, 0.0  # the batches of the step under way
+        self.step_figures: deque[tuple[int, float]] = deque()  # steps ended, not yet read: padded tokens, FLOPs
+        out.measured_flops = 0.0 if shape is not None else None
+
+    def counting(self, training_step: Callable[..., Any]) -> Callable[..., Any]:
+        """Trainer's `training_step`, first counting its batch: rows x padded width (the tensor's shape, no
+        sync) and their FLOPs, times the ranks (each runs a batch of its own)."""
+
+        def counted(model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+            rows, width = (int(n) for n in inputs["input_ids"].shape)
+            ranks = self.dist.world_size
+            self.batch_padded += rows * width * ranks
+            if self.shape is not None:
+                self.batch_flops += self.shape.train_flops(rows, width) * ranks
+            return training_step(model, inputs, *args, **kwargs)
+
+        return counted
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.out.resumed_from_step = state.global_step or None
@@ -88,6 +111,8 @@ class Measure(TrainerCallback):  # type: ignore[misc]  # transformers ships no t
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.clock.mark()
+        self.step_figures.append((self.batch_padded, self.batch_flops))
+        self.batch_padded, self.batch_flops = 0, 0.0
         self.steps_this_run += 1
         if self.steps_this_run % self.cfg.log_every == 0:
             self.collect()
@@ -133,6 +158,7 @@ class Measure(TrainerCallback):  # type: ignore[misc]  # transformers ships no t
         """Read the step times marked so far into the outcome: the first `measure_skip_steps` are warm-up."""
         out, samples_per_step = self.out, self.samples_per_step
         for dt_s in self.clock.drain():
+            padded, flops = self.step_figures.popleft()  # the step whose end closed this interval
             out.samples += samples_per_step
             if out.warmup_steps + out.measured_steps < self.cfg.measure_skip_steps:
                 out.warmup_steps += 1
@@ -141,6 +167,9 @@ class Measure(TrainerCallback):  # type: ignore[misc]  # transformers ships no t
             out.measured_steps += 1
             out.measured_time_s += dt_s
             out.measured_samples += samples_per_step
+            out.measured_padded_tokens += padded
+            if out.measured_flops is not None:
+                out.measured_flops += flops
             out.step_times.append(dt_s)
 
 
@@ -217,6 +246,8 @@ def make_trainer(
         callbacks=[measure],
     )
     trainer.remove_callback(PrinterCallback)  # progress is printed by Measure, in the job's format
+    # wrapped, not subclassed: each batch is counted as Trainer hands it over
+    trainer.training_step = measure.counting(trainer.training_step)  # type: ignore[method-assign]
     return trainer
 
 
@@ -236,18 +267,10 @@ def train(cfg: JobConfig, trainer: Any, measure: Measure, checkpoint_dir: Path |
         trainer.evaluate()  # recorded by Measure.on_evaluate
 
 
-def extract_results(
-    out: TrainOutcome, mean_tokens: float, padded_width: float, pre_padded: bool, checkpoint_dir: Path | None,
-    shape: ModelShape | None,
-) -> None:
-    """The figures Trainer does not count: tokens from the measured samples (padded tokens: `padded_width` for
-    pre-padded rows, else the mean length), their model FLOPs at that width (the batches' own widths are
-    Trainer's: with dynamic padding the attention term is the mean width's, a lower bound), and the checkpoints
-    left behind."""
+def extract_results(out: TrainOutcome, mean_tokens: float, checkpoint_dir: Path | None) -> None:
+    """What Measure did not count: real tokens, the measured samples times the mean sentence length, and the
+    checkpoints left behind."""
     out.measured_tokens = int(out.measured_samples * mean_tokens)
-    width = padded_width if pre_padded else mean_tokens
-    out.measured_padded_tokens = int(out.measured_samples * width)
-    out.measured_flops = shape.train_flops(out.measured_samples, width) if shape is not None else None
     if checkpoint_dir is not None:
         out.checkpoints = sorted(str(p) for p in checkpoint_dir.glob("checkpoint-*"))
 
@@ -273,14 +296,11 @@ def run(
     clock = StepClock(dist.cuda)
     samples_per_step = cfg.batch_size * cfg.grad_accum * dist.world_size
     mean_tokens = float(train_data.lengths.mean())
-    padded_width = float(
-        pad_length(int(train_data.lengths.max()), cfg.padding, cfg.max_seq_len, cfg.bucket_multiple)
-    )
     args = training_arguments(cfg, dist, target, checkpoint_dir)
-    measure = Measure(cfg, dist, sink, out, clock, samples_per_step=samples_per_step, eval_rows=len(eval_data))
+    measure = Measure(cfg, dist, sink, out, clock, samples_per_step=samples_per_step, eval_rows=len(eval_data),
+                      shape=ModelShape.from_config(getattr(loaded.model, "config", None)))
     trainer = make_trainer(cfg, loaded, train_data, eval_data, args, pad_to, measure)
     setup_s = time.perf_counter() - t0
     train(cfg, trainer, measure, checkpoint_dir)
-    extract_results(out, mean_tokens, padded_width, bool(pad_to), checkpoint_dir,
-                    ModelShape.from_config(getattr(loaded.model, "config", None)))
+    extract_results(out, mean_tokens, checkpoint_dir)
     return out, setup_s
