@@ -7,12 +7,16 @@
 #       bench/roofline.py's reading of it
 #   bash bench/mfu_push.sh push OUT TOKENIZER_DIR
 #       bench/specs/mfu_push.yaml through the local backend under the ±3% rule: before, after, HF's Trainer
+#   bash bench/mfu_push.sh loss OUT TOKENIZER_DIR
+#       the push's kubesweep cells again under seeds 43-45, and bench/loss_curves.py over these and the push's
+#       seed-42 runs: whether the faster settings' loss curves are the current one's within the seeds' noise
 #   bash bench/mfu_push.sh accuracy OUT
 #       bench/specs/mfu_push_accuracy.yaml: the pretrained MiniLM to 0.88 under the current and the new settings
 #   bash bench/mfu_push.sh gpu-tests OUT TOKENIZER_DIR [PYTEST_ARGS...]
 #       tests/jobs/test_train_gpu.py
 #   bash bench/mfu_push.sh all OUT TOKENIZER_DIR
-#       core replays, push, the other replays, the packed rows' GPU test, then accuracy where MiniLM is installed
+#       core replays, push, loss, the other replays, the packed rows' GPU test, then accuracy where MiniLM is
+#       installed
 #       (WHEELS_WAIT_S, MINILM_WAIT_S: how long to wait for a later setup to install .gpu/wheels and MiniLM)
 #   bash bench/mfu_push.sh wait FILE SECONDS; bash bench/mfu_push.sh collect DIR DEST
 #       poll for a step's file; DIR's small files as DEST.tgz
@@ -77,6 +81,30 @@ push)
   python3 "$here/bench/showcase.py" run --spec "$here/bench/specs/mfu_push.yaml" --tokenizer "$tok" --out "$out" \
     > "$out/showcase.log" 2>&1
   ;;
+loss)
+  out=${2:?OUT}/loss; tok=${3:?TOKENIZER_DIR}
+  mkdir -p "$out"; gpu_csv "$out"
+  # the push's spec, its kubesweep cells each under seeds 43-45 once (the push ran seed 42), the data's path made
+  # absolute as the push's trials record it
+  python3 - "$here/bench/specs/mfu_push.yaml" "$out/loss-spec.yaml" "$here/data/sst2" <<'PY'
+import sys
+import yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+spec, seeds = doc["spec"], [43, 44, 45]
+doc["metadata"]["name"] = "mfu-push-loss"
+spec["job"]["dataset"] = sys.argv[3]
+spec["matrix"] = {"seed": seeds}
+spec["include"] = [{**c, "seed": s} for c in spec.get("include", []) if c.get("engine", "kubesweep") == "kubesweep"
+                   for s in seeds]
+spec["repeats"] = 1
+spec.pop("repeat_until", None)
+spec["tracking"] = {"experiment": "mfu-push-loss"}
+yaml.safe_dump(doc, open(sys.argv[2], "w"), sort_keys=False)
+PY
+  python3 "$here/bench/showcase.py" run --spec "$out/loss-spec.yaml" --tokenizer "$tok" --out "$out" > "$out/showcase.log" 2>&1
+  python3 "$here/bench/loss_curves.py" "$out/home" "${2}/push/home" --baseline padding=bucketed \
+    --markdown "$out/loss.md" --json "$out/loss.json" > /dev/null 2>> "$out/showcase.log"
+  ;;
 accuracy)
   out=${2:?OUT}/accuracy
   mkdir -p "$out"; gpu_csv "$out"
@@ -96,6 +124,7 @@ all)  # the core replays, the push (the figures under the rule), the other repla
   bash "$0" wait "$site/.done" "${WHEELS_WAIT_S:-0}"   # the wheels of .gpu/wheels (mlflow): setup, or a later one
   [ -e "$site/.done" ] || { echo "push: the site lacks .gpu/wheels' packages (setup)"; exit 1; }
   bash "$0" push "$out" "$tok"
+  bash "$0" loss "$out" "$tok"
   bash "$0" explore "$out" "$tok" more
   bash "$0" gpu-tests "$out" "$tok" -k packed
   # MiniLM's package: installed by setup, or (MINILM_WAIT_S > 0) by a later setup while this waits
