@@ -28,7 +28,7 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +39,9 @@ PER_RUN = ("seed",)  # job settings that tell runs of one setting apart
 
 @dataclass
 class Run:
-    folder: Path
     setting: tuple[tuple[str, str], ...]
     seed: int
     curve: list[tuple[int, float]]  # (step, loss) as logged
-
-
-@dataclass
-class Setting:
-    key: tuple[tuple[str, str], ...]
-    runs: list[Run] = field(default_factory=list)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -82,7 +75,7 @@ def find_runs(folders: list[Path]) -> list[Run]:
             if results.get("outcome") != "succeeded" or not curve:
                 continue
             setting = tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in job.items() if k not in PER_RUN))
-            runs.append(Run(trial_dir, setting, seed, curve))
+            runs.append(Run(setting, seed, curve))
     return runs
 
 
@@ -115,9 +108,9 @@ def label(key: tuple[tuple[str, str], ...], varying: set[str]) -> str:
 
 def compare(runs: list[Run], baseline: dict[str, str], window: float, below: float) -> dict[str, Any]:
     """Each setting's window loss over seeds against the baseline's; ValueError when no setting is the baseline."""
-    settings: dict[tuple[tuple[str, str], ...], Setting] = {}
+    settings: dict[tuple[tuple[str, str], ...], list[Run]] = {}
     for run in runs:
-        settings.setdefault(run.setting, Setting(run.setting)).runs.append(run)
+        settings.setdefault(run.setting, []).append(run)
     keys = sorted(settings)
     values: dict[str, set[str]] = {}
     for key in keys:
@@ -133,7 +126,7 @@ def compare(runs: list[Run], baseline: dict[str, str], window: float, below: flo
     rows = []
     base_interval = None
     for key in [base_key, *(k for k in keys if k != base_key)]:
-        seeds = per_seed(settings[key].runs, window, below)
+        seeds = per_seed(settings[key], window, below)
         losses = [s["window_loss"] for s in seeds.values()]
         interval = intervals.interval(losses) if len(losses) > 1 else None
         if key == base_key:
